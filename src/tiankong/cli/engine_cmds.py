@@ -1,0 +1,45 @@
+"""``tiankong engine install|info``."""
+
+from __future__ import annotations
+
+import click
+
+from ..engine import install_engine, locate_engine
+from ..engine.cpu import cpu_features
+from . import emit_json
+
+
+@click.group()
+def engine() -> None:
+    """Build, locate and describe the llama-server engine."""
+
+
+@engine.command()
+@click.option("--force", is_flag=True, help="Rebuild even if a cached build exists.")
+@click.option("--jobs", type=int, default=None, help="Parallel compile jobs (default: all CPUs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def install(force: bool, jobs: int | None, as_json: bool) -> None:
+    """Build llama-server from the pinned llama.cpp source (cached per CPU and flags)."""
+    log = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
+    built = install_engine(force=force, log=log, jobs=jobs)
+    if as_json:
+        emit_json(built.to_json())
+
+
+@engine.command()
+@click.option("--llama-server", "llama_server", type=click.Path(), default=None, help="Use this binary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def info(llama_server: str | None, as_json: bool) -> None:
+    """Show which llama-server is used, its version and how it was obtained."""
+    found = locate_engine(llama_server)
+    data = found.to_json()
+    data["cpu_features"] = found.cpu_features or cpu_features()
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"path:      {found.path}")
+    click.echo(f"version:   {found.version} (commit {found.commit})")
+    click.echo(f"obtained:  {found.source}" + (f" build in {found.build_dir}" if found.build_dir else ""))
+    click.echo(f"cpu:       {' '.join(data['cpu_features'])}")
+    if found.cmake_flags:
+        click.echo(f"flags:     {' '.join(found.cmake_flags)}")

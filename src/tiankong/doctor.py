@@ -1,0 +1,73 @@
+"""``doctor``: what is installed, what this machine has, and what to fix."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from . import paths
+from .engine.build import ENV_VAR, locate_engine, managed_dir
+from .engine.cpu import cpu_features, cpu_model
+from .errors import TiankongError
+from .models import DEFAULT_MODEL, TEST_MODEL, list_models
+
+
+@dataclass
+class Finding:
+    topic: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+
+
+def _mem_available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def diagnose() -> list[Finding]:
+    findings = [Finding("python", sys.version_info >= (3, 11), f"{platform.python_version()} at {sys.executable}",
+                        "use Python 3.11 or newer")]
+    try:
+        engine = locate_engine()
+        findings.append(Finding("engine", True, f"{engine.path} (llama.cpp {engine.version}, {engine.source})"))
+    except TiankongError as exc:
+        findings.append(Finding("engine", False, exc.message, f"run `tiankong engine install` or set {ENV_VAR}"))
+    tools = [tool for tool in ("cmake", "c++", "make") if shutil.which(tool) is None]
+    findings.append(Finding("build tools", not tools, "cmake, c++, make present" if not tools else
+                            f"missing {', '.join(tools)}", "apt-get install build-essential cmake"))
+    features = cpu_features()
+    findings.append(Finding("cpu", True, f"{cpu_model()}; {os.cpu_count()} CPUs; {' '.join(features) or 'unknown'}"))
+    mem = _mem_available_bytes()
+    findings.append(Finding("memory", mem == 0 or mem > 1 << 30, f"{mem / 2**30:.1f} GiB available",
+                            "free memory or use a smaller model / context"))
+    installed = {record.name: record for record in list_models() if record.installed}
+    for name in (DEFAULT_MODEL, TEST_MODEL):
+        findings.append(Finding(f"model {name}", name in installed,
+                                str(installed[name].path) if name in installed else "not installed",
+                                f"run `tiankong models pull {name}`"))
+    for label, directory in (("data dir", paths.data_dir()), ("cache dir", paths.cache_dir())):
+        free = shutil.disk_usage(_existing_parent(directory)).free
+        findings.append(Finding(label, free > 2 << 30, f"{directory} ({free / 2**30:.0f} GiB free)",
+                                "free disk space: models and the engine build need about 3 GiB"))
+    findings.append(Finding("engine cache key", True, str(managed_dir())))
+    return findings
+
+
+def _existing_parent(path: Any) -> Any:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

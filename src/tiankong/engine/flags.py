@@ -1,0 +1,170 @@
+"""One typed flag table: ``EngineConfig`` → llama-server argv, validated.
+
+Every flag tiankong passes to llama-server goes through here. The traps this guards against:
+
+* ``-c``, ``-np``, ``-t`` and ``--cache-ram`` are always pinned: llama.cpp's automatic defaults change
+  between builds (``-np`` auto, ``--cache-ram`` 8 GiB default, ``-c`` from the model's trained context).
+* a draft model without ``--spec-type`` is loaded and then silently never used;
+* ``--draft-max`` / ``--draft-min`` / ``--draft-p-min`` are removed (or deprecated aliases): tiankong
+  only speaks the ``--spec-draft-*`` names;
+* unknown KV-cache types are refused before a process is started.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import FlagError
+
+KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+SPEC_TYPES = (
+    "none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+)
+
+#: Flags that must never appear in ``extra_args`` – mapped to what to use instead.
+REMOVED_FLAGS: dict[str, str] = {
+    "--draft-max": "--spec-draft-n-max (EngineConfig.spec_draft_n_max)",
+    "--draft": "--spec-draft-n-max (EngineConfig.spec_draft_n_max)",
+    "--draft-n": "--spec-draft-n-max (EngineConfig.spec_draft_n_max)",
+    "--draft-min": "--spec-draft-n-min (EngineConfig.spec_draft_n_min)",
+    "--draft-n-min": "--spec-draft-n-min (EngineConfig.spec_draft_n_min)",
+    "--draft-p-min": "--spec-draft-p-min (EngineConfig.spec_draft_p_min)",
+}
+
+#: Flags owned by typed fields; passing them through ``extra_args`` would fight the table.
+OWNED_FLAGS: dict[str, str] = {
+    "-m": "model", "--model": "model", "-c": "ctx", "--ctx-size": "ctx",
+    "-np": "slots", "--parallel": "slots", "-t": "threads", "--threads": "threads",
+    "--cache-ram": "cache_ram_mib", "-cram": "cache_ram_mib", "--host": "host", "--port": "port",
+    "-ctk": "kv_type", "--cache-type-k": "kv_type", "-ctv": "kv_type", "--cache-type-v": "kv_type",
+    "-md": "draft_model", "--model-draft": "draft_model", "--spec-type": "spec_type",
+    "--lora": "lora", "--mmproj": "mmproj", "--rpc": "rpc",
+}
+
+
+def default_threads() -> int:
+    """Physical-ish core count: all usable CPUs, at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class EngineConfig:
+    """Everything needed to start one llama-server. Durations are float seconds named ``*_s``."""
+
+    model: Path
+    ctx: int = 4096
+    slots: int = 2
+    threads: int = field(default_factory=default_threads)
+    cache_ram_mib: int = 0
+    host: str = "127.0.0.1"
+    port: int = 0
+    kv_type: str = "f16"
+    batch: int | None = None
+    ubatch: int | None = None
+    flash_attn: str = "auto"
+    seed: int = 42
+    draft_model: Path | None = None
+    spec_type: str | None = None
+    spec_draft_n_max: int | None = None
+    spec_draft_n_min: int | None = None
+    spec_draft_p_min: float | None = None
+    draft_gpu_layers: int | None = None
+    lora: list[Path] = field(default_factory=list)
+    mmproj: Path | None = None
+    rpc: list[str] = field(default_factory=list)
+    alias: str | None = None
+    metrics: bool = True
+    extra_args: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        _check_positive("ctx", self.ctx, minimum=64)
+        _check_positive("slots", self.slots)
+        _check_positive("threads", self.threads)
+        if self.cache_ram_mib < 0:
+            raise FlagError("cache_ram_mib must be ≥ 0", hint="use 0 to disable the prompt cache in RAM")
+        if self.ctx % self.slots:
+            raise FlagError(
+                f"ctx {self.ctx} is not divisible by slots {self.slots}",
+                hint="llama-server splits the context evenly between slots; pick ctx = slots × per-slot ctx",
+            )
+        if self.kv_type not in KV_TYPES:
+            raise FlagError(f"unknown KV-cache type {self.kv_type!r}", hint=f"use one of {', '.join(KV_TYPES)}")
+        if self.flash_attn not in ("auto", "on", "off"):
+            raise FlagError(f"flash_attn must be auto, on or off, not {self.flash_attn!r}")
+        self._validate_spec()
+        self._validate_extra()
+
+    def _validate_spec(self) -> None:
+        if self.spec_type is not None and self.spec_type not in SPEC_TYPES:
+            raise FlagError(f"unknown spec_type {self.spec_type!r}", hint=f"use one of {', '.join(SPEC_TYPES)}")
+        if self.draft_model is not None and self.spec_type is None:
+            raise FlagError(
+                "a draft model is set but spec_type is not",
+                hint="llama-server would load the draft and never use it; set spec_type='draft-simple'",
+            )
+        if self.spec_type == "draft-simple" and self.draft_model is None:
+            raise FlagError("spec_type='draft-simple' needs a draft_model", hint="set draft_model to a GGUF path")
+        draft_params = (self.spec_draft_n_max, self.spec_draft_n_min, self.spec_draft_p_min)
+        if any(p is not None for p in draft_params) and self.spec_type in (None, "none"):
+            raise FlagError("spec_draft_* parameters are set but speculative decoding is off", hint="set spec_type")
+        if self.spec_draft_p_min is not None and not 0.0 <= self.spec_draft_p_min <= 1.0:
+            raise FlagError("spec_draft_p_min must be within [0, 1]")
+        n_min, n_max = self.spec_draft_n_min, self.spec_draft_n_max
+        if n_min is not None and n_max is not None and n_min > n_max:
+            raise FlagError(f"spec_draft_n_min {n_min} is larger than spec_draft_n_max {n_max}")
+
+    def _validate_extra(self) -> None:
+        for arg in self.extra_args:
+            name = arg.split("=", 1)[0]
+            if name in REMOVED_FLAGS:
+                raise FlagError(f"{name} was removed from llama-server", hint=f"use {REMOVED_FLAGS[name]}")
+            if name in OWNED_FLAGS:
+                raise FlagError(
+                    f"{name} cannot be passed in extra_args",
+                    hint=f"set EngineConfig.{OWNED_FLAGS[name]} instead",
+                )
+
+    def to_argv(self, binary: Path | str) -> list[str]:
+        """The full command line. Raises ``FlagError`` if the configuration is invalid."""
+        self.validate()
+        argv = [str(binary), "-m", str(self.model)]
+        argv += ["-c", str(self.ctx), "-np", str(self.slots), "-t", str(self.threads)]
+        argv += ["--cache-ram", str(self.cache_ram_mib)]
+        argv += ["--host", self.host, "--port", str(self.port)]
+        argv += ["-ctk", self.kv_type, "-ctv", self.kv_type, "-fa", self.flash_attn]
+        argv += ["--seed", str(self.seed), "--no-webui", "--jinja"]
+        argv += _optional("-b", self.batch) + _optional("-ub", self.ubatch) + _optional("-a", self.alias)
+        if self.metrics:
+            argv.append("--metrics")
+        argv += self._spec_argv()
+        for adapter in self.lora:
+            argv += ["--lora", str(adapter)]
+        if self.lora:
+            argv.append("--lora-init-without-apply")
+        argv += _optional("--mmproj", self.mmproj)
+        if self.rpc:
+            argv += ["--rpc", ",".join(self.rpc)]
+        return argv + list(self.extra_args)
+
+    def _spec_argv(self) -> list[str]:
+        if self.spec_type in (None, "none"):
+            return []
+        argv = ["--spec-type", str(self.spec_type)] + _optional("-md", self.draft_model)
+        argv += _optional("--spec-draft-n-max", self.spec_draft_n_max)
+        argv += _optional("--spec-draft-n-min", self.spec_draft_n_min)
+        argv += _optional("--spec-draft-p-min", self.spec_draft_p_min)
+        return argv + _optional("-ngld", self.draft_gpu_layers)
+
+
+def _optional(flag: str, value: object) -> list[str]:
+    return [] if value is None else [flag, str(value)]
+
+
+def _check_positive(name: str, value: int, minimum: int = 1) -> None:
+    if not isinstance(value, int) or value < minimum:
+        raise FlagError(f"{name} must be an integer ≥ {minimum}, not {value!r}")

@@ -1,0 +1,314 @@
+"""``EngineProcess``: one supervised llama-server.
+
+States: stopped → starting → ready → stopping → stopped (``failed`` when restarts are exhausted).
+The port comes from the OS, the bind address is 127.0.0.1, ``/health`` is polled with a deadline and
+start-up fails fast with the log tail when the process exits. Stopping sends SIGTERM to the process
+group, then SIGKILL after a grace period. A watchdog thread restarts a crashed engine with exponential
+backoff; :meth:`note_request` restarts after N requests when configured; :meth:`check_wedged` restarts
+an engine whose ``/slots`` endpoint stops answering while ``/health`` may still say ok.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+
+import httpx
+
+from .. import paths
+from ..errors import EngineStartError, PortInUse
+from .build import EngineBinary, locate_engine
+from .flags import EngineConfig
+
+_LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
+
+
+class EngineState(str, Enum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class EngineProcess:
+    """A llama-server process with health checks, restart on crash and clean shutdown."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        binary: EngineBinary | Path | str | None = None,
+        *,
+        startup_timeout_s: float = 180.0,
+        stop_grace_s: float = 10.0,
+        restart_on_crash: bool = True,
+        max_restarts: int = 5,
+        restart_window_s: float = 300.0,
+        restart_after_requests: int | None = None,
+        on_restart: Callable[[str], None] | None = None,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self._binary_arg = binary
+        self._binary: Path | None = None
+        self._gave_up = False
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.restart_on_crash = restart_on_crash
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self.restart_after_requests = restart_after_requests
+        self.on_restart = on_restart
+        self.state = EngineState.STOPPED
+        self.restarts = 0
+        self.requests_since_start = 0
+        self.port = config.port
+        self.log_path: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.ready_seconds = 0.0
+        self._restart_times: list[float] = []
+        self._lock = threading.RLock()
+        self._watchdog: threading.Thread | None = None
+        self._stop_event = threading.Event()
+
+    # --- public ---------------------------------------------------------------------------------
+
+    @property
+    def binary(self) -> Path:
+        """The llama-server binary (located on first use, so a missing engine fails at start)."""
+        if self._binary is None:
+            arg = self._binary_arg
+            self._binary = arg.path if isinstance(arg, EngineBinary) else locate_engine(arg).path
+        return self._binary
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> EngineProcess:
+        with self._lock:
+            if self.state == EngineState.READY and self.alive():
+                return self
+            self._stop_event.clear()
+            self._spawn_and_wait()
+            _LIVE.add(self)
+            if self._watchdog is None or not self._watchdog.is_alive():
+                self._watchdog = threading.Thread(target=self._watch, name="tiankong-engine-watchdog", daemon=True)
+                self._watchdog.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        with self._lock:
+            if self.proc is None:
+                self.state = EngineState.STOPPED
+                return
+            self.state = EngineState.STOPPING
+            self._terminate(self.proc)
+            self.proc = None
+            self.state = EngineState.STOPPED
+        _LIVE.discard(self)
+
+    def restart(self, reason: str) -> None:
+        """Stop and start again (used for crash, wedge and request-count restarts)."""
+        with self._lock:
+            if self._stop_event.is_set():
+                return
+            self._record_restart()
+            if self.proc is not None:
+                self._terminate(self.proc)
+                self.proc = None
+            if self.on_restart:
+                self.on_restart(reason)
+            self._spawn_and_wait()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def health(self, timeout_s: float = 2.0) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def probe_slots(self, timeout_s: float = 5.0) -> bool:
+        """True when ``/slots`` answers in time: the engine's request loop is alive."""
+        try:
+            return httpx.get(f"{self.url}/slots", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def check_wedged(self, timeout_s: float = 5.0) -> bool:
+        """Restart the engine if ``/slots`` does not answer; returns True when it did."""
+        if self.state != EngineState.READY or self.probe_slots(timeout_s):
+            return False
+        self.restart("wedged: /slots did not answer")
+        return True
+
+    def note_request(self) -> None:
+        """Count a finished request; restart when ``restart_after_requests`` is reached."""
+        self.requests_since_start += 1
+        limit = self.restart_after_requests
+        if limit and self.requests_since_start >= limit:
+            self.restart(f"restart after {limit} requests")
+
+    def log_tail(self, lines: int = 25) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        with self.log_path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 16384))
+            text = handle.read().decode("utf-8", "replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> EngineProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _spawn_and_wait(self) -> None:
+        self.state = EngineState.STARTING
+        explicit_port = self.config.port
+        if explicit_port and port_in_use(self.config.host, explicit_port):
+            self.state = EngineState.FAILED
+            raise PortInUse(self.config.host, explicit_port)
+        self.port = explicit_port or free_port(self.config.host)
+        argv = self.config.to_argv(self.binary)
+        argv[argv.index("--port") + 1] = str(self.port)
+        paths.logs_dir().mkdir(parents=True, exist_ok=True)
+        self.log_path = paths.logs_dir() / f"llama-server-{os.getpid()}-{self.port}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        self.started_at = time.monotonic()
+        self.requests_since_start = 0
+        self._wait_ready(self.proc)
+        self.ready_seconds = time.monotonic() - self.started_at
+        self.state = EngineState.READY
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
+        deadline = self.started_at + self.startup_timeout_s
+        delay = 0.05
+        with httpx.Client(timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                code = proc.poll()
+                if code is not None:
+                    self.state = EngineState.FAILED
+                    raise EngineStartError(
+                        f"llama-server exited with code {code} during start-up",
+                        hint=f"see the log tail below or {self.log_path}",
+                        log_tail=self.log_tail(),
+                    )
+                try:
+                    if http.get(f"{self.url}/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.5)
+        self._terminate(proc)
+        self.state = EngineState.FAILED
+        raise EngineStartError(
+            f"llama-server was not healthy within {self.startup_timeout_s:.0f} s",
+            hint="a large model on a slow disk may need a longer startup_timeout_s",
+            log_tail=self.log_tail(),
+        )
+
+    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=self.stop_grace_s)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+    def _record_restart(self) -> None:
+        now = time.monotonic()
+        self._restart_times = [t for t in self._restart_times if now - t < self.restart_window_s]
+        if len(self._restart_times) >= self.max_restarts:
+            self.state = EngineState.FAILED
+            self._gave_up = True
+            raise EngineStartError(
+                f"llama-server restarted {self.max_restarts} times within {self.restart_window_s:.0f} s; giving up",
+                hint="see the log tail",
+                log_tail=self.log_tail(),
+            )
+        self._restart_times.append(now)
+        self.restarts += 1
+
+    def _watch(self) -> None:
+        backoff = 0.5
+        while not self._stop_event.wait(0.2):
+            proc = self.proc
+            crashed = proc is not None and proc.poll() is not None
+            if not crashed or self.state in (EngineState.STARTING, EngineState.STOPPING):
+                continue
+            if not self.restart_on_crash or self._gave_up:
+                self.state = EngineState.FAILED
+                return
+            try:
+                self.restart(f"exited with code {proc.returncode if proc else '?'}")
+                backoff = 0.5
+            except EngineStartError:
+                if self._stop_event.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 30.0)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for engine in list(_LIVE):
+        try:
+            engine.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass

@@ -1,0 +1,130 @@
+"""One error root, branched by what the caller can do about it.
+
+* ``ConfigError``    – the caller asked for something invalid: fix the arguments or the config file.
+* ``EngineError``    – the local llama-server could not be found, built, started or kept alive.
+* ``TransportError`` – a server (engine, gateway, upstream) could not be reached or answered badly.
+* ``OutputError``    – the model answered, but the answer is not usable (invalid, truncated, …).
+
+Every error carries a message that says what happened and what to do next, and evidence
+(log tail, attempts, last raw output) as attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class TiankongError(Exception):
+    """Root of every error tiankong raises on purpose."""
+
+    #: OpenAI-style ``error.type`` used when the error is sent over HTTP.
+    type: str = "tiankong_error"
+    #: HTTP status the gateway answers with.
+    http_status: int = 500
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(message if not hint else f"{message} — {hint}")
+
+    def one_line(self) -> str:
+        """The error as a single line, for CLI output."""
+        return " ".join(str(self).split())
+
+
+# --- config -------------------------------------------------------------------------------------
+
+
+class ConfigError(TiankongError):
+    type = "invalid_request_error"
+    http_status = 400
+
+
+class FlagError(ConfigError):
+    """An engine flag combination llama-server would silently mishandle or refuse."""
+
+
+class ModelNotFound(ConfigError):
+    http_status = 404
+
+    def __init__(self, name: str, suggestions: Sequence[str] = ()) -> None:
+        self.name = name
+        self.suggestions = list(suggestions)
+        hint = (
+            f"did you mean: {', '.join(self.suggestions)}?"
+            if self.suggestions
+            else "see `tiankong models list` for the catalog and installed models"
+        )
+        super().__init__(f"unknown model {name!r}", hint=hint)
+
+
+class ModelNotInstalled(ConfigError):
+    http_status = 404
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"model {name!r} is not installed", hint=f"run `tiankong models pull {name}`")
+
+
+class InvalidModelFile(ConfigError):
+    """A file that is not a (complete, uncorrupted) GGUF model."""
+
+
+# --- engine -------------------------------------------------------------------------------------
+
+
+class EngineError(TiankongError):
+    type = "engine_error"
+    http_status = 503
+
+    def __init__(self, message: str, *, hint: str | None = None, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        super().__init__(message, hint=hint)
+
+
+class EngineNotFound(EngineError):
+    pass
+
+
+class EngineBuildError(EngineError):
+    pass
+
+
+class EngineStartError(EngineError):
+    pass
+
+
+class PortInUse(EngineError):
+    type = "invalid_request_error"
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        super().__init__(
+            f"port {port} on {host} is already in use",
+            hint="stop the other process or choose another port with --port",
+        )
+
+
+# --- transport ----------------------------------------------------------------------------------
+
+
+class TransportError(TiankongError):
+    type = "upstream_error"
+    http_status = 502
+
+
+class ServerError(TransportError):
+    """The server answered with an HTTP error."""
+
+    def __init__(self, status: int, message: str, *, body: str = "") -> None:
+        self.status = status
+        self.body = body
+        super().__init__(f"server answered HTTP {status}: {message}")
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+class OutputError(TiankongError):
+    type = "output_error"
+    http_status = 422

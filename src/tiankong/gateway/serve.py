@@ -1,0 +1,73 @@
+"""``tiankong serve``: a managed llama-server behind the gateway, stopped together."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+
+import uvicorn
+
+from ..config import TiankongConfig
+from ..engine import EngineConfig, EngineProcess
+from ..engine.process import port_in_use
+from ..errors import ConfigError, PortInUse
+from ..models import resolve_installed
+from .app import GatewayState, create_app, hash_key
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def key_hashes(keys: list[str]) -> list[str]:
+    return [key if key.startswith("sha256:") else hash_key(key) for key in keys]
+
+
+def check_bind(config: TiankongConfig) -> None:
+    server = config.server
+    if not is_loopback(server.host) and not server.api_keys:
+        raise ConfigError(
+            f"refusing to bind {server.host} without an API key",
+            hint="set TIANKONG_API_KEY or --api-key (or server.api_keys in the config), or bind 127.0.0.1",
+        )
+    if server.port and port_in_use(server.host, server.port):
+        raise PortInUse(server.host, server.port)
+
+
+def start_engine(config: TiankongConfig) -> tuple[EngineProcess, str]:
+    settings = config.engine
+    record = resolve_installed(settings.model)
+    engine_config = EngineConfig(
+        model=record.path, ctx=settings.ctx, slots=settings.slots, kv_type=settings.kv_type,
+        cache_ram_mib=settings.cache_ram_mib, alias=record.name, extra_args=list(settings.extra_args),
+    )
+    if settings.threads:
+        engine_config.threads = settings.threads
+    engine = EngineProcess(
+        engine_config, settings.llama_server, startup_timeout_s=settings.startup_timeout_s,
+        restart_after_requests=settings.restart_after_requests,
+    )
+    return engine.start(), record.name
+
+
+def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
+    """Run until interrupted; the engine is stopped on every way out."""
+    check_bind(config)
+    engine, name = start_engine(config)
+    try:
+        log(f"engine ready: {name} ({engine.ready_seconds:.1f} s, pid {engine.pid}, {engine.url})")
+        state = GatewayState(
+            upstream_url=engine.url, model_name=name, api_key_hashes=key_hashes(config.server.api_keys),
+            engine_state=lambda: engine.state.value, request_timeout_s=config.server.request_timeout_s,
+        )
+        log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops both)")
+        uvicorn.run(create_app(state), host=config.server.host, port=config.server.port,
+                    log_level="warning", access_log=config.server.log_prompts, timeout_graceful_shutdown=5)
+    finally:
+        engine.stop()
+        log("engine stopped")

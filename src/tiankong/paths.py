@@ -1,0 +1,38 @@
+"""Where tiankong keeps things: models in the data dir, engine builds and downloads in the cache dir.
+
+Both honour an override (``TIANKONG_DATA_DIR``, ``TIANKONG_CACHE_DIR``) and otherwise follow the
+platform convention (``XDG_DATA_HOME`` / ``XDG_CACHE_HOME`` on Linux).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+
+def data_dir() -> Path:
+    override = os.environ.get("TIANKONG_DATA_DIR")
+    return Path(override) if override else Path(platformdirs.user_data_dir("tiankong"))
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("TIANKONG_CACHE_DIR")
+    return Path(override) if override else Path(platformdirs.user_cache_dir("tiankong"))
+
+
+def models_dir() -> Path:
+    return data_dir() / "models"
+
+
+def engine_cache_dir() -> Path:
+    return cache_dir() / "engine"
+
+
+def downloads_dir() -> Path:
+    return cache_dir() / "downloads"
+
+
+def logs_dir() -> Path:
+    return cache_dir() / "logs"
