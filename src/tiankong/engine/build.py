@@ -13,6 +13,8 @@ binary that no longer matches its recorded hash is never trusted.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -24,7 +26,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -78,7 +80,7 @@ class EngineBinary:
         return data
 
 
-def build_key() -> str:
+def build_key(features: list[str] | None = None) -> str:
     """Hash of what makes a build reusable: source version, flags, machine, CPU features."""
     material = json.dumps(
         {
@@ -86,7 +88,7 @@ def build_key() -> str:
             "flags": CMAKE_FLAGS,
             "targets": TARGETS,
             "machine": platform.machine(),
-            "cpu": cpu_features(),
+            "cpu": cpu_features() if features is None else sorted(features),
         },
         sort_keys=True,
     )
@@ -128,7 +130,7 @@ def read_version(binary: Path) -> tuple[str, str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineNotFound(f"{binary} does not run: {exc}", hint="rebuild with `tiankong engine install --force`")
     text = proc.stdout + proc.stderr
-    match = re.search(r"version:\s*(\S+)\s*\(([0-9a-f]+)\)", text)
+    match = re.search(r"version:\s*(\S+)\s*\((?:build\s+\d+,\s*)?(?:commit\s+)?([0-9a-f]+)\)", text)
     if proc.returncode != 0 or not match:
         raise EngineNotFound(
             f"{binary} --version failed (exit {proc.returncode})",
@@ -178,18 +180,32 @@ def install_engine(force: bool = False, log: Log = print, jobs: int | None = Non
             return existing
     _check_toolchain()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"{target.name}.tmp-", dir=target.parent) as tmp:
-        work = Path(tmp)
-        source = _fetch_source(work, log)
-        staged = _build(source, work, log, jobs or os.cpu_count() or 2)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staged, target)
+    with _install_lock(target.parent / ".install.lock"):
+        for stale in target.parent.glob("*.tmp-*"):  # left by a killed build; we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix=f"{target.name}.tmp-", dir=target.parent) as tmp:
+            work = Path(tmp)
+            source = _fetch_source(work, log)
+            staged = _build(source, work, log, jobs or os.cpu_count() or 2)
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staged, target)
     built = load_managed(target)
     if built is None:  # pragma: no cover - we just wrote it
         raise EngineBuildError(f"build at {target} did not verify after install")
     log(f"engine ready: {built.path} (llama.cpp {built.version}, {built.commit})")
     return built
+
+
+@contextlib.contextmanager
+def _install_lock(path: Path) -> Iterator[None]:
+    """One build at a time per cache (a second `engine install` waits for the first)."""
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _check_toolchain() -> None:

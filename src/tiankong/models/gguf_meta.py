@@ -82,7 +82,9 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     try:
         reader = GGUFReader(str(path), "r")
     except Exception as exc:  # noqa: BLE001 - gguf raises many types on damaged files
-        raise InvalidModelFile(f"{path} is not a readable GGUF file: {exc}", hint="re-download or re-convert it")
+        raise InvalidModelFile(
+            f"{path} is truncated or damaged ({exc})", hint="re-download or re-convert it"
+        ) from None
     return _info_from_reader(reader, path)
 
 

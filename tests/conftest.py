@@ -1,0 +1,80 @@
+"""Shared fixtures: the real engine and the real SmolLM2 model (installed by `make test`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, locate_engine
+from tiankong.models import DEFAULT_MODEL, TEST_MODEL, model_path
+
+HERE = Path(__file__).parent
+FAKE_SERVER = HERE / "helpers" / "fake_server.py"
+TIANKONG = str(Path(sys.executable).parent / "tiankong")
+
+
+@pytest.fixture(scope="session")
+def engine_binary() -> EngineBinary:
+    return locate_engine()
+
+
+@pytest.fixture(scope="session")
+def smol_path() -> Path:
+    return model_path(TEST_MODEL)
+
+
+@pytest.fixture(scope="session")
+def default_model_path() -> Path:
+    return model_path(DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def smol_engine(engine_binary: EngineBinary, smol_path: Path) -> Iterator[EngineProcess]:
+    """One SmolLM2 engine shared by read-only tests (2 slots, 4096 ctx)."""
+    engine = EngineProcess(EngineConfig(model=smol_path, ctx=4096, slots=2, alias=TEST_MODEL), engine_binary)
+    engine.start()
+    try:
+        yield engine
+    finally:
+        engine.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); treat it as gone
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([TIANKONG, *args], capture_output=True, text=True, env=full_env, timeout=timeout,
+                          input=input)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert proc.returncode != 0, proc.stdout
+    err = proc.stderr.strip()
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert err.startswith("error:") and len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle.lower() in err.lower(), err

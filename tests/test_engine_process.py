@@ -1,0 +1,119 @@
+"""EngineProcess lifecycle: real llama-server for start/crash/restart, a fake server for the edge cases."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import FAKE_SERVER, pid_alive
+from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, EngineState
+from tiankong.errors import EngineStartError, PortInUse
+
+
+def wait_until(predicate, timeout_s: float = 60.0, step_s: float = 0.1) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return False
+
+
+def fake_engine(monkeypatch: pytest.MonkeyPatch, mode: str, **kw: object) -> EngineProcess:
+    monkeypatch.setenv("FAKE_MODE", mode)
+    return EngineProcess(EngineConfig(model=Path("/dev/null")), FAKE_SERVER, **kw)  # type: ignore[arg-type]
+
+
+def test_real_engine_serves_and_stops_cleanly(engine_binary: EngineBinary, smol_path: Path) -> None:
+    engine = EngineProcess(EngineConfig(model=smol_path, ctx=1024, slots=1), engine_binary)
+    with engine:
+        assert engine.state == EngineState.READY
+        assert engine.url.startswith("http://127.0.0.1:")
+        pid = engine.pid
+        assert pid is not None
+        answer = httpx.post(f"{engine.url}/completion", json={"prompt": "1, 2, 3,", "n_predict": 4}, timeout=60)
+        assert answer.status_code == 200 and answer.json()["tokens_predicted"] > 0
+    assert engine.state == EngineState.STOPPED
+    assert not pid_alive(pid)
+
+
+def test_crash_is_restarted(engine_binary: EngineBinary, smol_path: Path) -> None:
+    reasons: list[str] = []
+    engine = EngineProcess(EngineConfig(model=smol_path, ctx=1024, slots=1), engine_binary, on_restart=reasons.append)
+    with engine:
+        first = engine.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        assert wait_until(lambda: engine.restarts == 1 and engine.state == EngineState.READY and engine.pid != first)
+        assert engine.health()
+        assert reasons and "exited" in reasons[0]
+        assert not pid_alive(first)
+    assert engine.pid is None
+
+
+def test_restart_after_n_requests(engine_binary: EngineBinary, smol_path: Path) -> None:
+    engine = EngineProcess(EngineConfig(model=smol_path, ctx=1024, slots=1), engine_binary, restart_after_requests=2)
+    with engine:
+        first = engine.pid
+        engine.note_request()
+        assert engine.pid == first
+        engine.note_request()
+        assert engine.pid != first and engine.restarts == 1 and engine.health()
+
+
+def test_crash_at_start_fails_fast_with_log_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = fake_engine(monkeypatch, "crash", startup_timeout_s=60)
+    started = time.monotonic()
+    with pytest.raises(EngineStartError) as err:
+        engine.start()
+    assert time.monotonic() - started < 30  # failed on exit, not on the 60 s deadline
+    assert "exited with code 3" in str(err.value)
+    assert "failed to load model" in err.value.log_tail
+
+
+def test_slow_health_hits_the_deadline_and_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = fake_engine(monkeypatch, "slow-health", startup_timeout_s=1.5)
+    with pytest.raises(EngineStartError, match="not healthy within"):
+        engine.start()
+    assert engine.proc is not None and engine.proc.poll() is not None
+
+
+def test_process_ignoring_sigterm_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = fake_engine(monkeypatch, "ignore-term", stop_grace_s=1.0)
+    engine.start()
+    pid = engine.pid
+    assert pid is not None and pid_alive(pid)
+    engine.stop()
+    assert not pid_alive(pid)
+    assert "ignoring SIGTERM" in (engine.log_path.read_text() if engine.log_path else "")
+
+
+def test_wedged_engine_is_detected_and_restarted(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = fake_engine(monkeypatch, "wedge", stop_grace_s=1.0)
+    with engine:
+        first = engine.pid
+        assert engine.health()  # /health still says ok …
+        assert engine.check_wedged(timeout_s=0.5)  # … but /slots does not answer
+        assert engine.restarts == 1 and engine.pid != first
+    monkeypatch.setenv("FAKE_MODE", "ok")
+    healthy = fake_engine(monkeypatch, "ok")
+    with healthy:
+        assert not healthy.check_wedged(timeout_s=2.0)
+
+
+def test_explicit_port_in_use_is_refused_before_starting(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        monkeypatch.setenv("FAKE_MODE", "ok")
+        engine = EngineProcess(EngineConfig(model=Path("/dev/null"), port=port), FAKE_SERVER)
+        with pytest.raises(PortInUse, match=str(port)):
+            engine.start()
+        assert engine.proc is None
