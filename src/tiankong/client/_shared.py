@@ -10,10 +10,25 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
 from ..errors import ConfigError, ServerError, TransportError
 
 DEFAULT_SEED = 42
 Message = dict[str, Any]
+#: llama-server (cpp-httplib) closes idle keep-alive connections after 5 s; expire ours sooner so a
+#: request is never written into a connection the server is closing.
+KEEPALIVE_EXPIRY_S = 2.0
+
+
+def http_limits(max_connections: int = 64) -> httpx.Limits:
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                        keepalive_expiry=KEEPALIVE_EXPIRY_S)
+
+
+def is_stale_connection(exc: Exception) -> bool:
+    """A reused connection closed by the server before any answer: safe to send again once."""
+    return isinstance(exc, httpx.RemoteProtocolError) and "without sending" in str(exc)
 
 
 @dataclass

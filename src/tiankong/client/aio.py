@@ -37,7 +37,7 @@ class AsyncClient:
         self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server}
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout_s = timeout_s
-        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._limits = S.http_limits(max_connections)
         self._http: httpx.AsyncClient | None = None
         self._start_lock = asyncio.Lock()
 
@@ -58,7 +58,12 @@ class AsyncClient:
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         http = await self._client()
         try:
-            response = await http.request(method, path, json=body)
+            try:
+                response = await http.request(method, path, json=body)
+            except httpx.RemoteProtocolError as exc:
+                if not S.is_stale_connection(exc):
+                    raise
+                response = await http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise S.connect_error(str(self.url), exc) from None
         S.check_response(response.status_code, response.text)

@@ -41,13 +41,18 @@ class Client:
         self.url = resolved
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers)
+        self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits())
 
     # --- plumbing -------------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            response = self._http.request(method, path, json=body)
+            try:
+                response = self._http.request(method, path, json=body)
+            except httpx.RemoteProtocolError as exc:
+                if not S.is_stale_connection(exc):
+                    raise
+                response = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise S.connect_error(self.url, exc) from None
         S.check_response(response.status_code, response.text)

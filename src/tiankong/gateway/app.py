@@ -83,7 +83,7 @@ def create_app(state: GatewayState) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=2.0)
         http["c"] = httpx.AsyncClient(base_url=state.upstream_url, timeout=state.request_timeout_s, limits=limits)
         yield
         await http["c"].aclose()
@@ -138,7 +138,12 @@ def create_app(state: GatewayState) -> Starlette:
 
 async def _forward(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Response:
     try:
-        upstream = await http.post(path, json=body)
+        try:
+            upstream = await http.post(path, json=body)
+        except httpx.RemoteProtocolError as exc:
+            if "without sending" not in str(exc):
+                raise
+            upstream = await http.post(path, json=body)  # stale keep-alive connection: send once more
     except httpx.TimeoutException:
         return error_response(504, "the engine did not answer in time", "engine_error", "engine_timeout")
     except httpx.HTTPError as exc:

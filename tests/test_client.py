@@ -1,0 +1,110 @@
+"""Client and AsyncClient against the real engine: same names, real answers, clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from conftest import free_port, pid_alive
+from tiankong import AsyncClient, Client
+from tiankong.engine import EngineProcess
+from tiankong.errors import ConfigError, ModelNotInstalled, ServerError, TransportError
+from tiankong.models import TEST_MODEL
+
+
+def public_methods(cls: type) -> set[str]:
+    return {name for name, _ in inspect.getmembers(cls, callable) if not name.startswith("_")}
+
+
+def test_sync_and_async_clients_have_the_same_methods() -> None:
+    assert public_methods(Client) == public_methods(AsyncClient)
+    for name in public_methods(Client) - {"close"}:
+        assert list(inspect.signature(getattr(Client, name)).parameters) == list(
+            inspect.signature(getattr(AsyncClient, name)).parameters
+        ), name
+
+
+def test_chat_stream_tokenize_against_engine(smol_engine: EngineProcess) -> None:
+    with Client(smol_engine.url) as client:
+        result = client.chat("Name one colour.", max_tokens=16)
+        assert result.text.strip() and result.finish_reason in ("stop", "length")
+        assert result.usage.prompt_tokens > 0 and 0 < result.usage.completion_tokens <= 16
+        assert "predicted_per_second" in result.timings
+        chunks = list(client.stream_chat("Name one colour.", max_tokens=16))
+        assert len(chunks) > 1 and chunks[-1].finish_reason in ("stop", "length")
+        assert "".join(c.text for c in chunks) == result.text  # temperature 0, fixed seed
+        tokens = client.tokenize("hello world")
+        assert tokens and client.detokenize(tokens).strip() == "hello world"
+        completion = client.complete("1, 2, 3, 4,", max_tokens=6)
+        assert completion.text and completion.usage.completion_tokens > 0
+        assert client.health()["status"] == "ok"
+
+
+def test_logprobs_and_grammar_extensions(smol_engine: EngineProcess) -> None:
+    with Client(smol_engine.url) as client:
+        result = client.chat("Is the sky blue? Answer yes or no.", max_tokens=3, logprobs=3,
+                             grammar='root ::= "yes" | "no"')
+        assert result.text in ("yes", "no")
+        assert result.logprobs and len(result.logprobs[0]["top_logprobs"]) == 3
+
+
+def test_async_client_runs_requests_concurrently(smol_engine: EngineProcess) -> None:
+    async def main() -> list[str]:
+        async with AsyncClient(smol_engine.url) as client:
+            results = await asyncio.gather(*[client.chat(f"Count to {n}.", max_tokens=8) for n in range(4)])
+            streamed = [c.text async for c in client.stream_chat("Say hi.", max_tokens=8)]
+            assert streamed and await client.tokenize("hi")
+            return [r.text for r in results]
+
+    texts = asyncio.run(main())
+    assert len(texts) == 4 and all(texts)
+
+
+def test_embedded_engine_starts_and_stops_with_the_client() -> None:
+    client = Client(model="smollm2", slots=1, ctx=1024)
+    assert client.engine is not None
+    pid = client.engine.pid
+    assert pid is not None
+    assert client.chat("Hi", max_tokens=4).usage.completion_tokens > 0
+    assert client.models()
+    client.close()
+    assert not pid_alive(pid)
+
+
+def test_async_embedded_engine() -> None:
+    async def main() -> int | None:
+        async with AsyncClient(model=TEST_MODEL, slots=1, ctx=1024) as client:
+            assert client.engine is not None
+            pid = client.engine.pid
+            assert (await client.chat("Hi", max_tokens=4)).text is not None
+        return pid
+
+    pid = asyncio.run(main())
+    assert pid is not None and not pid_alive(pid)
+
+
+def test_errors_are_typed_and_name_the_fix(smol_engine: EngineProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TIANKONG_URL", raising=False)
+    with pytest.raises(ConfigError, match="TIANKONG_URL"):
+        Client()
+    with pytest.raises(TransportError, match="tiankong serve"):
+        Client(f"http://127.0.0.1:{free_port()}", timeout_s=5).chat("hi")
+    with Client(smol_engine.url) as client, pytest.raises(ServerError) as err:
+        client.chat("hi", max_tokens=4, grammar='root ::= "yes')  # a grammar that does not parse
+    assert err.value.status == 400 and "grammar" in str(err.value)
+
+
+def test_model_not_installed_names_the_pull_command(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("TIANKONG_URL", raising=False)
+    with pytest.raises(ModelNotInstalled, match="tiankong models pull smollm2-135m-instruct:q4_1"):
+        Client(model="smollm2")
+
+
+def test_env_url_is_used(smol_engine: EngineProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIANKONG_URL", smol_engine.url + "/v1")
+    with Client() as client:
+        assert client.url == smol_engine.url
+        assert client.chat("Hi", max_tokens=2).usage.completion_tokens > 0

@@ -1,0 +1,165 @@
+"""`tiankong serve`: the gateway + managed engine as a real process, used via httpx and the openai SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+
+from conftest import TIANKONG, assert_one_line_error, free_port, pid_alive, run_cli
+from tiankong.models import TEST_MODEL
+
+
+@dataclass
+class Served:
+    url: str
+    proc: subprocess.Popen[str]
+    engine_pid: int
+    log: list[str]
+
+
+def start_serve(*extra: str, port: int | None = None) -> Served:
+    port = port or free_port()
+    proc = subprocess.Popen(
+        [TIANKONG, "serve", "--model", TEST_MODEL, "--port", str(port), "--slots", "2", "--ctx", "2048", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    log: list[str] = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 180
+    engine_pid = 0
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"serve exited early: {''.join(log)}")
+        log.append(line)
+        match = re.search(r"pid (\d+)", line)
+        if match:
+            engine_pid = int(match.group(1))
+        if "gateway on" in line:
+            break
+    url = f"http://127.0.0.1:{port}"
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return Served(url, proc, engine_pid, log)
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError("gateway never became healthy")
+
+
+def stop_serve(served: Served) -> int:
+    served.proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    try:
+        return served.proc.wait(timeout=30)
+    finally:
+        if served.proc.poll() is None:
+            os.killpg(served.proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Served]:
+    served = start_serve()
+    try:
+        yield served
+    finally:
+        stop_serve(served)
+
+
+def test_chat_completion_with_curl_shape(gateway: Served) -> None:
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 12, "temperature": 0}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200
+    data = answer.json()
+    assert data["object"] == "chat.completion" and data["choices"][0]["message"]["content"].strip()
+    assert data["model"] == TEST_MODEL and data["usage"]["completion_tokens"] > 0
+
+
+def test_openai_sdk_chat_stream_and_models(gateway: Served) -> None:
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    models = [m.id for m in client.models.list()]
+    assert models == [TEST_MODEL]
+    reply = client.chat.completions.create(model=TEST_MODEL, messages=[{"role": "user", "content": "Hi!"}],
+                                           max_tokens=10, temperature=0)
+    assert reply.choices[0].message.content
+    stream = client.chat.completions.create(model="smollm2-135m-instruct", stream=True, max_tokens=10,
+                                            messages=[{"role": "user", "content": "Hi!"}], temperature=0)
+    pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+    assert "".join(pieces) == reply.choices[0].message.content
+    completion = client.completions.create(model=TEST_MODEL, prompt="1, 2, 3,", max_tokens=5, temperature=0)
+    assert completion.choices[0].text
+
+
+def test_bad_requests_get_openai_error_bodies(gateway: Served) -> None:
+    url = f"{gateway.url}/v1/chat/completions"
+    cases = [
+        (b"{not json", 400, "invalid_json"),
+        (b"\xff\xfe\x00garbage", 400, "invalid_utf8"),
+        (b"[1, 2]", 400, "invalid_body"),
+        (json.dumps({"model": "gpt-4", "messages": []}).encode(), 404, "model_not_found"),
+    ]
+    for raw, status, code in cases:
+        answer = httpx.post(url, content=raw, headers={"content-type": "application/json"}, timeout=30)
+        assert answer.status_code == status, (raw, answer.text)
+        error = answer.json()["error"]
+        assert error["code"] == code and error["message"] and error["type"]
+    missing = httpx.get(f"{gateway.url}/v2/nothing", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
+    sdk = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.NotFoundError):
+        sdk.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_ctrl_c_stops_gateway_and_engine() -> None:
+    served = start_serve()
+    assert served.engine_pid and pid_alive(served.engine_pid)
+    assert stop_serve(served) == 0
+    deadline = time.monotonic() + 15
+    while pid_alive(served.engine_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(served.engine_pid)
+
+
+def test_api_key_is_enforced_when_configured() -> None:
+    served = start_serve("--api-key", "s3cret")
+    try:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        denied = httpx.post(f"{served.url}/v1/chat/completions", json=body, timeout=30)
+        assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
+        ok = httpx.post(f"{served.url}/v1/chat/completions", json=body, timeout=60,
+                        headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert "s3cret" not in "".join(served.log)
+    finally:
+        stop_serve(served)
+
+
+def test_port_in_use_is_a_one_line_error() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        proc = run_cli("serve", "--model", TEST_MODEL, "--port", str(busy.getsockname()[1]))
+    assert_one_line_error(proc, "already in use", "--port")
+
+
+def test_public_bind_without_key_is_refused() -> None:
+    proc = run_cli("serve", "--model", TEST_MODEL, "--host", "0.0.0.0", "--port", str(free_port()),
+                   env={"TIANKONG_API_KEY": ""})
+    assert_one_line_error(proc, "without an API key")
+
+
+def test_unknown_model_and_bad_config_are_one_line_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(run_cli("serve", "--model", "smolm2"), "did you mean", TEST_MODEL)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[engine]\nslots = 0\nbogus = 1\n")
+    assert_one_line_error(run_cli("serve", "--config", str(bad)), "engine.slots", "engine.bogus")
