@@ -16,7 +16,13 @@ import pytest
 from conftest import TIANKONG, assert_one_line_error, run_cli
 from tiankong.errors import ConfigError, InvalidModelFile, ModelNotFound
 from tiankong.models import (
-    TEST_MODEL, add_model, list_models, pull_model, read_gguf, resolve, verify_model,
+    TEST_MODEL,
+    add_model,
+    list_models,
+    pull_model,
+    read_gguf,
+    resolve,
+    verify_model,
 )
 from tiankong.models.catalog import find_entry
 
@@ -96,7 +102,8 @@ def test_verify_catches_one_flipped_byte(tmp_registry: Path, smol_path: Path) ->
     report = verify_model(record.name, generate=False)
     assert not report.ok
     assert [c.name for c in report.checks if not c.ok] == ["sha256"]
-    proc = run_cli("models", "verify", record.name, "--no-generate", env={"TIANKONG_DATA_DIR": str(tmp_registry / "data")})
+    env = {"TIANKONG_DATA_DIR": str(tmp_registry / "data")}
+    proc = run_cli("models", "verify", record.name, "--no-generate", env=env)
     assert proc.returncode == 1 and "failed verification (sha256)" in proc.stderr
 
 

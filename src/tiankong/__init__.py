@@ -2,7 +2,11 @@
 
 from .client import AsyncClient, ChatResult, Client, StreamChunk, Usage
 from .errors import (
-    ConfigError, EngineError, OutputError, TiankongError, TransportError,
+    ConfigError,
+    EngineError,
+    OutputError,
+    TiankongError,
+    TransportError,
 )
 
 __version__ = "0.1.0"

@@ -41,8 +41,8 @@ class ServerSettings(_Strict):
 
 
 class TiankongConfig(_Strict):
-    server: ServerSettings = Field(default_factory=ServerSettings)
-    engine: EngineSettings = Field(default_factory=EngineSettings)
+    server: ServerSettings = Field(default_factory=lambda: ServerSettings())
+    engine: EngineSettings = Field(default_factory=lambda: EngineSettings())
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:

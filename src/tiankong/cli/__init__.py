@@ -26,6 +26,14 @@ class TiankongGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:  # a bug: still one line, with the way to get details
+            if ctx.meta.get("verbose"):
+                raise
+            click.echo(f"error: internal error {type(exc).__name__}: {exc} (rerun with -v for the traceback "
+                       "and please report it)", err=True)
+            sys.exit(2)
 
 
 def emit_json(data: Any) -> None:

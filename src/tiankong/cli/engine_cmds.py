@@ -40,6 +40,6 @@ def info(llama_server: str | None, as_json: bool) -> None:
     click.echo(f"path:      {found.path}")
     click.echo(f"version:   {found.version} (commit {found.commit})")
     click.echo(f"obtained:  {found.source}" + (f" build in {found.build_dir}" if found.build_dir else ""))
-    click.echo(f"cpu:       {' '.join(data['cpu_features'])}")
+    click.echo(f"cpu:       {' '.join(found.cpu_features or cpu_features())}")
     if found.cmake_flags:
         click.echo(f"flags:     {' '.join(found.cmake_flags)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -57,7 +58,7 @@ _common = [
 ]
 
 
-def common(func):  # type: ignore[no-untyped-def]
+def common(func: Callable[..., None]) -> Callable[..., None]:
     for option in reversed(_common):
         func = option(func)
     return func

@@ -48,8 +48,8 @@ class AsyncClient:
             if self._http is None:
                 if self.url is None:
                     assert self.model is not None
-                    self.engine = await asyncio.to_thread(start_embedded, self.model, **self._engine_args)  # type: ignore[arg-type]
-                    self.url = self.engine.url
+                    engine = await asyncio.to_thread(start_embedded, self.model, **self._engine_args)  # type: ignore[arg-type]
+                    self.engine, self.url = engine, engine.url
                 self._http = httpx.AsyncClient(
                     base_url=self.url, timeout=self._timeout_s, headers=self._headers, limits=self._limits
                 )
@@ -69,10 +69,20 @@ class AsyncClient:
         S.check_response(response.status_code, response.text)
         return response.json()
 
-    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[S.StreamChunk]:
+    async def _open_stream(self, path: str, body: dict[str, Any]) -> httpx.Response:
         http = await self._client()
+        request = http.build_request("POST", path, json=body)
         try:
-            async with http.stream("POST", path, json=body) as response:
+            return await http.send(request, stream=True)
+        except httpx.RemoteProtocolError as exc:
+            if not S.is_stale_connection(exc):
+                raise
+            return await http.send(request, stream=True)
+
+    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[S.StreamChunk]:
+        try:
+            response = await self._open_stream(path, body)
+            try:
                 if response.status_code >= 400:
                     await response.aread()
                     S.check_response(response.status_code, response.text)
@@ -81,6 +91,8 @@ class AsyncClient:
                     chunk = S.chunk_from_event(event) if event else None
                     if chunk is not None:
                         yield chunk
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise S.connect_error(str(self.url), exc) from None
 

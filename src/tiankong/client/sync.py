@@ -58,9 +58,19 @@ class Client:
         S.check_response(response.status_code, response.text)
         return response.json()
 
+    def _open_stream(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        request = self._http.build_request("POST", path, json=body)
+        try:
+            return self._http.send(request, stream=True)
+        except httpx.RemoteProtocolError as exc:
+            if not S.is_stale_connection(exc):
+                raise
+            return self._http.send(request, stream=True)
+
     def _stream(self, path: str, body: dict[str, Any]) -> Iterator[S.StreamChunk]:
         try:
-            with self._http.stream("POST", path, json=body) as response:
+            response = self._open_stream(path, body)
+            try:
                 if response.status_code >= 400:
                     response.read()
                     S.check_response(response.status_code, response.text)
@@ -69,6 +79,8 @@ class Client:
                     chunk = S.chunk_from_event(event) if event else None
                     if chunk is not None:
                         yield chunk
+            finally:
+                response.close()
         except httpx.HTTPError as exc:
             raise S.connect_error(self.url, exc) from None
 

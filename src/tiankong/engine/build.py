@@ -128,7 +128,9 @@ def read_version(binary: Path) -> tuple[str, str]:
     try:
         proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EngineNotFound(f"{binary} does not run: {exc}", hint="rebuild with `tiankong engine install --force`")
+        raise EngineNotFound(
+            f"{binary} does not run: {exc}", hint="rebuild with `tiankong engine install --force`"
+        ) from None
     text = proc.stdout + proc.stderr
     match = re.search(r"version:\s*(\S+)\s*\((?:build\s+\d+,\s*)?(?:commit\s+)?([0-9a-f]+)\)", text)
     if proc.returncode != 0 or not match:
@@ -277,7 +279,8 @@ def _build(source: Path, work: Path, log: Log, jobs: int) -> Path:
     manifest = {
         "version": version, "commit": commit, "source": f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
         "cmake_flags": list(CMAKE_FLAGS), "cpu_features": cpu_features(), "sha256": digests,
-        "build_seconds": round(time.monotonic() - started, 1), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": round(time.monotonic() - started, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (staged / "build.json").write_text(json.dumps(manifest, indent=2))
     return staged

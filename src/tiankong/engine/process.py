@@ -11,6 +11,7 @@ an engine whose ``/slots`` endpoint stops answering while ``/health`` may still 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import signal
@@ -20,7 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import httpx
@@ -33,7 +34,7 @@ from .flags import EngineConfig
 _LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 
 
-class EngineState(str, Enum):
+class EngineState(StrEnum):
     STOPPED = "stopped"
     STARTING = "starting"
     READY = "ready"
@@ -58,10 +59,8 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 class EngineProcess:
@@ -266,10 +265,8 @@ class EngineProcess:
         try:
             proc.wait(timeout=self.stop_grace_s)
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait(timeout=10)
 
     def _record_restart(self) -> None:
@@ -308,7 +305,5 @@ class EngineProcess:
 @atexit.register
 def _stop_all() -> None:
     for engine in list(_LIVE):
-        try:
+        with contextlib.suppress(Exception):  # best effort at exit
             engine.stop()
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass

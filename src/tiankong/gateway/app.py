@@ -131,7 +131,7 @@ def create_app(state: GatewayState) -> Starlette:
         404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),
         405: lambda r, e: error_response(405, f"method {r.method} not allowed on {r.url.path}",
                                          "invalid_request_error", "method_not_allowed"),
-        TiankongError: lambda r, e: error_response(e.http_status, e.one_line(), e.type),  # type: ignore[attr-defined]
+        TiankongError: lambda r, e: error_response(e.http_status, e.one_line(), e.type),
         Exception: lambda r, e: error_response(500, f"internal error: {type(e).__name__}", "server_error"),
     })
 
@@ -167,7 +167,12 @@ def _upstream_error(status: int, content: bytes) -> JSONResponse:
 async def _stream(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Response:
     request = http.build_request("POST", path, json=body)
     try:
-        upstream = await http.send(request, stream=True)
+        try:
+            upstream = await http.send(request, stream=True)
+        except httpx.RemoteProtocolError as exc:
+            if "without sending" not in str(exc):
+                raise
+            upstream = await http.send(request, stream=True)  # stale keep-alive connection: send once more
     except httpx.HTTPError as exc:
         return error_response(503, f"the engine is unreachable ({type(exc).__name__}); retry shortly",
                               "engine_error", "engine_unavailable", headers={"Retry-After": "2"})

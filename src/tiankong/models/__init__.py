@@ -4,7 +4,13 @@ from .catalog import CATALOG, DEFAULT_MODEL, TEST_MODEL, CatalogEntry
 from .gguf_meta import GGUFInfo, read_gguf
 from .pull import pull_model
 from .registry import (
-    ModelRecord, add_model, list_models, model_path, remove_model, resolve, resolve_installed,
+    ModelRecord,
+    add_model,
+    list_models,
+    model_path,
+    remove_model,
+    resolve,
+    resolve_installed,
 )
 from .verify import VerifyReport, verify_model
 

@@ -1,0 +1,53 @@
+"""CLI verbs end to end: run (arg and stdin), chat, doctor — with one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import assert_one_line_error, run_cli
+from tiankong.engine import EngineProcess
+from tiankong.models import TEST_MODEL
+
+
+def test_run_prompt_json_and_stdin(smol_engine: EngineProcess) -> None:
+    proc = run_cli("run", "--url", smol_engine.url, "--max-tokens", "8", "--json", "Name a fruit.")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["text"] and data["usage"]["completion_tokens"] > 0 and data["finish_reason"] in ("stop", "length")
+    piped = run_cli("run", "--url", smol_engine.url, "--max-tokens", "8", "-", input="Name a fruit.")
+    assert piped.returncode == 0 and piped.stdout.strip() == data["text"].strip()
+
+
+def test_run_with_embedded_engine() -> None:
+    proc = run_cli("run", "--model", TEST_MODEL, "--max-tokens", "6", "--json", "Hello")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["usage"]["completion_tokens"] > 0
+
+
+def test_chat_repl_keeps_history(smol_engine: EngineProcess) -> None:
+    script = "My name is Li.\nWhat is my name?\n/exit\n"
+    proc = run_cli("chat", "--url", smol_engine.url, "--max-tokens", "8", input=script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(">>> ") == 3
+
+
+def test_doctor_reports_engine_and_models() -> None:
+    proc = run_cli("doctor", "--json")
+    assert proc.returncode == 0
+    findings = {f["topic"]: f for f in json.loads(proc.stdout)}
+    assert findings["engine"]["ok"] and findings[f"model {TEST_MODEL}"]["ok"]
+    assert {"python", "cpu", "memory", "data dir", "cache dir"} <= set(findings)
+
+
+def test_bad_input_is_one_line_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(run_cli("run", "--model", "nosuchmodel", "hi"), "unknown model")
+    assert_one_line_error(run_cli("run", "--url", "http://127.0.0.1:9", "hi"), "cannot reach")
+    assert_one_line_error(run_cli("models", "add", str(tmp_path / "nope.gguf")), "does not exist")
+    assert_one_line_error(run_cli("models", "pull", "gpt-5"), "unknown model")
+
+
+def test_help_everywhere() -> None:
+    for args in (["--help"], ["engine", "--help"], ["models", "--help"], ["models", "pull", "--help"],
+                 ["serve", "--help"], ["run", "--help"], ["chat", "--help"], ["doctor", "--help"]):
+        proc = run_cli(*args)
+        assert proc.returncode == 0 and "Usage:" in proc.stdout, args
