@@ -1,0 +1,39 @@
+"""The README's examples run as written (the Python block and the CLI lines)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+SKIP = ("models pull",)  # installs a 1.1 GB model: exercised by test_models with SmolLM2 instead
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def test_python_example_runs() -> None:
+    (code,) = blocks("python")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+
+
+def test_cli_examples_run() -> None:
+    cli_block = next(block for block in blocks("sh") if block.lstrip().startswith("tiankong"))
+    lines = [line.split("  #")[0].strip() for line in cli_block.splitlines() if line.strip()]
+    bindir = Path(sys.executable).parent
+    ran = 0
+    for line in lines:
+        if any(skip in line for skip in SKIP):
+            continue
+        proc = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
+        assert proc.returncode == 0, (line, proc.stderr)
+        assert proc.stdout.strip(), line
+        ran += 1
+    assert ran == 4
