@@ -227,7 +227,7 @@ def _fetch_source(work: Path, log: Log) -> Path:
     if not _valid_tar(archive):
         archive.unlink(missing_ok=True)
         log(f"downloading the {SOURCE_PACKAGE}=={SOURCE_VERSION} sdist (llama.cpp source) …")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SOURCE_PACKAGE,
                f"{SOURCE_PACKAGE}=={SOURCE_VERSION}", "-d", str(sdists)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if not _valid_tar(archive):
