@@ -238,12 +238,23 @@ def _fetch_source(work: Path, log: Log) -> Path:
             )
     log("unpacking llama.cpp source …")
     with tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
-        tar.extractall(work / "src", members=members, filter="data")
+        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name + "/" and _safe_member(m)]
+        if hasattr(tarfile, "data_filter"):  # Python ≥ 3.11.4
+            tar.extractall(work / "src", members=members, filter="data")
+        else:  # pragma: no cover - older 3.11 patch releases; members were checked above
+            tar.extractall(work / "src", members=members)
     source = work / "src" / f"llama_cpp_python-{SOURCE_VERSION}" / "vendor" / "llama.cpp"
     if not (source / "CMakeLists.txt").is_file():
         raise EngineBuildError(f"the sdist has no vendor/llama.cpp (looked in {source})")
     return source
+
+
+def _safe_member(member: tarfile.TarInfo) -> bool:
+    """No absolute paths, no '..', no links pointing outside, no devices."""
+    name = Path(member.name)
+    if name.is_absolute() or ".." in name.parts or member.isdev():
+        return False
+    return not ((member.issym() or member.islnk()) and (member.linkname.startswith("/") or ".." in member.linkname))
 
 
 def _valid_tar(path: Path) -> bool:
