@@ -1,17 +1,24 @@
 """tiankong (填空): make a small local language model a deterministic, constrained part of a pipeline."""
 
-from .client import AsyncClient, ChatResult, Client, StreamChunk, Usage
+from .api import AsyncClient, Client
+from .client import ChatResult, StreamChunk, Usage
 from .errors import (
     ConfigError,
     EngineError,
+    InvalidSchema,
     OutputError,
+    RetriesExhausted,
+    SchemaNotSupported,
     TiankongError,
     TransportError,
+    TruncatedOutput,
 )
+from .structured import Decision, Structured
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "ChatResult", "Client", "ConfigError", "EngineError", "OutputError", "StreamChunk",
-    "TiankongError", "TransportError", "Usage", "__version__",
+    "AsyncClient", "ChatResult", "Client", "ConfigError", "Decision", "EngineError", "InvalidSchema", "OutputError",
+    "RetriesExhausted", "SchemaNotSupported", "StreamChunk", "Structured", "TiankongError", "TransportError",
+    "TruncatedOutput", "Usage", "__version__",
 ]

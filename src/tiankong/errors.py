@@ -128,3 +128,42 @@ class ServerError(TransportError):
 class OutputError(TiankongError):
     type = "output_error"
     http_status = 422
+
+
+class InvalidSchema(ConfigError):
+    """The schema is not JSON, not a JSON Schema, or not valid against its metaschema."""
+
+    type = "invalid_schema"
+
+
+class SchemaNotSupported(ConfigError):
+    """The schema (or grammar) cannot be enforced; ``pointers`` names every offending location."""
+
+    type = "schema_not_supported"
+
+    def __init__(self, message: str, pointers: Sequence[str] = (), *, hint: str | None = None) -> None:
+        self.pointers = list(pointers)
+        where = f" at {', '.join(self.pointers)}" if self.pointers else ""
+        super().__init__(f"{message}{where}", hint=hint)
+
+
+class TruncatedOutput(OutputError):
+    """The model hit its token budget before the answer was complete (even after a larger retry)."""
+
+    type = "truncated_output"
+
+    def __init__(self, message: str, *, attempts: int, last_raw: str, usage: object = None) -> None:
+        self.attempts, self.last_raw, self.usage = attempts, last_raw, usage
+        super().__init__(message, hint="raise max_tokens, bound the schema (maxLength/maxItems) or shorten the input")
+
+
+class RetriesExhausted(OutputError):
+    """Every attempt produced output that does not validate; nothing unvalidated is returned."""
+
+    type = "retries_exhausted"
+
+    def __init__(
+        self, message: str, *, attempts: int, last_raw: str, errors: Sequence[str], usage: object = None
+    ) -> None:
+        self.attempts, self.last_raw, self.errors, self.usage = attempts, last_raw, list(errors), usage
+        super().__init__(message, hint="simplify the schema, add instructions or examples, or use a larger model")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from ..client import Client
+from ..api import Client
 from ..config import load_config
 from ..doctor import diagnose
 from ..gateway import serve as serve_gateway

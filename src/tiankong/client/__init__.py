@@ -1,7 +1,11 @@
-"""OpenAI-compatible clients over httpx with llama.cpp extensions (sync ``Client``, async ``AsyncClient``)."""
+"""OpenAI-compatible transport clients over httpx with llama.cpp extensions.
+
+``BaseClient`` (sync) and ``AsyncBaseClient`` speak HTTP; ``tiankong.Client`` / ``tiankong.AsyncClient``
+add the structured and task methods on top of them.
+"""
 
 from ._shared import ChatResult, StreamChunk, Usage
-from .aio import AsyncClient
-from .sync import Client
+from .aio import AsyncBaseClient
+from .sync import BaseClient
 
-__all__ = ["AsyncClient", "ChatResult", "Client", "StreamChunk", "Usage"]
+__all__ = ["AsyncBaseClient", "BaseClient", "ChatResult", "StreamChunk", "Usage"]

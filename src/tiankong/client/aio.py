@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -14,7 +14,7 @@ from . import _shared as S
 from ._engine import start_embedded
 
 
-class AsyncClient:
+class AsyncBaseClient:
     """Async client; with ``model=`` and no URL an embedded engine starts on first use."""
 
     def __init__(
@@ -144,7 +144,7 @@ class AsyncClient:
             await asyncio.to_thread(self.engine.stop)
             self.engine = None
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         await self._client()
         return self
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -13,7 +13,7 @@ from . import _shared as S
 from ._engine import start_embedded
 
 
-class Client:
+class BaseClient:
     """Talk to a llama-server or tiankong gateway at ``url`` (or ``TIANKONG_URL``), or start one.
 
     ``Client(model="smollm2-135m-instruct")`` starts an embedded managed engine for an installed model
@@ -131,7 +131,7 @@ class Client:
             self.engine.stop()
             self.engine = None
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -21,7 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import TiankongError
+from ..api import AsyncClient
+from ..errors import ServerError, TiankongError
+from .structured_routes import extract_task, structured_chat, tiankong_error_response, wants_structured
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -80,13 +82,41 @@ async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
 
 def create_app(state: GatewayState) -> Starlette:
     http: dict[str, httpx.AsyncClient] = {}
+    clients: dict[str, AsyncClient] = {}
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=2.0)
         http["c"] = httpx.AsyncClient(base_url=state.upstream_url, timeout=state.request_timeout_s, limits=limits)
+        clients["c"] = AsyncClient(state.upstream_url, timeout_s=state.request_timeout_s)
         yield
         await http["c"].aclose()
+        await clients["c"].close()
+
+    async def guarded(request: Request) -> dict[str, Any] | Response:
+        """Auth, JSON body, model and engine checks shared by every POST route."""
+        if not state.authorized(request):
+            return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        if not state.serves(body.get("model")):
+            return error_response(404, f"model {body.get('model')!r} is not served here; available: "
+                                  f"{state.model_name}", "invalid_request_error", "model_not_found")
+        if state.engine_state() != "ready":
+            return error_response(503, "the engine is not ready; retry shortly", "engine_error",
+                                  "engine_unavailable", headers={"Retry-After": "2"})
+        body["model"] = state.model_name
+        return body
+
+    async def extract(request: Request) -> Response:
+        body = await guarded(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            return await extract_task(clients["c"], body)
+        except TiankongError as exc:
+            return _error_for(exc)
 
     async def health(_: Request) -> Response:
         engine = state.engine_state()
@@ -102,18 +132,14 @@ def create_app(state: GatewayState) -> Starlette:
 
     def proxy(path: str) -> Callable[[Request], Any]:
         async def handler(request: Request) -> Response:
-            if not state.authorized(request):
-                return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
-            body = await _json_body(request)
-            if isinstance(body, JSONResponse):
+            body = await guarded(request)
+            if isinstance(body, Response):
                 return body
-            if not state.serves(body.get("model")):
-                return error_response(404, f"model {body.get('model')!r} is not served here; available: "
-                                      f"{state.model_name}", "invalid_request_error", "model_not_found")
-            if state.engine_state() != "ready":
-                return error_response(503, "the engine is not ready; retry shortly", "engine_error",
-                                      "engine_unavailable", headers={"Retry-After": "2"})
-            body["model"] = state.model_name
+            if path == "/v1/chat/completions" and wants_structured(body):
+                try:
+                    return await structured_chat(clients["c"], body, state.model_name)
+                except TiankongError as exc:
+                    return _error_for(exc)
             if body.get("stream"):
                 return await _stream(http["c"], path, body)
             return await _forward(http["c"], path, body)
@@ -126,6 +152,7 @@ def create_app(state: GatewayState) -> Starlette:
         Route("/v1/chat/completions", proxy("/v1/chat/completions"), methods=["POST"]),
         Route("/v1/completions", proxy("/v1/completions"), methods=["POST"]),
         Route("/v1/embeddings", proxy("/v1/embeddings"), methods=["POST"]),
+        Route("/v1/tasks/extract", extract, methods=["POST"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),
@@ -134,6 +161,12 @@ def create_app(state: GatewayState) -> Starlette:
         TiankongError: lambda r, e: error_response(e.http_status, e.one_line(), e.type),
         Exception: lambda r, e: error_response(500, f"internal error: {type(e).__name__}", "server_error"),
     })
+
+
+def _error_for(exc: TiankongError) -> JSONResponse:
+    if isinstance(exc, ServerError) and 400 <= exc.status < 500:
+        return error_response(400, exc.one_line(), "invalid_request_error", "upstream_rejected")
+    return tiankong_error_response(exc)
 
 
 async def _forward(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Response:

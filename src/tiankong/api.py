@@ -1,0 +1,139 @@
+"""``tiankong.Client`` and ``tiankong.AsyncClient``: transport + structured output, same method names.
+
+Both are thin: they prepare a flow with the shared helpers below and run it with their driver.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar, overload
+
+from .client import AsyncBaseClient, BaseClient
+from .client._shared import as_messages
+from .errors import ConfigError
+from .structured import (
+    Constraint,
+    Decision,
+    Structured,
+    choose_flow,
+    constrained_flow,
+    decide,
+    extract_messages,
+    grammar_constraint,
+    is_pydantic_model,
+    regex_constraint,
+    run_async,
+    run_sync,
+    schema_constraint,
+)
+from .structured.flow import Flow
+from .structured.prompts import GENERATE_JSON, choose_indexed_messages, choose_messages, compact, language
+
+M = TypeVar("M")
+
+
+def _extract_flow(client_model: str | None, text: str, schema: Any, instructions: str | None, strict: bool,
+                  max_tokens: int | None, max_attempts: int) -> Flow[Structured[Any]]:
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("text is empty", hint="pass the text to extract from")
+    constraint, plan = schema_constraint(schema, strict=strict)
+    messages = extract_messages(text, plan.schema, instructions)
+    return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
+                            max_attempts=max_attempts)
+
+
+def _finish_extract(result: Structured[Any], schema: Any) -> Any:
+    return schema.model_validate(result.data) if is_pydantic_model(schema) else result.data
+
+
+def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]], schema: Any, grammar: str | None,
+                   regex: str | None, system: str | None, max_tokens: int | None, max_attempts: int,
+                   strict: bool) -> Flow[Structured[Any]]:
+    modes = [name for name, value in (("schema", schema), ("grammar", grammar), ("regex", regex)) if value is not None]
+    if len(modes) != 1:
+        raise ConfigError("generate needs exactly one of schema=, grammar=, regex=",
+                          hint="use chat() for unconstrained text")
+    messages = as_messages(prompt, system)
+    constraint: Constraint
+    if schema is not None:
+        constraint, plan = schema_constraint(schema, strict=strict)
+        sample = str(messages[-1].get("content", ""))
+        messages = [{"role": "system", "content": GENERATE_JSON[language(sample)].format(schema=compact(plan.schema))},
+                    *messages]
+    elif grammar is not None:
+        constraint = grammar_constraint(grammar)
+    else:
+        constraint = regex_constraint(str(regex))
+    return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
+                            max_attempts=max_attempts)
+
+
+def _choose_flow(text: str, choices: list[str], instructions: str | None,
+                 descriptions: dict[str, str] | None) -> Flow[dict[str, float]]:
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("text is empty", hint="pass the text to choose for")
+    labels = [str(c) for c in choices] if isinstance(choices, (list, tuple)) else []
+    if len(labels) < 2 or len(set(labels)) != len(labels) or not all(label.strip() for label in labels):
+        raise ConfigError("choices must be at least two distinct, non-empty labels", hint='e.g. ["spam", "ham"]')
+    indexed = choose_indexed_messages(text, labels, instructions, descriptions)
+    return choose_flow(choose_messages(text, labels, instructions, descriptions), labels, indexed)
+
+
+class Client(BaseClient):
+    """Synchronous client: chat/stream/complete/embed/tokenize plus extract/generate/choose."""
+
+    @overload
+    def extract(self, text: str, schema: type[M], *, instructions: str | None = ..., strict: bool = ...,
+                max_tokens: int | None = ..., max_attempts: int = ...) -> M: ...
+    @overload
+    def extract(self, text: str, schema: dict[str, Any] | str, *, instructions: str | None = ...,
+                strict: bool = ..., max_tokens: int | None = ..., max_attempts: int = ...) -> Any: ...
+
+    def extract(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
+                max_tokens: int | None = None, max_attempts: int = 2) -> Any:
+        """Fields from ``text`` as a validated dict (JSON Schema) or model instance (Pydantic)."""
+        return _finish_extract(self.extract_result(text, schema, instructions=instructions, strict=strict,
+                                                   max_tokens=max_tokens, max_attempts=max_attempts), schema)
+
+    def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
+                       max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
+        """Like ``extract`` with the evidence: raw text, attempts, usage, keywords enforced by validation."""
+        flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts)
+        return run_sync(flow, self._request)
+
+    def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
+                 regex: str | None = None, system: str | None = None, max_tokens: int | None = None,
+                 max_attempts: int = 2, strict: bool = False) -> Structured[Any]:
+        """Constrained generation by JSON Schema/Pydantic, GBNF grammar or regex; validated."""
+        flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict)
+        return run_sync(flow, self._request)
+
+    def choose(self, text: str, choices: list[str], *, instructions: str | None = None,
+               descriptions: dict[str, str] | None = None, threshold: float | None = None) -> Decision:
+        """One label, with the probability of every label (token log-probabilities) and the margin."""
+        scores = run_sync(_choose_flow(text, choices, instructions, descriptions), self._request)
+        return decide(scores, threshold)
+
+
+class AsyncClient(AsyncBaseClient):
+    """Asynchronous twin of ``Client`` (same method names and parameters)."""
+
+    async def extract(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
+                      max_tokens: int | None = None, max_attempts: int = 2) -> Any:
+        return _finish_extract(await self.extract_result(text, schema, instructions=instructions, strict=strict,
+                                                         max_tokens=max_tokens, max_attempts=max_attempts), schema)
+
+    async def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
+                             max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
+        flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts)
+        return await run_async(flow, self._request)
+
+    async def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
+                       regex: str | None = None, system: str | None = None, max_tokens: int | None = None,
+                       max_attempts: int = 2, strict: bool = False) -> Structured[Any]:
+        flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict)
+        return await run_async(flow, self._request)
+
+    async def choose(self, text: str, choices: list[str], *, instructions: str | None = None,
+                     descriptions: dict[str, str] | None = None, threshold: float | None = None) -> Decision:
+        scores = await run_async(_choose_flow(text, choices, instructions, descriptions), self._request)
+        return decide(scores, threshold)

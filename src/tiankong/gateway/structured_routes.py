@@ -1,0 +1,104 @@
+"""Validated, fail-closed structured output over HTTP.
+
+* ``/v1/chat/completions`` with ``response_format`` ``json_schema`` (or ``json_object``) runs through
+  ``tiankong.structured``: the answer is validated against the schema, retried once with the validator's
+  message, and an answer that cannot be made valid is a 4xx/5xx OpenAI-style error — never a 200 with
+  invalid content.
+* ``POST /v1/tasks/extract {text, schema, instructions?, model?}`` → ``{data, attempts, usage}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..api import AsyncClient
+from ..errors import ConfigError, InvalidSchema, TiankongError
+from ..structured import Structured
+
+
+def wants_structured(body: dict[str, Any]) -> bool:
+    response_format = body.get("response_format")
+    return isinstance(response_format, dict) and response_format.get("type") in ("json_schema", "json_object")
+
+
+def schema_from_response_format(response_format: dict[str, Any]) -> Any:
+    if response_format.get("type") == "json_object":
+        return {"type": "object"}
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict):
+        raise InvalidSchema("response_format.json_schema must be an object with a 'schema' field")
+    schema = spec.get("schema", spec.get("schema_"))
+    if schema is None:
+        raise InvalidSchema("response_format.json_schema.schema is missing", hint="put the JSON Schema there")
+    return schema
+
+
+def _usage(result: Structured[Any]) -> dict[str, int]:
+    return {"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
+            "total_tokens": result.usage.total_tokens}
+
+
+async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name: str) -> Response:
+    schema = schema_from_response_format(body["response_format"])
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ConfigError("messages must be a non-empty list of {role, content} objects")
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ConfigError("max_tokens must be a positive integer")
+    result = await client.generate(messages, schema=schema, max_tokens=max_tokens)
+    content = json.dumps(result.data, ensure_ascii=False, separators=(",", ":"))
+    created = int(time.time())
+    completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    extension = {"attempts": result.attempts, "validated": True, "enforced_by_validation": result.unenforced}
+    if body.get("stream"):
+        return _stream_once(completion_id, created, model_name, content, _usage(result), extension)
+    return JSONResponse({
+        "id": completion_id, "object": "chat.completion", "created": created, "model": model_name,
+        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                     "message": {"role": "assistant", "content": content, "refusal": None}}],
+        "usage": _usage(result), "tiankong": extension,
+    })
+
+
+def _stream_once(completion_id: str, created: int, model: str, content: str, usage: dict[str, int],
+                 extension: dict[str, Any]) -> Response:
+    """A validated answer as SSE: one content chunk, a finish chunk, [DONE]."""
+
+    def chunk(delta: dict[str, Any], finish: str | None, **extra: Any) -> bytes:
+        data = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+    async def events() -> AsyncIterator[bytes]:
+        yield chunk({"role": "assistant", "content": content}, None)
+        yield chunk({}, "stop", usage=usage, tiankong=extension)
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def extract_task(client: AsyncClient, body: dict[str, Any]) -> Response:
+    text, schema = body.get("text"), body.get("schema")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("'text' must be a non-empty string")
+    if schema is None:
+        raise InvalidSchema("'schema' is required", hint="pass a JSON Schema object")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise ConfigError("'instructions' must be a string")
+    result = await client.extract_result(text, schema, instructions=instructions)
+    return JSONResponse({"data": result.data, "attempts": result.attempts, "usage": _usage(result),
+                         "enforced_by_validation": result.unenforced})
+
+
+def tiankong_error_response(exc: TiankongError) -> JSONResponse:
+    code = exc.type
+    return JSONResponse({"error": {"message": exc.one_line(), "type": exc.type, "code": code}},
+                        status_code=exc.http_status)

@@ -1,0 +1,71 @@
+"""Build a ``Constraint`` for each mode: JSON Schema, Pydantic model, regex, GBNF grammar."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..errors import InvalidSchema, SchemaNotSupported
+from .flow import Constraint, json_decode
+from .schema import SchemaPlan, grammar_regex, preflight
+
+
+def is_pydantic_model(schema: Any) -> bool:
+    return isinstance(schema, type) and hasattr(schema, "model_json_schema") and hasattr(schema, "model_validate")
+
+
+def schema_constraint(schema: Any, *, strict: bool = False, max_string: int | None = None,
+                      max_items: int | None = None) -> tuple[Constraint, SchemaPlan]:
+    """JSON Schema (dict or JSON text) or a Pydantic model class."""
+    model = schema if is_pydantic_model(schema) else None
+    raw = model.model_json_schema() if model is not None else schema
+    kwargs = {k: v for k, v in (("max_string", max_string), ("max_items", max_items)) if v is not None}
+    plan = preflight(raw, strict=strict, **kwargs)
+
+    def check(data: Any) -> list[str]:
+        errors = plan.errors(data)
+        if errors or model is None:
+            return errors
+        try:
+            model.model_validate(data)
+        except ValueError as exc:  # pydantic.ValidationError is a ValueError
+            return [" ".join(str(exc).split())[:300]]
+        return []
+
+    constraint = Constraint(
+        engine_fields={"response_format": {"type": "json_schema", "json_schema": {"schema": plan.engine_schema}}},
+        decode=json_decode, check=check, budget_tokens=plan.budget_tokens, unenforced=plan.unenforced,
+    )
+    return constraint, plan
+
+
+def regex_constraint(pattern: str, *, max_tokens: int = 256) -> Constraint:
+    """Text that fully matches ``pattern``: generated as a JSON string with that pattern, then decoded."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise InvalidSchema(f"invalid regex {pattern!r}: {exc}", hint="fix the regular expression") from None
+    anchored = pattern if pattern.startswith("^") else "^" + pattern
+    anchored = anchored if anchored.endswith("$") else anchored + "$"
+    schema = {"type": "string", "pattern": grammar_regex(anchored)}
+
+    def decode(text: str) -> Any:
+        value = json.loads(text)
+        if not isinstance(value, str):
+            raise ValueError("expected a JSON string")
+        return value
+
+    def check(value: Any) -> list[str]:
+        return [] if compiled.fullmatch(value) else [f"{value!r} does not match {pattern!r}"]
+
+    return Constraint({"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}},
+                      decode, check, max_tokens)
+
+
+def grammar_constraint(grammar: str, *, max_tokens: int = 512) -> Constraint:
+    """GBNF text, enforced by the engine; refused up front when obviously empty."""
+    if not isinstance(grammar, str) or "::=" not in grammar or not re.search(r"^\s*root\s*::=\s*\S", grammar, re.M):
+        raise SchemaNotSupported("the grammar has no non-empty 'root ::= …' rule",
+                                 hint="write GBNF with a root rule, e.g. root ::= \"yes\" | \"no\"")
+    return Constraint({"grammar": grammar}, lambda text: text, lambda _: [], max_tokens)

@@ -1,0 +1,235 @@
+"""Sans-I/O flows for constrained generation, shared by ``Client`` and ``AsyncClient``.
+
+A flow is a generator that yields a batch of HTTP calls and receives their JSON answers (or the
+``TransportError`` each raised); its return value is the result. The sync client runs a batch one call
+after another, the async client concurrently — the logic (retries, validation, scoring) is written once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from ..client._shared import ChatResult, Usage, chat_body, generation_options, parse_chat
+from ..errors import RetriesExhausted, SchemaNotSupported, ServerError, TransportError, TruncatedOutput
+from .prompts import repair_message
+
+T = TypeVar("T")
+MAX_TOKENS_CAP = 8192
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    body: dict[str, Any] | None = None
+
+
+Flow = Generator[list[Call], list[Any], T]
+
+
+@dataclass
+class Structured(Generic[T]):
+    """A validated answer with its evidence."""
+
+    data: T
+    raw: str
+    attempts: int
+    usage: Usage
+    unenforced: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+@dataclass
+class Constraint:
+    """How to constrain, decode and check one answer."""
+
+    engine_fields: dict[str, Any]
+    decode: Callable[[str], Any]
+    check: Callable[[Any], list[str]]
+    budget_tokens: int
+    unenforced: list[str] = field(default_factory=list)
+
+
+def _compile_failure(error: Exception) -> SchemaNotSupported | None:
+    if isinstance(error, ServerError) and error.status == 400:
+        text = str(error).lower()
+        if any(word in text for word in ("grammar", "schema", "parser", "pattern", "$ref")):
+            return SchemaNotSupported(f"the engine could not compile the constraint: {error.message}",
+                                      hint="simplify the schema/grammar; nothing unconstrained was returned")
+    return None
+
+
+def constrained_flow(
+    messages: list[dict[str, Any]], constraint: Constraint, *, model: str | None, max_tokens: int | None = None,
+    max_attempts: int = 2, options: dict[str, Any] | None = None,
+) -> Flow[Structured[Any]]:
+    """Generate → decode → validate; retry once with the validator's message; retry a truncation once larger."""
+    budget = max_tokens or constraint.budget_tokens
+    usage, attempts, grown = Usage(), 0, False
+    convo = list(messages)
+    last_raw, errors = "", []
+    while True:
+        attempts += 1
+        fields = generation_options(max_tokens=budget, **(options or {}))
+        body = chat_body(convo, model, False, {**fields, **constraint.engine_fields})
+        (answer,) = yield [Call("POST", "/v1/chat/completions", body)]
+        if isinstance(answer, Exception):
+            raise _compile_failure(answer) or answer
+        result: ChatResult = parse_chat(answer)
+        usage = usage + result.usage
+        last_raw = result.text
+        if result.truncated:
+            if not grown and budget < MAX_TOKENS_CAP:
+                grown, budget = True, min(budget * 2, MAX_TOKENS_CAP)
+                continue
+            raise TruncatedOutput(f"the answer was cut off at {budget} tokens after {attempts} attempts",
+                                  attempts=attempts, last_raw=last_raw, usage=usage)
+        try:
+            data = constraint.decode(result.text)
+        except ValueError as exc:
+            errors = [f"not valid JSON: {exc}"]
+        else:
+            errors = constraint.check(data)
+            if not errors:
+                return Structured(data, result.text, attempts, usage, constraint.unenforced, result.finish_reason)
+        if attempts >= max_attempts + (1 if grown else 0):
+            raise RetriesExhausted(f"no valid answer after {attempts} attempts: {'; '.join(errors)[:300]}",
+                                   attempts=attempts, last_raw=last_raw, errors=errors, usage=usage)
+        sample = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+        convo = [*messages, {"role": "assistant", "content": result.text}, repair_message(errors, str(sample))]
+
+
+# --- choices ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Decision:
+    """The chosen label, the probability of every label, and the margin between the top two."""
+
+    label: str
+    scores: dict[str, float]
+    margin: float
+    labels: list[str] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> float:
+        return self.scores[self.label]
+
+
+FLOOR_PROB = 1e-12
+LOGIT_BIAS = 100.0
+
+
+def choose_flow(messages: list[dict[str, Any]], choices: list[str],
+                indexed: tuple[list[dict[str, Any]], list[str]] | None = None) -> Flow[dict[str, float]]:
+    """Probability of each label under label-constrained decoding, from token probabilities.
+
+    Each label is tokenized; the labels form a trie over tokens. At every branching node one
+    ``/completion`` call (prompt = chat template + prefix tokens, one token) reads the next-token
+    distribution restricted to the allowed continuations: every allowed token gets the same large logit
+    bias (which keeps their ratios exact) and the post-sampling probabilities are read at temperature 1
+    with top-k/top-p/min-p off. A label that ends where another continues competes through the model's
+    end-of-turn token. A label's probability is the product along its path — exactly the distribution a
+    decoder constrained to the labels samples from; the answer taken is its argmax (deterministic).
+    """
+    (props,) = yield [Call("GET", "/props")]
+    eos_text = str(props.get("eos_token") or "") if isinstance(props, dict) else ""
+    labels = choices
+    sequences, eos = yield from _tokenize_labels(labels, eos_text)
+    if sequences is None and indexed is not None:
+        # the tokenizer splits a label's characters into byte pieces, whose probabilities llama-server does
+        # not report: score the options by their number instead (the prompt lists them numbered)
+        messages, labels = indexed
+        sequences, eos = yield from _tokenize_labels(labels, eos_text)
+    if sequences is None:
+        raise TransportError("the labels split into partial UTF-8 tokens and cannot be scored")
+    (template,) = yield [Call("POST", "/apply-template", {"messages": messages})]
+    _raise(template)
+    prompt = str(template["prompt"])
+    logp = dict.fromkeys(range(len(choices)), 0.0)
+    frontier: list[tuple[int, ...]] = [()]
+    while frontier:
+        branching = [p for p in frontier if len(_continuations(p, sequences)) > 1]
+        answers = yield [Call("POST", "/completion", _next_token_body(prompt, p, _continuations(p, sequences), eos))
+                         for p in branching]
+        for prefix, answer in zip(branching, answers, strict=True):
+            _raise(answer)
+            _score_branch(prefix, answer, sequences, logp, eos)
+        frontier = [prefix + (token,) for prefix in frontier for token in _continuations(prefix, sequences)
+                    if token is not None]
+    return _normalise({choices[i]: lp for i, lp in logp.items()})
+
+
+def _tokenize_labels(labels: list[str], eos_text: str) -> Generator[list[Call], list[Any],
+                                                                    tuple[list[tuple[int, ...]] | None, int | None]]:
+    """Token sequences of the labels (None when a piece is a partial UTF-8 byte) and the end-of-turn id."""
+    bodies = [{"content": c, "add_special": False, "with_pieces": True} for c in [*labels, eos_text]]
+    answers = yield [Call("POST", "/tokenize", body) for body in bodies]
+    sequences = []
+    for answer in answers[:-1]:
+        _raise(answer)
+        pieces = answer["tokens"]
+        if any(not isinstance(p, dict) or not isinstance(p.get("piece"), str) for p in pieces):
+            return None, None
+        sequences.append(tuple(int(p["id"]) for p in pieces))
+    eos_tokens = answers[-1].get("tokens") if isinstance(answers[-1], dict) else None
+    eos = int(eos_tokens[0]["id"]) if eos_text and eos_tokens and len(eos_tokens) == 1 else None
+    return sequences, eos
+
+
+def _raise(answer: Any) -> None:
+    if isinstance(answer, Exception):
+        raise answer
+    if not isinstance(answer, dict):
+        raise TransportError(f"unexpected answer from the engine: {str(answer)[:200]}")
+
+
+def _continuations(prefix: tuple[int, ...], sequences: list[tuple[int, ...]]) -> set[int | None]:
+    """Next tokens after ``prefix`` among the labels that start with it (None = a label ends here)."""
+    n = len(prefix)
+    return {seq[n] if len(seq) > n else None for seq in sequences if seq[:n] == prefix}
+
+
+def _next_token_body(prompt: str, prefix: tuple[int, ...], allowed: set[int | None], eos: int | None) -> dict[str, Any]:
+    tokens = sorted(t for t in {eos if t is None else t for t in allowed} if t is not None)
+    return {"prompt": [prompt, *prefix], "n_predict": 1, "n_probs": len(tokens) + 2, "temperature": 1.0,
+            "top_k": 0, "top_p": 1.0, "min_p": 0.0, "post_sampling_probs": True, "cache_prompt": True, "seed": 42,
+            "logit_bias": [[t, LOGIT_BIAS] for t in tokens]}
+
+
+def _score_branch(prefix: tuple[int, ...], answer: dict[str, Any], sequences: list[tuple[int, ...]],
+                  logp: dict[int, float], eos: int | None) -> None:
+    probs = answer.get("completion_probabilities") or [{}]
+    top = {int(t["id"]): float(t["prob"]) for t in probs[0].get("top_probs", [])}
+    options = _continuations(prefix, sequences)
+    raw: dict[int | None, float] = {}
+    for token in options:
+        key = eos if token is None else token
+        raw[token] = max(top.get(key, 0.0) if key is not None else 0.0, FLOOR_PROB)
+    total = sum(raw.values())
+    n = len(prefix)
+    for index, seq in enumerate(sequences):
+        if seq[:n] == prefix:
+            logp[index] += math.log(raw[seq[n] if len(seq) > n else None] / total)
+
+
+def _normalise(logps: dict[str, float]) -> dict[str, float]:
+    peak = max(logps.values())
+    weights = {label: math.exp(lp - peak) for label, lp in logps.items()}
+    total = sum(weights.values())
+    return {label: weight / total for label, weight in weights.items()}
+
+
+def decide(scores: dict[str, float], threshold: float | None = None) -> Decision:
+    ranked = sorted(scores.items(), key=lambda item: item[1], reverse=True)
+    margin = ranked[0][1] - (ranked[1][1] if len(ranked) > 1 else 0.0)
+    labels = [label for label, p in ranked if threshold is not None and p >= threshold]
+    return Decision(ranked[0][0], dict(ranked), margin, labels or [ranked[0][0]])
+
+
+def json_decode(text: str) -> Any:
+    return json.loads(text)

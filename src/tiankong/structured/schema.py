@@ -1,0 +1,277 @@
+"""Schema preflight: resolve, check, bound. Pure (no I/O).
+
+llama-server's JSON-Schema → grammar converter enforces ``type, properties, required,
+additionalProperties, items, prefixItems, minItems, maxItems, enum, const, anyOf, oneOf, allOf,
+minLength, maxLength, pattern`` (a regex subset), integer ``minimum/maximum``, some ``format``s and local
+``$ref``. Everything else is silently ignored by it, and an unsupported ``pattern`` silently becomes "any
+string". tiankong therefore:
+
+* refuses what cannot be enforced at all (remote ``$ref``, unresolvable ``$ref``, ``$dynamicRef``, invalid
+  regexes) with ``SchemaNotSupported`` naming every JSON pointer;
+* lists every keyword the grammar will not enforce (``unenforced``) — those are enforced by validating
+  the answer and retrying with the validator's message (or refused up front with ``strict=True``);
+* sends the engine a *bounded* copy: unbounded strings get a ``maxLength``, unbounded arrays a
+  ``maxItems``, objects with declared properties ``additionalProperties: false`` — every answer valid
+  under the bounded copy is valid under the original, and a small model cannot run away inside them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from jsonschema.validators import validator_for
+
+from ..errors import InvalidSchema, SchemaNotSupported
+
+ENFORCED = {
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+    "enum", "const", "anyOf", "oneOf", "allOf", "minLength", "maxLength", "pattern", "format", "$ref",
+    "$defs", "definitions",
+}
+ANNOTATIONS = {
+    "$schema", "$id", "$comment", "$anchor", "$vocabulary", "title", "description", "default", "examples",
+    "readOnly", "writeOnly", "deprecated", "contentMediaType", "contentEncoding", "discriminator", "nullable",
+    "strict", "name",
+}
+FATAL = {"$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"}
+GRAMMAR_FORMATS = {"date", "time", "date-time", "uuid"}
+SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+                 "unevaluatedProperties", "unevaluatedItems", "additionalItems")
+UNSUPPORTED_REGEX = re.compile(r"\(\?[=!<]|\\[1-9bBAZzGk]|\(\?P")
+
+DEFAULT_MAX_STRING = 256
+DEFAULT_MAX_ITEMS = 32
+MAX_BUDGET_TOKENS = 4096
+
+
+@dataclass
+class SchemaPlan:
+    """A checked schema: what to validate against, what to send the engine, and how many tokens to allow."""
+
+    schema: dict[str, Any]
+    engine_schema: dict[str, Any]
+    validator: Any
+    unenforced: list[str] = field(default_factory=list)
+    budget_tokens: int = 256
+
+    def errors(self, instance: Any) -> list[str]:
+        """Validation messages with JSON pointers, best first (empty when valid)."""
+        found = sorted(self.validator.iter_errors(instance), key=lambda e: (len(e.path), str(e.message)))
+        return [f"{_pointer(list(e.absolute_path)) or '/'}: {e.message}" for e in found[:5]]
+
+
+def _pointer(parts: list[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def load_schema(schema: Any) -> dict[str, Any]:
+    """Accept a dict, a JSON string, or a bool schema; return a dict (``InvalidSchema`` otherwise)."""
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise InvalidSchema(f"the schema is not valid JSON: {exc}", hint="pass a JSON Schema object") from None
+    if schema is True:
+        schema = {}
+    if not isinstance(schema, dict):
+        raise InvalidSchema(f"a JSON Schema must be an object, not {type(schema).__name__}",
+                            hint='for example {"type": "object", "properties": {...}}')
+    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = _pointer(list(exc.absolute_path)) or "/"
+        raise InvalidSchema(f"not a valid JSON Schema at {where}: {exc.message}",
+                            hint="check it against the JSON Schema specification (draft 2020-12 by default)") from None
+    return schema
+
+
+def preflight(schema: Any, *, strict: bool = False, max_string: int = DEFAULT_MAX_STRING,
+              max_items: int = DEFAULT_MAX_ITEMS) -> SchemaPlan:
+    """Check and bound a schema. ``strict`` refuses keywords the grammar cannot enforce."""
+    schema = load_schema(schema)
+    fatal: list[str] = []
+    unenforced: list[str] = []
+    _walk(schema, "", schema, fatal, unenforced)
+    if fatal:
+        raise SchemaNotSupported("the schema cannot be enforced", fatal,
+                                 hint="inline remote $refs, fix the references and regexes")
+    if strict and unenforced:
+        raise SchemaNotSupported("the grammar cannot enforce these keywords", unenforced,
+                                 hint="drop strict to enforce them by validation and retry, or remove them")
+    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    engine_schema = bound_schema(schema, max_string=max_string, max_items=max_items)
+    budget = min(MAX_BUDGET_TOKENS, max(32, math.ceil(estimate_tokens(engine_schema, engine_schema) * 1.25) + 16))
+    return SchemaPlan(schema, engine_schema, validator, unenforced, budget)
+
+
+def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforced: list[str]) -> None:
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        here = f"{ptr}/{key}"
+        if key in FATAL:
+            fatal.append(f"{here} ({key})")
+        elif key == "$ref":
+            _check_ref(value, here, root, fatal)
+        elif key == "pattern" and isinstance(value, str):
+            _check_pattern(value, here, fatal, unenforced)
+        elif key == "format" and value not in GRAMMAR_FORMATS:
+            unenforced.append(f"{here} (format {value})")
+        elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+            if node.get("type") != "integer":
+                unenforced.append(f"{here} ({key} on a non-integer)")
+        elif _unenforced_keyword(key):
+            unenforced.append(f"{here} ({key})")
+    for key in SUBSCHEMA_MAPS:
+        for name, sub in (node.get(key) or {}).items() if isinstance(node.get(key), dict) else []:
+            _walk(sub, f"{ptr}/{key}/{name}", root, fatal, unenforced)
+    for key in SUBSCHEMA_LISTS:
+        for index, sub in enumerate(node.get(key) or []) if isinstance(node.get(key), list) else []:
+            _walk(sub, f"{ptr}/{key}/{index}", root, fatal, unenforced)
+    for key in SUBSCHEMA_ONE:
+        _walk(node.get(key), f"{ptr}/{key}", root, fatal, unenforced)
+
+
+def _unenforced_keyword(key: str) -> bool:
+    if key in SUBSCHEMA_ONE:
+        return key not in ("items", "additionalProperties")
+    return key not in ENFORCED and key not in ANNOTATIONS
+
+
+def _check_ref(ref: Any, here: str, root: dict[str, Any], fatal: list[str]) -> None:
+    if not isinstance(ref, str) or not ref.startswith("#"):
+        fatal.append(f"{here} (remote $ref {ref})")
+        return
+    target: Any = root
+    for part in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            fatal.append(f"{here} (unresolvable $ref {ref})")
+            return
+
+
+def _check_pattern(pattern: str, here: str, fatal: list[str], unenforced: list[str]) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        fatal.append(f"{here} (invalid regex: {exc})")
+        return
+    if UNSUPPORTED_REGEX.search(pattern) or not (pattern.startswith("^") and pattern.endswith("$")):
+        unenforced.append(f"{here} (regex features the grammar does not support)")
+
+
+_CLASS_ESCAPES = {"d": ("[0-9]", "0-9"), "w": ("[a-zA-Z0-9_]", "a-zA-Z0-9_"), "s": ("[ \\t\\n\\r]", " \\t\\n\\r")}
+
+
+def grammar_regex(pattern: str) -> str:
+    """Rewrite ``\\d``, ``\\w``, ``\\s`` (which the engine's regex converter does not know) as classes."""
+    out, in_class, i = [], False, 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt in _CLASS_ESCAPES:
+                out.append(_CLASS_ESCAPES[nxt][1 if in_class else 0])
+            else:
+                out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if char == "[" and not in_class:
+            in_class = True
+        elif char == "]" and in_class:
+            in_class = False
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def bound_schema(schema: dict[str, Any], *, max_string: int, max_items: int) -> dict[str, Any]:
+    """A copy with every string and array bounded and declared objects closed."""
+    bounded = copy.deepcopy(schema)
+    _bound(bounded, max_string, max_items)
+    return bounded
+
+
+def _bound(node: Any, max_string: int, max_items: int) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _bound(item, max_string, max_items)
+        return
+    if not isinstance(node, dict):
+        return
+    types = node.get("type")
+    types = set(types) if isinstance(types, list) else {types}
+    free = not any(k in node for k in ("enum", "const", "$ref"))
+    if isinstance(node.get("pattern"), str):
+        node["pattern"] = grammar_regex(node["pattern"])
+    if "string" in types and free and "maxLength" not in node and "format" not in node:
+        node["maxLength"] = max(max_string, int(node.get("minLength", 0)))
+    if "array" in types and free and "maxItems" not in node:
+        node["maxItems"] = max(max_items, int(node.get("minItems", 0)))
+    if isinstance(node.get("properties"), dict) and node["properties"] and "additionalProperties" not in node \
+            and "patternProperties" not in node:
+        node["additionalProperties"] = False
+    for key, value in node.items():
+        if key in SUBSCHEMA_MAPS and isinstance(value, dict):
+            for sub in value.values():
+                _bound(sub, max_string, max_items)
+        elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
+            _bound(value, max_string, max_items)
+
+
+def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
+    """Upper-ish estimate of the tokens a compact JSON answer needs (≈ 2.5 characters per token)."""
+    if depth > 12 or not isinstance(node, dict):
+        return 16.0
+    if "$ref" in node and isinstance(node["$ref"], str) and node["$ref"].startswith("#"):
+        target = _resolve(root, node["$ref"])
+        return estimate_tokens(target, root, depth + 1) if target is not None else 16.0
+    if "const" in node:
+        return len(json.dumps(node["const"])) / 2.5 + 1
+    if "enum" in node and isinstance(node["enum"], list) and node["enum"]:
+        return max(len(json.dumps(v)) for v in node["enum"]) / 2.5 + 1
+    for key in ("anyOf", "oneOf"):
+        if isinstance(node.get(key), list) and node[key]:
+            return max(estimate_tokens(s, root, depth + 1) for s in node[key])
+    if isinstance(node.get("allOf"), list) and node["allOf"]:
+        return max(estimate_tokens(s, root, depth + 1) for s in node["allOf"])
+    types = node.get("type")
+    kind = types[0] if isinstance(types, list) and types else types
+    if kind == "string" or (kind is None and "maxLength" in node):
+        return int(node.get("maxLength", DEFAULT_MAX_STRING)) / 2.0 + 3 if "format" not in node else 14
+    if kind in ("integer", "number"):
+        return 8.0
+    if kind in ("boolean", "null"):
+        return 2.0
+    if kind == "array" or "items" in node or "prefixItems" in node:
+        items = node.get("items") if isinstance(node.get("items"), dict) else {}
+        prefix = sum(estimate_tokens(s, root, depth + 1) for s in node.get("prefixItems", []) or [])
+        return prefix + int(node.get("maxItems", DEFAULT_MAX_ITEMS)) * (estimate_tokens(items, root, depth + 1) + 1) + 2
+    props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    if props:
+        return sum(len(name) / 2.5 + 3 + estimate_tokens(s, root, depth + 1) for name, s in props.items()) + 2
+    return 64.0
+
+
+def _resolve(root: dict[str, Any], ref: str) -> Any:
+    target: Any = root
+    for part in ref[1:].split("/")[1:] if ref != "#" else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, dict) or part not in target:
+            return None
+        target = target[part]
+    return target
