@@ -142,10 +142,17 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
         _walk(node.get(key), f"{ptr}/{key}", root, fatal, unenforced)
 
 
+#: Validation keywords (JSON Schema drafts 4–2020-12) that the engine's grammar does not enforce.
+UNENFORCED_KEYWORDS = {
+    "not", "if", "then", "else", "patternProperties", "dependentRequired", "dependentSchemas", "dependencies",
+    "uniqueItems", "multipleOf", "contains", "minContains", "maxContains", "minProperties", "maxProperties",
+    "propertyNames", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
+}
+
+
 def _unenforced_keyword(key: str) -> bool:
-    if key in SUBSCHEMA_ONE:
-        return key not in ("items", "additionalProperties")
-    return key not in ENFORCED and key not in ANNOTATIONS
+    """Unknown keywords are annotations for validators too; only real validation keywords count."""
+    return key in UNENFORCED_KEYWORDS
 
 
 def _check_ref(ref: Any, here: str, root: dict[str, Any], fatal: list[str]) -> None:

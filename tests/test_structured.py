@@ -1,0 +1,170 @@
+"""Structured output: preflight, bounded schemas, validation + retry, truncation, modes, choices."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from tiankong import AsyncClient, Client, Decision
+from tiankong.engine import EngineConfig, EngineProcess
+from tiankong.errors import InvalidSchema, RetriesExhausted, SchemaNotSupported, TruncatedOutput
+from tiankong.models import DEFAULT_MODEL
+from tiankong.structured import preflight
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=40)
+    age: int
+
+
+class LogEvent(BaseModel):
+    level: Literal["DEBUG", "INFO", "WARN", "ERROR"]
+    service: str = Field(max_length=60)
+    latency_ms: int
+
+
+@pytest.fixture(scope="module")
+def client(smol_engine: EngineProcess) -> Iterator[Client]:
+    with Client(smol_engine.url) as c:
+        yield c
+
+
+# --- preflight (pure) --------------------------------------------------------------------------------------
+
+
+def test_strict_preflight_names_every_unenforced_pointer() -> None:
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string", "not": {"const": "x"}},
+        "b": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+        "c": {"type": "number", "minimum": 0.5},
+    }, "patternProperties": {"^x": {"type": "string"}}}
+    with pytest.raises(SchemaNotSupported) as err:
+        preflight(schema, strict=True)
+    pointers = " ".join(err.value.pointers)
+    for expected in ("/properties/a/not", "/properties/b/uniqueItems", "/properties/c/minimum", "/patternProperties"):
+        assert expected in pointers
+    plan = preflight(schema)  # default: enforced by validation + retry instead
+    assert len(plan.unenforced) == 4
+
+
+@pytest.mark.parametrize("schema, fragment", [
+    ({"$ref": "https://example.com/schema.json"}, "remote $ref"),
+    ({"properties": {"a": {"$ref": "#/$defs/missing"}}}, "unresolvable $ref"),
+    ({"$dynamicRef": "#meta"}, "$dynamicRef"),
+])
+def test_unenforceable_schemas_are_refused(schema: dict, fragment: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(SchemaNotSupported, match=fragment.replace("$", r"\$")):
+        preflight(schema)
+
+
+@pytest.mark.parametrize("schema", ["{not json", "[1, 2]", {"type": "no-such-type"}, {"minLength": "ten"},
+                                    {"type": "string", "pattern": "^(a$"}])
+def test_invalid_schemas_are_refused(schema: object) -> None:
+    with pytest.raises(InvalidSchema):
+        preflight(schema)
+
+
+def test_engine_copy_is_bounded_and_original_kept() -> None:
+    schema = {"type": "object", "properties": {"s": {"type": "string"}, "l": {"type": "array", "items": {}}}}
+    plan = preflight(schema, max_string=100, max_items=5)
+    bounded = plan.engine_schema
+    assert bounded["properties"]["s"]["maxLength"] == 100 and bounded["properties"]["l"]["maxItems"] == 5
+    assert bounded["additionalProperties"] is False
+    assert "maxLength" not in schema["properties"]["s"]  # the caller's schema is untouched
+    assert 32 <= plan.budget_tokens <= 4096
+
+
+# --- against the engine ------------------------------------------------------------------------------------
+
+
+def test_pydantic_round_trip(client: Client) -> None:
+    person = client.extract("Ada Lovelace was 36 years old.", Person)
+    assert isinstance(person, Person) and isinstance(person.age, int) and len(person.name) <= 40
+    result = client.extract_result("Ada Lovelace was 36 years old.", Person)
+    assert result.attempts >= 1 and result.usage.completion_tokens > 0
+    again = Person.model_validate(result.data)
+    assert Person.model_validate_json(again.model_dump_json()) == again
+
+
+def test_violated_schema_is_retried_with_the_error_then_refused(client: Client) -> None:
+    # the grammar can only produce "abc"; validation (the `not`) always rejects it
+    schema = {"const": "abc", "not": {"const": "abc"}}
+    with pytest.raises(RetriesExhausted) as err:
+        client.generate("Say something.", schema=schema)
+    assert err.value.attempts == 2
+    assert err.value.last_raw.strip() == '"abc"'
+    assert err.value.errors and "should not be valid" in err.value.errors[0]
+
+
+def test_truncation_retries_larger_then_raises(client: Client) -> None:
+    schema = {"type": "object", "properties": {"story": {"type": "string", "minLength": 300, "maxLength": 400}},
+              "required": ["story"]}
+    with pytest.raises(TruncatedOutput) as err:
+        client.generate("Write a story.", schema=schema, max_tokens=8)
+    assert err.value.attempts == 2 and err.value.last_raw.startswith("{")
+
+
+def test_engine_grammar_failure_is_an_error_not_text(client: Client) -> None:
+    with pytest.raises(SchemaNotSupported, match="could not compile"):
+        client.generate("Answer.", grammar='root ::= "yes" | "no')
+    with pytest.raises(SchemaNotSupported, match="root"):
+        client.generate("Answer.", grammar="root ::= ")
+
+
+def test_regex_and_grammar_modes(client: Client) -> None:
+    phone = client.generate("Give a phone number.", regex=r"\(\d{3}\) \d{3}-\d{4}")
+    assert __import__("re").fullmatch(r"\(\d{3}\) \d{3}-\d{4}", phone.data)
+    answer = client.generate("Is water wet?", grammar='root ::= "yes" | "no"')
+    assert answer.data in ("yes", "no")
+    with pytest.raises(InvalidSchema):
+        client.generate("x", regex="(unclosed")
+
+
+def test_choose_returns_a_distribution(client: Client) -> None:
+    decision = client.choose("I love this phone, it is wonderful!", ["positive", "negative", "neutral"])
+    assert isinstance(decision, Decision) and decision.label in ("positive", "negative", "neutral")
+    assert abs(sum(decision.scores.values()) - 1.0) < 1e-6
+    assert decision.scores[decision.label] == max(decision.scores.values())
+    assert 0.0 <= decision.margin <= 1.0
+    multi = client.choose("The cat sat on the mat.", ["animal", "animal husbandry", "finance", "no", "none"])
+    assert set(multi.scores) == {"animal", "animal husbandry", "finance", "no", "none"}
+    assert abs(sum(multi.scores.values()) - 1.0) < 1e-6
+
+
+def test_choose_handles_labels_split_into_bytes(client: Client) -> None:
+    # SmolLM2's tokenizer splits these characters into partial UTF-8 pieces
+    decision = client.choose("这个产品太差了，我很失望", ["正面", "负面"])
+    assert set(decision.scores) == {"正面", "负面"} and abs(sum(decision.scores.values()) - 1) < 1e-6
+    assert decision.margin > 0.0
+
+
+def test_bad_choices_are_refused(client: Client) -> None:
+    for bad in (["only"], ["a", "a"], ["a", ""]):
+        with pytest.raises(Exception, match="distinct"):
+            client.choose("text", bad)
+
+
+def test_async_twin(smol_engine: EngineProcess) -> None:
+    async def main() -> tuple[Person, Decision]:
+        async with AsyncClient(smol_engine.url) as client:
+            return await asyncio.gather(client.extract("Bob is 7.", Person), client.choose("Great!", ["good", "bad"]))
+
+    person, decision = asyncio.run(main())
+    assert isinstance(person, Person) and decision.label in ("good", "bad")
+
+
+def test_seed_log_line_with_the_default_model(engine_binary, default_model_path) -> None:  # type: ignore[no-untyped-def]
+    config = EngineConfig(model=default_model_path, ctx=2048, slots=1)
+    with EngineProcess(config, engine_binary) as engine, Client(engine.url) as client:
+        event = client.extract("2026-09-13 21:03 ERROR payment-service timeout after 3000ms", LogEvent)
+        assert event.level == "ERROR"
+        assert "payment" in event.service
+        assert event.latency_ms == 3000
+
+
+def test_default_model_name_is_pinned() -> None:
+    assert DEFAULT_MODEL == "qwen2.5-coder-0.5b-instruct:q4_k_m"
