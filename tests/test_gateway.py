@@ -163,3 +163,75 @@ def test_unknown_model_and_bad_config_are_one_line_errors(tmp_path) -> None:  # 
     bad = tmp_path / "bad.toml"
     bad.write_text("[engine]\nslots = 0\nbogus = 1\n")
     assert_one_line_error(run_cli("serve", "--config", str(bad)), "engine.slots", "engine.bogus")
+
+
+# --- structured output through the gateway ------------------------------------------------------------------
+
+
+def test_openai_sdk_parse_with_pydantic(gateway: Served) -> None:
+    from pydantic import BaseModel, Field
+
+    class City(BaseModel):
+        name: str = Field(max_length=40)
+        population: int
+
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    parse = client.beta.chat.completions.parse if hasattr(client, "beta") and hasattr(
+        client.beta, "chat") else client.chat.completions.parse
+    completion = parse(model=TEST_MODEL, messages=[{"role": "user", "content": "Describe Paris."}],
+                       response_format=City, temperature=0)
+    city = completion.choices[0].message.parsed
+    assert isinstance(city, City) and isinstance(city.population, int)
+
+
+def test_json_schema_response_format_is_validated(gateway: Served) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    body = {"messages": [{"role": "user", "content": "Is the sky blue?"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert isinstance(json.loads(data["choices"][0]["message"]["content"])["ok"], bool)
+    assert data["tiankong"]["validated"] is True
+    streamed = httpx.post(f"{gateway.url}/v1/chat/completions", json={**body, "stream": True}, timeout=120)
+    events = [line for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert streamed.status_code == 200 and len(events) == 2
+
+
+def test_unsatisfiable_schema_is_an_error_never_a_200(gateway: Served) -> None:
+    schema = {"const": "abc", "not": {"const": "abc"}}
+    body = {"messages": [{"role": "user", "content": "Say it."}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 422
+    assert answer.json()["error"]["type"] == "retries_exhausted"
+
+
+@pytest.mark.parametrize("schema, status, type_", [
+    ("{not json", 400, "invalid_schema"),
+    ([1, 2], 400, "invalid_schema"),
+    ({"type": "nonsense"}, 400, "invalid_schema"),
+    ({"$ref": "https://example.com/s.json"}, 400, "schema_not_supported"),
+])
+def test_invalid_schemas_get_400(gateway: Served, schema: object, status: int, type_: str) -> None:
+    body = {"messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=60)
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == type_ and error["message"]
+    task = httpx.post(f"{gateway.url}/v1/tasks/extract", json={"text": "hello", "schema": schema}, timeout=60)
+    assert task.status_code == status and task.json()["error"]["type"] == type_
+
+
+def test_extract_task_endpoint(gateway: Served) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    answer = httpx.post(f"{gateway.url}/v1/tasks/extract", timeout=120,
+                        json={"text": "Ada is 36 years old.", "schema": schema, "instructions": "Names as written."})
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert set(data) >= {"data", "attempts", "usage"} and isinstance(data["data"]["age"], int)
+    for bad in ({"schema": schema}, {"text": "", "schema": schema}, {"text": "x"}):
+        rejected = httpx.post(f"{gateway.url}/v1/tasks/extract", json=bad, timeout=30)
+        assert rejected.status_code == 400 and rejected.json()["error"]["message"]
