@@ -1,0 +1,182 @@
+"""JSONSchemaBench through the tiankong gateway vs. the raw llama-server, side by side in one run.
+
+    .venv/bin/python benchmarks/structured_compliance.py [--model NAME ...] [--limit N] [--slots 2] [--json OUT]
+
+For every schema, the same engine gets the same request twice, back to back: once directly
+(``response_format: json_schema``, max_tokens 512 — what a user of llama-server does) and once through the
+tiankong gateway (validated, bounded, retried, fail-closed). Every 200 answer is validated here against the
+original schema with ``jsonschema`` (its own draft, formats checked).
+
+* coverage     — schemas that got a valid answer / all schemas
+* compliance   — valid answers / answers returned as success (HTTP 200)
+* silent fails — answers returned as success that are not valid
+* truncations  — raw: finish_reason=length; gateway: truncated_output errors
+* retries      — gateway attempts beyond the first
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import uvicorn
+from jsonschema.validators import validator_for
+
+from tiankong.engine import EngineConfig, EngineProcess, locate_engine
+from tiankong.engine.process import free_port
+from tiankong.gateway import GatewayState, create_app
+from tiankong.models import DEFAULT_MODEL, TEST_MODEL, resolve_installed
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
+PROMPT = "Generate a realistic example JSON document that matches the JSON Schema."
+MAX_SCHEMA_CHARS = 12000
+
+
+def load(limit: int | None) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    if not limit or limit >= len(rows):
+        return rows
+    by_subset: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_subset.setdefault(row["subset"], []).append(row)
+    per = max(1, limit // len(by_subset))
+    return [row for subset in sorted(by_subset) for row in by_subset[subset][:per]]
+
+
+def valid(schema: Any, content: str) -> bool:
+    try:
+        instance = json.loads(content)
+        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+        return not any(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(instance))
+    except Exception:  # noqa: BLE001 - unparsable JSON or a schema jsonschema cannot use: not valid
+        return False
+
+
+async def raw_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
+    text = json.dumps(schema, separators=(",", ":"))[:MAX_SCHEMA_CHARS]
+    body = {"messages": [{"role": "user", "content": f"{PROMPT}\nSchema: {text}"}], "max_tokens": 512,
+            "temperature": 0, "seed": 42,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    started = time.monotonic()
+    answer = await http.post(f"{url}/v1/chat/completions", json=body)
+    elapsed = time.monotonic() - started
+    if answer.status_code != 200:
+        return {"outcome": "rejected", "status": answer.status_code, "s": elapsed}
+    choice = answer.json()["choices"][0]
+    ok = valid(schema, choice["message"]["content"] or "")
+    return {"outcome": "valid" if ok else "silent_failure", "truncated": choice["finish_reason"] == "length",
+            "s": elapsed}
+
+
+async def gateway_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
+    body = {"messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema, "strict": True}}}
+    started = time.monotonic()
+    answer = await http.post(f"{url}/v1/chat/completions", json=body)
+    elapsed = time.monotonic() - started
+    data = answer.json()
+    if answer.status_code != 200:
+        kind = data.get("error", {}).get("type", "error")
+        outcome = "rejected" if kind in ("invalid_schema", "schema_not_supported") else "refused"
+        return {"outcome": outcome, "status": answer.status_code, "type": kind, "s": elapsed,
+                "truncated": kind == "truncated_output"}
+    ok = valid(schema, data["choices"][0]["message"]["content"])
+    return {"outcome": "valid" if ok else "silent_failure", "retries": data["tiankong"]["attempts"] - 1,
+            "s": elapsed}
+
+
+def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
+    counts = Counter(r["outcome"] for r in results)
+    answered = counts["valid"] + counts["silent_failure"]
+    return {
+        "n": len(results), "coverage": counts["valid"] / len(results),
+        "compliance": counts["valid"] / answered if answered else 0.0,
+        "silent_failures": counts["silent_failure"], "rejected": counts["rejected"], "refused": counts["refused"],
+        "truncations": sum(1 for r in results if r.get("truncated")),
+        "retries": sum(r.get("retries", 0) for r in results),
+        "mean_latency_s": statistics.mean(r["s"] for r in results),
+        "types": dict(Counter(r.get("type", r["outcome"]) for r in results)),
+    }
+
+
+def start_gateway(engine: EngineProcess, name: str) -> tuple[str, uvicorn.Server]:
+    port = free_port()
+    state = GatewayState(upstream_url=engine.url, model_name=name, engine_state=lambda: engine.state.value)
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
+    threading.Thread(target=server.run, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return url, server
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("gateway did not start")
+
+
+async def run_model(name: str, rows: list[dict[str, Any]], slots: int) -> dict[str, Any]:
+    record = resolve_installed(name)
+    engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 8192, slots=slots), locate_engine())
+    engine.start()
+    gateway_url, server = start_gateway(engine, record.name)
+    raw: list[dict[str, Any]] = []
+    gated: list[dict[str, Any]] = []
+    gate = asyncio.Semaphore(slots)
+    try:
+        async with httpx.AsyncClient(timeout=900) as http:
+            async def one(row: dict[str, Any]) -> None:
+                async with gate:
+                    raw.append({"id": row["id"], **await raw_call(http, engine.url, row["schema"])})
+                    gated.append({"id": row["id"], **await gateway_call(http, gateway_url, row["schema"])})
+                    done = len(gated)
+                    if done % 20 == 0:
+                        print(f"  {name}: {done}/{len(rows)}", flush=True)
+
+            await asyncio.gather(*(one(row) for row in rows))
+    finally:
+        server.should_exit = True
+        engine.stop()
+    return {"model": record.name, "raw": summarise(raw), "gateway": summarise(gated),
+            "silent_failure_ids": [r["id"] for r in gated if r["outcome"] == "silent_failure"],
+            "items": {"raw": raw, "gateway": gated}}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    header = f"{'model':<36} {'path':<9} {'n':>4} {'coverage':>9} {'compliance':>11} {'silent':>7} " \
+             f"{'trunc':>6} {'retries':>8} {'rejected':>9} {'latency s':>10}"
+    print(header)
+    for run in report["runs"]:
+        for path in ("raw", "gateway"):
+            s = run[path]
+            print(f"{run['model']:<36} {path:<9} {s['n']:>4} {s['coverage']:>9.3f} {s['compliance']:>11.3f} "
+                  f"{s['silent_failures']:>7} {s['truncations']:>6} {s['retries']:>8} {s['rejected']:>9} "
+                  f"{s['mean_latency_s']:>10.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", action="append", help=f"default: {TEST_MODEL} and {DEFAULT_MODEL}")
+    parser.add_argument("--limit", type=int, default=None, help="stratified sample size (default: all 320)")
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None, help="write the full report here")
+    args = parser.parse_args()
+    rows = load(args.limit)
+    runs = [asyncio.run(run_model(name, rows, args.slots)) for name in (args.model or [TEST_MODEL, DEFAULT_MODEL])]
+    report = {"schemas": len(rows), "runs": runs, "date": time.strftime("%Y-%m-%d")}
+    print_table(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
