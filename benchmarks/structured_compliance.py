@@ -124,7 +124,7 @@ def start_gateway(engine: EngineProcess, name: str) -> tuple[str, uvicorn.Server
     raise RuntimeError("gateway did not start")
 
 
-async def run_model(name: str, rows: list[dict[str, Any]], slots: int) -> dict[str, Any]:
+async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: bool = False) -> dict[str, Any]:
     record = resolve_installed(name)
     engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 8192, slots=slots), locate_engine())
     engine.start()
@@ -139,7 +139,10 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int) -> dict[s
                     raw.append({"id": row["id"], **await raw_call(http, engine.url, row["schema"])})
                     gated.append({"id": row["id"], **await gateway_call(http, gateway_url, row["schema"])})
                     done = len(gated)
-                    if done % 20 == 0:
+                    if verbose:
+                        print(f"  {row['id']}: raw {raw[-1]['outcome']} {raw[-1]['s']:.1f}s | gateway "
+                              f"{gated[-1]['outcome']} {gated[-1]['s']:.1f}s", flush=True)
+                    elif done % 20 == 0:
                         print(f"  {name}: {done}/{len(rows)}", flush=True)
 
             await asyncio.gather(*(one(row) for row in rows))
@@ -169,9 +172,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="stratified sample size (default: all 320)")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="write the full report here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every schema's outcome")
     args = parser.parse_args()
     rows = load(args.limit)
-    runs = [asyncio.run(run_model(name, rows, args.slots)) for name in (args.model or [TEST_MODEL, DEFAULT_MODEL])]
+    runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose)) for name in (args.model or [TEST_MODEL, DEFAULT_MODEL])]
     report = {"schemas": len(rows), "runs": runs, "date": time.strftime("%Y-%m-%d")}
     print_table(report)
     if args.json:

@@ -47,9 +47,9 @@ SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "
                  "unevaluatedProperties", "unevaluatedItems", "additionalItems")
 UNSUPPORTED_REGEX = re.compile(r"\(\?[=!<]|\\[1-9bBAZzGk]|\(\?P")
 
-DEFAULT_MAX_STRING = 256
-DEFAULT_MAX_ITEMS = 32
-MAX_BUDGET_TOKENS = 4096
+DEFAULT_MAX_STRING = 128
+DEFAULT_MAX_ITEMS = 8
+MAX_BUDGET_TOKENS = 2048
 
 
 @dataclass
