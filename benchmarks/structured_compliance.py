@@ -175,7 +175,8 @@ def main() -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="print every schema's outcome")
     args = parser.parse_args()
     rows = load(args.limit)
-    runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose)) for name in (args.model or [TEST_MODEL, DEFAULT_MODEL])]
+    names = args.model or [TEST_MODEL, DEFAULT_MODEL]
+    runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose)) for name in names]
     report = {"schemas": len(rows), "runs": runs, "date": time.strftime("%Y-%m-%d")}
     print_table(report)
     if args.json:
