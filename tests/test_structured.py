@@ -75,7 +75,7 @@ def test_engine_copy_is_bounded_and_original_kept() -> None:
     assert bounded["properties"]["s"]["maxLength"] == 100 and bounded["properties"]["l"]["maxItems"] == 5
     assert bounded["additionalProperties"] is False
     assert "maxLength" not in schema["properties"]["s"]  # the caller's schema is untouched
-    assert 32 <= plan.budget_tokens <= 2048
+    assert 32 <= plan.budget_tokens <= 1024
 
 
 # --- against the engine ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from ..errors import RetriesExhausted, SchemaNotSupported, ServerError, Transpor
 from .prompts import repair_message
 
 T = TypeVar("T")
-MAX_TOKENS_CAP = 8192
+MAX_TOKENS_CAP = 2048
 
 
 @dataclass
