@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..api import AsyncClient
+from ..client._shared import is_stale_connection
 from ..errors import ServerError, TiankongError
 from .structured_routes import extract_task, structured_chat, tiankong_error_response, wants_structured
 
@@ -169,14 +170,20 @@ def _error_for(exc: TiankongError) -> JSONResponse:
     return tiankong_error_response(exc)
 
 
+async def _send(http: httpx.AsyncClient, path: str, body: dict[str, Any], stream: bool) -> httpx.Response:
+    """Send once more when a reused keep-alive connection was closed before any answer (it was never read)."""
+    request = http.build_request("POST", path, json=body)
+    try:
+        return await http.send(request, stream=stream)
+    except httpx.RemoteProtocolError as exc:
+        if not is_stale_connection(exc):
+            raise
+        return await http.send(request, stream=stream)
+
+
 async def _forward(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Response:
     try:
-        try:
-            upstream = await http.post(path, json=body)
-        except httpx.RemoteProtocolError as exc:
-            if "without sending" not in str(exc):
-                raise
-            upstream = await http.post(path, json=body)  # stale keep-alive connection: send once more
+        upstream = await _send(http, path, body, stream=False)
     except httpx.TimeoutException:
         return error_response(504, "the engine did not answer in time", "engine_error", "engine_timeout")
     except httpx.HTTPError as exc:
@@ -198,14 +205,8 @@ def _upstream_error(status: int, content: bytes) -> JSONResponse:
 
 
 async def _stream(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Response:
-    request = http.build_request("POST", path, json=body)
     try:
-        try:
-            upstream = await http.send(request, stream=True)
-        except httpx.RemoteProtocolError as exc:
-            if "without sending" not in str(exc):
-                raise
-            upstream = await http.send(request, stream=True)  # stale keep-alive connection: send once more
+        upstream = await _send(http, path, body, stream=True)
     except httpx.HTTPError as exc:
         return error_response(503, f"the engine is unreachable ({type(exc).__name__}); retry shortly",
                               "engine_error", "engine_unavailable", headers={"Retry-After": "2"})
