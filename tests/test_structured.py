@@ -168,3 +168,26 @@ def test_seed_log_line_with_the_default_model(engine_binary, default_model_path)
 
 def test_default_model_name_is_pinned() -> None:
     assert DEFAULT_MODEL == "qwen2.5-coder-0.5b-instruct:q4_k_m"
+
+
+def test_delimited_decoding_for_backends_without_grammars() -> None:
+    from tiankong.structured import decode_delimited
+
+    assert decode_delimited('Sure!\n<json>\n{"a": 1}\n</json>\nBye') == {"a": 1}
+    assert decode_delimited('<json>{"a": 1}') == {"a": 1}  # the stop sequence removed the closing tag
+    assert decode_delimited('```json\n[1, 2]\n```') == [1, 2]
+    assert decode_delimited('The answer is {"a": {"b": 2}} as asked.') == {"a": {"b": 2}}
+    with pytest.raises(ValueError):
+        decode_delimited("no json here")
+
+
+def test_prompt_only_mode_still_validates(smol_engine: EngineProcess) -> None:
+    # a backend that ignores grammars: example + delimiters in the prompt, then parse, validate, retry
+    with Client(smol_engine.url) as client:
+        client.grammar_support = False
+        try:
+            result = client.extract_result("Ada Lovelace was 36 years old.", Person, max_tokens=120)
+        except (RetriesExhausted, TruncatedOutput) as exc:  # a 135M model may fail; it must say so, not return junk
+            assert exc.attempts >= 2 and exc.last_raw
+        else:
+            Person.model_validate(result.data)

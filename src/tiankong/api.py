@@ -17,6 +17,7 @@ from .structured import (
     choose_flow,
     constrained_flow,
     decide,
+    delimited_constraint,
     extract_messages,
     grammar_constraint,
     is_pydantic_model,
@@ -26,17 +27,29 @@ from .structured import (
     schema_constraint,
 )
 from .structured.flow import Flow
-from .structured.prompts import GENERATE_JSON, choose_indexed_messages, choose_messages, compact, language
+from .structured.prompts import (
+    GENERATE_JSON,
+    choose_indexed_messages,
+    choose_messages,
+    compact,
+    delimited_instruction,
+    language,
+)
 
 M = TypeVar("M")
 
 
 def _extract_flow(client_model: str | None, text: str, schema: Any, instructions: str | None, strict: bool,
-                  max_tokens: int | None, max_attempts: int) -> Flow[Structured[Any]]:
+                  max_tokens: int | None, max_attempts: int, grammar_support: bool = True) -> Flow[Structured[Any]]:
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("text is empty", hint="pass the text to extract from")
-    constraint, plan = schema_constraint(schema, strict=strict)
-    messages = extract_messages(text, plan.schema, instructions)
+    if grammar_support:
+        constraint, plan = schema_constraint(schema, strict=strict)
+        messages = extract_messages(text, plan.schema, instructions)
+    else:  # the three-layer insurance for backends that ignore grammars: example, delimiters, validation
+        constraint, plan = delimited_constraint(schema, strict=strict)
+        messages = extract_messages(text, plan.schema, instructions)
+        messages[0]["content"] += "\n" + delimited_instruction(plan.schema, text)
     return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
                             max_attempts=max_attempts)
 
@@ -79,7 +92,13 @@ def _choose_flow(text: str, choices: list[str], instructions: str | None,
 
 
 class Client(BaseClient):
-    """Synchronous client: chat/stream/complete/embed/tokenize plus extract/generate/choose."""
+    """Synchronous client: chat/stream/complete/embed/tokenize plus extract/generate/choose.
+
+    Set ``grammar_support = False`` for an OpenAI-compatible upstream that ignores grammars (a cloud model):
+    ``extract`` then puts a filled-in example and ``<json>`` delimiters in the prompt and still validates.
+    """
+
+    grammar_support: bool = True
 
     @overload
     def extract(self, text: str, schema: type[M], *, instructions: str | None = ..., strict: bool = ...,
@@ -97,7 +116,8 @@ class Client(BaseClient):
     def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                        max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
         """Like ``extract`` with the evidence: raw text, attempts, usage, keywords enforced by validation."""
-        flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts)
+        flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
+                             self.grammar_support)
         return run_sync(flow, self._request)
 
     def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
@@ -117,6 +137,8 @@ class Client(BaseClient):
 class AsyncClient(AsyncBaseClient):
     """Asynchronous twin of ``Client`` (same method names and parameters)."""
 
+    grammar_support: bool = True
+
     async def extract(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                       max_tokens: int | None = None, max_attempts: int = 2) -> Any:
         return _finish_extract(await self.extract_result(text, schema, instructions=instructions, strict=strict,
@@ -124,7 +146,8 @@ class AsyncClient(AsyncBaseClient):
 
     async def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                              max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
-        flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts)
+        flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
+                             self.grammar_support)
         return await run_async(flow, self._request)
 
     async def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,

@@ -40,6 +40,33 @@ def schema_constraint(schema: Any, *, strict: bool = False, max_string: int | No
     return constraint, plan
 
 
+def delimited_constraint(schema: Any, *, strict: bool = False) -> tuple[Constraint, SchemaPlan]:
+    """For backends without grammar support: a filled-in example and <json>…</json> delimiters in the
+    prompt (see ``prompts.delimited_instruction``), then parse + validate + retry like every other mode."""
+    constraint, plan = schema_constraint(schema, strict=strict)
+    constraint.engine_fields = {"stop": ["</json>"]}
+    constraint.decode = decode_delimited
+    constraint.budget_tokens = min(2048, constraint.budget_tokens * 2)
+    return constraint, plan
+
+
+def decode_delimited(text: str) -> Any:
+    """The JSON between <json> and </json>; else the outermost {...} or [...] block; else the whole text."""
+    match = re.search(r"<json>\s*(.*?)\s*(?:</json>|$)", text, re.S)
+    if match:
+        return json.loads(match.group(1))
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
+    if fenced:
+        return json.loads(fenced.group(1))
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if starts:
+        start = min(starts)
+        end = max(text.rfind("}"), text.rfind("]"))
+        if end > start:
+            return json.loads(text[start:end + 1])
+    return json.loads(text)
+
+
 def regex_constraint(pattern: str, *, max_tokens: int = 256) -> Constraint:
     """Text that fully matches ``pattern``: generated as a JSON string with that pattern, then decoded."""
     try:

@@ -90,6 +90,11 @@ def choose_indexed_messages(text: str, choices: list[str], instructions: str | N
     return [{"role": "system", "content": system}, {"role": "user", "content": text}], numbers
 
 
+def delimited_instruction(schema: dict[str, Any], sample: str) -> str:
+    example = json.dumps(example_for(schema), ensure_ascii=False)
+    return DELIMITED[language(sample)].format(schema=compact(schema), example=example)
+
+
 def example_for(schema: Any, depth: int = 0) -> Any:
     """A filled-in example of a schema's shape (for backends without grammar support)."""
     if not isinstance(schema, dict) or depth > 6:
