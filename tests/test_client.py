@@ -108,3 +108,13 @@ def test_env_url_is_used(smol_engine: EngineProcess, monkeypatch: pytest.MonkeyP
     with Client() as client:
         assert client.url == smol_engine.url
         assert client.chat("Hi", max_tokens=2).usage.completion_tokens > 0
+
+
+def test_embeddings_from_an_engine_started_with_them(engine_binary, smol_path) -> None:  # type: ignore[no-untyped-def]
+    from tiankong.engine import EngineConfig
+
+    config = EngineConfig(model=smol_path, ctx=1024, slots=1, embeddings=True)
+    with EngineProcess(config, engine_binary) as engine, Client(engine.url) as client:
+        vectors = client.embed(["hello world", "bonjour le monde"])
+        assert len(vectors) == 2 and len(vectors[0]) == 576 and len(vectors[0]) == len(vectors[1])
+        assert any(abs(x) > 0 for x in vectors[0])

@@ -79,6 +79,7 @@ class EngineConfig:
     rpc: list[str] = field(default_factory=list)
     alias: str | None = None
     metrics: bool = True
+    embeddings: bool = False
     extra_args: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
@@ -141,6 +142,8 @@ class EngineConfig:
         argv += _optional("-b", self.batch) + _optional("-ub", self.ubatch) + _optional("-a", self.alias)
         if self.metrics:
             argv.append("--metrics")
+        if self.embeddings:
+            argv += ["--embeddings", "--pooling", "mean"]
         argv += self._spec_argv()
         for adapter in self.lora:
             argv += ["--lora", str(adapter)]
