@@ -136,12 +136,14 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
         async with httpx.AsyncClient(timeout=900) as http:
             async def one(row: dict[str, Any]) -> None:
                 async with gate:
-                    raw.append({"id": row["id"], **await raw_call(http, engine.url, row["schema"])})
-                    gated.append({"id": row["id"], **await gateway_call(http, gateway_url, row["schema"])})
+                    direct = {"id": row["id"], **await raw_call(http, engine.url, row["schema"])}
+                    through = {"id": row["id"], **await gateway_call(http, gateway_url, row["schema"])}
+                    raw.append(direct)
+                    gated.append(through)
                     done = len(gated)
                     if verbose:
-                        print(f"  {row['id']}: raw {raw[-1]['outcome']} {raw[-1]['s']:.1f}s | gateway "
-                              f"{gated[-1]['outcome']} {gated[-1]['s']:.1f}s", flush=True)
+                        print(f"  {row['id']}: raw {direct['outcome']} {direct['s']:.1f}s | gateway "
+                              f"{through['outcome']} {through['s']:.1f}s", flush=True)
                     elif done % 20 == 0:
                         print(f"  {name}: {done}/{len(rows)}", flush=True)
 
