@@ -68,12 +68,10 @@ def test_restart_after_n_requests(engine_binary: EngineBinary, smol_path: Path) 
 
 
 def test_crash_at_start_fails_fast_with_log_tail(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = fake_engine(monkeypatch, "crash", startup_timeout_s=60)
-    started = time.monotonic()
+    engine = fake_engine(monkeypatch, "crash", startup_timeout_s=600)
     with pytest.raises(EngineStartError) as err:
         engine.start()
-    assert time.monotonic() - started < 30  # failed on exit, not on the 60 s deadline
-    assert "exited with code 3" in str(err.value)
+    assert "exited with code 3" in str(err.value)  # the exit was noticed; not the "not healthy within" deadline
     assert "failed to load model" in err.value.log_tail
 
 
