@@ -55,33 +55,29 @@ class AsyncBaseClient:
                 )
         return self._http
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _send(self, method: str, path: str, body: dict[str, Any] | None,
+                    stream: bool = False) -> httpx.Response:
+        """Send; once more if a reused keep-alive connection was closed before any answer."""
         http = await self._client()
+        request = http.build_request(method, path, json=body)
         try:
-            try:
-                response = await http.request(method, path, json=body)
-            except httpx.RemoteProtocolError as exc:
-                if not S.is_stale_connection(exc):
-                    raise
-                response = await http.request(method, path, json=body)
+            return await http.send(request, stream=stream)
+        except httpx.RemoteProtocolError as exc:
+            if not S.is_stale_connection(exc):
+                raise
+            return await http.send(request, stream=stream)
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = await self._send(method, path, body)
         except httpx.HTTPError as exc:
             raise S.connect_error(str(self.url), exc) from None
         S.check_response(response.status_code, response.text)
         return response.json()
 
-    async def _open_stream(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        http = await self._client()
-        request = http.build_request("POST", path, json=body)
-        try:
-            return await http.send(request, stream=True)
-        except httpx.RemoteProtocolError as exc:
-            if not S.is_stale_connection(exc):
-                raise
-            return await http.send(request, stream=True)
-
     async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[S.StreamChunk]:
         try:
-            response = await self._open_stream(path, body)
+            response = await self._send("POST", path, body, stream=True)
             try:
                 if response.status_code >= 400:
                     await response.aread()

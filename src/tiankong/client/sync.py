@@ -45,31 +45,27 @@ class BaseClient:
 
     # --- plumbing -------------------------------------------------------------------------------
 
+    def _send(self, method: str, path: str, body: dict[str, Any] | None, stream: bool = False) -> httpx.Response:
+        """Send; once more if a reused keep-alive connection was closed before any answer."""
+        request = self._http.build_request(method, path, json=body)
+        try:
+            return self._http.send(request, stream=stream)
+        except httpx.RemoteProtocolError as exc:
+            if not S.is_stale_connection(exc):
+                raise
+            return self._http.send(request, stream=stream)
+
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            try:
-                response = self._http.request(method, path, json=body)
-            except httpx.RemoteProtocolError as exc:
-                if not S.is_stale_connection(exc):
-                    raise
-                response = self._http.request(method, path, json=body)
+            response = self._send(method, path, body)
         except httpx.HTTPError as exc:
             raise S.connect_error(self.url, exc) from None
         S.check_response(response.status_code, response.text)
         return response.json()
 
-    def _open_stream(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        request = self._http.build_request("POST", path, json=body)
-        try:
-            return self._http.send(request, stream=True)
-        except httpx.RemoteProtocolError as exc:
-            if not S.is_stale_connection(exc):
-                raise
-            return self._http.send(request, stream=True)
-
     def _stream(self, path: str, body: dict[str, Any]) -> Iterator[S.StreamChunk]:
         try:
-            response = self._open_stream(path, body)
+            response = self._send("POST", path, body, stream=True)
             try:
                 if response.status_code >= 400:
                     response.read()

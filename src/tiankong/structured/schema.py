@@ -159,16 +159,8 @@ def _check_ref(ref: Any, here: str, root: dict[str, Any], fatal: list[str]) -> N
     if not isinstance(ref, str) or not ref.startswith("#"):
         fatal.append(f"{here} (remote $ref {ref})")
         return
-    target: Any = root
-    for part in ref[1:].split("/")[1:] if ref != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(target, dict) and part in target:
-            target = target[part]
-        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-            target = target[int(part)]
-        else:
-            fatal.append(f"{here} (unresolvable $ref {ref})")
-            return
+    if _resolve(root, ref) is _MISSING:
+        fatal.append(f"{here} (unresolvable $ref {ref})")
 
 
 def _check_pattern(pattern: str, here: str, fatal: list[str], unenforced: list[str]) -> None:
@@ -246,7 +238,7 @@ def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
         return 16.0
     if "$ref" in node and isinstance(node["$ref"], str) and node["$ref"].startswith("#"):
         target = _resolve(root, node["$ref"])
-        return estimate_tokens(target, root, depth + 1) if target is not None else 16.0
+        return estimate_tokens(target, root, depth + 1) if target is not _MISSING else 16.0
     if "const" in node:
         return len(json.dumps(node["const"])) / 2.5 + 1
     if "enum" in node and isinstance(node["enum"], list) and node["enum"]:
@@ -274,11 +266,18 @@ def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
     return 64.0
 
 
+_MISSING = object()
+
+
 def _resolve(root: dict[str, Any], ref: str) -> Any:
+    """The node a local ``#/…`` reference points to, or ``_MISSING``."""
     target: Any = root
     for part in ref[1:].split("/")[1:] if ref != "#" else []:
         part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(target, dict) or part not in target:
-            return None
-        target = target[part]
+        if isinstance(target, dict) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            return _MISSING
     return target
