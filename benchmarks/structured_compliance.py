@@ -1,6 +1,7 @@
 """JSONSchemaBench through the tiankong gateway vs. the raw llama-server, side by side in one run.
 
     .venv/bin/python benchmarks/structured_compliance.py [--model NAME ...] [--limit N] [--slots 2] [--json OUT]
+        [--results DIR]   # resumable: one JSONL line per schema; a re-run skips schemas already measured
 
 For every schema, the same engine gets the same request twice, back to back: once directly
 (``response_format: json_schema``, max_tokens 512 — what a user of llama-server does) and once through the
@@ -42,14 +43,16 @@ MAX_SCHEMA_CHARS = 12000
 
 
 def load(limit: int | None) -> list[dict[str, Any]]:
+    """Schemas interleaved round-robin across subsets, so any prefix (an interrupted run) is stratified."""
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-    if not limit or limit >= len(rows):
-        return rows
     by_subset: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_subset.setdefault(row["subset"], []).append(row)
-    per = max(1, limit // len(by_subset))
-    return [row for subset in sorted(by_subset) for row in by_subset[subset][:per]]
+    if limit and limit < len(rows):
+        per = max(1, limit // len(by_subset))
+        return [row for subset in sorted(by_subset) for row in by_subset[subset][:per]]
+    queues = [by_subset[subset] for subset in sorted(by_subset)]
+    return [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)]
 
 
 def valid(schema: Any, content: str) -> bool:
@@ -124,13 +127,37 @@ def start_gateway(engine: EngineProcess, name: str) -> tuple[str, uvicorn.Server
     raise RuntimeError("gateway did not start")
 
 
-async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: bool = False) -> dict[str, Any]:
+def results_file(folder: Path | None, model: str) -> Path | None:
+    return folder / f"{model.replace(':', '_')}.jsonl" if folder else None
+
+
+def done_items(path: Path | None) -> list[dict[str, Any]]:
+    """Items already measured (a torn last line from an interrupted run is dropped)."""
+    if path is None or not path.exists():
+        return []
+    items = []
+    for line in path.read_text().splitlines():
+        try:
+            items.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return items
+
+
+async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: bool = False,
+                    folder: Path | None = None) -> dict[str, Any]:
     record = resolve_installed(name)
+    store = results_file(folder, record.name)
+    previous = [item for item in done_items(store) if item["id"] in {row["id"] for row in rows}]
+    seen = {item["id"] for item in previous}
+    raw: list[dict[str, Any]] = [item["raw"] for item in previous]
+    gated: list[dict[str, Any]] = [item["gateway"] for item in previous]
+    rows = [row for row in rows if row["id"] not in seen]
+    if not rows:
+        return report_for(record.name, raw, gated)
     engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 8192, slots=slots), locate_engine())
     engine.start()
     gateway_url, server = start_gateway(engine, record.name)
-    raw: list[dict[str, Any]] = []
-    gated: list[dict[str, Any]] = []
     gate = asyncio.Semaphore(slots)
     try:
         async with httpx.AsyncClient(timeout=900) as http:
@@ -140,6 +167,9 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
                     through = {"id": row["id"], **await gateway_call(http, gateway_url, row["schema"])}
                     raw.append(direct)
                     gated.append(through)
+                    if store is not None:
+                        with store.open("a") as handle:
+                            handle.write(json.dumps({"id": row["id"], "raw": direct, "gateway": through}) + "\n")
                     done = len(gated)
                     if verbose:
                         print(f"  {row['id']}: raw {direct['outcome']} {direct['s']:.1f}s | gateway "
@@ -151,7 +181,11 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
     finally:
         server.should_exit = True
         engine.stop()
-    return {"model": record.name, "raw": summarise(raw), "gateway": summarise(gated),
+    return report_for(record.name, raw, gated)
+
+
+def report_for(model: str, raw: list[dict[str, Any]], gated: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": model, "raw": summarise(raw), "gateway": summarise(gated),
             "silent_failure_ids": [r["id"] for r in gated if r["outcome"] == "silent_failure"],
             "items": {"raw": raw, "gateway": gated}}
 
@@ -174,11 +208,15 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="stratified sample size (default: all 320)")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="write the full report here")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="folder for per-schema results (resumable; re-runs skip measured schemas)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every schema's outcome")
     args = parser.parse_args()
     rows = load(args.limit)
     names = args.model or [TEST_MODEL, DEFAULT_MODEL]
-    runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose)) for name in names]
+    if args.results:
+        args.results.mkdir(parents=True, exist_ok=True)
+    runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose, args.results)) for name in names]
     report = {"schemas": len(rows), "runs": runs, "date": time.strftime("%Y-%m-%d")}
     print_table(report)
     if args.json:

@@ -35,6 +35,7 @@ from .structured.prompts import (
     delimited_instruction,
     language,
 )
+from .tasks.methods import AsyncTaskMethods, TaskMethods
 
 M = TypeVar("M")
 
@@ -91,8 +92,9 @@ def _choose_flow(text: str, choices: list[str], instructions: str | None,
     return choose_flow(choose_messages(text, labels, instructions, descriptions), labels, indexed)
 
 
-class Client(BaseClient):
-    """Synchronous client: chat/stream/complete/embed/tokenize plus extract/generate/choose.
+class Client(TaskMethods, BaseClient):
+    """Synchronous client: chat/stream/complete/embed/tokenize, extract/generate/choose, and the tasks
+    (classify, route, rewrite, rerank, redact, guard, compress, summarize, tag).
 
     Set ``grammar_support = False`` for an OpenAI-compatible upstream that ignores grammars (a cloud model):
     ``extract`` then puts a filled-in example and ``<json>`` delimiters in the prompt and still validates.
@@ -134,7 +136,7 @@ class Client(BaseClient):
         return decide(scores, threshold)
 
 
-class AsyncClient(AsyncBaseClient):
+class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
     """Asynchronous twin of ``Client`` (same method names and parameters)."""
 
     grammar_support: bool = True

@@ -70,6 +70,13 @@ class InvalidModelFile(ConfigError):
     """A file that is not a (complete, uncorrupted) GGUF model."""
 
 
+class InputTooLong(ConfigError):
+    """The input does not fit the engine's context (per slot)."""
+
+    type = "context_length_exceeded"
+    http_status = 413
+
+
 # --- engine -------------------------------------------------------------------------------------
 
 

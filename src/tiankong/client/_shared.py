@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import ConfigError, ServerError, TransportError
+from ..errors import ConfigError, InputTooLong, ServerError, TransportError
 
 DEFAULT_SEED = 42
 Message = dict[str, Any]
@@ -190,6 +190,10 @@ def check_response(status: int, text: str) -> None:
         message = _error_message(json.loads(text))
     except ValueError:
         message = text[:300] or "no body"
+    if status == 400 and "context size" in message:
+        raise InputTooLong(f"the input is too long for the engine's context ({message})",
+                           hint="shorten the text, use the compress task, or start the engine with a larger ctx "
+                                "per slot")
     raise ServerError(status, message, body=text)
 
 

@@ -25,6 +25,8 @@ from ..api import AsyncClient
 from ..client._shared import is_stale_connection
 from ..errors import ServerError, TiankongError
 from .structured_routes import extract_task, structured_chat, tiankong_error_response, wants_structured
+from .task_routes import BODIES as TASK_BODIES
+from .task_routes import run_task
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 
@@ -119,6 +121,19 @@ def create_app(state: GatewayState) -> Starlette:
         except TiankongError as exc:
             return _error_for(exc)
 
+    async def task(request: Request) -> Response:
+        name = request.path_params["task"]
+        if name not in TASK_BODIES:
+            return error_response(404, f"unknown task {name!r}; tasks: extract, {', '.join(TASK_BODIES)}",
+                                  "invalid_request_error", "not_found")
+        body = await guarded(request)
+        if isinstance(body, Response):
+            return body
+        try:
+            return JSONResponse(await run_task(clients["c"], name, body))
+        except TiankongError as exc:
+            return _error_for(exc)
+
     async def health(_: Request) -> Response:
         engine = state.engine_state()
         return JSONResponse({"status": "ok" if engine == "ready" else "unavailable", "engine": engine,
@@ -154,6 +169,7 @@ def create_app(state: GatewayState) -> Starlette:
         Route("/v1/completions", proxy("/v1/completions"), methods=["POST"]),
         Route("/v1/embeddings", proxy("/v1/embeddings"), methods=["POST"]),
         Route("/v1/tasks/extract", extract, methods=["POST"]),
+        Route("/v1/tasks/{task}", task, methods=["POST"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),

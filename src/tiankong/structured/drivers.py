@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..errors import TransportError
@@ -12,19 +13,33 @@ from .flow import Call, Flow
 T = TypeVar("T")
 
 
+#: Most calls a sync batch runs at once (the engine's slots bound the useful number).
+SYNC_WORKERS = 8
+
+
 def run_sync(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None], Any]) -> T:
+    """Batches of one run inline; larger batches (parallel task steps) on a small thread pool."""
     def one(call: Call) -> Any:
         try:
             return request(call.method, call.path, call.body)
         except TransportError as exc:
             return exc
 
+    pool: ThreadPoolExecutor | None = None
     try:
         batch = next(flow)
         while True:
-            batch = flow.send([one(call) for call in batch])
+            if len(batch) > 1:
+                pool = pool or ThreadPoolExecutor(max_workers=SYNC_WORKERS, thread_name_prefix="tiankong")
+                answers = list(pool.map(one, batch))
+            else:
+                answers = [one(call) for call in batch]
+            batch = flow.send(answers)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False)
 
 
 async def run_async(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None], Awaitable[Any]]) -> T:

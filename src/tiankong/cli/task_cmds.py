@@ -1,0 +1,238 @@
+"""Task verbs: classify, route, rewrite, rerank, redact, guard, compress, summarize, tag.
+
+Each parses its arguments, calls the ``Client`` method of the same name and renders the result (``--json``:
+the same JSON the gateway's ``/v1/tasks/<task>`` returns).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..api import Client
+from ..errors import ConfigError
+from ..models import DEFAULT_MODEL
+from . import emit_json
+from .run_cmds import _client
+
+_options = [
+    click.option("--model", default=None, help=f"Model (default: {DEFAULT_MODEL}; embedded engine)."),
+    click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
+    click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
+    click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON."),
+]
+
+
+def task_options(func: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_options):
+        func = option(func)
+    return func
+
+
+def read_text(text: str | None, file: str | None = None) -> str:
+    """TEXT, or --file, or stdin ('-' or absent); bytes must be UTF-8."""
+    if file:
+        data = _read_bytes(file)
+    elif text not in (None, "-"):
+        return str(text)
+    elif sys.stdin.isatty():
+        raise click.UsageError("give TEXT, --file, or pipe the text on stdin")
+    else:
+        data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the input is not valid UTF-8 (byte {exc.start})",
+                          hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def read_json(path: str) -> Any:
+    try:
+        return json.loads(_read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+
+
+def client_for(model: str | None, url: str | None, llama_server: str | None) -> Client:
+    return _client(model, url, llama_server)
+
+
+def render(result: Any, as_json: bool, line: Callable[[Any], str]) -> None:
+    if as_json:
+        emit_json(result.to_json() if hasattr(result, "to_json") else result)
+    else:
+        click.echo(line(result))
+
+
+def _scores(scores: dict[str, float]) -> str:
+    return "  ".join(f"{label}={p:.3f}" for label, p in scores.items())
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("-l", "--label", "labels", multiple=True, required=True, help="A label (repeat).")
+@click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Describe a label (repeat).")
+@click.option("--examples", "examples_file", default=None, help="JSON file: [{text, label}, …] few-shot examples.")
+@click.option("--multi-label", is_flag=True, help="Every label with P(yes) ≥ --threshold.")
+@click.option("--threshold", type=float, default=0.5, show_default=True)
+@click.option("--calibrate", is_flag=True, help="Contextual calibration against a content-free input.")
+@task_options
+def classify(text: str | None, labels: tuple[str, ...], describe: tuple[str, ...], examples_file: str | None,
+             multi_label: bool, threshold: float, calibrate: bool, model: str | None, url: str | None,
+             llama_server: str | None, as_json: bool) -> None:
+    """Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities."""
+    descriptions = dict(d.split("=", 1) for d in describe if "=" in d) or None
+    examples = read_json(examples_file) if examples_file else None
+    body = read_text(text)
+    with client_for(model, url, llama_server) as client:
+        result = client.classify(body, list(labels), descriptions=descriptions, examples=examples,
+                                 multi_label=multi_label, threshold=threshold, calibrate=calibrate)
+    render(result, as_json, lambda r: f"{','.join(r.labels)}\t{_scores(r.scores)}")
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--routes", "routes_file", required=True, help="JSON file: [{name, description, target}, …].")
+@click.option("--threshold", type=float, default=0.6, show_default=True, help="Escalate below this confidence.")
+@click.option("--no-redline", is_flag=True, help="Do not escalate red-line requests (maths, reasoning, …).")
+@task_options
+def route(text: str | None, routes_file: str, threshold: float, no_redline: bool, model: str | None,
+          url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """Route TEXT to one of the routes, or escalate it."""
+    routes = read_json(routes_file)
+    body = read_text(text)
+    with client_for(model, url, llama_server) as client:
+        result = client.route(body, routes, threshold=threshold, redline=not no_redline)
+    render(result, as_json, lambda r: f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t"
+                                      f"{r.confidence:.3f}\t{r.reason}")
+
+
+@click.command()
+@click.argument("query", required=False)
+@click.option("--mode", type=click.Choice(["rewrite", "hyde", "both"]), default="rewrite", show_default=True)
+@click.option("-n", type=int, default=3, show_default=True, help="Most queries to write.")
+@task_options
+def rewrite(query: str | None, mode: str, n: int, model: str | None, url: str | None, llama_server: str | None,
+            as_json: bool) -> None:
+    """Rewrite QUERY for retrieval (and/or write a hypothetical answer passage)."""
+    body = read_text(query)
+    with client_for(model, url, llama_server) as client:
+        result = client.rewrite(body, mode=mode, n=n)
+    render(result, as_json, lambda r: "\n".join([*r.queries, *([r.hypothetical] if r.hypothetical else [])]))
+
+
+@click.command()
+@click.argument("query")
+@click.option("-d", "--doc", "docs", multiple=True, help="A candidate text (repeat).")
+@click.option("--docs", "docs_file", default=None, help="File with one candidate per line.")
+@click.option("--top-k", type=int, default=None)
+@click.option("--mode", type=click.Choice(["pointwise", "listwise"]), default="pointwise", show_default=True)
+@task_options
+def rerank(query: str, docs: tuple[str, ...], docs_file: str | None, top_k: int | None, mode: str,
+           model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """Score candidate texts against QUERY; print the top-k, best first."""
+    candidates = list(docs)
+    if docs_file:
+        candidates += [line for line in read_text(None, docs_file).splitlines() if line.strip()]
+    with client_for(model, url, llama_server) as client:
+        result = client.rerank(query, candidates, top_k=top_k, mode=mode)
+    render(result, as_json, lambda r: "\n".join(f"{x.score:.3f}\t{x.index}\t{x.text[:80]}" for x in r.results))
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--file", default=None, help="Read the text from this file.")
+@click.option("--style", type=click.Choice(["placeholder", "mask", "hash"]), default="placeholder",
+              show_default=True)
+@click.option("--no-model", is_flag=True, help="Rules only (no names/addresses/organisations).")
+@click.option("--type", "types", multiple=True, help="Only these entity types (repeat).")
+@task_options
+def redact(text: str | None, file: str | None, style: str, no_model: bool, types: tuple[str, ...],
+           model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """Find and redact PII in TEXT (Chinese and English)."""
+    body = read_text(text, file)
+    if no_model and not (url or model):
+        from ..structured.drivers import run_sync
+        from ..tasks import redact_flow
+        result = run_sync(redact_flow(body, style=style, use_model=False, types=list(types) or None),
+                          lambda *a: None)
+    else:
+        with client_for(model, url, llama_server) as client:
+            result = client.redact(body, style=style, use_model=not no_model, types=list(types) or None)
+    render(result, as_json, lambda r: r.text)
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--policy", "policies", multiple=True, help="A policy the text must not violate (repeat).")
+@click.option("--flag-at", type=float, default=0.5, show_default=True)
+@click.option("--block-at", type=float, default=0.85, show_default=True)
+@task_options
+def guard(text: str | None, policies: tuple[str, ...], flag_at: float, block_at: float, model: str | None,
+          url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """Screen TEXT for prompt injection (and policies): allow, flag or block."""
+    body = read_text(text)
+    with client_for(model, url, llama_server) as client:
+        result = client.guard(body, flag_at=flag_at, block_at=block_at, policies=list(policies) or None)
+    render(result, as_json, lambda r: f"{r.action}\t{r.score:.3f}\t{'; '.join(r.reasons)}")
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--file", default=None, help="Read the text from this file.")
+@click.option("--budget", "budget_tokens", type=int, default=512, show_default=True, help="Output token budget.")
+@click.option("--chunk-tokens", type=int, default=1024, show_default=True)
+@click.option("--question", default=None, help="Keep the points that help answer this question.")
+@task_options
+def compress(text: str | None, file: str | None, budget_tokens: int, chunk_tokens: int, question: str | None,
+             model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """Key points of a long TEXT within a token budget (map-reduce over chunks)."""
+    body = read_text(text, file)
+    with client_for(model, url, llama_server) as client:
+        result = client.compress(body, budget_tokens=budget_tokens, chunk_tokens=chunk_tokens, question=question)
+    render(result, as_json, lambda r: "\n".join(f"- {p}" for p in r.points))
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--file", default=None, help="Read the text from this file.")
+@click.option("--words", type=int, default=80, show_default=True)
+@task_options
+def summarize(text: str | None, file: str | None, words: int, model: str | None, url: str | None,
+              llama_server: str | None, as_json: bool) -> None:
+    """Summarize TEXT in at most --words words."""
+    body = read_text(text, file)
+    with client_for(model, url, llama_server) as client:
+        result = client.summarize(body, words=words)
+    render(result, as_json, lambda r: r.summary)
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--file", default=None, help="Read the text from this file.")
+@click.option("--schema", "schema_file", default=None, help="JSON Schema for the metadata (default: keywords, "
+              "topic, language).")
+@task_options
+def tag(text: str | None, file: str | None, schema_file: str | None, model: str | None, url: str | None,
+        llama_server: str | None, as_json: bool) -> None:
+    """Keywords and metadata for TEXT as JSON."""
+    schema = read_json(schema_file) if schema_file else None
+    body = read_text(text, file)
+    with client_for(model, url, llama_server) as client:
+        result = client.tag(body, schema=schema)
+    emit_json({"data": result.data, "attempts": result.attempts} if as_json else result.data)
+
+
+COMMANDS = [classify, route, rewrite, rerank, redact, guard, compress, summarize, tag]

@@ -1,0 +1,119 @@
+"""``POST /v1/tasks/<task>``: every pipeline task over HTTP, with validated request bodies.
+
+Each body is a Pydantic model (``extra="forbid"``): a wrong type or an unknown field is a 400 naming the field.
+The answer is the task result's JSON (``to_json()``), the same shape the CLI prints with ``--json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..api import AsyncClient
+from ..errors import ConfigError
+from ..tasks import Route
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+
+
+class ClassifyBody(_Body):
+    text: str
+    labels: list[str]
+    descriptions: dict[str, str] | None = None
+    examples: list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    multi_label: bool = False
+    threshold: float = 0.5
+    calibrate: bool = False
+
+
+class RouteBody(_Body):
+    text: str
+    routes: list[Route]
+    threshold: float = 0.6
+    redline: bool = True
+    escalate_target: str = "upstream"
+
+
+class RewriteBody(_Body):
+    query: str
+    mode: str = "rewrite"
+    n: int = 3
+
+
+class RerankBody(_Body):
+    query: str
+    documents: list[str]
+    top_k: int | None = None
+    mode: str = "pointwise"
+
+
+class RedactBody(_Body):
+    text: str
+    style: str = "placeholder"
+    use_model: bool = True
+    types: list[str] | None = None
+
+
+class GuardBody(_Body):
+    text: str
+    flag_at: float = 0.5
+    block_at: float = 0.85
+    policies: list[str] | None = None
+
+
+class CompressBody(_Body):
+    text: str
+    budget_tokens: int = Field(512, ge=16)
+    chunk_tokens: int = Field(1024, ge=64)
+    question: str | None = None
+
+
+class SummarizeBody(_Body):
+    text: str
+    words: int = 80
+    chunk_tokens: int = Field(1024, ge=64)
+
+
+class TagBody(_Body):
+    text: str
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    max_keywords: int = Field(8, ge=1, le=32)
+
+
+BODIES: dict[str, type[_Body]] = {
+    "classify": ClassifyBody, "route": RouteBody, "rewrite": RewriteBody, "rerank": RerankBody,
+    "redact": RedactBody, "guard": GuardBody, "compress": CompressBody, "summarize": SummarizeBody, "tag": TagBody,
+}
+
+
+def parse_body(task: str, body: dict[str, Any]) -> _Body:
+    try:
+        return BODIES[task].model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid {task} request: {problems}", hint=f"see docs/tasks.md#{task}") from None
+
+
+async def run_task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Validate the body, run the task, return its JSON."""
+    args = parse_body(task, body).model_dump(exclude={"model"}, by_alias=False)
+    if task == "tag":
+        args["schema"] = args.pop("schema_")
+    method = getattr(client, task)
+    text_key = "query" if task in ("rewrite", "rerank") else "text"
+    first = args.pop(text_key)
+    if task == "classify":
+        return (await method(first, args.pop("labels"), **args)).to_json()  # type: ignore[no-any-return]
+    if task == "route":
+        return (await method(first, args.pop("routes"), **args)).to_json()  # type: ignore[no-any-return]
+    if task == "rerank":
+        return (await method(first, args.pop("documents"), **args)).to_json()  # type: ignore[no-any-return]
+    result = await method(first, **args)
+    if task == "tag":
+        return {"data": result.data, "attempts": result.attempts}
+    return result.to_json()  # type: ignore[no-any-return]

@@ -1,0 +1,23 @@
+"""Pipeline tasks on top of ``tiankong.structured``: classify, route, rewrite, rerank, redact, guard,
+compress, summarize, tag. Each is a sans-I/O flow (``*_flow``) run by ``Client``/``AsyncClient`` methods of
+the same name, a CLI verb and ``POST /v1/tasks/<task>`` on the gateway."""
+
+from .classify import Classification, classify_flow
+from .compress import Compression, Summary, compress_flow, summarize_flow
+from .guard import GuardVerdict, guard_flow
+from .methods import AsyncTaskMethods, TaskMethods
+from .pii_rules import Entity, detect_rules
+from .redact import Redaction, redact_flow, redact_rules
+from .rerank import Ranked, Reranking, rerank_flow
+from .rewrite import Rewrite, rewrite_flow
+from .route import Route, RouteDecision, RouteStats, Upstream, route_flow
+from .tag import tag_flow
+
+TASKS = ("classify", "route", "rewrite", "rerank", "redact", "guard", "compress", "summarize", "tag")
+
+__all__ = [
+    "TASKS", "AsyncTaskMethods", "Classification", "Compression", "Entity", "GuardVerdict", "Ranked", "Redaction",
+    "Reranking", "Rewrite", "Route", "RouteDecision", "RouteStats", "Summary", "TaskMethods", "Upstream",
+    "classify_flow", "compress_flow", "detect_rules", "guard_flow", "redact_flow", "redact_rules", "rerank_flow",
+    "rewrite_flow", "route_flow", "summarize_flow", "tag_flow",
+]

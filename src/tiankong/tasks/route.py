@@ -1,0 +1,141 @@
+"""route: intent routing with a cascade to a large upstream model.
+
+The local decision is a ``classify`` over the route names (with their descriptions); a request escalates to
+the upstream when (a) the local confidence is below ``threshold`` or (b) it falls in a red-line category the
+small model should not handle — multi-step reasoning, maths, long-horizon planning, open-domain facts —
+detected by exact heuristics (arithmetic, equations) and by the model. Before anything leaves the machine the
+text is redacted by the deterministic PII detectors (configurable).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError
+from ..structured.combine import gather
+from ..structured.flow import Flow
+from ..structured.prompts import language
+from .classify import Classification, classify_flow, require_text
+from .prompts import REDLINE
+
+REDLINE_LABELS = ["simple", "reasoning", "math", "planning", "facts"]
+_MATH = re.compile(r"\d\s*[-+*/×÷^%]\s*\d|[=≠≤≥]\s*\d|\b(solve|calculate|compute|integral|derivative|equation)\b|"
+                   r"(计算|求解|方程|积分|导数|等于多少)", re.I)
+_PLANNING = re.compile(r"\b(step[- ]by[- ]step plan|roadmap|itinerary|\d+[- ](week|month|year) plan)\b|"
+                       r"(规划|路线图|行程|计划书)", re.I)
+
+
+class Route(BaseModel):
+    """A destination: ``task:<name>``, ``tool:<name>`` or ``upstream:<name>``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    description: str = ""
+    target: str = Field(pattern=r"^(task|tool|upstream):\S+$")
+
+
+class Upstream(BaseModel):
+    """An OpenAI-compatible large model (cloud or a bigger local server)."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(pattern=r"^https?://")
+    api_key_env: str | None = None
+    model: str | None = None
+    redact: bool = True
+
+
+@dataclass
+class RouteDecision:
+    route: str
+    target: str
+    confidence: float
+    escalated: bool
+    reason: str
+    scores: dict[str, float]
+    category: str = "simple"
+    sent_text: str | None = None
+    answer: str | None = None
+    redacted: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"route": self.route, "target": self.target, "confidence": round(self.confidence, 4),
+                "escalated": self.escalated, "reason": self.reason, "scores": self.scores,
+                "category": self.category, "sent_text": self.sent_text, "answer": self.answer,
+                "redacted": self.redacted}
+
+
+@dataclass
+class RouteStats:
+    """How many requests stayed local (thread-safe counters)."""
+
+    local: int = 0
+    escalated: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, decision: RouteDecision) -> None:
+        with self._lock:
+            if decision.escalated:
+                self.escalated += 1
+            else:
+                self.local += 1
+
+    @property
+    def local_share(self) -> float:
+        total = self.local + self.escalated
+        return self.local / total if total else 0.0
+
+
+def check_routes(routes: Any) -> list[Route]:
+    if not isinstance(routes, (list, tuple)) or len(routes) < 2:
+        raise ConfigError("routes must be a list of at least two {name, description, target} objects")
+    try:
+        parsed = [r if isinstance(r, Route) else Route.model_validate(r) for r in routes]
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid route: {problems}", hint="a route is {name, description, target} with "
+                          "target task:<name>, tool:<name> or upstream:<name>") from None
+    if len({r.name for r in parsed}) != len(parsed):
+        raise ConfigError("route names must be unique")
+    return parsed
+
+
+def route_flow(text: str, routes: list[Route], *, threshold: float = 0.6, redline: bool = True,
+               escalate_target: str = "upstream") -> Flow[RouteDecision]:
+    require_text(text)
+    if not 0.0 <= threshold <= 1.0:
+        raise ConfigError("threshold must be between 0 and 1")
+    names = [r.name for r in routes]
+    descriptions = {r.name: r.description for r in routes if r.description}
+    flows: list[Flow[Classification]] = [classify_flow(text, names, descriptions=descriptions or None)]
+    if redline:
+        lang = language(text)
+        flows.append(classify_flow(text, REDLINE_LABELS, instructions=REDLINE[lang]))
+    found = yield from gather(flows)
+    local = found[0]
+    chosen = next(r for r in routes if r.name == local.label)
+    category, reason = "simple", ""
+    if redline:
+        category, reason = _redline(text, found[1])
+    if not reason and local.confidence < threshold:
+        reason = f"low confidence {local.confidence:.2f} < {threshold:.2f}"
+    escalated = bool(reason) or chosen.target.startswith("upstream:")
+    if escalated and not reason:
+        reason = f"route {chosen.name} targets {chosen.target}"
+    target = chosen.target if not reason or chosen.target.startswith("upstream:") else escalate_target
+    return RouteDecision(chosen.name, target, local.confidence, escalated, reason or "confident local decision",
+                         local.scores, category)
+
+
+def _redline(text: str, kind: Classification) -> tuple[str, str]:
+    if _MATH.search(text):
+        return "math", "red line: maths (calculation detected)"
+    if _PLANNING.search(text):
+        return "planning", "red line: long-horizon planning"
+    if kind.label != "simple" and kind.confidence >= 0.5:
+        return kind.label, f"red line: {kind.label} (p={kind.confidence:.2f})"
+    return "simple", ""

@@ -1,0 +1,33 @@
+"""tag: keywords and metadata for a document, to a default schema or the caller's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..structured.constraints import schema_constraint
+from ..structured.flow import Flow, Structured, constrained_flow
+from ..structured.prompts import compact, language
+from .classify import require_text
+from .generate import ANTI_LOOP, string_list
+from .prompts import TAG
+
+MAX_TAG_CHARS = 6000
+
+
+def default_tag_schema(max_keywords: int = 8) -> dict[str, Any]:
+    return {"type": "object", "properties": {
+        "keywords": string_list(max_keywords, 40, 1),
+        "topic": {"type": "string", "minLength": 1, "maxLength": 60},
+        "language": {"enum": ["zh", "en", "other"]},
+    }, "required": ["keywords", "topic", "language"]}
+
+
+def tag_flow(text: str, *, schema: Any = None, max_keywords: int = 8,
+             model: str | None = None) -> Flow[Structured[Any]]:
+    require_text(text)
+    constraint, plan = schema_constraint(schema if schema is not None else default_tag_schema(max_keywords))
+    lang = language(text)
+    system = TAG[lang] + ("\nSchema: " if lang == "en" else "\nSchema：") + compact(plan.schema)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": text[:MAX_TAG_CHARS]}]
+    result = yield from constrained_flow(messages, constraint, model=model, options=ANTI_LOOP)
+    return result
