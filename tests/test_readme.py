@@ -36,4 +36,4 @@ def test_cli_examples_run() -> None:
         assert proc.returncode == 0, (line, proc.stderr)
         assert proc.stdout.strip(), line
         ran += 1
-    assert ran == 4
+    assert ran == 5

@@ -184,6 +184,19 @@ def test_route_escalates_red_lines_and_counts(client: Client) -> None:
         client.route("x", [{"name": "a", "target": "nowhere"}, {"name": "b", "target": "task:x"}])
 
 
+def test_escalation_redacts_before_the_text_leaves(client: Client, smol_engine: EngineProcess,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TK_TEST_UPSTREAM_KEY", "k")
+    text = "Calculate 17 * 23 for my invoice, call 13800138000 or mail bob@example.com"
+    decision = client.route(text, ROUTES, upstream={"url": smol_engine.url, "api_key_env": "TK_TEST_UPSTREAM_KEY"},
+                            max_tokens=8)
+    assert decision.escalated and decision.answer is not None and decision.sent_text is not None
+    assert "13800138000" not in decision.sent_text and "bob@example.com" not in decision.sent_text
+    assert {e["type"] for e in decision.redacted} >= {"PHONE", "EMAIL"}
+    with pytest.raises(ConfigError, match="not set"):
+        client.route(text, ROUTES, upstream={"url": smol_engine.url, "api_key_env": "TK_TEST_UNSET_VARIABLE"})
+
+
 def test_input_beyond_the_context_is_a_clear_error(client: Client) -> None:
     with pytest.raises(InputTooLong, match="too long"):
         client.classify("word " * 5000, ["a", "b"])

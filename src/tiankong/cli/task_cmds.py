@@ -107,14 +107,21 @@ def classify(text: str | None, labels: tuple[str, ...], describe: tuple[str, ...
 @click.option("--routes", "routes_file", required=True, help="JSON file: [{name, description, target}, …].")
 @click.option("--threshold", type=float, default=0.6, show_default=True, help="Escalate below this confidence.")
 @click.option("--no-redline", is_flag=True, help="Do not escalate red-line requests (maths, reasoning, …).")
+@click.option("--upstream-url", default=None, help="Send escalated requests to this OpenAI-compatible server.")
+@click.option("--upstream-key-env", default=None, help="Environment variable holding the upstream's API key.")
+@click.option("--upstream-model", default=None, help="Model name at the upstream.")
+@click.option("--no-redact", is_flag=True, help="Send escalated text to the upstream without PII redaction.")
 @task_options
-def route(text: str | None, routes_file: str, threshold: float, no_redline: bool, model: str | None,
+def route(text: str | None, routes_file: str, threshold: float, no_redline: bool, upstream_url: str | None,
+          upstream_key_env: str | None, upstream_model: str | None, no_redact: bool, model: str | None,
           url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Route TEXT to one of the routes, or escalate it."""
+    """Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there)."""
     routes = read_json(routes_file)
     body = read_text(text)
+    upstream = ({"url": upstream_url, "api_key_env": upstream_key_env, "model": upstream_model,
+                 "redact": not no_redact} if upstream_url else None)
     with client_for(model, url, llama_server) as client:
-        result = client.route(body, routes, threshold=threshold, redline=not no_redline)
+        result = client.route(body, routes, threshold=threshold, redline=not no_redline, upstream=upstream)
     render(result, as_json, lambda r: f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t"
                                       f"{r.confidence:.3f}\t{r.reason}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..client import AsyncBaseClient, BaseClient
 from ..structured.drivers import run_async, run_sync
 from ..structured.flow import Flow, Structured
 from .classify import Classification, classify_flow
@@ -17,7 +18,16 @@ from .guard import GuardVerdict, guard_flow
 from .redact import Redaction, redact_flow
 from .rerank import Reranking, rerank_flow
 from .rewrite import Rewrite, rewrite_flow
-from .route import Route, RouteDecision, check_routes, route_flow
+from .route import (
+    Route,
+    RouteDecision,
+    Upstream,
+    check_routes,
+    check_upstream,
+    escalation_text,
+    route_flow,
+    upstream_key,
+)
 from .tag import tag_flow
 
 T = TypeVar("T")
@@ -41,10 +51,21 @@ class TaskMethods:
                                        calibrate=calibrate))
 
     def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
-              redline: bool = True, escalate_target: str = "upstream") -> RouteDecision:
-        """Local routing decision; escalates (``escalated=True``) on low confidence or red-line requests."""
-        return self._run(route_flow(text, check_routes(routes), threshold=threshold,
-                                    redline=redline, escalate_target=escalate_target))
+              redline: bool = True, escalate_target: str = "upstream",
+              upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512) -> RouteDecision:
+        """Local routing decision; escalates (``escalated=True``) on low confidence or red-line requests.
+
+        With ``upstream``, an escalated request is sent there (PII redacted first unless ``redact=False``) and
+        its answer is in ``decision.answer``; ``decision.sent_text`` is exactly what left the machine.
+        """
+        decision = self._run(route_flow(text, check_routes(routes), threshold=threshold,
+                                        redline=redline, escalate_target=escalate_target))
+        if decision.escalated and upstream is not None:
+            target = check_upstream(upstream)
+            decision.sent_text, decision.redacted = escalation_text(text, target)
+            with BaseClient(target.url, model=target.model, api_key=upstream_key(target)) as remote:
+                decision.answer = remote.chat(decision.sent_text, max_tokens=max_tokens).text
+        return decision
 
     def rewrite(self, query: str, *, mode: str = "rewrite", n: int = 3) -> Rewrite:
         """Search queries for ``query`` (``mode="hyde"``: a hypothetical answer passage; ``"both"``)."""
@@ -102,9 +123,16 @@ class AsyncTaskMethods:
                                              multi_label=multi_label, threshold=threshold, calibrate=calibrate))
 
     async def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
-                    redline: bool = True, escalate_target: str = "upstream") -> RouteDecision:
-        return await self._run(route_flow(text, check_routes(routes), threshold=threshold,
-                                          redline=redline, escalate_target=escalate_target))
+                    redline: bool = True, escalate_target: str = "upstream",
+                    upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512) -> RouteDecision:
+        decision = await self._run(route_flow(text, check_routes(routes), threshold=threshold,
+                                              redline=redline, escalate_target=escalate_target))
+        if decision.escalated and upstream is not None:
+            target = check_upstream(upstream)
+            decision.sent_text, decision.redacted = escalation_text(text, target)
+            async with AsyncBaseClient(target.url, model=target.model, api_key=upstream_key(target)) as remote:
+                decision.answer = (await remote.chat(decision.sent_text, max_tokens=max_tokens)).text
+        return decision
 
     async def rewrite(self, query: str, *, mode: str = "rewrite", n: int = 3) -> Rewrite:
         return await self._run(rewrite_flow(query, mode=mode, n=n, model=self.model))

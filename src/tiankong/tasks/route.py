@@ -9,6 +9,7 @@ text is redacted by the deterministic PII detectors (configurable).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from dataclasses import dataclass, field
@@ -139,3 +140,33 @@ def _redline(text: str, kind: Classification) -> tuple[str, str]:
     if kind.label != "simple" and kind.confidence >= 0.5:
         return kind.label, f"red line: {kind.label} (p={kind.confidence:.2f})"
     return "simple", ""
+
+
+def check_upstream(upstream: Any) -> Upstream:
+    try:
+        return upstream if isinstance(upstream, Upstream) else Upstream.model_validate(upstream)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid upstream: {problems}", hint="an upstream is {url, api_key_env?, model?, "
+                          "redact?}") from None
+
+
+def upstream_key(upstream: Upstream) -> str | None:
+    """The upstream's API key from its environment variable (missing variable → ConfigError)."""
+    if not upstream.api_key_env:
+        return None
+    key = os.environ.get(upstream.api_key_env)
+    if not key:
+        raise ConfigError(f"environment variable {upstream.api_key_env} is not set",
+                          hint="export the upstream's API key there, or drop api_key_env")
+    return key
+
+
+def escalation_text(text: str, upstream: Upstream) -> tuple[str, list[dict[str, Any]]]:
+    """What leaves the machine: the text with PII redacted by the deterministic rules (unless disabled)."""
+    if not upstream.redact:
+        return text, []
+    from .redact import redact_rules
+
+    redaction = redact_rules(text, style="placeholder")
+    return redaction.text, [{"type": e.type, "start": e.start, "end": e.end} for e in redaction.entities]

@@ -8,6 +8,7 @@ from ..structured.constraints import schema_constraint
 from ..structured.flow import Flow, Structured, constrained_flow
 from ..structured.prompts import compact, language
 from .classify import require_text
+from .compress import compress_flow
 from .generate import ANTI_LOOP, string_list
 from .prompts import TAG
 
@@ -28,6 +29,10 @@ def tag_flow(text: str, *, schema: Any = None, max_keywords: int = 8,
     constraint, plan = schema_constraint(schema if schema is not None else default_tag_schema(max_keywords))
     lang = language(text)
     system = TAG[lang] + ("\nSchema: " if lang == "en" else "\nSchema：") + compact(plan.schema)
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": text[:MAX_TAG_CHARS]}]
+    source = text
+    if len(text) > MAX_TAG_CHARS:  # a long document is tagged from its key points, not from its first pages
+        compressed = yield from compress_flow(text, budget_tokens=1024, model=model)
+        source = compressed.text
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": source}]
     result = yield from constrained_flow(messages, constraint, model=model, options=ANTI_LOOP)
     return result
