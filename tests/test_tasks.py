@@ -31,7 +31,7 @@ ROUTES = [
 
 @pytest.fixture(scope="module")
 def client(smol_engine: EngineProcess) -> Iterator[Client]:
-    with Client(smol_engine.url) as c:
+    with Client(smol_engine.url, timeout_s=900) as c:  # a loaded CI machine can be very slow; never a test limit
         yield c
 
 
@@ -153,13 +153,13 @@ def test_guard_blocks_known_injection_and_scores_benign(client: Client) -> None:
 
 LONG = " ".join(f"Section {i}: the {w} service reported {i * 7} errors on day {i}, and the team fixed the {w} "
                 "configuration afterwards." for i, w in enumerate(["payment", "search", "login", "billing",
-                                                                    "mail", "upload"] * 6))
+                                                                    "mail", "upload"] * 3))
 
 
 def test_compress_chunks_in_parallel_and_meets_the_budget(client: Client) -> None:
-    result = client.compress(LONG, budget_tokens=120, chunk_tokens=256)
-    assert result.chunks >= 3 and result.input_tokens > 600
-    assert result.points and result.output_tokens <= 120 and result.ratio < 0.25
+    result = client.compress(LONG, budget_tokens=80, chunk_tokens=128)
+    assert result.chunks >= 3 and result.input_tokens > 300
+    assert result.points and result.output_tokens <= 80 and result.ratio < 0.3
 
 
 def test_summarize_and_tag(client: Client) -> None:

@@ -1,0 +1,104 @@
+"""The engines a batch runs on: one managed llama-server (``model``) or running servers (``url``, a pool).
+
+A managed engine gets a fixed port, so when its watchdog restarts it after a crash the clients reconnect
+to the same URL. With several URLs each item goes to the server with the fewest items in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..engine import EngineConfig, EngineProcess, EngineState
+from ..engine.process import free_port
+from ..errors import ConfigError, TransportError
+from ..models import resolve_installed
+from .job import BatchJob
+from .tasks import MeteredClient
+
+
+def start_managed(job: BatchJob) -> EngineProcess:
+    """Start the job's model on a fixed free port (restarts keep the URL)."""
+    assert job.model is not None
+    record = resolve_installed(job.model)
+    slots = job.slots
+    ctx = job.slot_ctx
+    if ctx % slots:
+        raise ConfigError(f"ctx {ctx} is not divisible by slots {slots}", hint="pick ctx = slots × per-slot ctx")
+    config = EngineConfig(model=Path(record.path), ctx=ctx, slots=slots, alias=record.name, port=free_port())
+    return EngineProcess(config, job.llama_server).start()
+
+
+class EnginePool:
+    """Clients for the job's servers, least-busy selection, and the managed engine (if any)."""
+
+    def __init__(self, clients: list[MeteredClient], engine: EngineProcess | None = None) -> None:
+        self.clients = clients
+        self.engine = engine
+        self.inflight = [0] * len(clients)
+
+    @classmethod
+    async def open(cls, job: BatchJob) -> EnginePool:
+        engine = None
+        urls = list(job.url)
+        if job.model:
+            engine = await asyncio.to_thread(start_managed, job)
+            urls = [engine.url]
+        elif not urls and os.environ.get("TIANKONG_URL"):
+            urls = [os.environ["TIANKONG_URL"]]
+        if not urls:
+            raise ConfigError("no engine for the batch", hint="pass --model NAME (managed engine) or --url URL")
+        model = engine.config.alias if engine else None
+        clients = [MeteredClient(url, model=model, timeout_s=job.timeout_s) for url in urls]
+        return cls(clients, engine)
+
+    async def slots(self) -> int:
+        """Total parallel slots of all servers (``/props`` ``total_slots``; 1 for a server that does not say)."""
+        if self.engine is not None:
+            return self.engine.config.slots
+        counts = await asyncio.gather(*(self._slots(client) for client in self.clients))
+        return sum(counts)
+
+    @staticmethod
+    async def _slots(client: MeteredClient) -> int:
+        try:
+            props: Any = await client._request("GET", "/props")
+        except TransportError as exc:
+            raise ConfigError(f"cannot use the server {client.url}: {exc.one_line()}") from None
+        value = props.get("total_slots") if isinstance(props, dict) else None
+        return int(value) if isinstance(value, int) and value > 0 else 1
+
+    def acquire(self) -> int:
+        index = min(range(len(self.clients)), key=self.inflight.__getitem__)
+        self.inflight[index] += 1
+        return index
+
+    def release(self, index: int) -> None:
+        self.inflight[index] -= 1
+
+    def engine_gave_up(self) -> bool:
+        return self.engine is not None and self.engine.state == EngineState.FAILED
+
+    async def close(self) -> None:
+        for client in self.clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.stop)
+            self.engine = None
+
+
+def unreachable(exc: BaseException) -> bool:
+    """A server that could not be reached or dropped the connection (not an HTTP error answer)."""
+    from ..errors import ServerError
+
+    if isinstance(exc, ServerError):
+        return exc.status in (502, 503, 504)  # loading, restarting, a proxy in front of a dead engine
+    if not isinstance(exc, TransportError):
+        return False
+    return isinstance(exc.__context__, httpx.HTTPError) or str(exc).startswith("cannot reach")

@@ -1,0 +1,251 @@
+"""``tiankong.batch.run``: stream the input through the engine with a bounded number of items in flight.
+
+Order of work: detect the format → one pass over the ids (count, duplicates, missing fields) → repair a torn
+last line in the output files → read the ids already done or failed → run. A producer reads the input one
+record at a time into a queue of at most ``2 × concurrency`` items; ``concurrency`` workers take items, run
+the task and hand the line to an appender (whole lines, fsynced in small groups). An item whose engine is
+unreachable is retried with backoff while the outage lasts less than ``engine_wait_s``; past that the run
+stops (finished items are kept; re-running continues).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import EngineError, TiankongError, TransportError
+from . import openai_fmt
+from .engines import EnginePool, unreachable
+from .inputs import Item, check_scan, detect_format, job_items, prescan
+from .job import BatchJob
+from .report import BatchReport, RunStats, build_report
+from .store import Appender, OutputPaths, compact_errors, repair, write_json, written_keys
+from .tasks import METER, Meter, MeteredClient, run_task
+
+MAX_BACKOFF_S = 2.0
+
+
+class ProgressSink(Protocol):
+    def start(self, total: int, completed: int) -> None: ...
+    def update(self, stats: RunStats, completed: int) -> None: ...
+    def stop(self) -> None: ...
+
+
+def run(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchReport:
+    """Run (or resume) a batch job to the end; returns the report (also written to ``OUT.report.json``)."""
+    return asyncio.run(arun(job, progress=progress))
+
+
+async def arun(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchReport:
+    fmt = detect_format(job.input, job.format)
+    job.check_task(fmt)
+    scan = await asyncio.to_thread(prescan, job_items(job, fmt), job.required_fields())
+    check_scan(scan, job)
+    paths = OutputPaths(Path(job.output))
+    paths.output.parent.mkdir(parents=True, exist_ok=True)
+    repaired = repair(paths.output) + repair(paths.errors)
+    done = written_keys(paths.output)
+    failed_before = written_keys(paths.errors) - done
+    write_json(paths.job, {**job.model_dump(mode="json", by_alias=True), "format": fmt})
+    batch = _Batch(job, fmt, paths, done, failed_before, progress)
+    pool = await EnginePool.open(job)
+    try:
+        concurrency = job.concurrency or await pool.slots()
+        await batch.go(pool, concurrency, scan.unique)
+    finally:
+        batch.close()
+        await pool.close()
+    failed = compact_errors(paths.errors, batch.done)
+    report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.task or "openai",
+                          total=scan.unique, done=len(batch.done), failed=failed, repaired=repaired,
+                          concurrency=concurrency)
+    write_json(paths.report, report.model_dump(mode="json"))
+    return report
+
+
+def count_input(job: BatchJob) -> int:
+    """Distinct ids in the job's input (one pass, ids only)."""
+    fmt = detect_format(job.input, job.format)
+    return prescan(job_items(job, fmt), []).unique
+
+
+class _Outage:
+    """How long the engine has been unreachable (shared by all workers)."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.since: float | None = None
+
+    def ok(self) -> None:
+        self.since = None
+
+    def within_limit(self) -> bool:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+        return now - self.since < self.limit_s
+
+
+class _Batch:
+    def __init__(self, job: BatchJob, fmt: str, paths: OutputPaths, done: set[str], failed_before: set[str],
+                 progress: ProgressSink | None) -> None:
+        self.job, self.fmt, self.progress = job, fmt, progress
+        self.done, self.failed_before = done, failed_before
+        self.seen: set[str] | None = set() if job.dedupe else None
+        self.out = Appender(paths.output, job.fsync_every)
+        self.err = Appender(paths.errors, job.fsync_every)
+        self.stats = RunStats()
+        self.outage = _Outage(job.engine_wait_s)
+
+    # --- orchestration ------------------------------------------------------------------------
+
+    async def go(self, pool: EnginePool, concurrency: int, total: int) -> None:
+        self.stats = RunStats(total=total)
+        if self.progress:
+            self.progress.start(total, 0)
+        queue: asyncio.Queue[Item | None] = asyncio.Queue(maxsize=2 * concurrency)
+        try:
+            async with asyncio.TaskGroup() as group:
+                flusher = group.create_task(self._flush_loop())
+                workers = [group.create_task(self._worker(pool, queue)) for _ in range(concurrency)]
+                group.create_task(self._produce(queue, concurrency))
+                await asyncio.gather(*workers)
+                flusher.cancel()
+        except BaseExceptionGroup as group_error:
+            raise _first(group_error) from None
+        finally:
+            if self.progress:
+                self.progress.stop()
+
+    async def _produce(self, queue: asyncio.Queue[Item | None], workers: int) -> None:
+        for count, item in enumerate(job_items(self.job, self.fmt)):
+            if count % 1000 == 999:
+                await asyncio.sleep(0)
+            if not self._admit(item):
+                continue
+            if item.data is None:
+                self.stats.malformed += 1
+                self._fail(item, item.error or "malformed input")
+                continue
+            await queue.put(item)
+        for _ in range(workers):
+            await queue.put(None)
+
+    def _admit(self, item: Item) -> bool:
+        key = item.key
+        if key in self.done:
+            self.stats.skipped_done += 1
+        elif self.seen is not None and key in self.seen:
+            self.stats.duplicates_skipped += 1
+            return False
+        elif key in self.failed_before and not self.job.retry_failed:
+            self.stats.skipped_failed += 1
+        else:
+            if self.seen is not None:
+                self.seen.add(key)
+            return True
+        self._tick()
+        return False
+
+    async def _worker(self, pool: EnginePool, queue: asyncio.Queue[Item | None]) -> None:
+        while (item := await queue.get()) is not None:
+            await self._process(pool, item)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            for appender in (self.out, self.err):
+                if appender.due():
+                    appender.flush()
+
+    def close(self) -> None:
+        try:
+            self.out.close()
+        finally:
+            self.err.close()
+
+    # --- one item -----------------------------------------------------------------------------
+
+    async def _process(self, pool: EnginePool, item: Item) -> None:
+        meter = Meter()
+        METER.set(meter)
+        started = time.monotonic()
+        delay = 0.25
+        while True:
+            index = pool.acquire()
+            try:
+                result = await self._execute(pool.clients[index], item)
+            except Exception as exc:
+                if not unreachable(exc):
+                    self._fail(item, exc)
+                    return
+                self._check_outage(pool, exc)
+                self.stats.retries += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+                continue
+            finally:
+                pool.release(index)
+            self.outage.ok()
+            self._succeed(item, result, meter, time.monotonic() - started)
+            return
+
+    async def _execute(self, client: MeteredClient, item: Item) -> Any:
+        assert item.data is not None
+        if self.fmt == "openai":
+            return await openai_fmt.run_request(client, item.data)
+        return await run_task(client, self.job, item.data)
+
+    def _check_outage(self, pool: EnginePool, exc: Exception) -> None:
+        if pool.engine_gave_up():
+            raise EngineError("the managed engine kept crashing and was given up",
+                              hint="finished items are kept; see the engine log, then re-run the same command")
+        if not self.outage.within_limit():
+            reason = exc.one_line() if isinstance(exc, TiankongError) else str(exc)
+            raise TransportError(f"the engine has been unreachable for {self.job.engine_wait_s:.0f} s ({reason})",
+                                 hint="finished items are kept: start the engine again and re-run the same command")
+
+    def _succeed(self, item: Item, result: Any, meter: Meter, latency: float) -> None:
+        if self.fmt == "openai":
+            record = openai_fmt.output_line(item.id, result)
+        else:
+            record = {"id": item.id, "task": self.job.task, "result": result, "usage": meter.to_json(),
+                      "latency_s": round(latency, 4)}
+        self.out.add(record)
+        self.done.add(item.key)
+        stats = self.stats
+        stats.processed += 1
+        stats.prompt_tokens += meter.prompt_tokens
+        stats.completion_tokens += meter.completion_tokens
+        stats.add_latency(latency)
+        self._tick()
+
+    def _fail(self, item: Item, exc: BaseException | str) -> None:
+        if self.fmt == "openai":
+            error = exc if isinstance(exc, (TiankongError, str)) else f"internal error {type(exc).__name__}: {exc}"
+            record = openai_fmt.error_line(item.id, item.line, error)
+        else:
+            record = {"id": item.id, "line": item.line, "task": self.job.task, "error": _error(exc)}
+        self.err.add(record)
+        self.stats.failed += 1
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.progress:
+            s = self.stats
+            self.progress.update(s, s.skipped_done + s.skipped_failed + s.processed + s.failed)
+
+
+def _error(exc: BaseException | str) -> dict[str, str]:
+    if isinstance(exc, str):
+        return {"type": "malformed_input", "message": exc}
+    if isinstance(exc, TiankongError):
+        return {"type": exc.type, "message": exc.one_line()}
+    return {"type": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first

@@ -1,0 +1,171 @@
+"""The output files: append-only JSONL written in whole lines, fsynced in small groups, repaired on start.
+
+* ``OUT``               one line per finished item (``{"id", "task", "result", "usage", "latency_s"}``, or the
+                        OpenAI batch output format);
+* ``OUT.errors.jsonl``  one line per failed item (an append-only log; compacted at the end of a run);
+* ``OUT.job.json``      the job that produced them (so ``batch status`` finds the input);
+* ``OUT.report.json``   the final report of the last finished run.
+
+A crash (``kill -9``) can leave a torn last line; :func:`repair` truncates the file to its last newline
+before anything else reads it, so every line that stays is a complete JSON document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .inputs import id_key
+
+CHUNK = 1 << 16
+FLUSH_AFTER_S = 0.25
+
+
+@dataclass(frozen=True)
+class OutputPaths:
+    output: Path
+
+    @property
+    def errors(self) -> Path:
+        return self.output.with_name(self.output.name + ".errors.jsonl")
+
+    @property
+    def job(self) -> Path:
+        return self.output.with_name(self.output.name + ".job.json")
+
+    @property
+    def report(self) -> Path:
+        return self.output.with_name(self.output.name + ".report.json")
+
+
+def record_key(record: dict[str, Any]) -> str:
+    """The input id a written line belongs to (``custom_id`` in the OpenAI format, else ``id``)."""
+    value = record["custom_id"] if "custom_id" in record else record.get("id")
+    return id_key(value, record.get("line"))
+
+
+def repair(path: Path) -> int:
+    """Truncate a torn last line (no trailing newline); returns the number of bytes removed."""
+    if not path.exists():
+        return 0
+    with path.open("r+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        end = size
+        while end > 0:
+            start = max(0, end - CHUNK)
+            handle.seek(start)
+            block = handle.read(end - start)
+            if end == size and block.endswith(b"\n"):
+                return 0
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                end = start + cut + 1
+                break
+            end = start
+        handle.truncate(end)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return size - end
+
+
+def iter_lines(path: Path, *, strict: bool = True) -> Iterator[dict[str, Any]]:
+    """The JSON lines of a written file (a torn last line is skipped when ``strict`` is off)."""
+    if not path.exists():
+        return
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.endswith(b"\n") and not strict:
+                return  # a torn line still being written or left by a crash
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                raise ConfigError(f"{path} line {number} is not valid JSON",
+                                  hint="the file was edited or damaged; fix or remove that line") from None
+            if isinstance(record, dict):
+                yield record
+
+
+def written_keys(path: Path, *, strict: bool = True) -> set[str]:
+    """Ids already in a written file. Memory: one key per line (ids, not records)."""
+    return {record_key(record) for record in iter_lines(path, strict=strict)}
+
+
+class Appender:
+    """Appends whole JSON lines to a file; one ``write`` and one ``fsync`` per group of lines."""
+
+    def __init__(self, path: Path, group: int = 16) -> None:
+        self.path, self.group = path, group
+        self._fd: int | None = None
+        self._pending: list[bytes] = []
+        self._first_pending = 0.0
+        self.written = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        if not self._pending:
+            self._first_pending = time.monotonic()
+        self._pending.append(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
+        if len(self._pending) >= self.group:
+            self.flush()
+
+    def due(self) -> bool:
+        return bool(self._pending) and time.monotonic() - self._first_pending >= FLUSH_AFTER_S
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        data = memoryview(b"".join(self._pending))
+        while data:
+            data = data[os.write(self._fd, data):]
+        os.fsync(self._fd)
+        self.written += len(self._pending)
+        self._pending.clear()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def compact_errors(path: Path, done: set[str]) -> int:
+    """Rewrite the error log with the last entry of each id that is still not done; returns its entries."""
+    if not path.exists():
+        return 0
+    last: dict[str, int] = {}
+    for index, record in enumerate(iter_lines(path)):
+        last[record_key(record)] = index
+    keep = {index for key, index in last.items() if key not in done}
+    if len(keep) == sum(1 for _ in iter_lines(path)):
+        return len(keep)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as handle:
+        for index, record in enumerate(iter_lines(path)):
+            if index in keep:
+                handle.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    if not keep:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return len(keep)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write a small JSON file atomically (temp file, fsync, rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    with tmp.open("rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
