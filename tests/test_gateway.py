@@ -235,3 +235,20 @@ def test_extract_task_endpoint(gateway: Served) -> None:
     for bad in ({"schema": schema}, {"text": "", "schema": schema}, {"text": "x"}):
         rejected = httpx.post(f"{gateway.url}/v1/tasks/extract", json=bad, timeout=30)
         assert rejected.status_code == 400 and rejected.json()["error"]["message"]
+
+
+# --- metrics, OpenAPI and admission through `tiankong serve` ------------------------------------------------
+
+
+def test_serve_exposes_metrics_openapi_and_queue_state(gateway: Served) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4, "temperature": 0}
+    assert httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=120).status_code == 200
+    text = httpx.get(f"{gateway.url}/metrics", timeout=30).text
+    names = {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+    assert {"tiankong_requests_total", "tiankong_request_duration_seconds_count", "tiankong_queue_depth",
+            "tiankong_engine_rss_bytes", "tiankong_engine_restarts_total"} <= names
+    assert "/v1/tasks/classify" in httpx.get(f"{gateway.url}/openapi.json", timeout=10).json()["paths"]
+    health = httpx.get(f"{gateway.url}/health", timeout=10).json()
+    assert health["status"] == "ok" and health["queued"] == 0

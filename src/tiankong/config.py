@@ -28,6 +28,9 @@ class EngineSettings(_Strict):
     cache_ram_mib: int = Field(0, ge=0)
     startup_timeout_s: float = Field(180.0, gt=0)
     restart_after_requests: int | None = Field(None, ge=1)
+    wedge_check_s: float = Field(10.0, ge=0, description="probe /slots this often; 0 turns wedge detection off")
+    wedge_probe_timeout_s: float = Field(5.0, gt=0)
+    wedge_failures: int = Field(3, ge=1, description="consecutive unanswered probes before a restart")
     llama_server: str | None = None
     extra_args: list[str] = Field(default_factory=list)
 
@@ -36,7 +39,13 @@ class ServerSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     api_keys: list[str] = Field(default_factory=list, description="plain keys or 'sha256:<hex>' hashes")
-    request_timeout_s: float = Field(600.0, gt=0)
+    request_timeout_s: float = Field(600.0, gt=0, description="per-request deadline, queue wait included")
+    max_in_flight: int | None = Field(None, ge=1, description="requests sent to the engine at once; default: slots")
+    queue_size: int | None = Field(None, ge=0, description="requests waiting for a slot; default: 2 x slots")
+    keepalive_s: float = Field(10.0, gt=0, description="SSE comment after this long without data")
+    stream_idle_timeout_s: float = Field(120.0, gt=0, description="close a stream idle (either side) this long")
+    engine_retry_wait_s: float = Field(30.0, ge=0, description="wait this long for a restarted engine to retry")
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     log_prompts: bool = False
 
 

@@ -1,8 +1,9 @@
 """The gateway's ASGI app: an OpenAI-compatible front for a managed llama-server.
 
-Thin on purpose for now: ``/health``, ``/v1/models``, ``/v1/chat/completions``, ``/v1/completions``,
-``/v1/embeddings`` with streaming passthrough, API-key auth, and OpenAI-shaped error bodies for
-everything that goes wrong (never a traceback, never a bare 500 page).
+Routes: ``/health``, ``/metrics``, ``/openapi.json``, ``/v1/models``, ``/v1/chat/completions``,
+``/v1/completions``, ``/v1/embeddings`` (streaming passthrough) and ``/v1/tasks/*``. Every POST goes through
+the same pipeline (auth, bounded body, admission, deadline, disconnect, metrics; see ``pipeline.py``), and
+everything that goes wrong is an OpenAI-shaped error body (never a traceback, never a bare 500 page).
 """
 
 from __future__ import annotations
@@ -10,47 +11,89 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..api import AsyncClient
-from ..client._shared import is_stale_connection
-from ..errors import ServerError, TiankongError
-from .structured_routes import extract_task, structured_chat, tiankong_error_response, wants_structured
+from ..engine import EngineProcess
+from ..errors import TiankongError
+from .admission import Admission, EngineHandle
+from .metrics import Call, GatewayMetrics
+from .openapi import build_openapi
+from .pipeline import Pipeline
+from .responses import error_response
+from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
 from .task_routes import run_task
+from .upstream import note_json
+
+__all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-
-
-def error_response(status: int, message: str, type_: str, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"message": message, "type": type_, "code": code or type_}}
-    return JSONResponse(body, status_code=status, headers=headers)
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def hash_key(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
+def _ready() -> str:
+    return "ready"
+
+
 @dataclass
 class GatewayState:
-    """What the routes need: where the engine is, what it serves, who may call."""
+    """What the routes need: where the engine is, what it serves, who may call, how much it may take."""
 
     upstream_url: str
     model_name: str
     aliases: list[str] = field(default_factory=list)
     api_key_hashes: list[str] = field(default_factory=list)
-    engine_state: Callable[[], str] = lambda: "ready"
+    engine_state: Callable[[], str] = _ready
     request_timeout_s: float = 600.0
+    slots: int = 2
+    max_in_flight: int | None = None  # default: slots
+    queue_size: int | None = None  # default: 2 x slots
+    keepalive_s: float = 10.0
+    stream_idle_timeout_s: float = 120.0
+    engine_retry_wait_s: float = 30.0
+    max_body_bytes: int = MAX_BODY_BYTES
+    engine_url: Callable[[], str] | None = None  # default: upstream_url (fixed)
+    engine_pid: Callable[[], int | None] | None = None
+    engine_restarts: Callable[[], int] | None = None
+    count_request: Callable[[], bool] | None = None
+    recycle: Callable[[], None] | None = None
+    engine: EngineHandle = field(init=False)
+
+    def __post_init__(self) -> None:
+        limit = self.max_in_flight or self.slots
+        queue = 2 * self.slots if self.queue_size is None else self.queue_size
+        handle = EngineHandle(name=self.model_name, url=self.engine_url or (lambda: self.upstream_url),
+                              state=lambda: self.engine_state(), admission=Admission(limit, queue),
+                              count_request=self.count_request, recycle=self.recycle)
+        if self.engine_pid is not None:
+            handle.pid = self.engine_pid
+        if self.engine_restarts is not None:
+            handle.restarts = self.engine_restarts
+        self.engine = handle
+
+    @classmethod
+    def for_engine(cls, engine: EngineProcess, model_name: str, **settings: Any) -> GatewayState:
+        """State wired to a supervised engine: its current URL, state, pid, restarts and recycling."""
+        count, recycle = _recycler(engine)
+        return cls(upstream_url=engine.url, model_name=model_name, engine_state=lambda: engine.state.value,
+                   engine_url=lambda: engine.url, engine_pid=lambda: engine.pid,
+                   engine_restarts=lambda: engine.restarts, slots=engine.config.slots,
+                   count_request=count, recycle=recycle, **settings)
+
+    def engines(self) -> list[EngineHandle]:
+        return [self.engine]
 
     def serves(self, model: Any) -> bool:
         if model in (None, ""):
@@ -67,13 +110,36 @@ class GatewayState:
         return bool(token) and any(hmac.compare_digest(offered, known) for known in self.api_key_hashes)
 
 
-async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        return error_response(413, f"request body larger than {MAX_BODY_BYTES} bytes", "invalid_request_error",
-                              "body_too_large")
+def _recycler(engine: EngineProcess) -> tuple[Callable[[], bool] | None, Callable[[], None] | None]:
+    limit = engine.restart_after_requests
+    if not limit:
+        return None, None
+
+    def count() -> bool:
+        engine.requests_since_start += 1
+        return engine.requests_since_start >= limit
+
+    def recycle() -> None:
+        engine.restart(f"restart after {limit} requests")
+
+    return count, recycle
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any] | JSONResponse:
+    """The body as a JSON object, read no further than ``limit`` bytes."""
+    too_large = error_response(413, f"request body larger than {limit} bytes", "invalid_request_error",
+                               "body_too_large")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return too_large
+        chunks.append(chunk)
     try:
-        body = json.loads(raw.decode("utf-8"))
+        body = json.loads(b"".join(chunks).decode("utf-8"))
     except UnicodeDecodeError:
         return error_response(400, "request body is not valid UTF-8", "invalid_request_error", "invalid_utf8")
     except ValueError as exc:
@@ -83,87 +149,107 @@ async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
     return body
 
 
+def unauthorized() -> JSONResponse:
+    return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
+
+
 def create_app(state: GatewayState) -> Starlette:
-    http: dict[str, httpx.AsyncClient] = {}
-    clients: dict[str, AsyncClient] = {}
+    metrics = GatewayMetrics(state.engines)
+    pipes: dict[str, Pipeline] = {}
+    openapi = build_openapi()
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=2.0)
-        http["c"] = httpx.AsyncClient(base_url=state.upstream_url, timeout=state.request_timeout_s, limits=limits)
-        clients["c"] = AsyncClient(state.upstream_url, timeout_s=state.request_timeout_s)
+        pipes["p"] = Pipeline(state.engine, metrics, timeout_s=state.request_timeout_s,
+                              keepalive_s=state.keepalive_s, idle_timeout_s=state.stream_idle_timeout_s,
+                              retry_wait_s=state.engine_retry_wait_s)
         yield
-        await http["c"].aclose()
-        await clients["c"].close()
+        await pipes["p"].close()
 
-    async def guarded(request: Request) -> dict[str, Any] | Response:
+    async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
         """Auth, JSON body, model and engine checks shared by every POST route."""
         if not state.authorized(request):
-            return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
-        body = await _json_body(request)
+            return unauthorized()
+        body = await read_json(request, state.max_body_bytes)
         if isinstance(body, JSONResponse):
             return body
         if not state.serves(body.get("model")):
             return error_response(404, f"model {body.get('model')!r} is not served here; available: "
                                   f"{state.model_name}", "invalid_request_error", "model_not_found")
-        if state.engine_state() != "ready":
-            return error_response(503, "the engine is not ready; retry shortly", "engine_error",
+        if state.engine.state() not in ("ready", "starting") and not state.engine.recycling:
+            return error_response(503, f"the engine is {state.engine.state()}; retry shortly", "engine_error",
                                   "engine_unavailable", headers={"Retry-After": "2"})
-        body["model"] = state.model_name
+        body["model"] = call.model = state.model_name
         return body
 
-    async def extract(request: Request) -> Response:
-        body = await guarded(request)
+    async def admitted(request: Request, call: Call, work: Callable[[dict[str, Any]], Awaitable[Response]]) -> Response:
+        pipe = pipes["p"]
+        body = await guarded(request, call)
         if isinstance(body, Response):
-            return body
-        try:
-            return await extract_task(clients["c"], body)
-        except TiankongError as exc:
-            return _error_for(exc)
+            return pipe.done(call, body)
+        return await pipe.run(request, call, lambda: work(body))
+
+    async def extract(request: Request) -> Response:
+        call = Call("/v1/tasks/extract")
+        upstream = pipes["p"].upstream
+        return await admitted(request, call, lambda body: upstream.run_client(
+            call, lambda client: extract_task(client, body, call.note_answer)))
 
     async def task(request: Request) -> Response:
         name = request.path_params["task"]
         if name not in TASK_BODIES:
-            return error_response(404, f"unknown task {name!r}; tasks: extract, {', '.join(TASK_BODIES)}",
-                                  "invalid_request_error", "not_found")
-        body = await guarded(request)
-        if isinstance(body, Response):
-            return body
-        try:
-            return JSONResponse(await run_task(clients["c"], name, body))
-        except TiankongError as exc:
-            return _error_for(exc)
+            return pipes["p"].done(Call("/v1/tasks/{task}"), error_response(
+                404, f"unknown task {name!r}; tasks: extract, {', '.join(TASK_BODIES)}", "invalid_request_error",
+                "not_found"))
+        call = Call(f"/v1/tasks/{name}")
+        upstream = pipes["p"].upstream
+
+        async def work(client: Any, body: dict[str, Any]) -> Response:
+            return note_json(call, JSONResponse(await run_task(client, name, body)))
+
+        return await admitted(request, call, lambda body: upstream.run_client(call, lambda c: work(c, body)))
+
+    def proxy(path: str) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            call, pipe = Call(path), pipes["p"]
+            body = await guarded(request, call)
+            if isinstance(body, Response):
+                return pipe.done(call, body)
+            if path == "/v1/chat/completions" and wants_structured(body):
+                return await pipe.run(request, call, lambda: pipe.upstream.run_client(
+                    call, lambda client: structured_chat(client, body, state.model_name, call.note_answer)))
+            if body.get("stream"):
+                return pipe.stream(call, path, body)
+            return await pipe.run(request, call, lambda: pipe.upstream.forward(call, path, body))
+
+        return handler
 
     async def health(_: Request) -> Response:
-        engine = state.engine_state()
-        return JSONResponse({"status": "ok" if engine == "ready" else "unavailable", "engine": engine,
-                             "model": state.model_name}, status_code=200 if engine == "ready" else 503)
+        engine = state.engine
+        status = engine.state()
+        return JSONResponse({"status": "ok" if status == "ready" else "unavailable", "engine": status,
+                             "model": state.model_name, "in_flight": engine.admission.in_flight,
+                             "queued": engine.admission.waiting}, status_code=200 if status == "ready" else 503)
 
     async def models(request: Request) -> Response:
         if not state.authorized(request):
-            return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
+            return unauthorized()
         data = [{"id": name, "object": "model", "owned_by": "tiankong", "created": 0}
                 for name in [state.model_name, *state.aliases]]
         return JSONResponse({"object": "list", "data": data})
 
-    def proxy(path: str) -> Callable[[Request], Any]:
-        async def handler(request: Request) -> Response:
-            body = await guarded(request)
-            if isinstance(body, Response):
-                return body
-            if path == "/v1/chat/completions" and wants_structured(body):
-                try:
-                    return await structured_chat(clients["c"], body, state.model_name)
-                except TiankongError as exc:
-                    return _error_for(exc)
-            if body.get("stream"):
-                return await _stream(http["c"], path, body)
-            return await _forward(http["c"], path, body)
+    async def metrics_route(request: Request) -> Response:
+        if not state.authorized(request):
+            return unauthorized()
+        return Response(await metrics.scrape(pipes["p"].upstream.http), media_type=PROMETHEUS_TYPE)
 
-        return handler
+    async def openapi_route(_: Request) -> Response:
+        return JSONResponse(openapi)
 
     routes = [
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics_route, methods=["GET"]),
+        Route("/openapi.json", openapi_route, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/chat/completions", proxy("/v1/chat/completions"), methods=["POST"]),
         Route("/v1/completions", proxy("/v1/completions"), methods=["POST"]),
@@ -171,76 +257,12 @@ def create_app(state: GatewayState) -> Starlette:
         Route("/v1/tasks/extract", extract, methods=["POST"]),
         Route("/v1/tasks/{task}", task, methods=["POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),
         405: lambda r, e: error_response(405, f"method {r.method} not allowed on {r.url.path}",
                                          "invalid_request_error", "method_not_allowed"),
         TiankongError: lambda r, e: error_response(e.http_status, e.one_line(), e.type),
         Exception: lambda r, e: error_response(500, f"internal error: {type(e).__name__}", "server_error"),
     })
-
-
-def _error_for(exc: TiankongError) -> JSONResponse:
-    if isinstance(exc, ServerError) and 400 <= exc.status < 500:
-        return error_response(400, exc.one_line(), "invalid_request_error", "upstream_rejected")
-    return tiankong_error_response(exc)
-
-
-async def _send(http: httpx.AsyncClient, path: str, body: dict[str, Any], stream: bool) -> httpx.Response:
-    """Send once more when a reused keep-alive connection was closed before any answer (it was never read)."""
-    request = http.build_request("POST", path, json=body)
-    try:
-        return await http.send(request, stream=stream)
-    except httpx.RemoteProtocolError as exc:
-        if not is_stale_connection(exc):
-            raise
-        return await http.send(request, stream=stream)
-
-
-async def _forward(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Response:
-    try:
-        upstream = await _send(http, path, body, stream=False)
-    except httpx.TimeoutException:
-        return error_response(504, "the engine did not answer in time", "engine_error", "engine_timeout")
-    except httpx.HTTPError as exc:
-        return error_response(503, f"the engine is unreachable ({type(exc).__name__}); retry shortly",
-                              "engine_error", "engine_unavailable", headers={"Retry-After": "2"})
-    if upstream.status_code >= 400:
-        return _upstream_error(upstream.status_code, upstream.content)
-    return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
-
-
-def _upstream_error(status: int, content: bytes) -> JSONResponse:
-    try:
-        err = json.loads(content).get("error", {})
-        message = err.get("message") if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        message = content.decode("utf-8", "replace")[:300]
-    type_ = "invalid_request_error" if status < 500 else "engine_error"
-    return error_response(status, message or f"engine answered HTTP {status}", type_)
-
-
-async def _stream(http: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Response:
-    try:
-        upstream = await _send(http, path, body, stream=True)
-    except httpx.HTTPError as exc:
-        return error_response(503, f"the engine is unreachable ({type(exc).__name__}); retry shortly",
-                              "engine_error", "engine_unavailable", headers={"Retry-After": "2"})
-    if upstream.status_code >= 400:
-        content = await upstream.aread()
-        await upstream.aclose()
-        return _upstream_error(upstream.status_code, content)
-
-    async def relay() -> AsyncIterator[bytes]:
-        try:
-            async for chunk in upstream.aiter_raw():
-                yield chunk
-        except httpx.HTTPError:
-            error = {"error": {"message": "the engine stream broke off", "type": "engine_error",
-                               "code": "engine_unavailable"}}
-            yield f"data: {json.dumps(error)}\n\n".encode()
-        finally:
-            await upstream.aclose()  # also runs when the client disconnects: cancels the engine request
-
-    return StreamingResponse(relay(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    app.state.metrics = metrics
+    return app

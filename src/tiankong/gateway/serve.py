@@ -13,6 +13,7 @@ from ..engine.process import port_in_use
 from ..errors import ConfigError, PortInUse
 from ..models import resolve_installed
 from .app import GatewayState, create_app, hash_key
+from .supervise import WedgeWatch
 
 
 def is_loopback(host: str) -> bool:
@@ -55,19 +56,35 @@ def start_engine(config: TiankongConfig) -> tuple[EngineProcess, str]:
     return engine.start(), record.name
 
 
+def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> GatewayState:
+    server = config.server
+    return GatewayState.for_engine(
+        engine, name, api_key_hashes=key_hashes(server.api_keys), request_timeout_s=server.request_timeout_s,
+        max_in_flight=server.max_in_flight, queue_size=server.queue_size, keepalive_s=server.keepalive_s,
+        stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
+        max_body_bytes=server.max_body_bytes,
+    )
+
+
 def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
     """Run until interrupted; the engine is stopped on every way out."""
     check_bind(config)
     engine, name = start_engine(config)
+    settings = config.engine
+    watch = WedgeWatch(engine, interval_s=settings.wedge_check_s, timeout_s=settings.wedge_probe_timeout_s,
+                       failures=settings.wedge_failures, log=log)
     try:
         log(f"engine ready: {name} ({engine.ready_seconds:.1f} s, pid {engine.pid}, {engine.url})")
-        state = GatewayState(
-            upstream_url=engine.url, model_name=name, api_key_hashes=key_hashes(config.server.api_keys),
-            engine_state=lambda: engine.state.value, request_timeout_s=config.server.request_timeout_s,
-        )
-        log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops both)")
+        if settings.wedge_check_s > 0:
+            watch.start()
+        state = gateway_state(config, engine, name)
+        admission = state.engine.admission
+        log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops both); "
+            f"{admission.limit} in flight, queue {admission.queue_size}")
         uvicorn.run(create_app(state), host=config.server.host, port=config.server.port,
                     log_level="warning", access_log=config.server.log_prompts, timeout_graceful_shutdown=5)
     finally:
+        if settings.wedge_check_s > 0:
+            watch.stop()
         engine.stop()
         log("engine stopped")

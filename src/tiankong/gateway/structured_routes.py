@@ -12,14 +12,19 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..api import AsyncClient
-from ..errors import ConfigError, InvalidSchema, TiankongError
+from ..errors import ConfigError, InvalidSchema
 from ..structured import Structured
+from .responses import tiankong_error_response
+
+__all__ = ["extract_task", "structured_chat", "tiankong_error_response", "wants_structured"]
+#: told about every validated answer: {"usage": {...}, "attempts": n} (for metrics)
+Observer = Callable[[dict[str, Any]], None]
 
 
 def wants_structured(body: dict[str, Any]) -> bool:
@@ -44,7 +49,13 @@ def _usage(result: Structured[Any]) -> dict[str, int]:
             "total_tokens": result.usage.total_tokens}
 
 
-async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name: str) -> Response:
+def _observe(observe: Observer | None, result: Structured[Any]) -> None:
+    if observe is not None:
+        observe({"usage": _usage(result), "attempts": result.attempts})
+
+
+async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
+                          observe: Observer | None = None) -> Response:
     schema = schema_from_response_format(body["response_format"])
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -53,6 +64,7 @@ async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name:
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ConfigError("max_tokens must be a positive integer")
     result = await client.generate(messages, schema=schema, max_tokens=max_tokens)
+    _observe(observe, result)
     content = json.dumps(result.data, ensure_ascii=False, separators=(",", ":"))
     created = int(time.time())
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -84,7 +96,7 @@ def _stream_once(completion_id: str, created: int, model: str, content: str, usa
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
-async def extract_task(client: AsyncClient, body: dict[str, Any]) -> Response:
+async def extract_task(client: AsyncClient, body: dict[str, Any], observe: Observer | None = None) -> Response:
     text, schema = body.get("text"), body.get("schema")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("'text' must be a non-empty string")
@@ -94,11 +106,7 @@ async def extract_task(client: AsyncClient, body: dict[str, Any]) -> Response:
     if instructions is not None and not isinstance(instructions, str):
         raise ConfigError("'instructions' must be a string")
     result = await client.extract_result(text, schema, instructions=instructions)
+    _observe(observe, result)
     return JSONResponse({"data": result.data, "attempts": result.attempts, "usage": _usage(result),
                          "enforced_by_validation": result.unenforced})
 
-
-def tiankong_error_response(exc: TiankongError) -> JSONResponse:
-    code = exc.type
-    return JSONResponse({"error": {"message": exc.one_line(), "type": exc.type, "code": code}},
-                        status_code=exc.http_status)

@@ -1,0 +1,124 @@
+"""Admission control for one engine: a bounded number in flight, a bounded FIFO queue behind it.
+
+llama-server queues without bound; the gateway does not. At most ``limit`` requests (the engine's slots)
+are sent to the engine at once, at most ``queue_size`` wait for a slot, and everything beyond that is
+refused at once (HTTP 429 with ``Retry-After``), so a burst costs the client a retry, not an unbounded wait.
+
+:class:`EngineHandle` is what the gateway knows about one engine, as callables (so a restarted engine's new
+port and pid are always current). A future engine pool is a list of handles, each with its own admission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+class QueueFull(Exception):
+    """No slot free and the waiting queue is full."""
+
+
+class Admission:
+    """A FIFO semaphore with a bounded waiting line and a service-time estimate for ``Retry-After``."""
+
+    def __init__(self, limit: int, queue_size: int) -> None:
+        if limit < 1 or queue_size < 0:
+            raise ValueError("limit must be >= 1 and queue_size >= 0")
+        self.limit = limit
+        self.queue_size = queue_size
+        self.in_flight = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._paused = False
+        self._service_s = 1.0  # EWMA of the time a request holds a slot
+        self._idle: asyncio.Event | None = None
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def has_room(self) -> bool:
+        return self._free() or len(self._waiting) < self.queue_size
+
+    def retry_after_s(self) -> int:
+        """Seconds until a retry has a fair chance: the queue ahead drained at the observed service rate."""
+        estimate = self._service_s * (len(self._waiting) + 1) / self.limit
+        return max(1, min(60, math.ceil(estimate)))
+
+    async def acquire(self) -> None:
+        """Take a slot, waiting in line if needed; :class:`QueueFull` when the line is full."""
+        if self._free() and not self._waiting:
+            self.in_flight += 1
+            return
+        if len(self._waiting) >= self.queue_size:
+            raise QueueFull
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await waiter  # the releasing request counts us in before waking us
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # a slot was handed over just as we gave up: pass it on
+            else:
+                self._waiting.remove(waiter)
+            raise
+
+    def release(self, held_s: float | None = None) -> None:
+        self.in_flight -= 1
+        if held_s is not None:
+            self._service_s = 0.8 * self._service_s + 0.2 * held_s
+        self._wake()
+        if self.in_flight == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def drain(self) -> None:
+        """Stop handing out slots and wait until none is in use (for a planned engine restart)."""
+        self._paused = True
+        while self.in_flight > 0:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+        self._idle = None
+
+    def resume(self) -> None:
+        self._paused = False
+        self._wake()
+
+    def _free(self) -> bool:
+        return self.in_flight < self.limit and not self._paused
+
+    def _wake(self) -> None:
+        while self._waiting and self._free():
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                self.in_flight += 1
+                waiter.set_result(None)
+
+
+def _no_pid() -> int | None:
+    return None
+
+
+def _zero() -> int:
+    return 0
+
+
+@dataclass
+class EngineHandle:
+    """One engine as the gateway sees it: where it is, whether it is ready, how busy it may get."""
+
+    name: str
+    url: Callable[[], str]
+    state: Callable[[], str]
+    admission: Admission
+    pid: Callable[[], int | None] = _no_pid
+    restarts: Callable[[], int] = _zero
+    #: called once per finished request; returns True when the engine wants a planned restart (recycling)
+    count_request: Callable[[], bool] | None = None
+    #: the planned restart itself (blocking; run in a thread after the admission drained)
+    recycle: Callable[[], None] | None = None
+    recycling: bool = field(default=False, init=False)
+
+    def ready(self) -> bool:
+        return self.state() == "ready"

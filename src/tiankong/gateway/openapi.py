@@ -1,0 +1,96 @@
+"""``GET /openapi.json``: an OpenAPI 3.1 document for every gateway route.
+
+Task request bodies come from the Pydantic models the routes validate with, so the document cannot drift
+from what is accepted. Every error is the OpenAI shape ``{"error": {"message", "type", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from .task_routes import BODIES
+
+REF = "#/components/schemas/{model}"
+JSON = "application/json"
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["message", "type", "code"], "properties": {
+        "message": {"type": "string"},
+        "type": {"type": "string", "examples": ["invalid_request_error", "rate_limit_exceeded", "engine_error"]},
+        "code": {"type": "string", "examples": ["invalid_json", "queue_full", "deadline_exceeded"]},
+    }}},
+}
+MESSAGES = {"type": "array", "items": {"type": "object", "required": ["role"], "properties": {
+    "role": {"type": "string"}, "content": {}}}}
+SAMPLING = {"model": {"type": "string"}, "max_tokens": {"type": "integer", "minimum": 1},
+            "temperature": {"type": "number"}, "seed": {"type": "integer"}, "stream": {"type": "boolean"},
+            "stop": {}}
+CHAT_BODY = {"type": "object", "required": ["messages"], "additionalProperties": True, "properties": {
+    "messages": MESSAGES, **SAMPLING, "response_format": {"type": "object", "description": "json_schema / "
+                                                          "json_object answers are validated (fail closed)"}}}
+COMPLETION_BODY = {"type": "object", "required": ["prompt"], "additionalProperties": True,
+                   "properties": {"prompt": {}, **SAMPLING}}
+EMBEDDING_BODY = {"type": "object", "required": ["input"], "properties": {"input": {}, "model": {"type": "string"}}}
+EXTRACT_BODY = {"type": "object", "required": ["text", "schema"], "additionalProperties": False, "properties": {
+    "text": {"type": "string", "minLength": 1}, "schema": {"type": "object", "description": "a JSON Schema"},
+    "instructions": {"type": "string"}, "model": {"type": "string"}}}
+EXTRACT_ANSWER = {"type": "object", "required": ["data", "attempts", "usage"],
+                  "properties": {"data": {}, "attempts": {"type": "integer"}, "usage": {"type": "object"}}}
+
+ERRORS = {
+    "400": "malformed JSON, invalid UTF-8, wrong types, invalid schema", "401": "missing or invalid API key",
+    "404": "unknown model or route", "413": "request body too large or input too long",
+    "422": "the model's answer could not be made valid", "429": "queue full (see Retry-After)",
+    "503": "engine unavailable or failed (see Retry-After)", "504": "request deadline passed",
+}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    chosen = codes or tuple(ERRORS)
+    return {code: {"description": ERRORS[code], "content": {JSON: {"schema": {"$ref": REF.format(model="Error")}}}}
+            for code in chosen}
+
+
+def _post(summary: str, body: dict[str, Any], answer: dict[str, Any], *, stream: bool = False) -> dict[str, Any]:
+    ok: dict[str, Any] = {JSON: {"schema": answer}}
+    if stream:
+        ok["text/event-stream"] = {"schema": {"type": "string", "description": "SSE chunks, then data: [DONE]"}}
+    return {"post": {"summary": summary, "requestBody": {"required": True, "content": {JSON: {"schema": body}}},
+                     "responses": {"200": {"description": "OK", "content": ok}, **_errors()}}}
+
+
+def _get(summary: str, answer: dict[str, Any], *errors: str, media: str = JSON) -> dict[str, Any]:
+    return {"get": {"summary": summary, "responses": {
+        "200": {"description": "OK", "content": {media: {"schema": answer}}}, **_errors(*errors)}}}
+
+
+def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0") -> dict[str, Any]:
+    refs, schemas = models_json_schema([(model, "validation") for model in BODIES.values()], ref_template=REF)
+    components = dict(schemas.get("$defs", {}))
+    obj = {"type": "object"}
+    paths: dict[str, Any] = {
+        "/health": _get("Engine readiness (503 while the engine is not ready)", obj, "503"),
+        "/metrics": _get("Prometheus metrics", {"type": "string"}, "401", media="text/plain"),
+        "/openapi.json": _get("This document", obj),
+        "/v1/models": _get("Served models", obj, "401"),
+        "/v1/chat/completions": _post("OpenAI chat completions (streaming, validated structured output)",
+                                      CHAT_BODY, obj, stream=True),
+        "/v1/completions": _post("OpenAI text completions", COMPLETION_BODY, obj, stream=True),
+        "/v1/embeddings": _post("OpenAI embeddings", EMBEDDING_BODY, obj),
+        "/v1/tasks/extract": _post("Schema-validated extraction", EXTRACT_BODY, EXTRACT_ANSWER),
+    }
+    for task, model in BODIES.items():
+        paths[f"/v1/tasks/{task}"] = _post(f"The {task} task", dict(refs[(model, "validation")]), obj)
+    components["Error"] = ERROR_SCHEMA
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": version,
+                 "description": "OpenAI-compatible gateway in front of llama-server, plus pipeline tasks."},
+        "paths": paths,
+        "components": {"schemas": components,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}, {}],
+    }

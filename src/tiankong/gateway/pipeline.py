@@ -1,0 +1,162 @@
+"""The life of one gateway request: admission, deadline, client disconnect, metrics, planned restarts.
+
+* Admission: a request that finds no slot and no room in the queue is refused at once (429, ``Retry-After``).
+* Deadline: ``request_timeout_s`` covers the queue wait and the engine's work; past it the client gets 504
+  and the engine request is cancelled.
+* Disconnect: the client going away (streaming or not) cancels the work, which closes the engine request.
+* Recycling: when the engine asks for a planned restart (``restart_after_requests``), admission drains,
+  the engine restarts, and queued requests continue on the new engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive
+
+from .admission import EngineHandle, QueueFull
+from .metrics import Call, GatewayMetrics
+from .responses import deadline_exceeded, queue_full
+from .streaming import DeferredSSE, Item, wait_disconnect
+from .upstream import Upstream
+
+T = TypeVar("T")
+CLIENT_GONE = 499  # nginx's "client closed request"; only ever seen in metrics
+log = logging.getLogger("tiankong.gateway")
+
+
+async def until_disconnect(receive: Receive, work: Awaitable[T]) -> T | None:
+    """Run ``work`` unless the client disconnects first (then cancel it and return None)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return None if task.cancelled() else task.result()
+
+
+class Pipeline:
+    """Admission, deadline, disconnect and metrics around the routes' work, for one engine."""
+
+    def __init__(self, handle: EngineHandle, metrics: GatewayMetrics, *, timeout_s: float, keepalive_s: float,
+                 idle_timeout_s: float, retry_wait_s: float) -> None:
+        self.handle = handle
+        self.metrics = metrics
+        self.timeout_s = timeout_s
+        self.keepalive_s = keepalive_s
+        self.idle_timeout_s = idle_timeout_s
+        self.upstream = Upstream(handle, timeout_s, retry_wait_s)
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await self.upstream.close()
+
+    def done(self, call: Call, response: Response) -> Response:
+        self.metrics.finish(call, response.status_code)
+        return response
+
+    def reject(self, call: Call) -> Response:
+        call.rejected = "queue_full"
+        admission = self.handle.admission
+        return queue_full(admission.retry_after_s(), admission.waiting)
+
+    async def run(self, request: Request, call: Call, work: Callable[[], Awaitable[Response]]) -> Response:
+        """A request answered in one piece."""
+        call.engine = self.handle.name
+        if not self.handle.admission.has_room():
+            return self.done(call, self.reject(call))
+        response = await until_disconnect(request.receive, self._deadlined(call, work))
+        if response is None:
+            self.metrics.finish(call, CLIENT_GONE)
+            return Response(status_code=CLIENT_GONE)
+        return self.done(call, response)
+
+    def stream(self, call: Call, path: str, body: dict[str, object]) -> Response:
+        """A streamed request: admission now, the rest inside the SSE response."""
+        call.engine, call.stream = self.handle.name, True
+        if not self.handle.admission.has_room():
+            return self.done(call, self.reject(call))
+
+        def on_close(status: int, outcome: str) -> None:
+            self.metrics.finish(call, CLIENT_GONE if outcome == "disconnect" else status)
+
+        return DeferredSSE(self._stream_source(call, path, dict(body)), deadline=time.monotonic() + self.timeout_s,
+                           timeout_s=self.timeout_s, keepalive_s=self.keepalive_s,
+                           idle_timeout_s=self.idle_timeout_s, on_close=on_close)
+
+    async def _deadlined(self, call: Call, work: Callable[[], Awaitable[Response]]) -> Response:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._with_slot(call, work)
+        except TimeoutError:
+            return deadline_exceeded(self.timeout_s, "in the queue" if call.queue_wait_s is None else
+                                     "while the engine worked")
+
+    async def _with_slot(self, call: Call, work: Callable[[], Awaitable[Response]]) -> Response:
+        admission = self.handle.admission
+        waited = time.perf_counter()
+        try:
+            await admission.acquire()
+        except QueueFull:
+            return self.reject(call)
+        held = time.perf_counter()
+        call.queue_wait_s = held - waited
+        try:
+            return await work()
+        finally:
+            admission.release(time.perf_counter() - held)
+            self._after_request()
+
+    async def _stream_source(self, call: Call, path: str, body: dict[str, object]) -> AsyncGenerator[Item, None]:
+        admission = self.handle.admission
+        waited = time.perf_counter()
+        try:
+            await admission.acquire()
+        except QueueFull:
+            yield self.reject(call)
+            return
+        held = time.perf_counter()
+        call.queue_wait_s = held - waited
+        try:
+            async with contextlib.aclosing(self.upstream.relay(call, path, body)) as items:
+                async for item in items:
+                    yield item
+        finally:
+            admission.release(time.perf_counter() - held)
+            self._after_request()
+
+    # --- planned restarts ------------------------------------------------------------------------------
+
+    def _after_request(self) -> None:
+        handle = self.handle
+        if handle.count_request is None or not handle.count_request() or handle.recycling:
+            return
+        handle.recycling = True
+        task = asyncio.ensure_future(self._recycle())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _recycle(self) -> None:
+        handle = self.handle
+        try:
+            await handle.admission.drain()
+            if handle.recycle is not None:
+                await asyncio.to_thread(handle.recycle)
+        except Exception as exc:  # the watchdog takes over from here; requests get 503 meanwhile
+            log.warning("planned engine restart failed: %s", exc)
+        finally:
+            handle.recycling = False
+            handle.admission.resume()

@@ -1,0 +1,60 @@
+"""OpenAI-shaped error bodies: ``{"error": {"message", "type", "code"}}`` for every failure, on every route."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.responses import JSONResponse
+
+from ..errors import ServerError, TiankongError
+
+
+def error_body(message: str, type_: str, code: str | None = None) -> dict[str, dict[str, str]]:
+    return {"error": {"message": message, "type": type_, "code": code or type_}}
+
+
+def error_response(status: int, message: str, type_: str, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, type_, code), status_code=status, headers=headers)
+
+
+def sse_error(message: str, type_: str, code: str) -> bytes:
+    """An error as one SSE event (what a stream that already answered 200 can still say)."""
+    return f"data: {json.dumps(error_body(message, type_, code))}\n\n".encode()
+
+
+def engine_unavailable(why: str) -> JSONResponse:
+    return error_response(503, f"the engine is unavailable ({why}); retry shortly", "engine_error",
+                          "engine_unavailable", headers={"Retry-After": "2"})
+
+
+def deadline_exceeded(timeout_s: float, where: str) -> JSONResponse:
+    return error_response(504, f"request deadline of {timeout_s:g} s passed {where}", "timeout_error",
+                          "deadline_exceeded")
+
+
+def queue_full(retry_after_s: int, waiting: int) -> JSONResponse:
+    return error_response(429, f"the engine queue is full ({waiting} requests waiting); retry after "
+                          f"{retry_after_s} s", "rate_limit_exceeded", "queue_full",
+                          headers={"Retry-After": str(retry_after_s)})
+
+
+def upstream_error(status: int, content: bytes) -> JSONResponse:
+    """llama-server's own error answer, re-shaped (its 4xx stay 4xx, its 5xx become engine errors)."""
+    try:
+        err = json.loads(content).get("error", {})
+        message = err.get("message") if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        message = content.decode("utf-8", "replace")[:300]
+    type_ = "invalid_request_error" if status < 500 else "engine_error"
+    return error_response(status, message or f"engine answered HTTP {status}", type_)
+
+
+def tiankong_error_response(exc: TiankongError) -> JSONResponse:
+    return error_response(exc.http_status, exc.one_line(), exc.type, exc.type)
+
+
+def error_for(exc: TiankongError) -> JSONResponse:
+    if isinstance(exc, ServerError) and 400 <= exc.status < 500:
+        return error_response(400, exc.one_line(), "invalid_request_error", "upstream_rejected")
+    return tiankong_error_response(exc)

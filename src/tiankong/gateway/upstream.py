@@ -1,0 +1,138 @@
+"""Talking to the engine: forward a request, relay a stream, survive an engine restart.
+
+When the engine fails under a request before anything reached the client (crash, wedge restart, closed
+connection), the request waits up to ``retry_wait_s`` for the engine to be ready again and is sent once more
+(generation requests have no side effects); otherwise the client gets a 503 ``engine_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+import httpx
+from starlette.responses import JSONResponse, Response
+
+from ..api import AsyncClient
+from ..errors import OutputError, ServerError, TiankongError, TransportError
+from .admission import EngineHandle
+from .engine_http import EngineHTTPError, EnginePool, EngineResponse, EngineTimeout
+from .metrics import Call
+from .responses import engine_unavailable, error_for, error_response, upstream_error
+from .streaming import Item, SSEInspector
+
+
+class Upstream:
+    """One engine's HTTP side: the lean pool for proxied requests, httpx for probes, task clients per URL."""
+
+    def __init__(self, handle: EngineHandle, timeout_s: float, retry_wait_s: float) -> None:
+        self.handle = handle
+        self.timeout_s = timeout_s
+        self.retry_wait_s = retry_wait_s
+        self.pool = EnginePool(timeout_s)
+        self.http = httpx.AsyncClient(timeout=10.0)  # /health, /slots
+        self._clients: dict[str, AsyncClient] = {}
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.http.aclose()
+        for client in self._clients.values():
+            await client.close()
+
+    def client(self) -> AsyncClient:
+        """The task client for the engine's current URL (a restarted engine may have a new port)."""
+        url = self.handle.url()
+        if url not in self._clients:
+            self._clients[url] = AsyncClient(url, timeout_s=self.timeout_s)
+        return self._clients[url]
+
+    async def wait_for_engine(self) -> bool:
+        """True once the engine is ready and answers ``/health`` again, within ``retry_wait_s``."""
+        deadline = time.monotonic() + self.retry_wait_s
+        while time.monotonic() < deadline:
+            if self.handle.ready():
+                try:
+                    if (await self.http.get(self.handle.url() + "/health", timeout=1.0)).status_code == 200:
+                        return True
+                except httpx.HTTPError:
+                    pass
+            await asyncio.sleep(0.1)
+        return False
+
+    async def send(self, call: Call, path: str, body: dict[str, Any], stream: bool) -> EngineResponse | Response:
+        """POST to the engine; once more after an engine failure. Errors come back as OpenAI-style responses."""
+        if not self.handle.ready() and not await self.wait_for_engine():  # (re)starting: wait, bounded
+            return engine_unavailable(f"engine {self.handle.state()}")
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        for attempt in (0, 1):
+            try:
+                return await self.pool.post(self.handle.url() + path, payload, stream=stream)
+            except EngineTimeout:
+                return error_response(504, "the engine did not answer in time", "timeout_error", "engine_timeout")
+            except EngineHTTPError as exc:
+                if attempt == 1 or not await self.wait_for_engine():
+                    return engine_unavailable(str(exc))
+                call.retried = True
+        raise AssertionError("unreachable")
+
+    async def forward(self, call: Call, path: str, body: dict[str, Any]) -> Response:
+        upstream = await self.send(call, path, body, stream=False)
+        if isinstance(upstream, Response):
+            return upstream
+        if upstream.status_code >= 400:
+            return upstream_error(upstream.status_code, upstream.content)
+        with contextlib.suppress(ValueError):
+            call.note_answer(json.loads(upstream.content))
+        return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
+
+    async def relay(self, call: Call, path: str, body: dict[str, Any]) -> AsyncGenerator[Item, None]:
+        """The engine's SSE bytes as they come; an error response instead when it fails."""
+        upstream = await self.send(call, path, body, stream=True)
+        if isinstance(upstream, Response):
+            yield upstream
+            return
+        inspector = SSEInspector(call.first_token)
+        try:
+            if upstream.status_code >= 400:
+                yield upstream_error(upstream.status_code, await upstream.aread())
+                return
+            async for chunk in upstream.aiter_raw():
+                inspector.feed(chunk)
+                yield chunk
+        except EngineHTTPError as exc:
+            yield engine_unavailable(f"the stream broke off: {exc}")
+        finally:
+            await upstream.aclose()  # also on client disconnect: llama-server cancels the generation
+            call.usage, call.timings = inspector.usage, inspector.timings
+
+    async def run_client(self, call: Call, work: Callable[[AsyncClient], Awaitable[Response]]) -> Response:
+        """A task or structured-output request through the library client, retried once after an engine failure."""
+        if not self.handle.ready() and not await self.wait_for_engine():
+            return engine_unavailable(f"engine {self.handle.state()}")
+        for attempt in (0, 1):
+            try:
+                return await work(self.client())
+            except ServerError as exc:
+                return error_for(exc)
+            except TransportError as exc:
+                if attempt == 1 or not await self.wait_for_engine():
+                    return engine_unavailable(exc.one_line()) if not self.handle.ready() else error_for(exc)
+                call.retried = True
+            except OutputError as exc:
+                call.schema_failed = True
+                return error_for(exc)
+            except TiankongError as exc:
+                return error_for(exc)
+        raise AssertionError("unreachable")
+
+
+def note_json(call: Call, response: Response) -> Response:
+    """Record usage and attempts from a JSON answer built here (structured chat, tasks)."""
+    if isinstance(response, JSONResponse):
+        with contextlib.suppress(ValueError):
+            call.note_answer(json.loads(bytes(response.body)))
+    return response
