@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
 SKIP = ("models pull",)  # installs a 1.1 GB model: exercised by test_models with SmolLM2 instead
 
 
@@ -24,6 +25,19 @@ def test_python_example_runs() -> None:
 
 
 def test_cli_examples_run() -> None:
+    _remove_batch_outputs()
+    try:
+        _run_cli_examples()
+    finally:
+        _remove_batch_outputs()
+
+
+def _remove_batch_outputs() -> None:
+    for path in ROOT.glob("tickets.labelled.jsonl*"):
+        path.unlink()
+
+
+def _run_cli_examples() -> None:
     cli_block = next(block for block in blocks("sh") if block.lstrip().startswith("tiankong"))
     lines = [line.split("  #")[0].strip() for line in cli_block.splitlines() if line.strip()]
     bindir = Path(sys.executable).parent
@@ -31,9 +45,9 @@ def test_cli_examples_run() -> None:
     for line in lines:
         if any(skip in line for skip in SKIP):
             continue
-        proc = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=300,
+        proc = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=600, cwd=ROOT,
                               env={**os.environ, "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
         assert proc.returncode == 0, (line, proc.stderr)
         assert proc.stdout.strip(), line
         ran += 1
-    assert ran == 5
+    assert ran == 6
