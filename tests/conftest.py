@@ -6,7 +6,8 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,13 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str)
     assert err.startswith("error:") and len(err.splitlines()) == 1, err
     for needle in needles:
         assert needle.lower() in err.lower(), err
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0, step_s: float = 0.1) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` passed (a bounded wait, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return False

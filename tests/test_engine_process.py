@@ -5,24 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import FAKE_SERVER, pid_alive
+from conftest import FAKE_SERVER, pid_alive, wait_until
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, EngineState
 from tiankong.errors import EngineStartError, PortInUse
-
-
-def wait_until(predicate, timeout_s: float = 60.0, step_s: float = 0.1) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return False
 
 
 def fake_engine(monkeypatch: pytest.MonkeyPatch, mode: str, **kw: object) -> EngineProcess:

@@ -11,8 +11,7 @@ import json
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import FAKE_SERVER, free_port
+from conftest import FAKE_SERVER, free_port, wait_until
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.gateway import GatewayState, create_app
 from tiankong.gateway.admission import Admission, QueueFull
@@ -34,14 +33,6 @@ from tiankong.models import TEST_MODEL
 LONG = {"messages": [{"role": "user", "content": "Count from 1 to 1000, one number per line."}],
         "max_tokens": 24, "ignore_eos": True, "temperature": 0}
 
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0, step_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step_s)
-    return False
 
 
 @contextmanager

@@ -48,7 +48,7 @@ async def lead(client: AsyncClient, sentences: list[str], budget: int) -> list[s
 
 async def quality(url: str, docs: list[dict], budget: int) -> list[list[object]]:  # type: ignore[type-arg]
     rows: list[list[object]] = []
-    async with AsyncClient(url) as client:
+    async with AsyncClient(url, timeout_s=1800.0) as client:
         ratios, ours, base = [], [], []
         for doc in docs:
             text = " ".join(doc["sentences"])
@@ -64,7 +64,7 @@ async def quality(url: str, docs: list[dict], budget: int) -> list[list[object]]
 
 
 async def timed(url: str, text: str) -> tuple[float, int, int]:
-    async with AsyncClient(url) as client:
+    async with AsyncClient(url, timeout_s=1800.0) as client:
         started = time.monotonic()
         result = await client.compress(text, budget_tokens=1024, chunk_tokens=1024)
         return time.monotonic() - started, result.input_tokens, result.chunks
