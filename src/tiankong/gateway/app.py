@@ -1,6 +1,6 @@
 """The gateway's ASGI app: an OpenAI-compatible front for a managed llama-server.
 
-Routes: ``/health``, ``/metrics``, ``/openapi.json``, ``/v1/models``, ``/v1/chat/completions``,
+Routes: ``/health``, ``/metrics``, ``/openapi.json``, ``/ui`` (dashboard), ``/v1/models``, ``/v1/chat/completions``,
 ``/v1/completions``, ``/v1/embeddings`` (streaming passthrough) and ``/v1/tasks/*``. Every POST goes through
 the same pipeline (auth, bounded body, admission, deadline, disconnect, metrics; see ``pipeline.py``), and
 everything that goes wrong is an OpenAI-shaped error body (never a traceback, never a bare 500 page).
@@ -8,6 +8,7 @@ everything that goes wrong is an OpenAI-shaped error body (never a traceback, ne
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -18,12 +19,14 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..engine import EngineProcess
 from ..errors import TiankongError
 from .admission import Admission, EngineHandle
+from .dashboard import sample_forever, stats_payload
+from .dashboard_page import PAGE
 from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .pipeline import Pipeline
@@ -163,7 +166,10 @@ def create_app(state: GatewayState) -> Starlette:
         pipes["p"] = Pipeline(state.engine, metrics, timeout_s=state.request_timeout_s,
                               keepalive_s=state.keepalive_s, idle_timeout_s=state.stream_idle_timeout_s,
                               retry_wait_s=state.engine_retry_wait_s)
+        sampler = asyncio.ensure_future(sample_forever(metrics, state.engines))
         yield
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
         await pipes["p"].close()
 
     async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
@@ -246,10 +252,22 @@ def create_app(state: GatewayState) -> Starlette:
     async def openapi_route(_: Request) -> Response:
         return JSONResponse(openapi)
 
+    async def ui(_: Request) -> Response:
+        return HTMLResponse(PAGE, headers={"Cache-Control": "no-cache"})
+
+    async def ui_stats(request: Request) -> Response:
+        if not state.authorized(request):
+            return unauthorized()
+        engines = [(state.engine, [state.model_name, *state.aliases])]
+        return JSONResponse(await stats_payload(metrics, engines, pipes["p"].upstream.http),
+                            headers={"Cache-Control": "no-store"})
+
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_route, methods=["GET"]),
         Route("/openapi.json", openapi_route, methods=["GET"]),
+        Route("/ui", ui, methods=["GET"]),
+        Route("/ui/stats", ui_stats, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/chat/completions", proxy("/v1/chat/completions"), methods=["POST"]),
         Route("/v1/completions", proxy("/v1/completions"), methods=["POST"]),

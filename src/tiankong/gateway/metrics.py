@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .admission import EngineHandle
+from .stats import LiveStats
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -95,10 +96,14 @@ class GatewayMetrics:
                                    "cancelled)", ["route"], registry=r)
         self.engines = EngineCollector(engines)
         r.register(self.engines)
+        self.live = LiveStats()
 
     def finish(self, call: Call, status: int) -> None:
+        latency = time.perf_counter() - call.started
         self.requests.labels(call.route, call.model, str(status)).inc()
-        self.latency.labels(call.route).observe(time.perf_counter() - call.started)
+        self.latency.labels(call.route).observe(latency)
+        self.live.record(status, latency_s=latency, ttft_s=call_ttft(call) if status == 200 else None,
+                         tokens=call_tokens(call) if status == 200 else 0)
         if status == 499:
             self.disconnects.labels(call.route).inc()
         if call.rejected:
@@ -119,9 +124,7 @@ class GatewayMetrics:
 
     def _answer(self, call: Call) -> None:
         timings = call.timings or {}
-        ttft = call.ttft_s
-        if ttft is None and not call.stream and isinstance(timings.get("prompt_ms"), int | float):
-            ttft = (call.queue_wait_s or 0.0) + float(timings["prompt_ms"]) / 1000.0
+        ttft = call_ttft(call)
         if ttft is not None:
             self.ttft.labels(call.route).observe(ttft)
         usage = call.usage or {}
@@ -137,6 +140,23 @@ class GatewayMetrics:
     async def scrape(self, http: httpx.AsyncClient) -> bytes:
         await self.engines.refresh_slots(http)
         return generate_latest(self.registry)
+
+
+def call_ttft(call: Call) -> float | None:
+    """Streaming: the observed first token; otherwise queue wait + llama-server's ``timings.prompt_ms``."""
+    timings = call.timings or {}
+    if call.ttft_s is None and not call.stream and isinstance(timings.get("prompt_ms"), int | float):
+        return (call.queue_wait_s or 0.0) + float(timings["prompt_ms"]) / 1000.0
+    return call.ttft_s
+
+
+def call_tokens(call: Call) -> int:
+    """Completion tokens from ``usage``, else from llama-server's ``timings.predicted_n``."""
+    for source, key in ((call.usage, "completion_tokens"), (call.timings, "predicted_n")):
+        value = (source or {}).get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
 
 
 class EngineCollector(Collector):

@@ -1,0 +1,68 @@
+"""The dashboard: ``GET /ui`` (the page) and ``GET /ui/stats`` (the JSON it polls), plus the gauge sampler.
+
+The page itself is public (it holds no data); ``/ui/stats`` needs the API key when keys are configured (the
+page asks for it and sends it as a bearer token). Engine gauges are sampled once a second by a background
+task so the charts show queue depth and busy slots between polls too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from .admission import EngineHandle
+from .metrics import GatewayMetrics, process_rss_bytes
+
+SAMPLE_EVERY_S = 1.0
+
+
+def sample_engines(metrics: GatewayMetrics, engines: Callable[[], list[EngineHandle]]) -> None:
+    handles = engines()
+    metrics.live.sample(queue=sum(h.admission.waiting for h in handles),
+                        busy=sum(h.admission.in_flight for h in handles))
+
+
+async def sample_forever(metrics: GatewayMetrics, engines: Callable[[], list[EngineHandle]],
+                         interval_s: float = SAMPLE_EVERY_S) -> None:
+    """Sample the engines' queue depth and busy count until cancelled."""
+    while True:
+        sample_engines(metrics, engines)
+        await asyncio.sleep(interval_s)
+
+
+def engine_row(handle: EngineHandle, models: list[str], busy: tuple[int, int] | None) -> dict[str, Any]:
+    admission = handle.admission
+    return {
+        "name": handle.name, "models": models, "state": handle.state(),
+        "in_flight": admission.in_flight, "limit": admission.limit,
+        "queue": admission.waiting, "queue_capacity": admission.queue_size,
+        "busy_slots": busy[0] if busy else None, "slots": busy[1] if busy else None,
+        "rss_bytes": process_rss_bytes(handle.pid()), "restarts": handle.restarts(),
+    }
+
+
+async def stats_payload(metrics: GatewayMetrics, engines: list[tuple[EngineHandle, list[str]]],
+                        http: httpx.AsyncClient, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Everything the page shows, as JSON."""
+    with contextlib.suppress(Exception):  # a slow /slots only leaves the busy column empty
+        await metrics.engines.refresh_slots(http)
+    sample_engines(metrics, lambda: [handle for handle, _ in engines])
+    live = metrics.live
+    rows = [engine_row(handle, models, metrics.engines.busy.get(handle.name)) for handle, models in engines]
+    ready = any(row["state"] == "ready" for row in rows)
+    return {
+        "status": "ok" if ready else "unavailable",
+        "model": engines[0][1][0] if engines and engines[0][1] else "-",
+        "time": time.time(),
+        "uptime_s": live.clock() - live.started,
+        "totals": live.totals(),
+        "window": live.window(),
+        "series": live.series(),
+        "engines": rows,
+        **(extra or {}),
+    }
