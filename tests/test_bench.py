@@ -84,6 +84,16 @@ def test_no_steps_is_a_config_error() -> None:
         find_knee([])
 
 
+def test_llama_bench_records_become_rows() -> None:
+    from tiankong.bench.llamabench import parse_row
+
+    pp = parse_row({"n_prompt": 128, "n_gen": 0, "n_threads": 2, "samples_ts": [100.0, 120.0, 90.0]})
+    assert (pp.source, pp.prompt_tokens, pp.runs, pp.pp_tok_s, pp.pp_tok_s_min, pp.tg_tok_s) == (
+        "llama-bench", 128, 3, 100.0, 90.0, None)
+    tg = parse_row({"n_prompt": 0, "n_gen": 32, "n_threads": 1, "avg_ts": 25.0})
+    assert (tg.gen_tokens, tg.tg_tok_s, tg.pp_tok_s, tg.threads) == (32, 25.0, None, 1)
+
+
 # --- charts -----------------------------------------------------------------------------------------
 
 

@@ -90,6 +90,7 @@ class LadderReport(BaseModel):
     cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
     load_avg_1m: float = Field(default_factory=lambda: os.getloadavg()[0])
     config: LadderConfig
+    ignore_eos_used: bool = False
     steps: list[StepResult] = Field(default_factory=list)
     knee: Knee | None = None
     files: list[str] = Field(default_factory=list)
@@ -158,15 +159,16 @@ def run_ladder(config: LadderConfig) -> LadderReport:
 
 
 def _climb(info: ServerInfo, config: LadderConfig, stamp: str) -> LadderReport:
-    steps = asyncio.run(_steps(info, config))
+    steps, body = asyncio.run(_steps(info, config))
     report = LadderReport(model=info.model_id or (config.model or ""), url=info.url, server_kind=info.kind,
-                          slots=info.slots, started_at=stamp, config=config, steps=steps)
+                          slots=info.slots, started_at=stamp, config=config, steps=steps,
+                          ignore_eos_used="ignore_eos" in body)
     report.knee = find_knee(steps, min_gain=config.min_gain, p99_climb=config.p99_climb,
                             cap_fraction=config.cap_fraction)
     return report
 
 
-async def _steps(info: ServerInfo, config: LadderConfig) -> list[StepResult]:
+async def _steps(info: ServerInfo, config: LadderConfig) -> tuple[list[StepResult], dict[str, Any]]:
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     top = max(config.levels)
     limits = httpx.Limits(max_connections=top, max_keepalive_connections=top, keepalive_expiry=2.0)
@@ -179,11 +181,14 @@ async def _steps(info: ServerInfo, config: LadderConfig) -> list[StepResult]:
             steps.append(step)
             if not step.completed:
                 break  # every request failed: climbing higher measures nothing
-    return steps
+    return steps, body
 
 
 async def _warm_up(http: httpx.AsyncClient, info: ServerInfo, config: LadderConfig) -> dict[str, Any]:
-    """One uncounted request; drops ``ignore_eos`` if the server refuses it. Returns the request template."""
+    """One uncounted request; drops ``ignore_eos``/``stream_options`` if the server refuses them.
+
+    Returns the request template the steps use.
+    """
     body: dict[str, Any] = {"max_tokens": config.max_tokens, "temperature": 0, "seed": 42, "stream": True,
                             "stream_options": {"include_usage": True}}
     if info.model_id:
@@ -191,9 +196,10 @@ async def _warm_up(http: httpx.AsyncClient, info: ServerInfo, config: LadderConf
     if config.ignore_eos:
         body["ignore_eos"] = True
     result = await _one(http, body, 0)
-    if isinstance(result, int) and result == 400 and "ignore_eos" in body:
-        del body["ignore_eos"]
-        result = await _one(http, body, 0)
+    for extension in ("ignore_eos", "stream_options"):  # a strict server may refuse either (400/422)
+        if isinstance(result, int) and result in (400, 422) and extension in body:
+            del body[extension]
+            result = await _one(http, body, 0)
     if isinstance(result, int):
         hint = "pass --api-key" if result in (401, 403) else "check that the server serves /v1/chat/completions"
         raise TransportError(f"the warm-up chat completion at {info.url} answered HTTP {result}", hint=hint)
