@@ -51,11 +51,13 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 def _register() -> None:
     from . import batch_cmds, bench_cmds, engine_cmds, models_cmds, plan_cmds, run_cmds, structured_cmds, task_cmds
+    from .eval_cmds import eval_group
 
     main.add_command(engine_cmds.engine)
     main.add_command(models_cmds.models)
     main.add_command(plan_cmds.plan)
     main.add_command(batch_cmds.batch)
+    main.add_command(eval_group)
     main.add_command(bench_cmds.bench)
     for command in (run_cmds.serve, run_cmds.chat, run_cmds.run, run_cmds.doctor, structured_cmds.extract):
         main.add_command(command)

@@ -1,0 +1,241 @@
+"""The eval set format: items with an input, a task, a reference and a scorer; loaded from JSONL or YAML.
+
+Every problem in a set (a missing reference, an unknown scorer, a label that is not among the labels, a
+duplicate id) is found when the set is loaded — before any engine starts — and reported with its line
+number. See docs/evals.md for the fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import ConfigError
+
+Task = Literal["classify", "extract", "summarize", "tag", "rewrite", "redact", "chat"]
+SCORERS = ("exact", "label", "json_fields", "key_points", "similarity")
+#: Pass thresholds for scorers with a partial score (per item: ``threshold``).
+DEFAULT_THRESHOLDS = {"exact": 1.0, "label": 1.0, "json_fields": 1.0, "key_points": 1.0, "similarity": 0.3}
+MAX_LISTED = 3
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class EvalItem(BaseModel):
+    """One eval item: what to ask (``task`` + ``input`` + task keys), what is right (``reference``), how to score."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    id: str
+    task: Task = "chat"
+    input: str | list[Message]
+    reference: Any = None
+    scorer: str | None = None
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    tags: list[str] = Field(default_factory=list)
+    # --- task keys ---
+    labels: list[str] | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    instructions: str | None = None
+    words: int = Field(default=80, ge=5, le=1000)
+    system: str | None = None
+    max_tokens: int = Field(default=256, ge=1, le=8192)
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            raise ValueError("id must be a string or an integer")
+        return str(value)
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check(self) -> EvalItem:
+        if self.reference is None or self.reference == "" or self.reference == [] or self.reference == {}:
+            raise ValueError("no reference: every item needs the right answer (a label, an object, a text or a "
+                             "list of key points)")
+        self.scorer = self.scorer or default_scorer(self.task, self.reference)
+        if self.scorer not in SCORERS:
+            raise ValueError(f"unknown scorer {self.scorer!r} (use one of {', '.join(SCORERS)})")
+        self._check_task()
+        _check_reference(self.scorer, self.reference, self.labels)
+        return self
+
+    def _check_task(self) -> None:
+        if self.task != "chat" and not isinstance(self.input, str):
+            raise ValueError(f"task {self.task} needs input to be a text (messages are for task chat)")
+        if isinstance(self.input, str) and not self.input.strip():
+            raise ValueError("input is empty")
+        if isinstance(self.input, list) and (not self.input or self.input[-1].role != "user"):
+            raise ValueError("input messages must end with a user message")
+        if self.task == "classify" and (not self.labels or len(set(self.labels)) < 2):
+            raise ValueError("task classify needs at least two distinct labels")
+        if self.task == "extract" and not self.json_schema:
+            raise ValueError("task extract needs a schema (a JSON Schema object)")
+
+    @property
+    def pass_threshold(self) -> float:
+        assert self.scorer is not None
+        return self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.scorer]
+
+    def request(self) -> dict[str, Any]:
+        """What the model is asked — the part of the item that decides its output (not id, reference, scorer)."""
+        keys: tuple[str, ...] = {
+            "classify": ("labels", "instructions"), "extract": ("json_schema", "instructions"),
+            "summarize": ("words",), "tag": ("json_schema",), "chat": ("system", "max_tokens", "json_schema"),
+        }.get(self.task, ())
+        data = {"task": self.task, "input": self.model_dump(mode="json")["input"]}
+        data.update({key: getattr(self, key) for key in keys if getattr(self, key) is not None})
+        return data
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages of a ``chat`` item (a text input is one user message)."""
+        turns = ([Message(role="user", content=self.input)] if isinstance(self.input, str) else self.input)
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + [turn.model_dump() for turn in turns]
+
+
+def default_scorer(task: str, reference: Any) -> str:
+    if task == "classify":
+        return "label"
+    if task in ("extract", "tag") or isinstance(reference, dict):
+        return "json_fields"
+    if isinstance(reference, list):
+        return "key_points"
+    return "similarity"
+
+
+def _check_reference(scorer: str, reference: Any, labels: list[str] | None) -> None:
+    if scorer == "json_fields" and not isinstance(reference, dict):
+        raise ValueError("scorer json_fields needs reference to be a JSON object of the expected fields")
+    if scorer == "key_points":
+        points = reference if isinstance(reference, list) else []
+        ok = all(isinstance(p, str) and p.strip() or (isinstance(p, list) and p and all(isinstance(a, str) for a in p))
+                 for p in points)
+        if not points or not ok:
+            raise ValueError("scorer key_points needs reference to be a list of key points (strings, or lists of "
+                             "alternative strings)")
+    if scorer in ("exact", "label", "similarity") and not isinstance(reference, (str, int, float)):
+        raise ValueError(f"scorer {scorer} needs reference to be a text (or a number)")
+    if scorer == "label" and labels and str(reference) not in labels:
+        raise ValueError(f"reference {reference!r} is not one of the labels ({', '.join(labels)})")
+
+
+class EvalSet(BaseModel):
+    """A loaded, validated eval set."""
+
+    path: str
+    sha256: str
+    items: list[EvalItem]
+    lines: dict[str, int] = Field(default_factory=dict)
+
+    def tags(self) -> list[str]:
+        return sorted({tag for item in self.items for tag in item.tags})
+
+
+def load_set(path: str | Path) -> EvalSet:
+    """Read and validate a JSONL or YAML eval set; every problem is one ``ConfigError`` line."""
+    file = Path(path)
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the eval set {file}: {exc.strerror}",
+                          hint="give the path of a .jsonl or .yaml eval set (tiankong eval init PATH writes one)") \
+            from None
+    rows = _yaml_rows(file, raw) if file.suffix.lower() in (".yaml", ".yml") else _jsonl_rows(file, raw)
+    items: list[EvalItem] = []
+    lines: dict[str, int] = {}
+    problems: list[str] = []
+    for line, data in rows:
+        try:
+            item = EvalItem.model_validate(data)
+        except ValidationError as exc:
+            problems.append(f"line {line}: {_describe(exc)}")
+            continue
+        if item.id in lines:
+            problems.append(f"line {line}: duplicate id {item.id!r} (first on line {lines[item.id]})")
+            continue
+        lines[item.id] = line
+        items.append(item)
+    if problems:
+        more = f" (and {len(problems) - MAX_LISTED} more)" if len(problems) > MAX_LISTED else ""
+        raise ConfigError(f"invalid eval set {file}: {'; '.join(problems[:MAX_LISTED])}{more}",
+                          hint="see docs/evals.md for the item fields")
+    if not items:
+        raise ConfigError(f"the eval set {file} has no items", hint="add one JSON object per line")
+    return EvalSet(path=str(file), sha256=hashlib.sha256(raw).hexdigest(), items=items, lines=lines)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts: list[str] = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"] if "[" not in str(p) and p not in ("str", "int", "float"))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif error["type"] == "missing":
+            message = "missing"
+        elif isinstance(error.get("input"), bool) and error["type"] == "string_type":
+            message += " (quote it: YAML reads yes/no/on/off/true/false as booleans)"
+        part = f"{where}: {message}" if where else message
+        if part not in parts:
+            parts.append(part)
+    return "; ".join(parts[:2])
+
+
+def _jsonl_rows(file: Path, raw: bytes) -> list[tuple[int, Any]]:
+    rows = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((number, json.loads(line.decode("utf-8"))))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"invalid eval set {file}: line {number}: not valid JSON ({exc})",
+                              hint="one JSON object per line") from None
+    return rows
+
+
+def _yaml_rows(file: Path, raw: bytes) -> list[tuple[int, Any]]:
+    """Items of a YAML set (a list of items, or ``{defaults: {...}, items: [...]}``) with their line numbers."""
+    import yaml
+
+    try:
+        text = raw.decode("utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"invalid eval set {file}: not valid YAML ({' '.join(str(exc).split())})") from None
+    defaults: dict[str, Any] = {}
+    if isinstance(data, dict):
+        defaults = data.get("defaults") or {}
+        unknown = set(data) - {"defaults", "items"}
+        if unknown or not isinstance(defaults, dict):
+            raise ConfigError(f"invalid eval set {file}: the top level holds only 'defaults' (an object) and "
+                              f"'items' (a list){'; unknown: ' + ', '.join(sorted(unknown)) if unknown else ''}")
+        node = next((v for k, v in node.value if k.value == "items"), None) if node is not None else None
+        data = data.get("items")
+    if not isinstance(data, list) or node is None:
+        raise ConfigError(f"invalid eval set {file}: expected a list of items (or defaults + items)")
+    lines = [child.start_mark.line + 1 for child in node.value]
+    return [(line, {**defaults, **row} if isinstance(row, dict) else row)
+            for line, row in zip(lines, data, strict=True)]
+
+
+def cache_key(*parts: Any) -> str:
+    """A stable hash of JSON-serialisable parts (sorted keys)."""
+    text = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
