@@ -143,9 +143,10 @@ def start(name: str, args: argparse.Namespace, logs: Path) -> tuple[str, Callabl
     return server.url, server.stop
 
 
-def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
-    report = run_ladder(LadderConfig(url=url, levels=args.levels, requests_per_level=args.requests,
-                                     max_tokens=args.max_tokens, step_time_s=args.step_time))
+def measure(name: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    config = LadderConfig(url=url, levels=args.levels, requests_per_level=args.requests, max_tokens=args.max_tokens,
+                          step_time_s=args.step_time)
+    report = run_ladder(config, progress=lambda line: print(f"  {name}: {line}", file=sys.stderr, flush=True))
     return {"ignore_eos": report.ignore_eos_used, "steps": {str(s.concurrency): s.model_dump() for s in report.steps}}
 
 
@@ -218,7 +219,7 @@ def main() -> None:
             for name in order:
                 url, stop = start(name, args, Path(tmp))
                 try:
-                    rounds[name].append(measure(url, args))
+                    rounds[name].append(measure(name, url, args))
                 finally:
                     stop()
     table = summarise(rounds, args.levels)

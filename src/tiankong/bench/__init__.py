@@ -9,6 +9,7 @@ See docs/bench.md for what is measured and the knee rule.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from .common import ServerInfo, check_server
@@ -17,17 +18,19 @@ from .output import write_outputs
 from .speed import SpeedConfig, SpeedReport, SpeedRow, run_speed
 
 
-def speed_bench(config: SpeedConfig, out_dir: str | Path | None = None) -> SpeedReport:
+def speed_bench(config: SpeedConfig, out_dir: str | Path | None = None,
+                progress: Callable[[str], None] | None = None) -> SpeedReport:
     """Run ``bench speed`` and, with ``out_dir``, write speed.{json,csv,png,html} there."""
-    report = run_speed(config)
+    report = run_speed(config, progress)
     if out_dir is not None:
         write_outputs(report, out_dir)
     return report
 
 
-def ladder_bench(config: LadderConfig, out_dir: str | Path | None = None) -> LadderReport:
+def ladder_bench(config: LadderConfig, out_dir: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None) -> LadderReport:
     """Run ``bench ladder`` and, with ``out_dir``, write ladder.{json,csv,png,html} there."""
-    report = run_ladder(config)
+    report = run_ladder(config, progress)
     if out_dir is not None:
         write_outputs(report, out_dir)
     return report

@@ -18,7 +18,7 @@ import asyncio
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +29,7 @@ from ..engine.flags import default_threads
 from ..errors import ConfigError, TransportError
 from .common import ServerInfo, asse_events, check_server, chunk_text, managed_engine, percentile
 
+Progress = Callable[[str], None]
 TOPICS = ["a lighthouse keeper", "the first snow", "a lost key", "bread baking", "a night train", "river stones",
           "an old map", "a kite festival", "tea harvest", "a quiet library", "mountain weather", "a paper boat"]
 
@@ -135,8 +136,11 @@ def _bend(prev: StepResult, cur: StepResult, metric: str, min_gain: float, p99_c
     return ""
 
 
-def run_ladder(config: LadderConfig) -> LadderReport:
-    """Start the engine (``model``) or check the server (``url``), climb the levels, find the knee."""
+def run_ladder(config: LadderConfig, progress: Progress | None = None) -> LadderReport:
+    """Start the engine (``model``) or check the server (``url``), climb the levels, find the knee.
+
+    ``progress`` gets one line per finished step.
+    """
     if bool(config.model) == bool(config.url):
         raise ConfigError("pass exactly one of --model and --url", hint="--model NAME starts a managed engine")
     if not config.levels or min(config.levels) < 1:
@@ -145,21 +149,21 @@ def run_ladder(config: LadderConfig) -> LadderReport:
     started = time.monotonic()
     if config.url:
         info = check_server(config.url, api_key=config.api_key)
-        report = _climb(info, config, stamp)
+        report = _climb(info, config, stamp, progress)
     else:
         assert config.model is not None
         with managed_engine(config.model, ctx=config.slots * config.slot_ctx, slots=config.slots,
                             threads=config.threads or default_threads(), llama_server=config.llama_server) as engine:
             info = ServerInfo(url=engine.url, model_id=engine.config.alias or "", kind="llama.cpp",
                               slots=config.slots, slot_ctx=config.slot_ctx)
-            report = _climb(info, config, stamp)
+            report = _climb(info, config, stamp, progress)
         report.url = None
     report.duration_s = time.monotonic() - started
     return report
 
 
-def _climb(info: ServerInfo, config: LadderConfig, stamp: str) -> LadderReport:
-    steps, body = asyncio.run(_steps(info, config))
+def _climb(info: ServerInfo, config: LadderConfig, stamp: str, progress: Progress | None) -> LadderReport:
+    steps, body = asyncio.run(_steps(info, config, progress))
     report = LadderReport(model=info.model_id or (config.model or ""), url=info.url, server_kind=info.kind,
                           slots=info.slots, started_at=stamp, config=config, steps=steps,
                           ignore_eos_used="ignore_eos" in body)
@@ -168,7 +172,8 @@ def _climb(info: ServerInfo, config: LadderConfig, stamp: str) -> LadderReport:
     return report
 
 
-async def _steps(info: ServerInfo, config: LadderConfig) -> tuple[list[StepResult], dict[str, Any]]:
+async def _steps(info: ServerInfo, config: LadderConfig,
+                 progress: Progress | None) -> tuple[list[StepResult], dict[str, Any]]:
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     top = max(config.levels)
     limits = httpx.Limits(max_connections=top, max_keepalive_connections=top, keepalive_expiry=2.0)
@@ -179,6 +184,9 @@ async def _steps(info: ServerInfo, config: LadderConfig) -> tuple[list[StepResul
             count = max(level, config.requests_per_level or max(8, 2 * level))
             step = await _step(http, body, level, count, config.step_time_s)
             steps.append(step)
+            if progress:
+                progress(f"concurrency {level}: {step.completed}/{step.requests} ok, {step.tok_per_s:.1f} tok/s, "
+                         f"latency p99 {step.latency_p99_s:.2f} s")
             if not step.completed:
                 break  # every request failed: climbing higher measures nothing
     return steps, body

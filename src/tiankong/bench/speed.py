@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,8 +75,8 @@ class SpeedReport(BaseModel):
     files: list[str] = Field(default_factory=list)
 
 
-def run_speed(config: SpeedConfig) -> SpeedReport:
-    """Measure; the report's rows are sorted by source, threads, ctx and prompt length."""
+def run_speed(config: SpeedConfig, progress: Callable[[str], None] | None = None) -> SpeedReport:
+    """Measure; rows come by source, threads, ctx and prompt length. ``progress`` gets a line per row."""
     _validate(config)
     started = time.monotonic()
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
@@ -87,11 +88,11 @@ def run_speed(config: SpeedConfig) -> SpeedReport:
         if info.slot_ctx:
             _validate(config.model_copy(update={"ctx": [info.slot_ctx]}))
         report = SpeedReport(model=info.model_id, url=info.url, started_at=stamp, config=config)
-        report.rows = _measure(info, config, None, info.slot_ctx)
+        report.rows = _measure(info, config, None, info.slot_ctx, progress)
     else:
         assert config.model is not None
         report = SpeedReport(model=config.model, url=None, started_at=stamp, config=config)
-        report.rows = _managed(config)
+        report.rows = _managed(config, progress)
     report.duration_s = time.monotonic() - started
     return report
 
@@ -109,7 +110,7 @@ def _validate(config: SpeedConfig) -> None:
                               hint="raise --ctx or use shorter --prompt-lengths")
 
 
-def _managed(config: SpeedConfig) -> list[SpeedRow]:
+def _managed(config: SpeedConfig, progress: Callable[[str], None] | None) -> list[SpeedRow]:
     from .llamabench import llama_bench_rows
 
     assert config.model is not None
@@ -122,14 +123,15 @@ def _managed(config: SpeedConfig) -> list[SpeedRow]:
                                 llama_server=config.llama_server) as engine:
                 info = ServerInfo(url=engine.url, model_id=engine.config.alias or "", kind="llama.cpp", slots=1,
                                   slot_ctx=ctx)
-                rows += _measure(info, config, threads, ctx)
+                rows += _measure(info, config, threads, ctx, progress)
     if config.llama_bench:
         rows += llama_bench_rows(config.model, config.prompt_lengths, config.gen_tokens, threads_list,
                                  config.repeats, config.llama_server)
     return rows
 
 
-def _measure(info: ServerInfo, config: SpeedConfig, threads: int | None, ctx: int | None) -> list[SpeedRow]:
+def _measure(info: ServerInfo, config: SpeedConfig, threads: int | None, ctx: int | None,
+             progress: Callable[[str], None] | None = None) -> list[SpeedRow]:
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     lengths = sorted(set(config.prompt_lengths))
     with httpx.Client(base_url=info.url, headers=headers, timeout=config.timeout_s) as http:
@@ -139,7 +141,12 @@ def _measure(info: ServerInfo, config: SpeedConfig, threads: int | None, ctx: in
         for repeat in range(config.repeats):
             for length in lengths:
                 samples[length].append(_request(http, info, tokens[repeat:repeat + length], config.gen_tokens))
-    return [_row(threads, ctx, length, config.gen_tokens, samples[length]) for length in lengths]
+    rows = [_row(threads, ctx, length, config.gen_tokens, samples[length]) for length in lengths]
+    for row in rows:
+        if progress is not None:
+            progress(f"threads {threads or '-'}, ctx {ctx or '-'}, prompt {row.prompt_tokens}: {row.pp_tok_s:.1f} "
+                     f"prompt tok/s, {row.tg_tok_s:.1f} gen tok/s, TTFT {(row.ttft_s or 0) * 1000:.0f} ms")
+    return rows
 
 
 def _filler_tokens(http: httpx.Client, count: int) -> list[int]:

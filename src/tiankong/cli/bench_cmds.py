@@ -19,6 +19,10 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=200)
 
 
+def _progress(line: str) -> None:
+    click.echo(line, err=True)
+
+
 def _num(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None or value != value else f"{value * scale:.{digits}f}"
 
@@ -50,7 +54,7 @@ def speed_cmd(model: str | None, url: str | None, prompt_lengths: str, threads: 
         threads=parse_ints(threads, "--threads") if threads else None,
         ctx=parse_ints(ctx, "--ctx") if ctx else None, repeats=repeats, gen_tokens=gen_tokens,
         llama_bench=llama_bench, llama_server=llama_server, api_key=api_key)
-    report = B.speed_bench(config, out)
+    report = B.speed_bench(config, out, progress=_progress)
     if as_json:
         emit_json(dump(report))
         return
@@ -89,7 +93,7 @@ def ladder_cmd(model: str | None, url: str | None, slots: int, slot_ctx: int, th
         model=model, url=url, slots=slots, slot_ctx=slot_ctx, threads=threads, levels=parse_ints(levels, "--levels"),
         requests_per_level=requests_per_level, max_tokens=max_tokens, step_time_s=step_time_s,
         llama_server=llama_server, api_key=api_key)
-    report = B.ladder_bench(config, out)
+    report = B.ladder_bench(config, out, progress=_progress)
     if as_json:
         emit_json(dump(report))
         return
