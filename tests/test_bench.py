@@ -215,6 +215,16 @@ class _HtmlModels(_NotOpenAI):
         self.wfile.write(page)
 
 
+class _Unauthorized(_NotOpenAI):
+    def do_GET(self) -> None:  # noqa: N802
+        page = b'{"error": {"message": "no key", "type": "authentication_error", "code": 401}}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+
 def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -236,13 +246,19 @@ def html_models() -> Iterator[str]:
     yield from _serve(_HtmlModels)
 
 
-def test_url_that_is_not_an_openai_server(not_openai: str, html_models: str, tmp_path: Path) -> None:
+@pytest.fixture
+def needs_key() -> Iterator[str]:
+    yield from _serve(_Unauthorized)
+
+
+def test_url_that_is_not_an_openai_server(not_openai: str, html_models: str, needs_key: str, tmp_path: Path) -> None:
     out = str(tmp_path)
     assert_one_line_error(run_cli("bench", "ladder", "--url", not_openai, "--out", out), "not an OpenAI-compatible",
                           "404")
     assert_one_line_error(run_cli("bench", "speed", "--url", not_openai, "--out", out), "not an OpenAI-compatible")
     assert_one_line_error(run_cli("bench", "ladder", "--url", html_models, "--out", out), "not an OpenAI-compatible",
                           "JSON")
+    assert_one_line_error(run_cli("bench", "ladder", "--url", needs_key, "--out", out), "401", "--api-key")
     assert not list(tmp_path.iterdir())  # nothing written on failure
 
 
