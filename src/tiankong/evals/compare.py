@@ -185,7 +185,8 @@ def decide(models: list[ModelRow], baseline: str, tolerance_points: float) -> tu
         others = [m for m in models if m is not chosen and m.model_bytes < chosen.model_bytes]
         if others:
             worst_gap = 100 * (chosen.accuracy - max(m.accuracy for m in others))
-            why += f", and every smaller model is more than {tolerance_points:g} points behind ({worst_gap:+.1f})"
+            why += (f", and every smaller model is more than {tolerance_points:g} points behind (the closest by "
+                    f"{worst_gap:.1f})")
     else:
         why = (f"within {tolerance_points:g} points of {best.name} ({points:+.1f} points: "
                f"{100 * chosen.accuracy:.1f} % vs {100 * best.accuracy:.1f} %)")
