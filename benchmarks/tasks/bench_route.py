@@ -18,7 +18,7 @@ from common import DEFAULT_MODEL, bounded, engine, print_table
 from datasets import chatterbot_intents
 
 from tiankong import AsyncClient
-from tiankong.tasks import RouteStats
+from tiankong.tasks import RouteDecision, RouteStats
 
 ROUTES = [
     {"name": "greetings", "description": "hello, goodbye, small talk", "target": "task:reply"},
@@ -42,15 +42,26 @@ def planning(n: int, rng: random.Random) -> list[str]:
             f"and risks for each phase." for _ in range(n)]
 
 
-def build(n: int) -> list[tuple[str, str]]:
-    """(text, expected) where expected is a route name or 'escalate'."""
+def build(n: int) -> list[tuple[str, str, str]]:
+    """(text, expected, source) where expected is a route name or 'escalate'."""
     rng = random.Random(5)
     local = chatterbot_intents("english", tuple(r["name"] for r in ROUTES), n, seed=5)
     facts = chatterbot_intents("english", ("trivia", "history"), n, seed=5)
-    items = [(t, c) for t, c in local] + [(t, "escalate") for t, _ in facts]
-    items += [(t, "escalate") for t in maths(n, rng) + planning(n // 2, rng)]
+    items = [(t, c, "local") for t, c in local] + [(t, "escalate", "facts") for t, _ in facts]
+    items += [(t, "escalate", "maths") for t in maths(n, rng)]
+    items += [(t, "escalate", "planning") for t in planning(n // 2, rng)]
     rng.shuffle(items)
     return items
+
+
+def by_source(items: list[tuple[str, str, str]], decisions: list[RouteDecision]) -> list[list[object]]:
+    """Per source: how many items, how many escalated (recall for red-line sources, leak rate for local)."""
+    rows: list[list[object]] = []
+    for source in ("local", "facts", "maths", "planning"):
+        picked = [d for (_, _, src), d in zip(items, decisions, strict=True) if src == source]
+        escalated = sum(d.escalated for d in picked)
+        rows.append([source, len(picked), escalated, escalated / max(1, len(picked))])
+    return rows
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -64,12 +75,12 @@ async def run(args: argparse.Namespace) -> None:
             elapsed = time.monotonic() - started
     for decision in decisions:
         stats.record(decision)
-    should = [exp == "escalate" for _, exp in items]
+    should = [exp == "escalate" for _, exp, _ in items]
     did = [d.escalated for d in decisions]
     tp = sum(s and d for s, d in zip(should, did, strict=True))
     precision = tp / max(1, sum(did))
     recall = tp / max(1, sum(should))
-    local_items = [(exp, d) for (_, exp), d in zip(items, decisions, strict=True) if exp != "escalate"]
+    local_items = [(exp, d) for (_, exp, _), d in zip(items, decisions, strict=True) if exp != "escalate"]
     kept = [(exp, d) for exp, d in local_items if not d.escalated]
     routed_ok = sum(exp == d.route for exp, d in kept) / max(1, len(kept))
     accuracy = sum(s == d for s, d in zip(should, did, strict=True)) / len(items)
@@ -84,6 +95,8 @@ async def run(args: argparse.Namespace) -> None:
         key = d.reason.split(" (")[0].split(" <")[0] if d.escalated else "local"
         reasons[key] = reasons.get(key, 0) + 1
     print("\nreasons:", reasons)
+    print()
+    print_table(["source", "items", "escalated", "escalated share"], by_source(items, decisions))
 
 
 def main() -> None:
