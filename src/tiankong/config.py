@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
 from .models.catalog import DEFAULT_MODEL
@@ -49,9 +49,37 @@ class ServerSettings(_Strict):
     log_prompts: bool = False
 
 
+def _levels(values: list[float]) -> list[float]:
+    if len(values) > 3 or any(b < a for a, b in zip(values, values[1:], strict=False)):
+        raise ValueError("give 1 to 3 ascending thresholds: [L1, L2, L3] (fewer: the higher levels never trigger)")
+    return values
+
+
+class DegradationSettings(_Strict):
+    """Levels L0-L3 under load; each trigger is a list of thresholds [L1, L2, L3] (any trigger raises the level)."""
+
+    enabled: bool = False
+    queue_depth: list[int] = Field(default_factory=list, description="requests waiting for a slot")
+    p99_latency_s: list[float] = Field(default_factory=list, description="end-to-end p99 over window_s")
+    engine_rss_mib: list[int] = Field(default_factory=list, description="largest engine resident memory")
+    window_s: float = Field(30.0, gt=0, description="p99 latency over this many recent seconds")
+    check_interval_s: float = Field(1.0, ge=0, description="re-evaluate at most this often (0: every request)")
+    hold_s: float = Field(30.0, ge=0, description="signals must stay calm this long before stepping down a level")
+    recover_ratio: float = Field(0.8, gt=0, le=1, description="calm = below this fraction of the level's thresholds")
+    max_prompt_chars: int = Field(16000, ge=1, description="L1: prompt text (all messages) longer than this ...")
+    over_limit: Literal["reject", "truncate"] = Field("reject", description="... is refused (413) or truncated")
+    l2_max_in_flight: int = Field(1, ge=1, description="L2: requests sent to each engine at once")
+    fallback_url: str | None = Field(None, pattern=r"^http://", description="L3: an OpenAI-compatible http:// URL")
+    fallback_model: str | None = Field(None, description="L3: the model name to send to the fallback")
+    fallback_max_in_flight: int = Field(4, ge=1)
+
+    _check_queue = field_validator("queue_depth", "p99_latency_s", "engine_rss_mib")(_levels)
+
+
 class TiankongConfig(_Strict):
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
     engine: EngineSettings = Field(default_factory=lambda: EngineSettings())
+    degradation: DegradationSettings = Field(default_factory=lambda: DegradationSettings())
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:

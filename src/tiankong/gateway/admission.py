@@ -28,6 +28,7 @@ class Admission:
         if limit < 1 or queue_size < 0:
             raise ValueError("limit must be >= 1 and queue_size >= 0")
         self.limit = limit
+        self.base_limit = limit  # the configured limit; degradation (L2) may lower ``limit`` for a while
         self.queue_size = queue_size
         self.in_flight = 0
         self._waiting: deque[asyncio.Future[None]] = deque()
@@ -72,6 +73,11 @@ class Admission:
         self._wake()
         if self.in_flight == 0 and self._idle is not None:
             self._idle.set()
+
+    def set_limit(self, limit: int) -> None:
+        """Change how many may be in flight; lowering it lets running requests finish, raising it wakes waiters."""
+        self.limit = max(1, limit)
+        self._wake()
 
     async def drain(self) -> None:
         """Stop handing out slots and wait until none is in use (for a planned engine restart)."""

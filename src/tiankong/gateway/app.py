@@ -22,11 +22,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from ..config import DegradationSettings
 from ..engine import EngineProcess
 from ..errors import TiankongError
 from .admission import Admission, EngineHandle
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
+from .degrade import Degradation, cap_prompt
 from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .pipeline import Pipeline
@@ -72,7 +74,9 @@ class GatewayState:
     engine_restarts: Callable[[], int] | None = None
     count_request: Callable[[], bool] | None = None
     recycle: Callable[[], None] | None = None
+    degradation: DegradationSettings | None = None
     engine: EngineHandle = field(init=False)
+    fallback: EngineHandle | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         limit = self.max_in_flight or self.slots
@@ -85,6 +89,11 @@ class GatewayState:
         if self.engine_restarts is not None:
             handle.restarts = self.engine_restarts
         self.engine = handle
+        settings = self.degradation
+        if settings is not None and settings.fallback_url:
+            url, limit = settings.fallback_url.rstrip("/"), settings.fallback_max_in_flight
+            self.fallback = EngineHandle(name="fallback", url=lambda: url, state=_ready,
+                                         admission=Admission(limit, 2 * limit))
 
     @classmethod
     def for_engine(cls, engine: EngineProcess, model_name: str, **settings: Any) -> GatewayState:
@@ -96,7 +105,11 @@ class GatewayState:
                    count_request=count, recycle=recycle, **settings)
 
     def engines(self) -> list[EngineHandle]:
-        return [self.engine]
+        return [self.engine] if self.fallback is None else [self.engine, self.fallback]
+
+    def fallback_model(self) -> str:
+        settings = self.degradation
+        return (settings.fallback_model if settings else None) or self.model_name
 
     def serves(self, model: Any) -> bool:
         if model in (None, ""):
@@ -160,17 +173,30 @@ def create_app(state: GatewayState) -> Starlette:
     metrics = GatewayMetrics(state.engines)
     pipes: dict[str, Pipeline] = {}
     openapi = build_openapi()
+    policy = None
+    if state.degradation is not None and state.degradation.enabled:
+        policy = Degradation(state.degradation, metrics.live, lambda: [state.engine],
+                             has_fallback=state.fallback is not None)
+        policy.on_change = metrics.degradation_level.set
+
+    def pipeline(handle: EngineHandle) -> Pipeline:
+        return Pipeline(handle, metrics, timeout_s=state.request_timeout_s, keepalive_s=state.keepalive_s,
+                        idle_timeout_s=state.stream_idle_timeout_s, retry_wait_s=state.engine_retry_wait_s)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        pipes["p"] = Pipeline(state.engine, metrics, timeout_s=state.request_timeout_s,
-                              keepalive_s=state.keepalive_s, idle_timeout_s=state.stream_idle_timeout_s,
-                              retry_wait_s=state.engine_retry_wait_s)
-        sampler = asyncio.ensure_future(sample_forever(metrics, state.engines))
+        pipes["p"] = pipeline(state.engine)
+        if state.fallback is not None:
+            pipes["f"] = pipeline(state.fallback)
+        sampler = asyncio.ensure_future(sample_forever(metrics, state.engines, tick=policy.update if policy else None))
         yield
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
-        await pipes["p"].close()
+        for pipe in pipes.values():
+            await pipe.close()
+
+    def pipe_for(call: Call) -> Pipeline:
+        return pipes["f"] if call.degraded == "fallback" else pipes["p"]
 
     async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
         """Auth, JSON body, model and engine checks shared by every POST route."""
@@ -182,23 +208,29 @@ def create_app(state: GatewayState) -> Starlette:
         if not state.serves(body.get("model")):
             return error_response(404, f"model {body.get('model')!r} is not served here; available: "
                                   f"{state.model_name}", "invalid_request_error", "model_not_found")
+        if policy is not None and policy.update() >= 1 and (refused := cap_prompt(policy, body, call)):
+            return refused
+        if policy is not None and policy.routes_to_fallback:
+            call.degraded = "fallback"
+            body["model"] = call.model = state.fallback_model()
+            return body
         if state.engine.state() not in ("ready", "starting") and not state.engine.recycling:
             return error_response(503, f"the engine is {state.engine.state()}; retry shortly", "engine_error",
                                   "engine_unavailable", headers={"Retry-After": "2"})
         body["model"] = call.model = state.model_name
         return body
 
-    async def admitted(request: Request, call: Call, work: Callable[[dict[str, Any]], Awaitable[Response]]) -> Response:
-        pipe = pipes["p"]
+    async def admitted(request: Request, call: Call,
+                       work: Callable[[Pipeline, dict[str, Any]], Awaitable[Response]]) -> Response:
         body = await guarded(request, call)
+        pipe = pipe_for(call)
         if isinstance(body, Response):
             return pipe.done(call, body)
-        return await pipe.run(request, call, lambda: work(body))
+        return await pipe.run(request, call, lambda: work(pipe, body))
 
     async def extract(request: Request) -> Response:
         call = Call("/v1/tasks/extract")
-        upstream = pipes["p"].upstream
-        return await admitted(request, call, lambda body: upstream.run_client(
+        return await admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
             call, lambda client: extract_task(client, body, call.note_answer)))
 
     async def task(request: Request) -> Response:
@@ -208,22 +240,23 @@ def create_app(state: GatewayState) -> Starlette:
                 404, f"unknown task {name!r}; tasks: extract, {', '.join(TASK_BODIES)}", "invalid_request_error",
                 "not_found"))
         call = Call(f"/v1/tasks/{name}")
-        upstream = pipes["p"].upstream
 
         async def work(client: Any, body: dict[str, Any]) -> Response:
             return note_json(call, JSONResponse(await run_task(client, name, body)))
 
-        return await admitted(request, call, lambda body: upstream.run_client(call, lambda c: work(c, body)))
+        return await admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
+            call, lambda c: work(c, body)))
 
     def proxy(path: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
-            call, pipe = Call(path), pipes["p"]
+            call = Call(path)
             body = await guarded(request, call)
+            pipe = pipe_for(call)
             if isinstance(body, Response):
                 return pipe.done(call, body)
             if path == "/v1/chat/completions" and wants_structured(body):
                 return await pipe.run(request, call, lambda: pipe.upstream.run_client(
-                    call, lambda client: structured_chat(client, body, state.model_name, call.note_answer)))
+                    call, lambda client: structured_chat(client, body, body["model"], call.note_answer)))
             if body.get("stream"):
                 return pipe.stream(call, path, body)
             return await pipe.run(request, call, lambda: pipe.upstream.forward(call, path, body))
@@ -233,9 +266,11 @@ def create_app(state: GatewayState) -> Starlette:
     async def health(_: Request) -> Response:
         engine = state.engine
         status = engine.state()
+        level = policy.describe() if policy is not None else {"level": 0, "enabled": False}
         return JSONResponse({"status": "ok" if status == "ready" else "unavailable", "engine": status,
                              "model": state.model_name, "in_flight": engine.admission.in_flight,
-                             "queued": engine.admission.waiting}, status_code=200 if status == "ready" else 503)
+                             "queued": engine.admission.waiting, "degradation": level},
+                            status_code=200 if status == "ready" else 503)
 
     async def models(request: Request) -> Response:
         if not state.authorized(request):
@@ -259,7 +294,10 @@ def create_app(state: GatewayState) -> Starlette:
         if not state.authorized(request):
             return unauthorized()
         engines = [(state.engine, [state.model_name, *state.aliases])]
-        return JSONResponse(await stats_payload(metrics, engines, pipes["p"].upstream.http),
+        if state.fallback is not None:
+            engines.append((state.fallback, [state.fallback_model()]))
+        level = {"degradation": policy.describe() if policy is not None else {"level": 0, "enabled": False}}
+        return JSONResponse(await stats_payload(metrics, engines, pipes["p"].upstream.http, level),
                             headers={"Cache-Control": "no-store"})
 
     routes = [

@@ -28,10 +28,12 @@ def sample_engines(metrics: GatewayMetrics, engines: Callable[[], list[EngineHan
 
 
 async def sample_forever(metrics: GatewayMetrics, engines: Callable[[], list[EngineHandle]],
-                         interval_s: float = SAMPLE_EVERY_S) -> None:
-    """Sample the engines' queue depth and busy count until cancelled."""
+                         interval_s: float = SAMPLE_EVERY_S, tick: Callable[[], object] | None = None) -> None:
+    """Sample the engines' queue depth and busy count (and call ``tick``) until cancelled."""
     while True:
         sample_engines(metrics, engines)
+        if tick is not None:
+            tick()
         await asyncio.sleep(interval_s)
 
 

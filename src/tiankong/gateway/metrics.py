@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -43,6 +43,7 @@ class Call:
     schema_failed: bool = False
     retried: bool = False
     rejected: str | None = None
+    degraded: str | None = None  # what degradation did to it: truncated | rejected | fallback
 
     def first_token(self) -> None:
         if self.ttft_s is None:
@@ -94,6 +95,10 @@ class GatewayMetrics:
                                       "under them", ["route"], registry=r)
         self.disconnects = Counter("tiankong_client_disconnects", "Requests whose client went away (upstream "
                                    "cancelled)", ["route"], registry=r)
+        self.degradation_level = Gauge("tiankong_degradation_level", "Current degradation level (0: normal, "
+                                       "1: prompt cap, 2: + lower concurrency, 3: + fallback)", registry=r)
+        self.degradation_actions = Counter("tiankong_degradation_actions", "Requests changed by degradation",
+                                           ["action"], registry=r)
         self.engines = EngineCollector(engines)
         r.register(self.engines)
         self.live = LiveStats()
@@ -108,6 +113,8 @@ class GatewayMetrics:
             self.disconnects.labels(call.route).inc()
         if call.rejected:
             self.rejections.labels(call.route, call.rejected).inc()
+        if call.degraded:
+            self.degradation_actions.labels(call.degraded).inc()
         if call.queue_wait_s is not None:
             self.queue_wait.labels(call.engine).observe(call.queue_wait_s)
         if call.retried:

@@ -98,10 +98,10 @@ class LiveStats:
         first = self._first(now, window_s)
         return [b for b in self.buckets if b.start >= first]
 
-    def latency_p99(self, now: float | None = None) -> float | None:
-        """End-to-end p99 of successful requests in the last ``window_s``."""
+    def latency_p99(self, now: float | None = None, window_s: float | None = None) -> float | None:
+        """End-to-end p99 of successful requests in the last ``window_s`` (default: the stats' window)."""
         now = self.clock() if now is None else now
-        return percentile([x for b in self._recent(now, self.window_s) for x in b.latencies], 99)
+        return percentile([x for b in self._recent(now, window_s or self.window_s) for x in b.latencies], 99)
 
     def window(self, now: float | None = None) -> dict[str, Any]:
         """Throughput and percentiles over the last ``window_s`` (rates over the time actually covered)."""
