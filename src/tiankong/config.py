@@ -35,10 +35,20 @@ class EngineSettings(_Strict):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class KeySettings(_Strict):
+    """One API key with a name (for metrics) and its own requests-per-minute limit."""
+
+    key: str = Field(min_length=8, description="'sha256:<hex>' (recommended) or the plain key")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    rpm: int | None = Field(None, ge=1, description="requests per minute; default: server.key_rpm")
+
+
 class ServerSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     api_keys: list[str] = Field(default_factory=list, description="plain keys or 'sha256:<hex>' hashes")
+    keys: list[KeySettings] = Field(default_factory=list, description="named keys with their own rpm")
+    key_rpm: int | None = Field(None, ge=1, description="requests per minute per key (keys without their own rpm)")
     request_timeout_s: float = Field(600.0, gt=0, description="per-request deadline, queue wait included")
     max_in_flight: int | None = Field(None, ge=1, description="requests sent to the engine at once; default: slots")
     queue_size: int | None = Field(None, ge=0, description="requests waiting for a slot; default: 2 x slots")

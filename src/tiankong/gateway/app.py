@@ -9,8 +9,6 @@ everything that goes wrong is an OpenAI-shaped error body (never a traceback, ne
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -29,10 +27,11 @@ from .admission import Admission, EngineHandle
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
+from .keys import ApiKey, RateLimiter, bearer_token, find_key, hash_key
 from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .pipeline import Pipeline
-from .responses import error_response
+from .responses import error_response, rpm_exceeded
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
 from .task_routes import run_task
@@ -42,10 +41,6 @@ __all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def hash_key(key: str) -> str:
-    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 def _ready() -> str:
@@ -60,6 +55,8 @@ class GatewayState:
     model_name: str
     aliases: list[str] = field(default_factory=list)
     api_key_hashes: list[str] = field(default_factory=list)
+    api_keys: list[ApiKey] = field(default_factory=list)  # keys with a name and their own rpm
+    key_rpm: int | None = None  # requests per minute for keys without their own rpm (None: unlimited)
     engine_state: Callable[[], str] = _ready
     request_timeout_s: float = 600.0
     slots: int = 2
@@ -79,6 +76,7 @@ class GatewayState:
     fallback: EngineHandle | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        self.keys = [ApiKey(h, h[7:15], None) for h in self.api_key_hashes] + list(self.api_keys)
         limit = self.max_in_flight or self.slots
         queue = 2 * self.slots if self.queue_size is None else self.queue_size
         handle = EngineHandle(name=self.model_name, url=self.engine_url or (lambda: self.upstream_url),
@@ -117,13 +115,23 @@ class GatewayState:
         names = [self.model_name, *self.aliases]
         return isinstance(model, str) and any(model == n or n.startswith(model + ":") for n in names)
 
+    def key_of(self, request: Request) -> ApiKey | None:
+        """The caller's key; ANONYMOUS when no keys are configured; None when the key is missing or wrong."""
+        if not self.keys:
+            return ANONYMOUS
+        headers = request.headers
+        return find_key(self.keys, bearer_token(headers.get("authorization", ""), headers.get("x-api-key", "")))
+
     def authorized(self, request: Request) -> bool:
-        if not self.api_key_hashes:
-            return True
-        header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-        offered = hash_key(token)
-        return bool(token) and any(hmac.compare_digest(offered, known) for known in self.api_key_hashes)
+        return self.key_of(request) is not None
+
+    def rpm_for(self, key: ApiKey) -> int | None:
+        if key is ANONYMOUS:
+            return None
+        return key.rpm if key.rpm is not None else self.key_rpm
+
+
+ANONYMOUS = ApiKey("", "", None)
 
 
 def _recycler(engine: EngineProcess) -> tuple[Callable[[], bool] | None, Callable[[], None] | None]:
@@ -173,6 +181,7 @@ def create_app(state: GatewayState) -> Starlette:
     metrics = GatewayMetrics(state.engines)
     pipes: dict[str, Pipeline] = {}
     openapi = build_openapi()
+    limiter = RateLimiter()
     policy = None
     if state.degradation is not None and state.degradation.enabled:
         policy = Degradation(state.degradation, metrics.live, lambda: [state.engine],
@@ -199,9 +208,14 @@ def create_app(state: GatewayState) -> Starlette:
         return pipes["f"] if call.degraded == "fallback" else pipes["p"]
 
     async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
-        """Auth, JSON body, model and engine checks shared by every POST route."""
-        if not state.authorized(request):
+        """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route."""
+        key = state.key_of(request)
+        if key is None:
             return unauthorized()
+        call.key, rpm = key.name, state.rpm_for(key)
+        if (wait := limiter.admit(key.hash, rpm)) is not None:
+            call.rejected = "key_rpm"
+            return rpm_exceeded(wait, rpm or 0)
         body = await read_json(request, state.max_body_bytes)
         if isinstance(body, JSONResponse):
             return body

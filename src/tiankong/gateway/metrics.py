@@ -44,6 +44,7 @@ class Call:
     retried: bool = False
     rejected: str | None = None
     degraded: str | None = None  # what degradation did to it: truncated | rejected | fallback
+    key: str = ""  # the API key's name ("" without keys)
 
     def first_token(self) -> None:
         if self.ttft_s is None:
@@ -87,6 +88,8 @@ class GatewayMetrics:
         self.completion_tokens = Counter("tiankong_completion_tokens", "Completion tokens (from usage)", ["model"],
                                          registry=r)
         self.rejections = Counter("tiankong_rejections", "Requests refused with 429", ["route", "reason"], registry=r)
+        self.key_requests = Counter("tiankong_key_requests", "Requests by API key name and HTTP status",
+                                    ["key", "status"], registry=r)
         self.schema_retries = Counter("tiankong_schema_retries", "Structured-output attempts beyond the first",
                                       ["route"], registry=r)
         self.schema_failures = Counter("tiankong_schema_failures", "Structured-output requests that ended without "
@@ -115,6 +118,8 @@ class GatewayMetrics:
             self.rejections.labels(call.route, call.rejected).inc()
         if call.degraded:
             self.degradation_actions.labels(call.degraded).inc()
+        if call.key:
+            self.key_requests.labels(call.key, str(status)).inc()
         if call.queue_wait_s is not None:
             self.queue_wait.labels(call.engine).observe(call.queue_wait_s)
         if call.retried:

@@ -39,6 +39,11 @@ def queue_full(retry_after_s: int, waiting: int) -> JSONResponse:
                           headers={"Retry-After": str(retry_after_s)})
 
 
+def rpm_exceeded(retry_after_s: int, rpm: int) -> JSONResponse:
+    return error_response(429, f"this API key may start {rpm} requests per minute; retry after {retry_after_s} s",
+                          "rate_limit_exceeded", "rpm_exceeded", headers={"Retry-After": str(retry_after_s)})
+
+
 def upstream_error(status: int, content: bytes) -> JSONResponse:
     """llama-server's own error answer, re-shaped (its 4xx stay 4xx, its 5xx become engine errors)."""
     try:

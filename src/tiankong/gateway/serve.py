@@ -12,7 +12,8 @@ from ..engine import EngineConfig, EngineProcess
 from ..engine.process import port_in_use
 from ..errors import ConfigError, PortInUse
 from ..models import resolve_installed
-from .app import GatewayState, create_app, hash_key
+from .app import GatewayState, create_app
+from .keys import ApiKey, as_hash
 from .supervise import WedgeWatch
 
 
@@ -26,12 +27,12 @@ def is_loopback(host: str) -> bool:
 
 
 def key_hashes(keys: list[str]) -> list[str]:
-    return [key if key.startswith("sha256:") else hash_key(key) for key in keys]
+    return [as_hash(key) for key in keys]
 
 
 def check_bind(config: TiankongConfig) -> None:
     server = config.server
-    if not is_loopback(server.host) and not server.api_keys:
+    if not is_loopback(server.host) and not server.api_keys and not server.keys:
         raise ConfigError(
             f"refusing to bind {server.host} without an API key",
             hint="set TIANKONG_API_KEY or --api-key (or server.api_keys in the config), or bind 127.0.0.1",
@@ -60,6 +61,7 @@ def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> G
     server = config.server
     return GatewayState.for_engine(
         engine, name, api_key_hashes=key_hashes(server.api_keys), request_timeout_s=server.request_timeout_s,
+        api_keys=[ApiKey(as_hash(k.key), k.name, k.rpm) for k in server.keys], key_rpm=server.key_rpm,
         max_in_flight=server.max_in_flight, queue_size=server.queue_size, keepalive_s=server.keepalive_s,
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation,

@@ -1,0 +1,73 @@
+"""API keys: stored hashed (``sha256:<hex>``), looked up in constant time, each with a requests-per-minute limit.
+
+The limit is a sliding window: a key may start ``rpm`` requests in any 60 seconds. The request beyond that
+is refused (429 ``rate_limit_exceeded`` / ``rpm_exceeded``) with ``Retry-After`` = the seconds until the
+oldest request in the window leaves it. Refused requests do not count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+WINDOW_S = 60.0
+
+
+def hash_key(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def as_hash(key: str) -> str:
+    """A configured key as its hash (already-hashed ``sha256:`` keys stay as they are)."""
+    return key if key.startswith("sha256:") else hash_key(key)
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    hash: str
+    name: str
+    rpm: int | None = None  # None: no per-key limit
+
+
+def bearer_token(authorization: str, x_api_key: str) -> str:
+    if authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return x_api_key.strip()
+
+
+def find_key(keys: list[ApiKey], token: str) -> ApiKey | None:
+    """The key whose hash matches ``token`` (every hash compared, in constant time each)."""
+    if not token:
+        return None
+    offered = hash_key(token)
+    found = None
+    for key in keys:
+        if hmac.compare_digest(offered, key.hash):
+            found = key
+    return found
+
+
+class RateLimiter:
+    """Sliding-window requests-per-minute per key name."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._starts: dict[str, deque[float]] = {}
+
+    def admit(self, key: str, rpm: int | None, now: float | None = None) -> int | None:
+        """None when the request may go (and is counted); else the seconds to wait (``Retry-After``)."""
+        if rpm is None:
+            return None
+        now = self.clock() if now is None else now
+        starts = self._starts.setdefault(key, deque())
+        while starts and starts[0] <= now - WINDOW_S:
+            starts.popleft()
+        if len(starts) >= rpm:
+            return max(1, math.ceil(starts[0] + WINDOW_S - now))
+        starts.append(now)
+        return None
