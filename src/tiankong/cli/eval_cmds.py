@@ -54,16 +54,17 @@ def init_cmd(path: str, force: bool) -> None:
 @click.option("--threads", type=int, default=None, help="Engine threads (default: all CPUs).")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
 @click.option("--cache-dir", default=None, help="Result cache (default: <user cache>/tiankong/evals).")
+@click.option("--retry-failed", is_flag=True, help="Run items that failed before again (else they stay failed).")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Live progress on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summaries as JSON.")
 def run_cmd(eval_set: str, models: tuple[str, ...], out_dir: str, seed: int, ctx: int, slots: int,
-            threads: int | None, llama_server: str | None, cache_dir: str | None, show_progress: bool | None,
-            as_json: bool) -> None:
+            threads: int | None, llama_server: str | None, cache_dir: str | None, retry_failed: bool,
+            show_progress: bool | None, as_json: bool) -> None:
     """Run every item of SET on every --model (temperature 0, fixed seed, cached)."""
     draw = sys.stderr.isatty() if show_progress is None else show_progress
     params = EvalParams(seed=seed, ctx=ctx, slots=slots, threads=threads, llama_server=llama_server,
-                        cache_dir=Path(cache_dir) if cache_dir else None)
+                        cache_dir=Path(cache_dir) if cache_dir else None, retry_failed=retry_failed)
     runs = run_eval(eval_set, list(models), out_dir=out_dir, params=params,
                     log=(lambda msg: click.echo(msg, err=True)) if draw or not as_json else None,
                     progress=RichProgress if draw else None)

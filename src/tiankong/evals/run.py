@@ -15,7 +15,7 @@ import contextlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ class EvalParams:
     timeout_s: float = 600.0
     llama_server: str | None = None
     cache_dir: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    retry_failed: bool = False
 
     def key(self, binary: EngineBinary) -> dict[str, Any]:
         return {"seed": self.seed, "ctx": self.ctx, "slots": self.slots, "cache_prompt": False, "temperature": 0,
@@ -110,7 +110,8 @@ class _ModelRun:
 
     def go(self) -> EvalRun:
         answers = {g.key: self.cache.answers(g) for g in self.groups.values()}
-        missing = {g.key: [k for k in g.records if k not in answers[g.key]] for g in self.groups.values()}
+        missing = {g.key: [k for k in g.records if self._needs_run(answers[g.key].get(k))]
+                   for g in self.groups.values()}
         todo = sum(len(keys) for keys in missing.values())
         self.log(f"{self.record.name}: {len(self.set.items)} items, {len(self.set.items) - todo} from the cache")
         if todo:
@@ -123,6 +124,9 @@ class _ModelRun:
         return EvalRun(set_path=self.set.path, set_sha256=self.set.sha256, model=info, params=self.key_params,
                        items=items, speed=speed, peak_rss_bytes=rss,
                        created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def _needs_run(self, answer: Answer | None) -> bool:
+        return answer is None or (self.params.retry_failed and answer.error is not None)
 
     def _run_engine(self, missing: dict[str, list[str]]) -> None:
         params = self.params
@@ -146,7 +150,7 @@ class _ModelRun:
         self.log(f"{self.record.name}: {label}: {len(keys)} item(s)")
         job = make_job(input=str(self.cache.write_input(group, keys)), output=str(self.cache.output(group)),
                        **group.job, url=[url], concurrency=self.params.slots, timeout_s=self.params.timeout_s,
-                       engine_wait_s=60.0, fsync_every=1)
+                       engine_wait_s=60.0, fsync_every=1, retry_failed=self.params.retry_failed)
         report = run_batch(job, progress=self.progress() if self.progress else None)
         self.cache.add_report(group, report)
 
