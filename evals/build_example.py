@@ -60,10 +60,11 @@ def arithmetic(n: int) -> list[dict[str, Any]]:
 
 
 def summaries(n: int, max_words: int = 320) -> list[dict[str, Any]]:
-    items = []
+    items: list[dict[str, Any]] = []
     for doc in datasets.aclsum_documents(split="test", limit=n):
         marked = [any(h[i] for h in doc["highlights"].values()) for i in range(len(doc["sentences"]))]
-        chosen, words = [], 0
+        chosen: list[str] = []
+        words = 0
         for sentence, keep in zip(doc["sentences"], marked, strict=True):
             if keep and words + len(sentence.split()) <= max_words:
                 chosen.append(sentence)
