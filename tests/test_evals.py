@@ -33,6 +33,7 @@ from tiankong.evals import (
     token_f1,
     write_starter,
 )
+from tiankong.evals.cache import ModelCache
 from tiankong.evals.results import ModelInfo, Speed, write_run
 from tiankong.models import TEST_MODEL, list_models
 
@@ -293,6 +294,14 @@ def test_second_run_is_answered_from_the_cache(first_run: tuple[Path, Path, Eval
     assert proc.returncode == 0, proc.stderr
     (summary,) = json.loads(proc.stdout)
     assert summary["cached"] == 4 and summary["items"] == 4 and Path(summary["file"]).exists()
+
+
+def test_a_cache_being_filled_is_not_shared(first_run: tuple[Path, Path, EvalRun]) -> None:
+    base, _, _ = first_run
+    (root,) = [p for p in (base / "cache-a").iterdir() if p.is_dir()]
+    extra = write_jsonl(base / "extra.jsonl", [{**SMALL_SET[1], "input": "What is 7 + 1? Number only."}])
+    with ModelCache(root).locked(), pytest.raises(ConfigError, match="another `tiankong eval run`"):
+        run_eval(extra, [TEST_MODEL], out_dir=base / "out-x", params=EvalParams(threads=2, cache_dir=base / "cache-a"))
 
 
 def test_fresh_and_resumed_runs_give_identical_outputs(first_run: tuple[Path, Path, EvalRun]) -> None:

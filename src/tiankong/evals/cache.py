@@ -14,12 +14,16 @@ Layout under ``<user cache dir>/evals/<model sha256[:16]>-<params hash[:12]>/``:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..batch import BatchReport, OutputPaths
+from ..errors import ConfigError
 from .format import EvalItem, cache_key
 from .results import Speed
 
@@ -90,6 +94,22 @@ class ModelCache:
                 found[str(record.get("id"))] = Answer(record.get("result"),
                                                       completion_tokens=int(usage.get("completion_tokens") or 0))
         return found
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive use of this cache directory while an engine fills it (a second run is refused)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / ".lock").open("a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise ConfigError(f"another `tiankong eval run` is filling the cache {self.root} right now",
+                                  hint="wait for it to finish (then this run is instant), or pass --cache-dir") \
+                    from None
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def write_input(self, group: Group, keys: list[str]) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)

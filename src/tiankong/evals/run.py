@@ -115,7 +115,8 @@ class _ModelRun:
         todo = sum(len(keys) for keys in missing.values())
         self.log(f"{self.record.name}: {len(self.set.items)} items, {len(self.set.items) - todo} from the cache")
         if todo:
-            self._run_engine(missing)
+            with self.cache.locked():
+                self._run_engine(missing)
             answers = {g.key: self.cache.answers(g) for g in self.groups.values()}
         items = [self._result(item, answers, missing) for item in self.set.items]
         speed, rss = self.cache.speed(list(self.groups.values()))
