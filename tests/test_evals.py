@@ -124,6 +124,9 @@ def test_starter_sets_cover_the_four_kinds(tmp_path: Path) -> None:
         assert {"short-QA", "long-summary", "extraction", "multi-turn"} <= set(loaded.tags())
     with pytest.raises(ConfigError, match="already exists"):
         write_starter(tmp_path / "starter.yaml")
+    proc = run_cli("eval", "init", str(tmp_path / "cli.yaml"))
+    assert proc.returncode == 0 and load_set(tmp_path / "cli.yaml").items, proc.stderr
+    assert_one_line_error(run_cli("eval", "init", str(tmp_path / "cli.yaml")), "already exists", "--force")
 
 
 def test_shipped_example_set() -> None:
@@ -225,6 +228,9 @@ def test_cli_compare_and_report(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["choice"] == "small" and data["baseline"] == "big" and "items" not in data["candidates"][0]
+    proc = run_cli("eval", "compare", str(tmp_path / "runs"), "--baseline", "big", "--json", "--items")
+    classes = {item["cls"] for item in json.loads(proc.stdout)["candidates"][0]["items"]}
+    assert classes == {"equal", "wrong"}
     proc = run_cli("eval", "report", str(tmp_path / "runs"), "--baseline", "big", "--html",
                    str(tmp_path / "r.html"), "--md", str(tmp_path / "r.md"))
     assert proc.returncode == 0, proc.stderr
