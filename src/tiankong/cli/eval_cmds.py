@@ -76,7 +76,7 @@ def run_cmd(eval_set: str, models: tuple[str, ...], out_dir: str, seed: int, ctx
         rss = f"{run.peak_rss_bytes / MB:.0f} MB" if run.peak_rss_bytes else "–"
         click.echo(f"{run.model.name}: accuracy {100 * run.accuracy:.1f} % ({correct}/{len(run.items)}), "
                    f"{run.failed} failed, {run.cached} from the cache, {run.speed.seconds_per_item:.2f} s/item, "
-                   f"{run.speed.tokens_per_s:.1f} tokens/s, peak RSS {rss} → "
+                   f"{run.speed.tokens_per_s:.1f} generated tokens/s, peak RSS {rss} → "
                    f"{Path(out_dir) / (slug(run.model.name) + '.json')}")
     if len(runs) > 1:
         click.echo(f"next: tiankong eval compare {out_dir} --baseline {runs[0].model.name}")

@@ -28,7 +28,7 @@ def _tag_counts(comparison: Comparison) -> Counter[str]:
 
 
 def model_table(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    head = ["model", "accuracy %", "mean score", "failed", "s / item", "tokens / s", "peak RSS MB", "file MB"]
+    head = ["model", "accuracy %", "mean score", "failed", "s / item", "generated tokens / s", "peak RSS MB", "file MB"]
     rows = [[m.name + (" (baseline)" if m.name == comparison.baseline else ""), _pct(m.accuracy),
              f"{m.mean_score:.3f}", str(m.failed), f"{m.seconds_per_item:.2f}", f"{m.tokens_per_s:.1f}",
              _mb(m.peak_rss_bytes), _mb(m.model_bytes)] for m in comparison.models]

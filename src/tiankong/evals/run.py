@@ -113,7 +113,7 @@ class _ModelRun:
         missing = {g.key: [k for k in g.records if self._needs_run(answers[g.key].get(k))]
                    for g in self.groups.values()}
         todo = sum(len(keys) for keys in missing.values())
-        self.log(f"{self.record.name}: {len(self.set.items)} items, {len(self.set.items) - todo} from the cache")
+        self.log(f"{self.record.name}: {len(self.set.items)} item(s), {len(self.set.items) - todo} from the cache")
         if todo:
             with self.cache.locked():
                 self._run_engine(missing)
