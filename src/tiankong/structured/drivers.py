@@ -13,8 +13,11 @@ from .flow import Call, Flow
 T = TypeVar("T")
 
 
-#: Most calls a sync batch runs at once (the engine's slots bound the useful number).
-SYNC_WORKERS = 8
+#: Most calls of one batch in flight at once, sync or async. The engine's slots bound the useful number; the
+#: cap keeps the rest queued here rather than inside llama-server, where a queued request's read timeout
+#: would run while it waits (a 20-chunk compress on 2 slots would otherwise time out its last chunks).
+MAX_IN_FLIGHT = 8
+SYNC_WORKERS = MAX_IN_FLIGHT
 
 
 def run_sync(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None], Any]) -> T:
@@ -43,11 +46,15 @@ def run_sync(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None],
 
 
 async def run_async(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None], Awaitable[Any]]) -> T:
+    """Each batch concurrently, at most :data:`MAX_IN_FLIGHT` calls in flight."""
+    gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+
     async def one(call: Call) -> Any:
-        try:
-            return await request(call.method, call.path, call.body)
-        except TransportError as exc:
-            return exc
+        async with gate:
+            try:
+                return await request(call.method, call.path, call.body)
+            except TransportError as exc:
+                return exc
 
     try:
         batch = next(flow)
