@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError, InputTooLong, ServerError, TransportError
+from .images import validate_messages
 
 DEFAULT_SEED = 42
 Message = dict[str, Any]
@@ -81,6 +82,7 @@ def as_messages(messages: str | list[Message], system: str | None = None) -> lis
         messages = [{"role": "user", "content": messages}]
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise ConfigError("messages must be a string or a list of {role, content} objects")
+    validate_messages(messages)  # image content parts: data URL, image/*, decodes, size cap
     return ([{"role": "system", "content": system}] if system else []) + list(messages)
 
 

@@ -19,9 +19,12 @@ from pathlib import Path
 from ..errors import FlagError
 
 KV_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: ``--spec-type`` values of the pinned llama-server (``llama-server --help``); a comma-separated list combines them.
 SPEC_TYPES = (
-    "none", "draft-simple", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+    "none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
 )
+NGRAM_SPEC_TYPES = tuple(t for t in SPEC_TYPES if t.startswith("ngram-"))
 
 #: Flags that must never appear in ``extra_args`` – mapped to what to use instead.
 REMOVED_FLAGS: dict[str, str] = {
@@ -42,6 +45,20 @@ OWNED_FLAGS: dict[str, str] = {
     "-md": "draft_model", "--model-draft": "draft_model", "--spec-type": "spec_type",
     "--lora": "lora", "--mmproj": "mmproj", "--rpc": "rpc",
 }
+
+
+@dataclass
+class SpecAuto:
+    """How ``EngineConfig(spec="auto")`` decides at start-up and when it turns itself off (docs/speed.md)."""
+
+    n_max_values: tuple[int, ...] = (4, 8)  # draft candidates: one per --spec-draft-n-max
+    ngram_types: tuple[str, ...] = ()  # n-gram candidates (no draft model needed)
+    prompts: tuple[str, ...] = ()  # A/B prompts; empty: a built-in mix of code and prose
+    gen_tokens: int = 64
+    min_speedup: float = 1.1  # enable only when at least this much faster than without
+    min_acceptance: float = 0.6  # run time: turn off when the rolling acceptance falls below this
+    window_tokens: int = 256  # rolling window, in drafted tokens
+    check_interval_s: float = 5.0
 
 
 def default_threads() -> int:
@@ -74,6 +91,8 @@ class EngineConfig:
     spec_draft_n_min: int | None = None
     spec_draft_p_min: float | None = None
     draft_gpu_layers: int | None = None
+    spec: str | None = None  # "auto": measure at start-up, keep the best only if ≥ min_speedup (SpecAuto)
+    spec_auto: SpecAuto = field(default_factory=SpecAuto)
     lora: list[Path] = field(default_factory=list)
     mmproj: Path | None = None
     rpc: list[str] = field(default_factory=list)
@@ -98,26 +117,74 @@ class EngineConfig:
         if self.flash_attn not in ("auto", "on", "off"):
             raise FlagError(f"flash_attn must be auto, on or off, not {self.flash_attn!r}")
         self._validate_spec()
+        self._validate_rpc()
         self._validate_extra()
 
+    def _validate_rpc(self) -> None:
+        for endpoint in self.rpc:
+            host, _, port = str(endpoint).rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536 or "," in endpoint:
+                raise FlagError(f"rpc endpoint {endpoint!r} is not host:port",
+                                hint="one entry per ggml-rpc-server, e.g. rpc=['127.0.0.1:50052']")
+
+    def spec_types(self) -> list[str]:
+        """The ``spec_type`` list (comma-separated in llama-server); empty when off."""
+        if self.spec_type is None:
+            return []
+        return [t.strip() for t in self.spec_type.split(",") if t.strip() not in ("", "none")]
+
     def _validate_spec(self) -> None:
-        if self.spec_type is not None and self.spec_type not in SPEC_TYPES:
-            raise FlagError(f"unknown spec_type {self.spec_type!r}", hint=f"use one of {', '.join(SPEC_TYPES)}")
-        if self.draft_model is not None and self.spec_type is None:
+        if self.spec is not None:
+            self._validate_auto()
+            return
+        types = self.spec_types()
+        for name in types:
+            if name not in SPEC_TYPES:
+                raise FlagError(f"unknown spec_type {name!r}", hint=f"use one of {', '.join(SPEC_TYPES)}")
+        uses_draft = any(t.startswith("draft-") for t in types)
+        if self.draft_model is not None and not uses_draft:
             raise FlagError(
-                "a draft model is set but spec_type is not",
+                "a draft model is set but spec_type is not" if not types else
+                f"a draft model is set but spec_type {self.spec_type!r} does not use it",
                 hint="llama-server would load the draft and never use it; set spec_type='draft-simple'",
             )
-        if self.spec_type == "draft-simple" and self.draft_model is None:
+        if "draft-simple" in types and self.draft_model is None:
             raise FlagError("spec_type='draft-simple' needs a draft_model", hint="set draft_model to a GGUF path")
         draft_params = (self.spec_draft_n_max, self.spec_draft_n_min, self.spec_draft_p_min)
-        if any(p is not None for p in draft_params) and self.spec_type in (None, "none"):
+        if any(p is not None for p in draft_params) and not types:
             raise FlagError("spec_draft_* parameters are set but speculative decoding is off", hint="set spec_type")
+        self._validate_draft_params()
+
+    def _validate_draft_params(self) -> None:
         if self.spec_draft_p_min is not None and not 0.0 <= self.spec_draft_p_min <= 1.0:
             raise FlagError("spec_draft_p_min must be within [0, 1]")
         n_min, n_max = self.spec_draft_n_min, self.spec_draft_n_max
+        for name, value in (("spec_draft_n_max", n_max), ("spec_draft_n_min", n_min)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise FlagError(f"{name} must be an integer ≥ 0, not {value!r}")
         if n_min is not None and n_max is not None and n_min > n_max:
             raise FlagError(f"spec_draft_n_min {n_min} is larger than spec_draft_n_max {n_max}")
+
+    def _validate_auto(self) -> None:
+        auto = self.spec_auto
+        if self.spec != "auto":
+            raise FlagError(f"spec must be 'auto' or unset, not {self.spec!r}",
+                            hint="set spec_type for a fixed configuration, spec='auto' to measure and choose")
+        if self.spec_type is not None:
+            raise FlagError("spec='auto' chooses spec_type itself", hint="drop spec_type (or drop spec='auto')")
+        if self.draft_model is None and not auto.ngram_types:
+            raise FlagError("spec='auto' has nothing to try",
+                            hint="set draft_model (same tokenizer as the model) and/or spec_auto.ngram_types")
+        for name in auto.ngram_types:
+            if name not in NGRAM_SPEC_TYPES:
+                raise FlagError(f"unknown n-gram type {name!r}", hint=f"use one of {', '.join(NGRAM_SPEC_TYPES)}")
+        if self.draft_model is not None and (not auto.n_max_values or min(auto.n_max_values) < 1):
+            raise FlagError("spec_auto.n_max_values must be positive integers", hint="e.g. (4, 8)")
+        if auto.gen_tokens < 8 or auto.min_speedup <= 0 or auto.window_tokens < 1 or auto.check_interval_s <= 0:
+            raise FlagError("spec_auto needs gen_tokens ≥ 8, min_speedup > 0, window_tokens ≥ 1, check_interval_s > 0")
+        if not 0.0 <= auto.min_acceptance <= 1.0:
+            raise FlagError("spec_auto.min_acceptance must be within [0, 1]")
+        self._validate_draft_params()
 
     def _validate_extra(self) -> None:
         for arg in self.extra_args:
@@ -155,7 +222,10 @@ class EngineConfig:
         return argv + list(self.extra_args)
 
     def _spec_argv(self) -> list[str]:
-        if self.spec_type in (None, "none"):
+        if self.spec == "auto":
+            raise FlagError("spec='auto' is decided at start-up, not a llama-server flag",
+                            hint="start the config with EngineProcess (it measures first) or resolve_auto_spec()")
+        if not self.spec_types():
             return []
         argv = ["--spec-type", str(self.spec_type)] + _optional("-md", self.draft_model)
         argv += _optional("--spec-draft-n-max", self.spec_draft_n_max)

@@ -6,6 +6,10 @@ start-up fails fast with the log tail when the process exits. Stopping sends SIG
 group, then SIGKILL after a grace period. A watchdog thread restarts a crashed engine with exponential
 backoff; :meth:`note_request` restarts after N requests when configured; :meth:`check_wedged` restarts
 an engine whose ``/slots`` endpoint stops answering while ``/health`` may still say ok.
+
+Before the first spawn, :meth:`start` checks the files a flag names (draft vocabulary against the model,
+``mmproj``) and resolves ``spec="auto"`` by measuring (``spec_auto``); when auto mode enabled speculation,
+a :class:`~tiankong.engine.spec.SpecMonitor` turns it off again if the rolling acceptance drops.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from .. import paths
 from ..errors import EngineStartError, PortInUse
 from .build import EngineBinary, locate_engine
 from .flags import EngineConfig
+from .spec import SpecMonitor
+from .spec_auto import SpecDecision, resolve_auto_spec
+from .vocab import preflight_files
 
 _LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 
@@ -78,6 +85,7 @@ class EngineProcess:
         restart_window_s: float = 300.0,
         restart_after_requests: int | None = None,
         on_restart: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         config.validate()
         self.config = config
@@ -91,6 +99,9 @@ class EngineProcess:
         self.restart_window_s = restart_window_s
         self.restart_after_requests = restart_after_requests
         self.on_restart = on_restart
+        self.log = log
+        self.spec_decision: SpecDecision | None = None
+        self.spec_monitor: SpecMonitor | None = None
         self.state = EngineState.STOPPED
         self.restarts = 0
         self.requests_since_start = 0
@@ -127,8 +138,10 @@ class EngineProcess:
             if self.state == EngineState.READY and self.alive():
                 return self
             self._stop_event.clear()
+            self._prepare()
             self._spawn_and_wait()
             _LIVE.add(self)
+            self._start_spec_monitor()
             if self._watchdog is None or not self._watchdog.is_alive():
                 self._watchdog = threading.Thread(target=self._watch, name="tiankong-engine-watchdog", daemon=True)
                 self._watchdog.start()
@@ -136,6 +149,8 @@ class EngineProcess:
 
     def stop(self) -> None:
         self._stop_event.set()
+        if self.spec_monitor is not None:
+            self.spec_monitor.stop()
         with self._lock:
             if self.proc is None:
                 self.state = EngineState.STOPPED
@@ -204,6 +219,25 @@ class EngineProcess:
         self.stop()
 
     # --- internals ------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Resolve ``spec="auto"`` (start-up A/B) and check the files the flags name, before spawning."""
+        if self.config.spec == "auto":
+            decision = resolve_auto_spec(self.config, self.binary, log=self.log,
+                                         startup_timeout_s=self.startup_timeout_s)
+            assert decision.config is not None
+            self.spec_decision, self.config = decision, decision.config
+        preflight_files(self.config)
+
+    def _start_spec_monitor(self) -> None:
+        decision = self.spec_decision
+        if decision is None or not decision.enabled or self.spec_monitor is not None:
+            return
+        auto = decision.config.spec_auto if decision.config else None
+        if auto is not None:
+            self.spec_monitor = SpecMonitor(self, min_acceptance=auto.min_acceptance,
+                                            window_tokens=auto.window_tokens, interval_s=auto.check_interval_s,
+                                            log=self.log).start()
 
     def _spawn_and_wait(self) -> None:
         self.state = EngineState.STARTING

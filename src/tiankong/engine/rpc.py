@@ -1,0 +1,183 @@
+"""``RpcWorker``: a supervised ``ggml-rpc-server``, the worker side of llama.cpp's multi-host mode.
+
+A main llama-server started with ``--rpc host:port[,host:port…]`` (``EngineConfig.rpc``) treats every
+worker as one more device and splits the model's layers (weights, KV cache, compute) across them; each
+token then crosses the network once per device boundary. That is how several old machines pool their
+memory for a model that does not fit one of them (docs/speed.md). ``ggml-rpc-server`` comes from the same
+managed build as llama-server (``tiankong engine info --json`` → ``ggml_rpc_server``).
+
+The RPC protocol has no authentication or encryption: a worker binds 127.0.0.1 unless ``allow_remote`` is
+given, and then belongs on a private network only. Readiness is a TCP connect (the protocol has no health
+call); a worker that exits during start-up fails fast with its log tail; a crashed worker is restarted by
+a watchdog thread with backoff; stopping sends SIGTERM to its process group, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from .. import paths
+from ..errors import ConfigError, EngineNotFound, EngineStartError, PortInUse
+from .build import EngineBinary, locate_engine
+from .process import _die_with_parent, free_port, port_in_use
+
+RPC_BINARY = "ggml-rpc-server"
+
+
+def locate_rpc_server(binary: EngineBinary | Path | str | None = None) -> Path:
+    """``ggml-rpc-server``: an explicit path to it, or the one next to the (located) llama-server."""
+    if binary is not None and not isinstance(binary, EngineBinary) and Path(binary).name == RPC_BINARY:
+        path = Path(binary)
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise EngineNotFound(f"{path} is not an executable file", hint="fix the ggml-rpc-server path")
+    engine = binary if isinstance(binary, EngineBinary) else locate_engine(binary)
+    found = engine.path.parent / RPC_BINARY
+    if not (found.is_file() and os.access(found, os.X_OK)):
+        raise EngineNotFound(
+            f"no {RPC_BINARY} next to {engine.path}",
+            hint="`tiankong engine install --force` builds it (cmake -DGGML_RPC=ON, target ggml-rpc-server)",
+        )
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class RpcWorker:
+    """One ``ggml-rpc-server`` process; use ``endpoint`` in ``EngineConfig.rpc``."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, threads: int = 1, cache: bool = False,
+                 binary: EngineBinary | Path | str | None = None, allow_remote: bool = False,
+                 startup_timeout_s: float = 30.0, stop_grace_s: float = 5.0, restart_on_crash: bool = True,
+                 max_restarts: int = 5) -> None:
+        if not is_loopback(host) and not allow_remote:
+            raise ConfigError(f"refusing to bind an RPC worker to {host}",
+                              hint="the RPC protocol has no authentication; bind 127.0.0.1, or pass "
+                                   "allow_remote=True on a private network you trust")
+        if threads < 1:
+            raise ConfigError(f"threads must be ≥ 1, not {threads}")
+        self.host, self.port, self.threads, self.cache = host, port, threads, cache
+        self.binary = locate_rpc_server(binary)
+        self.startup_timeout_s, self.stop_grace_s = startup_timeout_s, stop_grace_s
+        self.restart_on_crash, self.max_restarts = restart_on_crash, max_restarts
+        self.restarts = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` for ``EngineConfig.rpc`` / ``--rpc``."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> RpcWorker:
+        with self._lock:
+            if self.alive():
+                return self
+            if self.port and port_in_use(self.host, self.port):
+                raise PortInUse(self.host, self.port)
+            self.port = self.port or free_port(self.host)
+            self._stop.clear()
+            self._spawn()
+            if self._watchdog is None or not self._watchdog.is_alive():
+                self._watchdog = threading.Thread(target=self._watch, name="tiankong-rpc-watchdog", daemon=True)
+                self._watchdog.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self.proc is not None:
+                _terminate(self.proc, self.stop_grace_s)
+                self.proc = None
+
+    def log_tail(self, lines: int = 20) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text("utf-8", "replace").splitlines()[-lines:])
+
+    def __enter__(self) -> RpcWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _spawn(self) -> None:
+        argv = [str(self.binary), "-H", self.host, "-p", str(self.port), "-t", str(self.threads)]
+        if self.cache:
+            argv.append("-c")
+        paths.logs_dir().mkdir(parents=True, exist_ok=True)
+        self.log_path = paths.logs_dir() / f"ggml-rpc-server-{os.getpid()}-{self.port}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+        self._wait_listening(self.proc)
+
+    def _wait_listening(self, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise EngineStartError(f"{RPC_BINARY} exited with code {proc.returncode} during start-up",
+                                       hint=f"see {self.log_path}", log_tail=self.log_tail())
+            with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1.0):
+                return
+            time.sleep(0.1)
+        _terminate(proc, self.stop_grace_s)
+        raise EngineStartError(f"{RPC_BINARY} did not listen on {self.endpoint} within {self.startup_timeout_s:.0f} s",
+                               hint="see the log tail", log_tail=self.log_tail())
+
+    def _watch(self) -> None:
+        backoff = 0.5
+        while not self._stop.wait(0.5):
+            proc = self.proc
+            if proc is None or proc.poll() is None or not self.restart_on_crash:
+                continue
+            if self.restarts >= self.max_restarts:
+                return
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self.restarts += 1
+                try:
+                    self._spawn()
+                    backoff = 0.5
+                except EngineStartError:
+                    backoff = min(backoff * 2, 30.0)
+            self._stop.wait(backoff)
+
+
+def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
