@@ -9,12 +9,13 @@ text-only engine names the missing mmproj).
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import pid_alive
+from conftest import assert_one_line_error, pid_alive, run_cli
 from tiankong.client import BaseClient, InvalidImage, image_part, validate_messages
 from tiankong.engine import (
     EngineConfig,
@@ -174,6 +175,23 @@ def test_timings_count_drafts_and_monitor_turns_speculation_off(smol_path: Path)
         with BaseClient(engine.url) as client:  # a restart may pick a new port (config.port=0)
             after = client.chat("Name three colours.", max_tokens=8)
         assert after.text and spec_from_timings(after.timings).drafted == 0
+
+
+def test_bench_spec_cli(tmp_path: Path) -> None:
+    mismatch = run_cli("bench", "spec", "--target", "smollm2-135m-instruct:q4_1", "--draft",
+                       "qwen2.5-coder-0.5b-instruct:q4_k_m", "--out", str(tmp_path))
+    assert_one_line_error(mismatch, "vocabulary size", "smollm2", "qwen2.5")
+    assert_one_line_error(run_cli("bench", "spec", "--target", "smollm2-135m-instruct:q4_1"), "--draft")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Count from one to five."}\n', encoding="utf-8")
+    proc = run_cli("bench", "spec", "--target", "smollm2-135m-instruct:q4_1", "--draft", "smollm2-135m-instruct:q4_1",
+                   "--n-max", "2", "--prompts", str(prompts), "--gen-tokens", "8", "--threads", "1", "--ctx", "512",
+                   "--out", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [row["name"] for row in report["rows"]] == ["off", "draft n_max=2"]
+    assert report["rows"][0]["speedup"] == 1.0 and report["rows"][1]["drafted"] > 0
+    assert report["decision"] and (tmp_path / "spec.csv").is_file() and (tmp_path / "spec.json").is_file()
 
 
 # --- multimodal ---------------------------------------------------------------------------------------

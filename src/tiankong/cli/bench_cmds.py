@@ -1,4 +1,5 @@
-"""``tiankong bench speed|ladder``: speed sweep and concurrency ladder (CSV, JSON, PNG, HTML into --out)."""
+"""``tiankong bench speed|ladder|spec``: speed sweep, concurrency ladder (CSV, JSON, PNG, HTML into --out) and the
+speculative-decoding A/B (JSON, CSV)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from rich.table import Table
 from .. import bench as B
 from ..bench.common import parse_ints
 from ..bench.output import dump
+from ..bench.spec import DEFAULT_NGRAM as SPEC_NGRAM
+from ..bench.spec import SpecBenchConfig, spec_bench
 from . import emit_json
 
 DEFAULT_OUT = "tiankong-bench"
@@ -109,4 +112,43 @@ def ladder_cmd(model: str | None, url: str | None, slots: int, slot_ctx: int, th
     if knee is not None:
         head = f"knee at concurrency {knee.concurrency}" if knee.found else "no knee found"
         console.print(f"{head}; recommended concurrency cap: {knee.recommended} ({knee.reason})", highlight=False)
+    console.print(f"files: {', '.join(report.files)}")
+
+
+@bench.command("spec")
+@click.option("--target", required=True, help="Installed model (or .gguf path) to speed up.")
+@click.option("--draft", default=None, help="Draft model with the same tokenizer (installed name or .gguf path).")
+@click.option("--n-max", "n_max", default="4,8,16", show_default=True, help="Draft lengths (--spec-draft-n-max).")
+@click.option("--ngram", is_flag=True, help="Also try the n-gram modes (no draft model needed).")
+@click.option("--ngram-types", default=",".join(SPEC_NGRAM), show_default=True, help="N-gram modes for --ngram.")
+@click.option("--prompts", "prompts_file", default=None,
+              help="File with one prompt per line (or JSONL with 'prompt') [default: 3 built-in prompts].")
+@click.option("--gen-tokens", type=int, default=128, show_default=True, help="Tokens generated per prompt.")
+@click.option("--repeats", type=int, default=1, show_default=True, help="Run the whole sequence this often.")
+@click.option("--threads", type=int, default=None, help="Threads [default: all CPUs].")
+@click.option("--ctx", type=int, default=4096, show_default=True, help="Context size (1 slot).")
+@click.option("--llama-server", default=None, help="This llama-server binary.")
+@click.option("--out", default=DEFAULT_OUT, show_default=True, help="Folder for spec.{json,csv}.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def spec_cmd(target: str, draft: str | None, n_max: str, ngram: bool, ngram_types: str, prompts_file: str | None,
+             gen_tokens: int, repeats: int, threads: int | None, ctx: int, llama_server: str | None, out: str,
+             as_json: bool) -> None:
+    """Speculative decoding A/B: speedup and acceptance with and without a draft (and n-gram modes)."""
+    config = SpecBenchConfig(
+        target=target, draft=draft, n_max=parse_ints(n_max, "--n-max"), ngram=ngram,
+        ngram_types=[t.strip() for t in ngram_types.split(",") if t.strip()], prompts_file=prompts_file,
+        gen_tokens=gen_tokens, repeats=repeats, threads=threads, ctx=ctx, llama_server=llama_server)
+    report = spec_bench(config, out, progress=_progress)
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+        return
+    table = Table("configuration", "tok/s", "speedup", "decode tok/s", "drafted", "accepted", "acceptance",
+                  title=f"bench spec: {report.target} (draft {report.draft or '-'}, {report.threads} threads, "
+                        f"{report.duration_s:.0f} s)")
+    for row in report.rows:
+        table.add_row(row.name, _num(row.tok_s), _num(row.speedup, 1, 2), _num(row.decode_tok_s), str(row.drafted),
+                      str(row.accepted), _num(row.acceptance, 100, 0) + ("%" if row.acceptance is not None else ""))
+    console = _console()
+    console.print(table)
+    console.print(f"auto mode would decide: {report.decision}", highlight=False)
     console.print(f"files: {', '.join(report.files)}")
