@@ -177,6 +177,23 @@ def test_timings_count_drafts_and_monitor_turns_speculation_off(smol_path: Path)
         assert after.text and spec_from_timings(after.timings).drafted == 0
 
 
+def test_gateway_metrics_count_drafted_and_accepted_tokens(smol_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from tiankong.gateway.app import GatewayState, create_app
+
+    config = small(smol_path, draft_model=smol_path, spec_type="draft-simple", spec_draft_n_max=4, alias="smol")
+    with EngineProcess(config) as engine, TestClient(create_app(GatewayState.for_engine(engine, "smol"))) as http:
+        body = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 16, "temperature": 0}
+        answer = http.post("/v1/chat/completions", json=body)
+        assert answer.status_code == 200
+        stats = spec_from_timings(answer.json().get("timings"))
+        metrics = http.get("/metrics").text
+    assert stats.drafted > 0
+    assert f'tiankong_spec_draft_tokens_total{{model="smol"}} {float(stats.drafted)}' in metrics
+    assert f'tiankong_spec_accepted_tokens_total{{model="smol"}} {float(stats.accepted)}' in metrics
+
+
 def test_bench_spec_cli(tmp_path: Path) -> None:
     mismatch = run_cli("bench", "spec", "--target", "smollm2-135m-instruct:q4_1", "--draft",
                        "qwen2.5-coder-0.5b-instruct:q4_k_m", "--out", str(tmp_path))

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..engine.spec import spec_from_timings
 from .admission import EngineHandle
 from .stats import LiveStats
 
@@ -87,6 +88,10 @@ class GatewayMetrics:
         self.prompt_tokens = Counter("tiankong_prompt_tokens", "Prompt tokens (from usage)", ["model"], registry=r)
         self.completion_tokens = Counter("tiankong_completion_tokens", "Completion tokens (from usage)", ["model"],
                                          registry=r)
+        self.spec_drafted = Counter("tiankong_spec_draft_tokens", "Speculative decoding: tokens drafted "
+                                    "(llama-server timings.draft_n)", ["model"], registry=r)
+        self.spec_accepted = Counter("tiankong_spec_accepted_tokens", "Speculative decoding: drafted tokens accepted "
+                                     "(timings.draft_n_accepted); acceptance = accepted / draft", ["model"], registry=r)
         self.rejections = Counter("tiankong_rejections", "Requests refused with 429", ["route", "reason"], registry=r)
         self.key_requests = Counter("tiankong_key_requests", "Requests by API key name and HTTP status",
                                     ["key", "status"], registry=r)
@@ -148,6 +153,10 @@ class GatewayMetrics:
             rate = timings.get(key)
             if isinstance(rate, int | float) and rate > 0 and (timings.get(count) or 0) > 1:
                 histogram.labels(call.model).observe(float(rate))
+        spec = spec_from_timings(timings)
+        if spec.drafted > 0:
+            self.spec_drafted.labels(call.model).inc(spec.drafted)
+            self.spec_accepted.labels(call.model).inc(spec.accepted)
 
     async def scrape(self, http: httpx.AsyncClient) -> bytes:
         await self.engines.refresh_slots(http)
