@@ -103,6 +103,23 @@ def test_flags_reach_argv() -> None:
         auto.to_argv("llama-server")
 
 
+def test_engine_settings_map_to_engine_config(smol_path: Path, tmp_path: Path) -> None:
+    from tiankong.config import load_config
+    from tiankong.engine.settings import speed_kwargs
+
+    toml = tmp_path / "tiankong.toml"
+    toml.write_text('[engine]\ndraft_model = "smollm2-135m-instruct:q4_1"\nspec = "auto"\nspec_auto_n_max = [2]\n'
+                    'spec_auto_ngram = ["ngram-mod"]\nrpc = ["127.0.0.1:50052"]\n', encoding="utf-8")
+    settings = load_config(toml).engine
+    config = EngineConfig(model=smol_path, **speed_kwargs(settings))
+    config.validate()
+    assert config.draft_model == smol_path and config.spec == "auto" and config.rpc == ["127.0.0.1:50052"]
+    assert config.spec_auto.n_max_values == (2,) and config.spec_auto.ngram_types == ("ngram-mod",)
+    toml.write_text('[engine]\nspec = "always"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="engine.spec"):
+        load_config(toml)
+
+
 def test_mmproj_is_checked_before_spawning(smol_path: Path, tmp_path: Path) -> None:
     garbage = tmp_path / "mmproj.gguf"
     garbage.write_bytes(b"not a gguf file")

@@ -33,6 +33,15 @@ class EngineSettings(_Strict):
     wedge_failures: int = Field(3, ge=1, description="consecutive unanswered probes before a restart")
     llama_server: str | None = None
     extra_args: list[str] = Field(default_factory=list)
+    # speed plays (docs/speed.md): speculative decoding, vision projector, RPC workers
+    draft_model: str | None = Field(None, description="installed model name or .gguf path, same tokenizer as model")
+    spec: Literal["auto"] | None = Field(None, description="'auto': measure at start-up, enable only if >= 1.1x")
+    spec_type: str | None = Field(None, description="fixed --spec-type (draft-simple, ngram-simple, ...)")
+    spec_draft_n_max: int | None = Field(None, ge=0)
+    spec_auto_n_max: list[int] = Field(default_factory=lambda: [4, 8], description="auto: draft lengths to try")
+    spec_auto_ngram: list[str] = Field(default_factory=list, description="auto: n-gram modes to try")
+    mmproj: str | None = Field(None, description="multimodal projector GGUF for a vision model")
+    rpc: list[str] = Field(default_factory=list, description="ggml-rpc-server workers, host:port")
 
 
 class KeySettings(_Strict):

@@ -26,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..engine import EngineConfig, SpecAuto
 from ..engine.build import locate_engine
 from ..engine.flags import NGRAM_SPEC_TYPES, default_threads
+from ..engine.settings import model_file
 from ..engine.spec import without_spec
 from ..engine.spec_auto import DEFAULT_PROMPTS, SpecMeasurement, candidate_configs, decide, measure
 from ..engine.vocab import check_draft_compatible
 from ..errors import ConfigError
-from ..models import resolve_installed
 
 DEFAULT_NGRAM = ("ngram-simple", "ngram-map-k", "ngram-mod")
 
@@ -120,8 +120,8 @@ def _engine_config(config: SpecBenchConfig) -> tuple[EngineConfig, str, str | No
     for name in config.ngram_types:
         if name not in NGRAM_SPEC_TYPES:
             raise ConfigError(f"unknown n-gram mode {name!r}", hint=f"use {', '.join(NGRAM_SPEC_TYPES)}")
-    target = _model_path(config.target)
-    draft = _model_path(config.draft) if config.draft else None
+    target = model_file(config.target)
+    draft = model_file(config.draft) if config.draft else None
     if draft is not None:
         check_draft_compatible(target, draft)
     auto = SpecAuto(n_max_values=tuple(config.n_max) if draft else (),
@@ -132,14 +132,6 @@ def _engine_config(config: SpecBenchConfig) -> tuple[EngineConfig, str, str | No
                                  draft_model=draft, spec="auto", spec_auto=auto)
     engine_config.validate()
     return engine_config, config.target, config.draft
-
-
-def _model_path(name: str) -> Path:
-    """An installed model name, or a path to a GGUF file."""
-    path = Path(name).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        return path
-    return Path(resolve_installed(name).path)
 
 
 def load_prompts(path: str | None) -> list[str]:

@@ -10,6 +10,7 @@ import uvicorn
 from ..config import TiankongConfig
 from ..engine import EngineConfig, EngineProcess
 from ..engine.process import port_in_use
+from ..engine.settings import speed_kwargs
 from ..errors import ConfigError, PortInUse
 from ..models import resolve_installed
 from .app import GatewayState, create_app
@@ -41,18 +42,19 @@ def check_bind(config: TiankongConfig) -> None:
         raise PortInUse(server.host, server.port)
 
 
-def start_engine(config: TiankongConfig) -> tuple[EngineProcess, str]:
+def start_engine(config: TiankongConfig, log: Callable[[str], None] = print) -> tuple[EngineProcess, str]:
     settings = config.engine
     record = resolve_installed(settings.model)
     engine_config = EngineConfig(
         model=record.path, ctx=settings.ctx, slots=settings.slots, kv_type=settings.kv_type,
         cache_ram_mib=settings.cache_ram_mib, alias=record.name, extra_args=list(settings.extra_args),
+        **speed_kwargs(settings),
     )
     if settings.threads:
         engine_config.threads = settings.threads
     engine = EngineProcess(
         engine_config, settings.llama_server, startup_timeout_s=settings.startup_timeout_s,
-        restart_after_requests=settings.restart_after_requests,
+        restart_after_requests=settings.restart_after_requests, log=log,
     )
     return engine.start(), record.name
 
@@ -71,7 +73,7 @@ def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> G
 def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
     """Run until interrupted; the engine is stopped on every way out."""
     check_bind(config)
-    engine, name = start_engine(config)
+    engine, name = start_engine(config, log)
     settings = config.engine
     watch = WedgeWatch(engine, interval_s=settings.wedge_check_s, timeout_s=settings.wedge_probe_timeout_s,
                        failures=settings.wedge_failures, log=log)
