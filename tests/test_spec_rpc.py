@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, pid_alive, run_cli
+from conftest import assert_one_line_error, pid_alive, run_cli, wait_until
 from tiankong.client import BaseClient, InvalidImage, image_part, validate_messages
 from tiankong.engine import (
     EngineConfig,
@@ -284,6 +287,19 @@ def test_rpc_worker_serves_a_generation_on_loopback(smol_path: Path) -> None:
         assert "Accepted client connection" in worker.log_tail(200)
         pid = worker.pid
     assert not pid_alive(pid)
+
+
+def test_rpc_worker_is_restarted_after_a_crash() -> None:
+    with RpcWorker(threads=1) as worker:
+        first = worker.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        assert wait_until(lambda: worker.pid != first and worker.alive())
+        assert worker.restarts == 1
+        with socket.create_connection(("127.0.0.1", worker.port), timeout=5):
+            pass
+        second = worker.pid
+    assert second is not None and not pid_alive(second)
 
 
 def test_rpc_worker_refuses_a_public_bind() -> None:

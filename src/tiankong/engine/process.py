@@ -151,6 +151,7 @@ class EngineProcess:
         self._stop_event.set()
         if self.spec_monitor is not None:
             self.spec_monitor.stop()
+            self.spec_monitor = None
         with self._lock:
             if self.proc is None:
                 self.state = EngineState.STOPPED
@@ -231,8 +232,8 @@ class EngineProcess:
 
     def _start_spec_monitor(self) -> None:
         decision = self.spec_decision
-        if decision is None or not decision.enabled or self.spec_monitor is not None:
-            return
+        if decision is None or not decision.enabled or self.spec_monitor is not None or not self.config.spec_types():
+            return  # no auto decision, speculation off (or already turned off), or already watching
         auto = decision.config.spec_auto if decision.config else None
         if auto is not None:
             self.spec_monitor = SpecMonitor(self, min_acceptance=auto.min_acceptance,
