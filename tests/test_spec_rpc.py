@@ -11,14 +11,16 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, pid_alive, run_cli, wait_until
+from conftest import TIANKONG, assert_one_line_error, free_port, pid_alive, run_cli, wait_until
 from tiankong.client import BaseClient, InvalidImage, image_part, validate_messages
 from tiankong.engine import (
     EngineConfig,
@@ -305,6 +307,26 @@ def test_rpc_worker_is_restarted_after_a_crash() -> None:
 def test_rpc_worker_refuses_a_public_bind() -> None:
     with pytest.raises(ConfigError, match="authentication"):
         RpcWorker(host="0.0.0.0")
+    assert_one_line_error(run_cli("engine", "rpc-worker", "--host", "0.0.0.0"), "authentication", "--allow-remote")
+
+
+def test_rpc_worker_cli_runs_until_ctrl_c() -> None:
+    port = free_port()
+    proc = subprocess.Popen([TIANKONG, "engine", "rpc-worker", "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert f"127.0.0.1:{port}" in line, line
+        worker_pid = int(re.search(r"pid (\d+)", line).group(1))  # type: ignore[union-attr]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        assert not pid_alive(worker_pid)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture(autouse=True)

@@ -52,8 +52,10 @@ def main(ctx: click.Context, verbose: bool) -> None:
 def _register() -> None:
     from . import batch_cmds, bench_cmds, engine_cmds, models_cmds, plan_cmds, run_cmds, structured_cmds, task_cmds
     from .eval_cmds import eval_group
+    from .rpc_cmds import rpc_worker
 
     main.add_command(engine_cmds.engine)
+    engine_cmds.engine.add_command(rpc_worker)
     main.add_command(models_cmds.models)
     main.add_command(plan_cmds.plan)
     main.add_command(batch_cmds.batch)

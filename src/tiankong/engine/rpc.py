@@ -22,6 +22,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths
@@ -67,8 +68,8 @@ class RpcWorker:
                  max_restarts: int = 5) -> None:
         if not is_loopback(host) and not allow_remote:
             raise ConfigError(f"refusing to bind an RPC worker to {host}",
-                              hint="the RPC protocol has no authentication; bind 127.0.0.1, or pass "
-                                   "allow_remote=True on a private network you trust")
+                              hint="the RPC protocol has no authentication; bind 127.0.0.1, or allow it "
+                                   "(allow_remote=True, CLI --allow-remote) on a private network you trust")
         if threads < 1:
             raise ConfigError(f"threads must be ≥ 1, not {threads}")
         self.host, self.port, self.threads, self.cache = host, port, threads, cache
@@ -114,6 +115,11 @@ class RpcWorker:
             if self.proc is not None:
                 _terminate(self.proc, self.stop_grace_s)
                 self.proc = None
+
+    def wait_down(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s``; True when the worker is down for good (restarts exhausted)."""
+        self._stop.wait(timeout_s)
+        return not self.alive() and (not self.restart_on_crash or self.restarts >= self.max_restarts)
 
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_path or not self.log_path.exists():
@@ -168,6 +174,21 @@ class RpcWorker:
                 except EngineStartError:
                     backoff = min(backoff * 2, 30.0)
             self._stop.wait(backoff)
+
+
+def run_rpc_worker(worker: RpcWorker, log: Callable[[str], None] = print) -> None:
+    """Start ``worker``, report its endpoint, block until interrupted (Ctrl-C) or it cannot be kept up; stop it."""
+    try:
+        worker.start()
+        log(f"rpc worker on {worker.endpoint} (pid {worker.pid}, {worker.threads} threads); main engine: "
+            f"rpc = [\"{worker.endpoint}\"]; Ctrl-C stops it")
+        while not worker.wait_down(1.0):
+            pass
+        raise EngineStartError(f"{RPC_BINARY} on {worker.endpoint} kept crashing ({worker.restarts} restarts)",
+                               hint=f"see {worker.log_path}", log_tail=worker.log_tail())
+    finally:
+        worker.stop()
+        log("rpc worker stopped")
 
 
 def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
