@@ -9,7 +9,7 @@ An image travels inside a message as an OpenAI content part with a base64 data U
 :func:`image_part` builds one from a file or bytes; :func:`validate_messages` checks every image part
 before a request is sent (both clients call it): a ``data:image/…;base64,`` URL whose payload decodes and
 is at most ``MAX_IMAGE_BYTES``. Remote ``http(s)://`` and ``file://`` URLs are refused with the fix: the
-managed llama-server is built without network access, and reading local files needs ``--media-path``.
+engine would have to download the image itself, and it reads local files only with ``--media-path``.
 """
 
 from __future__ import annotations
