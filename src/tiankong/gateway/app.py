@@ -173,6 +173,16 @@ async def read_json(request: Request, limit: int) -> dict[str, Any] | JSONRespon
     return body
 
 
+def bad_token_budget(body: dict[str, Any]) -> JSONResponse | None:
+    """``max_tokens`` must be a positive integer (llama-server reads -1 or 0 as "until the context is full")."""
+    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
+        value = body.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            return error_response(400, f"{key} must be a positive integer, got {json.dumps(value)[:40]}",
+                                  "invalid_request_error", "invalid_max_tokens")
+    return None
+
+
 def unauthorized() -> JSONResponse:
     return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
 
@@ -219,6 +229,8 @@ def create_app(state: GatewayState) -> Starlette:
         body = await read_json(request, state.max_body_bytes)
         if isinstance(body, JSONResponse):
             return body
+        if (bad := bad_token_budget(body)) is not None:
+            return bad
         if not state.serves(body.get("model")):
             return error_response(404, f"model {body.get('model')!r} is not served here; available: "
                                   f"{state.model_name}", "invalid_request_error", "model_not_found")

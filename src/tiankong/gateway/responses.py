@@ -45,12 +45,15 @@ def rpm_exceeded(retry_after_s: int, rpm: int) -> JSONResponse:
 
 
 def upstream_error(status: int, content: bytes) -> JSONResponse:
-    """llama-server's own error answer, re-shaped (its 4xx stay 4xx, its 5xx become engine errors)."""
+    """llama-server's own error answer, re-shaped (its 4xx stay 4xx, 501 becomes 400 ``not_supported``, its
+    other 5xx become engine errors)."""
     try:
         err = json.loads(content).get("error", {})
         message = err.get("message") if isinstance(err, dict) else str(err)
     except (ValueError, AttributeError):
         message = content.decode("utf-8", "replace")[:300]
+    if status == 501:  # e.g. embeddings from an engine started without --embeddings: the request can't be served
+        return error_response(400, message or "not supported by this engine", "invalid_request_error", "not_supported")
     type_ = "invalid_request_error" if status < 500 else "engine_error"
     return error_response(status, message or f"engine answered HTTP {status}", type_)
 

@@ -1,6 +1,7 @@
 """``POST /v1/tasks/<task>``: every pipeline task over HTTP, with validated request bodies.
 
 Each body is a Pydantic model (``extra="forbid"``): a wrong type or an unknown field is a 400 naming the field.
+Counts that drive the engine's work (rewrites, summary words, documents, labels, token budgets) are bounded.
 The answer is the task result's JSON (``to_json()``), the same shape the CLI prints with ``--json``.
 """
 
@@ -22,7 +23,7 @@ class _Body(BaseModel):
 
 class ClassifyBody(_Body):
     text: str
-    labels: list[str]
+    labels: list[str] = Field(max_length=256)
     descriptions: dict[str, str] | None = None
     examples: list[dict[str, Any]] | None = None
     instructions: str | None = None
@@ -42,13 +43,13 @@ class RouteBody(_Body):
 class RewriteBody(_Body):
     query: str
     mode: str = "rewrite"
-    n: int = 3
+    n: int = Field(3, ge=1, le=10)
 
 
 class RerankBody(_Body):
     query: str
-    documents: list[str]
-    top_k: int | None = None
+    documents: list[str] = Field(max_length=1000)
+    top_k: int | None = Field(None, ge=1)
     mode: str = "pointwise"
 
 
@@ -68,15 +69,15 @@ class GuardBody(_Body):
 
 class CompressBody(_Body):
     text: str
-    budget_tokens: int = Field(512, ge=16)
-    chunk_tokens: int = Field(1024, ge=64)
+    budget_tokens: int = Field(512, ge=16, le=65536)
+    chunk_tokens: int = Field(1024, ge=64, le=65536)
     question: str | None = None
 
 
 class SummarizeBody(_Body):
     text: str
-    words: int = 80
-    chunk_tokens: int = Field(1024, ge=64)
+    words: int = Field(80, ge=5, le=1000)
+    chunk_tokens: int = Field(1024, ge=64, le=65536)
 
 
 class TagBody(_Body):
