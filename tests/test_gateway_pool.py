@@ -5,14 +5,24 @@ start, the max-loaded cap and idle unloading — with real llama-servers, never 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from conftest import wait_until
+from test_gateway_admission import LONG, metrics, post, serve_app, total
+from tiankong.config import load_config
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError
+from tiankong.gateway import GatewayState
 from tiankong.gateway.pool import EnginePool, PoolEntry, PoolFull, local_replica, remote_replica
+from tiankong.gateway.serve import build_pool
+from tiankong.models import TEST_MODEL
+
+SHORT = {"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 2, "temperature": 0}
 
 
 def remote_entry(name: str, *urls: str, aliases: list[str] | None = None) -> PoolEntry:
@@ -93,3 +103,90 @@ def test_on_demand_start_max_loaded_and_idle_ttl(engine_binary: EngineBinary, sm
     finally:
         pool.stop_all()
     assert running(pool) == []
+
+
+# --- through the gateway (tiankong serve with [pool]) -----------------------------------------------------------
+
+
+def pool_health(url: str) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{url}/health", timeout=30)
+    assert answer.status_code == 200
+    pool: list[dict[str, Any]] = answer.json()["pool"]
+    return pool
+
+
+def test_gateway_starts_a_local_engine_on_demand_and_unloads_it_when_idle(engine_binary: EngineBinary,
+                                                                          smol_path: Path) -> None:
+    pool = EnginePool([PoolEntry("smol", [local_replica("smol#0", small_engine(engine_binary, smol_path, "smol"))],
+                                 aliases=["tiny"], idle_ttl_s=1.0)])
+    try:
+        with serve_app(GatewayState(upstream_url="", model_name="smol", pool=pool)) as url:
+            assert pool_health(url)[0]["loaded"] is False and running(pool) == []
+            answer = post(url, {"model": "tiny", "prompt": "1, 2, 3,", "max_tokens": 2}, "/v1/completions")
+            assert answer.status_code == 200, answer.text
+            assert pool_health(url)[0]["loaded"] is True
+            assert wait_until(lambda: pool_health(url)[0]["loaded"] is False and running(pool) == [], 60)  # idle TTL
+            assert post(url, {**SHORT, "model": "smol"}).status_code == 200  # started again
+            assert total(metrics(url), "tiankong_requests_total", model="smol", status="200") == 2
+    finally:
+        pool.stop_all()
+    assert running(pool) == []
+
+
+def test_gateway_routes_by_model_to_the_least_busy_replica(smol_engine: EngineProcess) -> None:
+    # three replicas in two models, all the same llama-server: what is checked is the routing
+    alpha = [remote_replica(f"alpha@{i}", smol_engine.url, 1) for i in range(2)]
+    pool = EnginePool([
+        PoolEntry("alpha", alpha, aliases=["a"]),
+        PoolEntry("beta", [remote_replica("beta@0", smol_engine.url, 2)]),
+    ])
+    with serve_app(GatewayState(upstream_url="", model_name="alpha", pool=pool)) as url:
+        names = [m["id"] for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
+        assert names == ["alpha", "a", "beta"]
+        assert post(url, {**SHORT, "model": "beta"}).status_code == 200
+        unknown = post(url, {**SHORT, "model": "gpt-4"})
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+        with ThreadPoolExecutor(1) as background:
+            hog = background.submit(post, url, {**LONG, "model": "a", "max_tokens": 48})
+            assert wait_until(lambda: pool_health(url)[0]["replicas"][0]["outstanding"] == 1, 60)
+            assert post(url, {**SHORT, "model": "alpha"}).status_code == 200  # alpha@0 is busy: alpha@1
+            assert hog.result().status_code == 200
+        samples = metrics(url)
+        for engine in ("alpha@0", "alpha@1", "beta@0"):
+            assert total(samples, "tiankong_queue_wait_seconds_count", engine=engine) == 1, engine
+        assert total(samples, "tiankong_requests_total", model="beta", status="200") == 1
+        stats = httpx.get(f"{url}/ui/stats", timeout=30).json()
+        assert [e["name"] for e in stats["engines"]] == ["alpha@0", "alpha@1", "beta@0"]
+
+
+def test_pool_config_builds_without_starting_anything(tmp_path: Path) -> None:
+    config_file = tmp_path / "pool.toml"
+    config_file.write_text(f"""
+[pool]
+max_loaded = 1
+
+[[pool.models]]
+name = "smol"
+aliases = ["tiny"]
+model = "{TEST_MODEL}"
+replicas = 2
+ctx = 512
+slots = 1
+threads = 2
+idle_ttl_s = 300.0
+
+[[pool.models]]
+name = "remote"
+url = "http://127.0.0.1:9/"
+max_in_flight = 3
+""", encoding="utf-8")
+    config = load_config(config_file)
+    pool = build_pool(config)
+    assert pool.names() == ["smol", "tiny", "remote"] and pool.max_loaded == 1
+    assert [h.name for h in pool.handles()] == ["smol#0", "smol#1", "remote@upstream"]
+    assert running(pool) == [] and pool.loaded_entries() == []
+    assert pool.handles()[2].url() == "http://127.0.0.1:9" and pool.handles()[2].admission.limit == 3
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[pool.models]]\nname = "x"\nmodel = "m"\nurl = "http://127.0.0.1:9"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="pool.models.0"):
+        load_config(bad)

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
 from .models.catalog import DEFAULT_MODEL
@@ -95,10 +95,40 @@ class DegradationSettings(_Strict):
     _check_queue = field_validator("queue_depth", "p99_latency_s", "engine_rss_mib")(_levels)
 
 
+class PoolModelSettings(_Strict):
+    """One model of the pool: local engines (``model``) or a remote OpenAI-compatible upstream (``url``)."""
+
+    name: str = Field(min_length=1, description="the name clients send as model")
+    aliases: list[str] = Field(default_factory=list)
+    model: str | None = Field(None, description="an installed model (local engines, started on demand)")
+    url: str | None = Field(None, pattern=r"^http://", description="or: an OpenAI-compatible http:// upstream")
+    replicas: int = Field(1, ge=1, le=16, description="local engines for this model")
+    ctx: int = Field(4096, ge=64)
+    slots: int = Field(2, ge=1, le=256)
+    threads: int | None = Field(None, ge=1)
+    kv_type: Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"] = "f16"
+    max_in_flight: int = Field(4, ge=1, description="remote upstream: requests sent at once")
+    idle_ttl_s: float | None = Field(None, gt=0, description="stop the local engines after this long unused")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PoolModelSettings:
+        if (self.model is None) == (self.url is None):
+            raise ValueError("give exactly one of model (local engines) or url (remote upstream)")
+        return self
+
+
+class PoolSettings(_Strict):
+    """Several models routed by the request's model; empty: the single [engine]."""
+
+    max_loaded: int | None = Field(None, ge=1, description="models with local engines running at once")
+    models: list[PoolModelSettings] = Field(default_factory=list)
+
+
 class TiankongConfig(_Strict):
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
     engine: EngineSettings = Field(default_factory=lambda: EngineSettings())
     degradation: DegradationSettings = Field(default_factory=lambda: DegradationSettings())
+    pool: PoolSettings = Field(default_factory=lambda: PoolSettings())
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:

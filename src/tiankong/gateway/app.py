@@ -31,6 +31,7 @@ from .keys import ApiKey, RateLimiter, bearer_token, find_key, hash_key
 from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .pipeline import Pipeline
+from .pool import EnginePool, route
 from .responses import error_response, rpm_exceeded
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
@@ -72,6 +73,7 @@ class GatewayState:
     count_request: Callable[[], bool] | None = None
     recycle: Callable[[], None] | None = None
     degradation: DegradationSettings | None = None
+    pool: EnginePool | None = None  # several models/engines routed by model; None: the single engine above
     engine: EngineHandle = field(init=False)
     fallback: EngineHandle | None = field(init=False, default=None)
 
@@ -86,7 +88,7 @@ class GatewayState:
             handle.pid = self.engine_pid
         if self.engine_restarts is not None:
             handle.restarts = self.engine_restarts
-        self.engine = handle
+        self.engine = handle if self.pool is None else self.pool.handles()[0]
         settings = self.degradation
         if settings is not None and settings.fallback_url:
             url, limit = settings.fallback_url.rstrip("/"), settings.fallback_max_in_flight
@@ -103,7 +105,14 @@ class GatewayState:
                    count_request=count, recycle=recycle, **settings)
 
     def engines(self) -> list[EngineHandle]:
-        return [self.engine] if self.fallback is None else [self.engine, self.fallback]
+        main = [self.engine] if self.pool is None else self.pool.handles()
+        return main if self.fallback is None else [*main, self.fallback]
+
+    def served(self) -> list[tuple[EngineHandle, list[str]]]:
+        """Each engine with the model names it serves."""
+        if self.pool is None:
+            return [(self.engine, [self.model_name, *self.aliases])]
+        return [(r.handle, e.names()) for e in self.pool.entries for r in e.replicas]
 
     def fallback_model(self) -> str:
         settings = self.degradation
@@ -194,7 +203,7 @@ def create_app(state: GatewayState) -> Starlette:
     limiter = RateLimiter()
     policy = None
     if state.degradation is not None and state.degradation.enabled:
-        policy = Degradation(state.degradation, metrics.live, lambda: [state.engine],
+        policy = Degradation(state.degradation, metrics.live, lambda: [h for h, _ in state.served()],
                              has_fallback=state.fallback is not None)
         policy.on_change = metrics.degradation_level.set
 
@@ -204,18 +213,27 @@ def create_app(state: GatewayState) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        pipes["p"] = pipeline(state.engine)
+        pipes["p"] = pipes[state.engine.name] = pipeline(state.engine)
         if state.fallback is not None:
             pipes["f"] = pipeline(state.fallback)
-        sampler = asyncio.ensure_future(sample_forever(metrics, state.engines, tick=policy.update if policy else None))
+        background = [asyncio.ensure_future(sample_forever(metrics, state.engines,
+                                                           tick=policy.update if policy else None))]
+        if state.pool is not None:
+            background.append(asyncio.ensure_future(state.pool.reap_forever()))
         yield
-        sampler.cancel()
-        await asyncio.gather(sampler, return_exceptions=True)
-        for pipe in pipes.values():
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        for pipe in set(pipes.values()):
             await pipe.close()
 
     def pipe_for(call: Call) -> Pipeline:
-        return pipes["f"] if call.degraded == "fallback" else pipes["p"]
+        if call.degraded == "fallback":
+            return pipes["f"]
+        if state.pool is not None and call.engine and call.engine not in pipes:
+            handle = next(h for h in state.pool.handles() if h.name == call.engine)
+            pipes[call.engine] = pipeline(handle)
+        return pipes.get(call.engine, pipes["p"])
 
     async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
         """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route."""
@@ -231,7 +249,7 @@ def create_app(state: GatewayState) -> Starlette:
             return body
         if (bad := bad_token_budget(body)) is not None:
             return bad
-        if not state.serves(body.get("model")):
+        if state.pool is None and not state.serves(body.get("model")):
             return error_response(404, f"model {body.get('model')!r} is not served here; available: "
                                   f"{state.model_name}", "invalid_request_error", "model_not_found")
         if policy is not None and policy.update() >= 1 and (refused := cap_prompt(policy, body, call)):
@@ -240,6 +258,9 @@ def create_app(state: GatewayState) -> Starlette:
             call.degraded = "fallback"
             body["model"] = call.model = state.fallback_model()
             return body
+        if state.pool is not None:
+            routed = await route(state.pool, body, call)
+            return routed if isinstance(routed, Response) else body
         if state.engine.state() not in ("ready", "starting") and not state.engine.recycling:
             return error_response(503, f"the engine is {state.engine.state()}; retry shortly", "engine_error",
                                   "engine_unavailable", headers={"Retry-After": "2"})
@@ -293,6 +314,8 @@ def create_app(state: GatewayState) -> Starlette:
         engine = state.engine
         status = engine.state()
         level = policy.describe() if policy is not None else {"level": 0, "enabled": False}
+        if state.pool is not None:  # engines start on demand: the gateway itself is what must be up
+            return JSONResponse({"status": "ok", "pool": state.pool.describe(), "degradation": level})
         return JSONResponse({"status": "ok" if status == "ready" else "unavailable", "engine": status,
                              "model": state.model_name, "in_flight": engine.admission.in_flight,
                              "queued": engine.admission.waiting, "degradation": level},
@@ -302,7 +325,7 @@ def create_app(state: GatewayState) -> Starlette:
         if not state.authorized(request):
             return unauthorized()
         data = [{"id": name, "object": "model", "owned_by": "tiankong", "created": 0}
-                for name in [state.model_name, *state.aliases]]
+                for name in (state.pool.names() if state.pool else [state.model_name, *state.aliases])]
         return JSONResponse({"object": "list", "data": data})
 
     async def metrics_route(request: Request) -> Response:
@@ -319,7 +342,7 @@ def create_app(state: GatewayState) -> Starlette:
     async def ui_stats(request: Request) -> Response:
         if not state.authorized(request):
             return unauthorized()
-        engines = [(state.engine, [state.model_name, *state.aliases])]
+        engines = state.served()
         if state.fallback is not None:
             engines.append((state.fallback, [state.fallback_model()]))
         level = {"degradation": policy.describe() if policy is not None else {"level": 0, "enabled": False}}

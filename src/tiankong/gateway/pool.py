@@ -23,9 +23,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from starlette.responses import JSONResponse
+
 from ..engine import EngineProcess
 from ..errors import ConfigError, EngineError
 from .admission import Admission, EngineHandle
+from .metrics import Call
+from .responses import engine_unavailable, error_response
 
 
 class PoolFull(EngineError):
@@ -175,6 +179,20 @@ class EnginePool:
                 stopped.append(entry.name)
         return stopped
 
+    async def reap_forever(self, interval_s: float = 1.0) -> None:
+        """Stop idle entries past their TTL (engines stopped in a thread) until cancelled."""
+        while True:
+            await asyncio.sleep(interval_s)
+            now = self.clock()
+            for entry in self.loaded_entries():
+                if entry.lock.locked():  # being started for a request right now
+                    continue
+                if entry.idle_ttl_s is not None and entry.idle() and now - entry.last_used >= entry.idle_ttl_s:
+                    await asyncio.to_thread(self._stop, entry)
+
+    def names(self) -> list[str]:
+        return [n for e in self.entries for n in e.names()]
+
     def stop_all(self) -> None:
         for entry in self.entries:
             self._stop(entry)
@@ -184,3 +202,20 @@ class EnginePool:
                  "idle_ttl_s": e.idle_ttl_s,
                  "replicas": [{"name": r.handle.name, "state": r.handle.state(), "local": r.local,
                                "outstanding": r.outstanding()} for r in e.replicas]} for e in self.entries]
+
+
+async def route(pool: EnginePool, body: dict[str, object], call: Call) -> EngineHandle | JSONResponse:
+    """The replica for this request (started on demand), or the error response: 404 unknown model, 503 pool
+    full or engine failed to start."""
+    model = body.get("model")
+    try:
+        entry, handle = await pool.acquire(model if isinstance(model, str) else None)
+    except PoolFull as exc:
+        return error_response(503, exc.one_line(), "engine_error", "pool_full", headers={"Retry-After": "5"})
+    except ConfigError as exc:
+        return error_response(404, exc.one_line(), "invalid_request_error", "model_not_found")
+    except EngineError as exc:
+        return engine_unavailable(exc.one_line())
+    body["model"] = call.model = entry.name
+    call.engine = handle.name
+    return handle

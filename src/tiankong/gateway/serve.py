@@ -15,6 +15,7 @@ from ..errors import ConfigError, PortInUse
 from ..models import resolve_installed
 from .app import GatewayState, create_app
 from .keys import ApiKey, as_hash
+from .pool import EnginePool, PoolEntry, local_replica, remote_replica
 from .supervise import WedgeWatch
 
 
@@ -70,9 +71,56 @@ def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> G
     )
 
 
+def build_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> EnginePool:
+    """The pool from ``[pool]``: local engines are created here, started on their first request."""
+    entries = []
+    for spec in config.pool.models:
+        if spec.url is not None:
+            replicas = [remote_replica(f"{spec.name}@upstream", spec.url, spec.max_in_flight)]
+        else:
+            record = resolve_installed(spec.model or "")
+            replicas = []
+            for index in range(spec.replicas):
+                engine_config = EngineConfig(model=record.path, ctx=spec.ctx, slots=spec.slots, kv_type=spec.kv_type,
+                                             alias=spec.name)
+                if spec.threads:
+                    engine_config.threads = spec.threads
+                engine = EngineProcess(engine_config, config.engine.llama_server,
+                                       startup_timeout_s=config.engine.startup_timeout_s, log=log)
+                replicas.append(local_replica(f"{spec.name}#{index}", engine))
+        entries.append(PoolEntry(spec.name, replicas, aliases=list(spec.aliases), idle_ttl_s=spec.idle_ttl_s))
+    return EnginePool(entries, max_loaded=config.pool.max_loaded)
+
+
+def pool_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
+    server = config.server
+    return GatewayState(
+        upstream_url="", model_name=pool.entries[0].name, pool=pool, api_key_hashes=key_hashes(server.api_keys),
+        api_keys=[ApiKey(as_hash(k.key), k.name, k.rpm) for k in server.keys], key_rpm=server.key_rpm,
+        request_timeout_s=server.request_timeout_s, keepalive_s=server.keepalive_s,
+        stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
+        max_body_bytes=server.max_body_bytes, degradation=config.degradation,
+    )
+
+
+def serve_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
+    pool = build_pool(config, log)
+    try:
+        log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops it and the engines); "
+            f"models: {', '.join(pool.names())}; engines start on first request")
+        uvicorn.run(create_app(pool_state(config, pool)), host=config.server.host, port=config.server.port,
+                    log_level="warning", access_log=config.server.log_prompts, timeout_graceful_shutdown=5)
+    finally:
+        pool.stop_all()
+        log("engines stopped")
+
+
 def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
     """Run until interrupted; the engine is stopped on every way out."""
     check_bind(config)
+    if config.pool.models:
+        serve_pool(config, log)
+        return
     engine, name = start_engine(config, log)
     settings = config.engine
     watch = WedgeWatch(engine, interval_s=settings.wedge_check_s, timeout_s=settings.wedge_probe_timeout_s,
