@@ -5,6 +5,7 @@ start, the max-loaded cap and idle unloading — with real llama-servers, never 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import wait_until
+from conftest import pid_alive, wait_until
+from test_gateway import start_serve, stop_serve
 from test_gateway_admission import LONG, metrics, post, serve_app, total
 from tiankong.config import load_config
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
@@ -131,6 +133,31 @@ def test_gateway_starts_a_local_engine_on_demand_and_unloads_it_when_idle(engine
     finally:
         pool.stop_all()
     assert running(pool) == []
+
+
+def child_engines(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid), "llama-server"], capture_output=True, text=True, check=False)
+    return [int(p) for p in found.stdout.split()]
+
+
+def test_tiankong_serve_runs_a_pool_from_the_config(tmp_path: Path) -> None:
+    config_file = tmp_path / "pool.toml"
+    config_file.write_text(f'[[pool.models]]\nname = "smol"\naliases = ["tiny"]\nmodel = "{TEST_MODEL}"\n'
+                           'ctx = 512\nslots = 1\nthreads = 2\n', encoding="utf-8")
+    served = start_serve("--config", str(config_file))
+    engines: list[int] = []
+    try:
+        assert "engines start on first request" in "".join(served.log)
+        assert pool_health(served.url)[0]["loaded"] is False and child_engines(served.proc.pid) == []
+        answer = httpx.post(f"{served.url}/v1/chat/completions", json={**SHORT, "model": "tiny"}, timeout=300)
+        assert answer.status_code == 200, answer.text
+        assert pool_health(served.url)[0]["loaded"] is True
+        engines = child_engines(served.proc.pid)
+        assert len(engines) == 1
+    finally:
+        code = stop_serve(served)
+    assert code == 0
+    assert wait_until(lambda: not any(pid_alive(pid) for pid in engines), 30)
 
 
 def test_gateway_routes_by_model_to_the_least_busy_replica(smol_engine: EngineProcess) -> None:
