@@ -97,4 +97,6 @@ def test_ngram_mode_needs_no_draft_model() -> None:
 
 def test_lora_adapters_load_without_applying() -> None:
     args = argv(lora=[Path("/a.gguf"), Path("/b.gguf")])
-    assert args.count("--lora") == 2 and "--lora-init-without-apply" in args
+    # scale 0 at start-up: llama-server gives requests without "lora" the start-up scales (--lora would be 1.0)
+    assert args.count("--lora-scaled") == 2 and "--lora" not in args and "--lora-init-without-apply" in args
+    assert args[args.index("--lora-scaled") + 1] == "/a.gguf:0"

@@ -42,6 +42,8 @@ class EngineSettings(_Strict):
     spec_auto_ngram: list[str] = Field(default_factory=list, description="auto: n-gram modes to try")
     mmproj: str | None = Field(None, description="multimodal projector GGUF for a vision model")
     rpc: list[str] = Field(default_factory=list, description="ggml-rpc-server workers, host:port")
+    lora: list[str] = Field(default_factory=list,
+                            description="LoRA adapters (registry names or .gguf paths), chosen per request")
 
 
 class KeySettings(_Strict):

@@ -52,6 +52,7 @@ def main(ctx: click.Context, verbose: bool) -> None:
 def _register() -> None:
     from . import batch_cmds, bench_cmds, engine_cmds, models_cmds, plan_cmds, run_cmds, structured_cmds, task_cmds
     from .eval_cmds import eval_group
+    from .lora_cmds import lora
     from .rpc_cmds import rpc_worker
 
     main.add_command(engine_cmds.engine)
@@ -61,6 +62,7 @@ def _register() -> None:
     main.add_command(batch_cmds.batch)
     main.add_command(eval_group)
     main.add_command(bench_cmds.bench)
+    main.add_command(lora)
     for command in (run_cmds.serve, run_cmds.chat, run_cmds.run, run_cmds.doctor, structured_cmds.extract):
         main.add_command(command)
     for command in task_cmds.COMMANDS:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError, InputTooLong, ServerError, TransportError
+from ..lora.selection import LoadedAdapter, parse_loaded, requested, rewrite_body
 from .images import validate_messages
 
 DEFAULT_SEED = 42
@@ -96,14 +97,20 @@ def generation_options(
     json_schema: dict[str, Any] | None = None,
     logprobs: int | None = None,
     cache_prompt: bool | None = None,
+    adapter: str | None = None,
     lora: list[dict[str, Any]] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Sampling and llama.cpp extension fields, omitting what is unset."""
+    """Sampling and llama.cpp extension fields, omitting what is unset.
+
+    ``adapter="formal"`` or ``lora=[{"name": "formal", "scale": 0.5}]`` pick LoRA adapters by name; the
+    transport turns them into llama-server's id form (:func:`with_lora`) or leaves them to the gateway.
+    """
+    requested(adapter, lora)  # bad adapter fields fail here, before anything is sent
     body: dict[str, Any] = {"temperature": temperature}
     optional = {
         "max_tokens": max_tokens, "seed": seed, "stop": stop, "grammar": grammar, "json_schema": json_schema,
-        "cache_prompt": cache_prompt, "lora": lora,
+        "cache_prompt": cache_prompt, "adapter": adapter, "lora": lora,
     }
     body.update({key: value for key, value in optional.items() if value is not None})
     if logprobs is not None:
@@ -127,6 +134,26 @@ def completion_body(prompt: str, model: str | None, stream: bool, options: dict[
     if model:
         body["model"] = model
     return body
+
+
+#: Generation routes whose bodies carry per-request LoRA scales.
+LORA_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/chat/completions", "/completions", "/completion"})
+#: ``lora_table`` before the server was asked.
+UNKNOWN: Any = object()
+
+
+def lora_table(status: int, data: Any) -> list[LoadedAdapter] | None:
+    """The answer to ``GET /lora-adapters``: a llama-server's adapters, or ``None`` when the server is not a
+    llama-server (a tiankong gateway translates adapter names itself)."""
+    return parse_loaded(data) if status == 200 else None
+
+
+def with_lora(path: str, body: dict[str, Any] | None, table: list[LoadedAdapter] | None) -> dict[str, Any] | None:
+    """The body as the server must get it: for a llama-server with adapters, names → ids and every adapter's
+    scale listed (0 for a base request, see ``lora.selection.to_engine``); for a gateway, unchanged."""
+    if body is None or path not in LORA_PATHS or table is None:
+        return body
+    return rewrite_body(body, table)
 
 
 def _usage(data: dict[str, Any]) -> Usage:

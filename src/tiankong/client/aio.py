@@ -40,6 +40,7 @@ class AsyncBaseClient:
         self._limits = S.http_limits(max_connections)
         self._http: httpx.AsyncClient | None = None
         self._start_lock = asyncio.Lock()
+        self._lora: Any = S.UNKNOWN
 
     async def _client(self) -> httpx.AsyncClient:
         if self._http is not None:
@@ -67,7 +68,20 @@ class AsyncBaseClient:
                 raise
             return await http.send(request, stream=stream)
 
+    async def _with_lora(self, path: str, body: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Adapter names → the engine's ids (the adapter table is read once per client)."""
+        if body is None or path not in S.LORA_PATHS:
+            return body
+        if self._lora is S.UNKNOWN:
+            try:
+                response = await self._send("GET", "/lora-adapters", None)
+            except httpx.HTTPError as exc:
+                raise S.connect_error(str(self.url), exc) from None
+            self._lora = S.lora_table(response.status_code, response.json() if response.status_code == 200 else None)
+        return S.with_lora(path, body, self._lora)
+
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        body = await self._with_lora(path, body)
         try:
             response = await self._send(method, path, body)
         except httpx.HTTPError as exc:
@@ -76,6 +90,7 @@ class AsyncBaseClient:
         return response.json()
 
     async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[S.StreamChunk]:
+        body = await self._with_lora(path, body) or body
         try:
             response = await self._send("POST", path, body, stream=True)
             try:

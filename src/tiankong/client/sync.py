@@ -42,6 +42,7 @@ class BaseClient:
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits())
+        self._lora: Any = S.UNKNOWN
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -55,7 +56,20 @@ class BaseClient:
                 raise
             return self._http.send(request, stream=stream)
 
+    def _with_lora(self, path: str, body: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Adapter names → the engine's ids (the adapter table is read once per client)."""
+        if body is None or path not in S.LORA_PATHS:
+            return body
+        if self._lora is S.UNKNOWN:
+            try:
+                response = self._send("GET", "/lora-adapters", None)
+            except httpx.HTTPError as exc:
+                raise S.connect_error(self.url, exc) from None
+            self._lora = S.lora_table(response.status_code, response.json() if response.status_code == 200 else None)
+        return S.with_lora(path, body, self._lora)
+
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        body = self._with_lora(path, body)
         try:
             response = self._send(method, path, body)
         except httpx.HTTPError as exc:
@@ -64,6 +78,7 @@ class BaseClient:
         return response.json()
 
     def _stream(self, path: str, body: dict[str, Any]) -> Iterator[S.StreamChunk]:
+        body = self._with_lora(path, body) or body
         try:
             response = self._send("POST", path, body, stream=True)
             try:

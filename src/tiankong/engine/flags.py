@@ -43,7 +43,8 @@ OWNED_FLAGS: dict[str, str] = {
     "--cache-ram": "cache_ram_mib", "-cram": "cache_ram_mib", "--host": "host", "--port": "port",
     "-ctk": "kv_type", "--cache-type-k": "kv_type", "-ctv": "kv_type", "--cache-type-v": "kv_type",
     "-md": "draft_model", "--model-draft": "draft_model", "--spec-type": "spec_type",
-    "--lora": "lora", "--mmproj": "mmproj", "--rpc": "rpc",
+    "--lora": "lora", "--lora-scaled": "lora", "--lora-init-without-apply": "lora", "--mmproj": "mmproj",
+    "--rpc": "rpc",
 }
 
 
@@ -118,7 +119,18 @@ class EngineConfig:
             raise FlagError(f"flash_attn must be auto, on or off, not {self.flash_attn!r}")
         self._validate_spec()
         self._validate_rpc()
+        self._validate_lora()
         self._validate_extra()
+
+    def _validate_lora(self) -> None:
+        """Adapters load with scale 0 (``--lora-scaled FILE:0``), not ``--lora``: llama-server gives a request
+        without a ``lora`` field the start-up scales, and ``--lora`` means 1.0 even with
+        ``--lora-init-without-apply`` – the adapter would silently apply to every base request."""
+        for adapter in self.lora:
+            text = str(adapter)
+            if "," in text or ":" in text:
+                raise FlagError(f"LoRA adapter path {text!r} contains ',' or ':'",
+                                hint="llama-server splits --lora-scaled on both; move or rename the file")
 
     def _validate_rpc(self) -> None:
         for endpoint in self.rpc:
@@ -212,8 +224,8 @@ class EngineConfig:
         if self.embeddings:
             argv += ["--embeddings", "--pooling", "mean"]
         argv += self._spec_argv()
-        for adapter in self.lora:
-            argv += ["--lora", str(adapter)]
+        for adapter in self.lora:  # scale 0: a request without "lora" runs the base model (see _validate_lora)
+            argv += ["--lora-scaled", f"{adapter}:0"]
         if self.lora:
             argv.append("--lora-init-without-apply")
         argv += _optional("--mmproj", self.mmproj)

@@ -1,4 +1,5 @@
-"""The ``[engine]`` config-file keys for speculative decoding, vision and RPC workers → ``EngineConfig`` fields."""
+"""The ``[engine]`` config-file keys for speculative decoding, vision, RPC workers and LoRA adapters →
+``EngineConfig`` fields."""
 
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ def model_file(name: str) -> Path:
 
 
 def speed_kwargs(settings: EngineSettings) -> dict[str, Any]:
-    """``EngineConfig`` keyword arguments for ``draft_model``, ``spec*``, ``mmproj`` and ``rpc``."""
+    """``EngineConfig`` keyword arguments for ``draft_model``, ``spec*``, ``mmproj``, ``rpc`` and ``lora``."""
     kwargs: dict[str, Any] = {"spec_type": settings.spec_type, "spec_draft_n_max": settings.spec_draft_n_max,
                               "rpc": list(settings.rpc)}
     if settings.draft_model:
         kwargs["draft_model"] = model_file(settings.draft_model)
+    if settings.lora:
+        from ..lora import adapter_file
+
+        base = model_file(settings.model)
+        kwargs["lora"] = [adapter_file(name, base) for name in settings.lora]
     if settings.mmproj:
         kwargs["mmproj"] = Path(settings.mmproj).expanduser()
     if settings.spec == "auto":

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..config import DegradationSettings
 from ..engine import EngineProcess
 from ..errors import TiankongError
+from ..lora.selection import AdapterTables
 from .admission import Admission, EngineHandle
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
@@ -32,7 +33,7 @@ from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .pipeline import Pipeline
 from .pool import EnginePool, route
-from .responses import error_response, rpm_exceeded
+from .responses import error_for, error_response, rpm_exceeded
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
 from .task_routes import run_task
@@ -201,6 +202,7 @@ def create_app(state: GatewayState) -> Starlette:
     pipes: dict[str, Pipeline] = {}
     openapi = build_openapi()
     limiter = RateLimiter()
+    lora_tables = AdapterTables()
     policy = None
     if state.degradation is not None and state.degradation.enabled:
         policy = Degradation(state.degradation, metrics.live, lambda: [h for h, _ in state.served()],
@@ -301,6 +303,12 @@ def create_app(state: GatewayState) -> Starlette:
             pipe = pipe_for(call)
             if isinstance(body, Response):
                 return pipe.done(call, body)
+            if path != "/v1/embeddings":  # LoRA: adapter names → this engine's ids (lora/selection.py)
+                try:
+                    body = await lora_tables.rewrite(pipe.upstream.http, pipe.upstream.handle.url(),
+                                                     pipe.upstream.handle.pid(), body)
+                except TiankongError as exc:
+                    return pipe.done(call, error_for(exc))
             if path == "/v1/chat/completions" and wants_structured(body):
                 return await pipe.run(request, call, lambda: pipe.upstream.run_client(
                     call, lambda client: structured_chat(client, body, body["model"], call.note_answer)))
