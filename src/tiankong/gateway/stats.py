@@ -4,16 +4,20 @@
 of engine gauges (queue depth, requests holding a slot) sampled about once a second, in fixed-width time
 buckets. From them it answers windowed percentiles (TTFT and latency p50/p99 over the last ``window_s``) and
 a time series for the charts. Prometheus histograms stay the source of truth for monitoring; these are the
-exact, recent numbers a person watching the page (or the degradation policy) needs.
+recent numbers a person watching the page (or the degradation policy) needs: percentiles are exact while a
+2 s bucket sees at most 128 successful requests, and computed from a uniform sample of 128 per bucket beyond.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+SAMPLES_PER_BUCKET = 128  # latencies/TTFTs kept per bucket (uniform reservoir beyond), bounding the work per poll
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -34,10 +38,13 @@ class Bucket:
     errors: int = 0
     rejected: int = 0
     tokens: int = 0
+    ok: int = 0  # successful requests (latencies seen)
+    ttft_seen: int = 0
     ttfts: list[float] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     queue: int = 0  # the largest queue depth sampled in the slice
     busy: int = 0  # the largest number of requests holding an engine slot
+    trailing: tuple[float | None, float | None] | None = None  # TTFT p50/p99 of a closed bucket's trailing window
 
 
 class LiveStats:
@@ -55,6 +62,7 @@ class LiveStats:
         self.total_rejected = 0
         self.total_tokens = 0
         self.started = clock()
+        self._random = random.Random(0)
 
     def _bucket(self, now: float) -> Bucket:
         start = math.floor(now / self.bucket_s) * self.bucket_s
@@ -77,11 +85,20 @@ class LiveStats:
             bucket.errors += 1
             self.total_errors += 1
         if status == 200:
-            bucket.latencies.append(latency_s)
+            bucket.ok += 1
+            self._keep(bucket.latencies, latency_s, bucket.ok)
             if ttft_s is not None:
-                bucket.ttfts.append(ttft_s)
+                bucket.ttft_seen += 1
+                self._keep(bucket.ttfts, ttft_s, bucket.ttft_seen)
             bucket.tokens += max(0, tokens)
             self.total_tokens += max(0, tokens)
+
+    def _keep(self, samples: list[float], value: float, seen: int) -> None:
+        """Reservoir sampling: every value of the bucket has the same chance to be among the kept ones."""
+        if len(samples) < SAMPLES_PER_BUCKET:
+            samples.append(value)
+        elif (slot := self._random.randrange(seen)) < SAMPLES_PER_BUCKET:
+            samples[slot] = value
 
     def sample(self, queue: int, busy: int, now: float | None = None) -> None:
         """Engine gauges at one instant (kept as the maximum per bucket)."""
@@ -124,12 +141,17 @@ class LiveStats:
         buckets = list(self.buckets)
         points = []
         for i, bucket in enumerate(buckets):
-            trailing = [x for b in buckets[: i + 1] if b.start > bucket.start - trailing_s for x in b.ttfts]
+            ttft = bucket.trailing
+            if ttft is None:  # computed once a bucket has closed (nothing can change it any more)
+                trailing = [x for b in buckets[: i + 1] if b.start > bucket.start - trailing_s for x in b.ttfts]
+                ttft = (percentile(trailing, 50), percentile(trailing, 99))
+                if bucket.start + self.bucket_s <= now and bucket is not buckets[-1]:
+                    bucket.trailing = ttft
             points.append({
                 "t": round(bucket.start - now, 1),
                 "requests_per_s": (bucket.requests - bucket.rejected) / self.bucket_s,
                 "tokens_per_s": bucket.tokens / self.bucket_s,
-                "ttft_p50_s": percentile(trailing, 50), "ttft_p99_s": percentile(trailing, 99),
+                "ttft_p50_s": ttft[0], "ttft_p99_s": ttft[1],
                 "queue": bucket.queue, "busy": bucket.busy, "rejected": bucket.rejected, "errors": bucket.errors,
             })
         return points
