@@ -105,12 +105,20 @@ def pool_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
 
 def serve_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
     pool = build_pool(config, log)
+    settings = config.engine
+    watches = [WedgeWatch(r.engine, interval_s=settings.wedge_check_s, timeout_s=settings.wedge_probe_timeout_s,
+                          failures=settings.wedge_failures, log=log)
+               for e in pool.entries for r in e.replicas if r.engine is not None and settings.wedge_check_s > 0]
+    for watch in watches:  # a watch skips its engine while it is not running
+        watch.start()
     try:
         log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops it and the engines); "
             f"models: {', '.join(pool.names())}; engines start on first request")
         uvicorn.run(create_app(pool_state(config, pool)), host=config.server.host, port=config.server.port,
                     log_level="warning", access_log=config.server.log_prompts, timeout_graceful_shutdown=5)
     finally:
+        for watch in watches:
+            watch.stop()
         pool.stop_all()
         log("engines stopped")
 
