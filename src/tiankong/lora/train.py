@@ -34,7 +34,8 @@ class MissingTrainingExtra(ConfigError):
 
     def __init__(self, module: str) -> None:
         super().__init__(f"tiankong lora train needs torch, transformers and peft ({module} is not installed)",
-                         hint="pip install -e '.[lora]' (CPU torch==2.13.0; no CUDA build is pulled)")
+                         hint="pip install -e '.[lora]' (torch==2.13.0: on Linux install its CPU build first, "
+                              "or pip pulls CUDA packages)")
 
 
 @dataclass
