@@ -186,6 +186,13 @@ def test_unknown_adapter_names_the_loaded_ones() -> None:
         to_engine(requested(lora=[{"id": 5}]), LOADED)
 
 
+def test_adapters_argument_is_for_embedded_engines_only() -> None:
+    with pytest.raises(ConfigError, match="embedded engine"):
+        BaseClient("http://127.0.0.1:9", adapters=["formal"])
+    with pytest.raises(ConfigError, match="embedded engine"):
+        AsyncBaseClient("http://127.0.0.1:9", adapters=["formal"])
+
+
 def test_adapter_paths_that_llama_server_would_split_are_refused() -> None:
     with pytest.raises(FlagError, match="contains ',' or ':'"):
         EngineConfig(model=Path("/m.gguf"), lora=[Path("/a:b.gguf")]).validate()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from ..engine import EngineConfig, EngineProcess
+from ..lora import adapter_file
 from ..models import resolve_installed
 
 
 def start_embedded(
     model: str, *, ctx: int = 4096, slots: int = 2, llama_server: str | None = None,
-    startup_timeout_s: float = 180.0,
+    startup_timeout_s: float = 180.0, adapters: list[str] | None = None,
 ) -> EngineProcess:
+    """A managed engine for an installed model, with LoRA ``adapters`` (names or paths) loaded unapplied."""
     record = resolve_installed(model)
-    config = EngineConfig(model=record.path, ctx=ctx, slots=slots, alias=record.name)
+    lora = [adapter_file(name, record.path) for name in adapters or []]
+    config = EngineConfig(model=record.path, ctx=ctx, slots=slots, alias=record.name, lora=lora)
     return EngineProcess(config, llama_server, startup_timeout_s=startup_timeout_s).start()

@@ -28,13 +28,17 @@ class AsyncBaseClient:
         slots: int = 2,
         llama_server: str | None = None,
         max_connections: int = 64,
+        adapters: list[str] | None = None,
     ) -> None:
         self.engine: EngineProcess | None = None
         self.url = S.base_url(url)
         if self.url is None and not model:
             raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
+        if self.url is not None and adapters:
+            raise ConfigError("adapters= loads LoRA adapters into an embedded engine (model=… without url)",
+                              hint="start that server with the adapters (engine config lora = [...])")
         self.model = model
-        self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server}
+        self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server, "adapters": adapters}
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout_s = timeout_s
         self._limits = S.http_limits(max_connections)

@@ -17,7 +17,8 @@ class BaseClient:
     """Talk to a llama-server or tiankong gateway at ``url`` (or ``TIANKONG_URL``), or start one.
 
     ``Client(model="smollm2-135m-instruct")`` starts an embedded managed engine for an installed model
-    and stops it on :meth:`close` (or at the end of a ``with`` block).
+    and stops it on :meth:`close` (or at the end of a ``with`` block); ``adapters=["formal"]`` loads registered
+    LoRA adapters into it, chosen per request with ``chat(…, adapter="formal")``.
     """
 
     def __init__(
@@ -30,13 +31,17 @@ class BaseClient:
         ctx: int = 4096,
         slots: int = 2,
         llama_server: str | None = None,
+        adapters: list[str] | None = None,
     ) -> None:
         self.engine: EngineProcess | None = None
         resolved = S.base_url(url)
+        if resolved is not None and adapters:
+            raise ConfigError("adapters= loads LoRA adapters into an embedded engine (model=… without url)",
+                              hint="start that server with the adapters (engine config lora = [...])")
         if resolved is None:
             if not model:
                 raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
-            self.engine = start_embedded(model, ctx=ctx, slots=slots, llama_server=llama_server)
+            self.engine = start_embedded(model, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters)
             resolved = self.engine.url
         self.url = resolved
         self.model = model
