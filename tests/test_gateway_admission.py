@@ -96,7 +96,7 @@ def gateway(smol_engine: EngineProcess) -> Iterator[str]:
 
 
 def test_queue_full_answers_429_with_retry_after_and_no_5xx(smol_engine: EngineProcess) -> None:
-    assert wait_until(lambda: idle(smol_engine))
+    assert wait_until(lambda: idle(smol_engine), 300)
     with serve_app(state_for(smol_engine, queue_size=1)) as url:
         barrier = threading.Barrier(8)
 
@@ -148,8 +148,14 @@ def test_admission_is_fifo_and_bounded() -> None:
     assert asyncio.run(scenario()) == ["a", "b"]
 
 
+def decoded_by_slot(engine: EngineProcess) -> dict[int, int]:
+    slots = httpx.get(f"{engine.url}/slots", timeout=10).json()
+    return {s["id"]: int(s.get("next_token", [{}])[0].get("n_decoded", 0)) if s.get("next_token") else 0
+            for s in slots}
+
+
 def test_deadline_gives_504_and_cancels_the_engine_request(smol_engine: EngineProcess) -> None:
-    assert wait_until(lambda: idle(smol_engine))
+    assert wait_until(lambda: idle(smol_engine), 300)
     with serve_app(state_for(smol_engine, request_timeout_s=0.5)) as url:
         answer = post(url, {**LONG, "max_tokens": 1500})
         assert answer.status_code == 504, answer.text
@@ -159,20 +165,15 @@ def test_deadline_gives_504_and_cancels_the_engine_request(smol_engine: EnginePr
         assert streamed.status_code in (200, 504)
         if streamed.status_code == 200:
             assert "deadline_exceeded" in streamed.text
-        assert wait_until(lambda: idle(smol_engine), 60)
+        assert wait_until(lambda: idle(smol_engine), 300)  # generous: a starved CI machine answers /slots slowly
+        assert max(decoded_by_slot(smol_engine).values()) < 1500  # cancelled, not run to max_tokens
 
 
 # --- client disconnect ----------------------------------------------------------------------------------------
 
 
-def decoded_by_slot(engine: EngineProcess) -> dict[int, int]:
-    slots = httpx.get(f"{engine.url}/slots", timeout=10).json()
-    return {s["id"]: int(s.get("next_token", [{}])[0].get("n_decoded", 0)) if s.get("next_token") else 0
-            for s in slots}
-
-
 def test_client_disconnect_mid_stream_cancels_the_engine(gateway: str, smol_engine: EngineProcess) -> None:
-    assert wait_until(lambda: idle(smol_engine))
+    assert wait_until(lambda: idle(smol_engine), 300)
     body = {**LONG, "max_tokens": 1500, "stream": True}
     with httpx.stream("POST", f"{gateway}/v1/chat/completions", json=body, timeout=120) as answer:
         assert answer.status_code == 200
@@ -181,13 +182,13 @@ def test_client_disconnect_mid_stream_cancels_the_engine(gateway: str, smol_engi
             seen += line.startswith("data: {")
             if seen >= 3:
                 break
-    assert wait_until(lambda: idle(smol_engine), 120)
+    assert wait_until(lambda: idle(smol_engine), 300)
     assert max(decoded_by_slot(smol_engine).values()) < 1500  # stopped early, not run to max_tokens
     assert wait_until(lambda: total(metrics(gateway), "tiankong_client_disconnects_total") >= 1, 30)
 
 
 def test_client_disconnect_without_stream_cancels_the_engine(gateway: str, smol_engine: EngineProcess) -> None:
-    assert wait_until(lambda: idle(smol_engine))
+    assert wait_until(lambda: idle(smol_engine), 300)
     before = total(metrics(gateway), "tiankong_client_disconnects_total")
 
     def impatient() -> None:
@@ -195,7 +196,7 @@ def test_client_disconnect_without_stream_cancels_the_engine(gateway: str, smol_
             post(gateway, {**LONG, "max_tokens": 1500}, timeout=1.5)
 
     impatient()
-    assert wait_until(lambda: idle(smol_engine), 120)
+    assert wait_until(lambda: idle(smol_engine), 300)
     assert max(decoded_by_slot(smol_engine).values()) < 1500
     assert wait_until(lambda: total(metrics(gateway), "tiankong_client_disconnects_total") > before, 30)
 
@@ -214,7 +215,7 @@ def test_openai_sdk_streams_through_the_gateway(gateway: str) -> None:
 
 
 def test_queued_stream_gets_keepalive_comments(gateway: str, smol_engine: EngineProcess) -> None:
-    assert wait_until(lambda: idle(smol_engine))
+    assert wait_until(lambda: idle(smol_engine), 300)
     with ThreadPoolExecutor(2) as pool:
         hogs = [pool.submit(post, gateway, {**LONG, "max_tokens": 32}) for _ in range(2)]
         assert wait_until(lambda: all(slots_busy(smol_engine)), 60)
