@@ -83,13 +83,13 @@ def main() -> None:
     big = big[: args.long_tokens * 5]  # ~5 characters per token in this English text; measured below
     with engine(args.model, args.slots, 4096) as (url, name):
         rows = asyncio.run(quality(url, docs, args.budget))
+        print(f"\nmodel {name}, {args.docs} ACLSum test papers, budget {args.budget} tokens, "
+              f"{time.strftime('%Y-%m-%d')}\n")
+        print_table(["method", "papers", "highlight recall", "compression ratio"], rows)
+        print(flush=True)  # the throughput part below takes long on a small machine
         parallel, tokens, chunks = asyncio.run(timed(url, big))
     with engine(args.model, 1, 4096) as (url, _):
         single, _, _ = asyncio.run(timed(url, big))
-    print(f"\nmodel {name}, {args.docs} ACLSum test papers, budget {args.budget} tokens, "
-          f"{time.strftime('%Y-%m-%d')}\n")
-    print_table(["method", "papers", "highlight recall", "compression ratio"], rows)
-    print()
     print_table(["document tokens", "chunks", "1 slot s", f"{args.slots} slots s", "speedup"],
                 [[tokens, chunks, round(single, 1), round(parallel, 1), f"{single / parallel:.2f}×"]])
 
