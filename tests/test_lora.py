@@ -28,7 +28,7 @@ import uvicorn
 from conftest import assert_one_line_error, free_port, run_cli, wait_until
 from tiankong.client import AsyncBaseClient, BaseClient
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
-from tiankong.errors import ConfigError, FlagError
+from tiankong.errors import ConfigError, FlagError, TransportError
 from tiankong.gateway import GatewayState, create_app
 from tiankong.lora import (
     AdapterNotFound,
@@ -44,6 +44,7 @@ from tiankong.lora import (
     to_engine,
     write_random_lora,
 )
+from tiankong.lora.selection import adapter_table
 from tiankong.models import DEFAULT_MODEL, TEST_MODEL, model_path
 from tiankong.paths import models_dir
 
@@ -184,6 +185,14 @@ def test_unknown_adapter_names_the_loaded_ones() -> None:
         to_engine(requested(adapter="formal"), [])
     with pytest.raises(ConfigError, match="lora id 5 is not loaded"):
         to_engine(requested(lora=[{"id": 5}]), LOADED)
+
+
+def test_adapter_table_tells_llama_server_gateway_and_not_ready_apart() -> None:
+    table = adapter_table(200, [{"id": 0, "path": "/x/lora/formal/adapter.gguf", "scale": 0.0}])
+    assert table == [LoadedAdapter(0, "/x/lora/formal/adapter.gguf")] and table[0].name == "formal"
+    assert adapter_table(404, None) is None  # a tiankong gateway: it translates names itself
+    with pytest.raises(TransportError, match="503"):
+        adapter_table(503, None)  # still loading: not cached, asked again
 
 
 def test_adapters_argument_is_for_embedded_engines_only() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError, InputTooLong, ServerError, TransportError
-from ..lora.selection import LoadedAdapter, parse_loaded, requested, rewrite_body
+from ..lora.selection import LoadedAdapter, adapter_table, prepare, requested
 from .images import validate_messages
 
 DEFAULT_SEED = 42
@@ -138,22 +138,31 @@ def completion_body(prompt: str, model: str | None, stream: bool, options: dict[
 
 #: Generation routes whose bodies carry per-request LoRA scales.
 LORA_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/chat/completions", "/completions", "/completion"})
-#: ``lora_table`` before the server was asked.
+#: A client's adapter table before the server was asked.
 UNKNOWN: Any = object()
 
 
-def lora_table(status: int, data: Any) -> list[LoadedAdapter] | None:
-    """The answer to ``GET /lora-adapters``: a llama-server's adapters, or ``None`` when the server is not a
-    llama-server (a tiankong gateway translates adapter names itself)."""
-    return parse_loaded(data) if status == 200 else None
+def read_adapter_table(status: int, data: Any, body: dict[str, Any]) -> Any:
+    """The table from a ``GET /lora-adapters`` answer, or ``UNKNOWN`` (ask again next time) when the server is
+    not ready and this request names no adapter; ``TransportError`` when it does."""
+    try:
+        return adapter_table(status, data)
+    except TransportError:
+        if wants_adapters(body):
+            raise
+        return UNKNOWN
 
 
 def with_lora(path: str, body: dict[str, Any] | None, table: list[LoadedAdapter] | None) -> dict[str, Any] | None:
     """The body as the server must get it: for a llama-server with adapters, names → ids and every adapter's
-    scale listed (0 for a base request, see ``lora.selection.to_engine``); for a gateway, unchanged."""
-    if body is None or path not in LORA_PATHS or table is None:
+    scale listed (0 for a base request, see ``lora.selection.to_engine``); for a gateway (``None``), unchanged."""
+    if body is None or path not in LORA_PATHS:
         return body
-    return rewrite_body(body, table)
+    return prepare(body, table)
+
+
+def wants_adapters(body: dict[str, Any]) -> bool:
+    return body.get("adapter") is not None or body.get("lora") is not None
 
 
 def _usage(data: dict[str, Any]) -> Usage:

@@ -81,7 +81,10 @@ class AsyncBaseClient:
                 response = await self._send("GET", "/lora-adapters", None)
             except httpx.HTTPError as exc:
                 raise S.connect_error(str(self.url), exc) from None
-            self._lora = S.lora_table(response.status_code, response.json() if response.status_code == 200 else None)
+            data = response.json() if response.status_code == 200 else None
+            self._lora = S.read_adapter_table(response.status_code, data, body)
+            if self._lora is S.UNKNOWN:  # not ready: plain request goes as it is, the table is read next time
+                return body
         return S.with_lora(path, body, self._lora)
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

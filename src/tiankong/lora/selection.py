@@ -125,29 +125,42 @@ def rewrite_body(body: dict[str, Any], loaded: list[LoadedAdapter]) -> dict[str,
     return out
 
 
-async def engine_adapters(http: httpx.AsyncClient, engine_url: str) -> list[LoadedAdapter]:
-    """``GET /lora-adapters`` of a running llama-server."""
+def adapter_table(status: int, data: Any) -> list[LoadedAdapter] | None:
+    """The answer to ``GET /lora-adapters``: a llama-server's adapters; ``None`` for 404/405 (not a llama-server,
+    e.g. a tiankong gateway, which translates names itself); ``TransportError`` otherwise (e.g. still loading)."""
+    if status == 200:
+        return parse_loaded(data)
+    if status in (404, 405):
+        return None
+    raise TransportError(f"the server answered HTTP {status} to /lora-adapters", hint="retry when it is ready")
+
+
+async def engine_adapters(http: httpx.AsyncClient, engine_url: str) -> list[LoadedAdapter] | None:
+    """``GET /lora-adapters`` of a running server (see :func:`adapter_table`)."""
     try:
         response = await http.get(engine_url.rstrip("/") + "/lora-adapters")
     except httpx.HTTPError as exc:
         raise TransportError(f"cannot list the engine's LoRA adapters: {type(exc).__name__}") from None
-    if response.status_code != 200:
-        raise TransportError(f"the engine answered HTTP {response.status_code} to /lora-adapters")
-    return parse_loaded(response.json())
+    return adapter_table(response.status_code, response.json() if response.status_code == 200 else None)
+
+
+def prepare(body: dict[str, Any], table: list[LoadedAdapter] | None) -> dict[str, Any]:
+    """The body for a server with adapter ``table``: llama-server → id form; anything else (``None``) → unchanged."""
+    return body if table is None else rewrite_body(body, table)
 
 
 class AdapterTables:
     """The gateway's view of each engine's adapters, fetched once per engine process (URL + pid)."""
 
     def __init__(self) -> None:
-        self._tables: dict[tuple[str, object], list[LoadedAdapter]] = {}
+        self._tables: dict[tuple[str, object], list[LoadedAdapter] | None] = {}
 
     async def rewrite(self, http: httpx.AsyncClient, engine_url: str, pid: object,
                       body: dict[str, Any]) -> dict[str, Any]:
         """The body as the engine must get it (names → ids, explicit zero scales for base requests).
 
         A bad ``adapter`` / ``lora`` is a ``ConfigError`` before any engine round trip; when the engine's
-        adapter list cannot be read, a request that asks for no adapter goes on unchanged.
+        adapter list cannot be read (not ready), a request that asks for no adapter goes on unchanged.
         """
         entries = requested(body.get("adapter"), body.get("lora"))
         key = (engine_url, pid)
@@ -158,4 +171,4 @@ class AdapterTables:
                 if entries:
                     raise
                 return body
-        return rewrite_body(body, self._tables[key])
+        return prepare(body, self._tables[key])
