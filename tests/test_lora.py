@@ -314,6 +314,10 @@ def test_gateway_translates_names_and_keeps_plain_requests_on_the_base(
         bad = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
             "messages": [{"role": "user", "content": prompt}], "lora": [{"name": "noise", "scale": "x"}]})
         assert bad.status_code == 400 and "scale" in bad.json()["error"]["message"]
+        bad = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": prompt}], "adapter": "noise",
+            "response_format": {"type": "json_object"}})
+        assert bad.status_code == 400 and "response_format" in bad.json()["error"]["message"]
 
 
 def test_trained_adapter_changes_the_style_and_leaves_the_base(lora_engine: EngineProcess,

@@ -306,7 +306,9 @@ def create_app(state: GatewayState) -> Starlette:
             if path != "/v1/embeddings":  # LoRA: adapter names → this engine's ids (lora/selection.py)
                 try:
                     body = await lora_tables.rewrite(pipe.upstream.http, pipe.upstream.handle.url(),
-                                                     pipe.upstream.handle.pid(), body)
+                                                     pipe.upstream.handle.pid(), body,
+                                                     structured=path == "/v1/chat/completions" and
+                                                     wants_structured(body))
                 except TiankongError as exc:
                     return pipe.done(call, error_for(exc))
             if path == "/v1/chat/completions" and wants_structured(body):

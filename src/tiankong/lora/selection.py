@@ -156,13 +156,20 @@ class AdapterTables:
         self._tables: dict[tuple[str, object], list[LoadedAdapter] | None] = {}
 
     async def rewrite(self, http: httpx.AsyncClient, engine_url: str, pid: object,
-                      body: dict[str, Any]) -> dict[str, Any]:
+                      body: dict[str, Any], *, structured: bool = False) -> dict[str, Any]:
         """The body as the engine must get it (names → ids, explicit zero scales for base requests).
 
         A bad ``adapter`` / ``lora`` is a ``ConfigError`` before any engine round trip; when the engine's
         adapter list cannot be read (not ready), a request that asks for no adapter goes on unchanged.
+        ``structured`` requests (``response_format``) are answered by the library client, which does the
+        zero scales itself and takes no adapter yet: an adapter there is refused rather than ignored.
         """
         entries = requested(body.get("adapter"), body.get("lora"))
+        if structured:
+            if entries:
+                raise ConfigError("LoRA adapters cannot be combined with response_format yet",
+                                  hint="drop response_format (and validate the answer yourself) or the adapter")
+            return body
         key = (engine_url, pid)
         if key not in self._tables:
             try:
