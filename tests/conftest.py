@@ -6,13 +6,17 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import uvicorn
 
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, locate_engine
+from tiankong.gateway import GatewayState, create_app
 from tiankong.models import DEFAULT_MODEL, TEST_MODEL, model_path
 
 HERE = Path(__file__).parent
@@ -89,3 +93,19 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0, step_s: f
             return True
         time.sleep(step_s)
     return False
+
+
+@contextmanager
+def serve_app(state: GatewayState) -> Iterator[str]:
+    """The gateway app in real uvicorn (a thread) on a free loopback port, stopped on exit."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert wait_until(lambda: server.started, 30), "gateway did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

@@ -13,17 +13,15 @@ import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import FAKE_SERVER, free_port, wait_until
+from conftest import FAKE_SERVER, serve_app, wait_until
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.gateway import GatewayState, create_app
 from tiankong.gateway.admission import Admission, QueueFull
@@ -34,22 +32,6 @@ LONG = {"messages": [{"role": "user", "content": "Count from 1 to 1000, one numb
         "max_tokens": 24, "ignore_eos": True, "temperature": 0}
 
 
-
-@contextmanager
-def serve_app(state: GatewayState) -> Iterator[str]:
-    """The gateway app in real uvicorn (a thread), stopped on exit."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    assert wait_until(lambda: server.started, 30), "gateway did not start"
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def state_for(engine: EngineProcess, **settings: Any) -> GatewayState:

@@ -13,23 +13,20 @@ import importlib.util
 import json
 import os
 import re
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
-from conftest import assert_one_line_error, free_port, run_cli, wait_until
+from conftest import assert_one_line_error, run_cli, serve_app
 from tiankong.client import AsyncBaseClient, BaseClient
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError, FlagError, TransportError
-from tiankong.gateway import GatewayState, create_app
+from tiankong.gateway import GatewayState
 from tiankong.lora import (
     AdapterNotFound,
     InvalidAdapter,
@@ -281,20 +278,6 @@ def test_async_client_selects_by_name_with_scale(lora_engine: EngineProcess, ref
     zero, full = asyncio.run(run())
     assert zero == reference[PROMPTS[1]] and full != reference[PROMPTS[1]]
 
-
-@contextmanager
-def serve_app(state: GatewayState) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    assert wait_until(lambda: server.started, 30), "gateway did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def test_gateway_translates_names_and_keeps_plain_requests_on_the_base(

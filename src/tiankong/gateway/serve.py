@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 
 import uvicorn
@@ -10,6 +9,7 @@ import uvicorn
 from ..config import TiankongConfig
 from ..engine import EngineConfig, EngineProcess
 from ..engine.process import port_in_use
+from ..engine.rpc import is_loopback
 from ..engine.settings import speed_kwargs
 from ..errors import ConfigError, PortInUse
 from ..models import resolve_installed
@@ -17,15 +17,6 @@ from .app import GatewayState, create_app
 from .keys import ApiKey, as_hash
 from .pool import EnginePool, PoolEntry, local_replica, remote_replica
 from .supervise import WedgeWatch
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def key_hashes(keys: list[str]) -> list[str]:
