@@ -120,6 +120,16 @@ def test_bad_requests_get_openai_error_bodies(gateway: Served) -> None:
         sdk.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
 
 
+def test_bad_image_parts_are_a_400_before_the_engine(gateway: Served) -> None:
+    for url in ("data:text/plain;base64,aGVsbG8=", "data:image/png;base64,@@@", "http://example.invalid/x.png"):
+        body = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Describe it."},
+                                                          {"type": "image_url", "image_url": {"url": url}}]}]}
+        answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=60)
+        assert answer.status_code == 400, (url, answer.text)
+        error = answer.json()["error"]
+        assert "image" in error["message"].lower() and error["type"], error
+
+
 def test_ctrl_c_stops_gateway_and_engine() -> None:
     served = start_serve()
     assert served.engine_pid and pid_alive(served.engine_pid)

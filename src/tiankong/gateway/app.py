@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from ..client import validate_messages
 from ..config import DegradationSettings
 from ..engine import EngineProcess
 from ..errors import TiankongError
@@ -305,6 +306,8 @@ def create_app(state: GatewayState) -> Starlette:
                 return pipe.done(call, body)
             if path != "/v1/embeddings":  # LoRA: adapter names → this engine's ids (lora/selection.py)
                 try:
+                    if path == "/v1/chat/completions" and isinstance(body.get("messages"), list):
+                        validate_messages(body["messages"])  # image parts: data URL, image/*, base64, size
                     body = await lora_tables.rewrite(pipe.upstream.http, pipe.upstream.handle.url(),
                                                      pipe.upstream.handle.pid(), body,
                                                      structured=path == "/v1/chat/completions" and
