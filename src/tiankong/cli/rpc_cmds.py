@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import signal
+from types import FrameType
 
 import click
 
@@ -22,5 +24,13 @@ def rpc_worker(host: str, port: int, threads: int, cache: bool, allow_remote: bo
     """Lend this machine's memory and CPU to a main engine (docs/speed.md); Ctrl-C stops it."""
     worker = RpcWorker(host=host, port=port, threads=threads, cache=cache, allow_remote=allow_remote,
                        binary=llama_server)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the normal way out; the worker is stopped
+    # Ctrl-C (or SIGTERM) is the normal way out. Installed explicitly: a shell that starts a job in the
+    # background leaves SIGINT ignored, and Python keeps an inherited "ignore".
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    with contextlib.suppress(KeyboardInterrupt):  # the worker is stopped on the way out
         run_rpc_worker(worker, log=lambda line: click.echo(line, err=True))
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
