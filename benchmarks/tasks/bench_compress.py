@@ -77,16 +77,18 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--long-tokens", type=int, default=20000, help="size of the throughput document")
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--throughput-only", action="store_true", help="skip the quality part")
     args = parser.parse_args()
     docs = aclsum_documents("test", args.docs)
     big = " ".join(" ".join(d["sentences"]) for d in aclsum_documents("val"))
     big = big[: args.long_tokens * 5]  # ~5 characters per token in this English text; measured below
     with engine(args.model, args.slots, 4096) as (url, name):
-        rows = asyncio.run(quality(url, docs, args.budget))
-        print(f"\nmodel {name}, {args.docs} ACLSum test papers, budget {args.budget} tokens, "
-              f"{time.strftime('%Y-%m-%d')}\n")
-        print_table(["method", "papers", "highlight recall", "compression ratio"], rows)
-        print(flush=True)  # the throughput part below takes long on a small machine
+        if not args.throughput_only:
+            rows = asyncio.run(quality(url, docs, args.budget))
+            print(f"\nmodel {name}, {args.docs} ACLSum test papers, budget {args.budget} tokens, "
+                  f"{time.strftime('%Y-%m-%d')}\n")
+            print_table(["method", "papers", "highlight recall", "compression ratio"], rows)
+            print(flush=True)  # the throughput part below takes long on a small machine
         parallel, tokens, chunks = asyncio.run(timed(url, big))
     with engine(args.model, 1, 4096) as (url, _):
         single, _, _ = asyncio.run(timed(url, big))
