@@ -11,18 +11,29 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import BaseModel, Field
 
 from ..client._shared import base_url
 from ..engine import EngineConfig, EngineProcess
 from ..engine.build import locate_engine
 from ..errors import ConfigError, TransportError
 from ..models import resolve_installed
+
+
+class RunFacts(BaseModel):
+    """What every bench report records about its run: when, how long, and how busy the machine was."""
+
+    started_at: str
+    duration_s: float = 0.0
+    cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
+    load_avg_1m: float = Field(default_factory=lambda: os.getloadavg()[0])
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine.flags import default_threads
 from ..errors import ConfigError, TransportError
-from .common import ServerInfo, asse_events, check_server, chunk_text, managed_engine, percentile
+from .common import RunFacts, ServerInfo, asse_events, check_server, chunk_text, managed_engine, percentile
 
 Progress = Callable[[str], None]
 TOPICS = ["a lighthouse keeper", "the first snow", "a lost key", "bread baking", "a night train", "river stones",
@@ -80,16 +79,12 @@ class Knee(BaseModel):
     reason: str
 
 
-class LadderReport(BaseModel):
+class LadderReport(RunFacts):
     kind: str = "ladder"
     model: str
     url: str | None
     server_kind: str
     slots: int | None
-    started_at: str
-    duration_s: float = 0.0
-    cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
-    load_avg_1m: float = Field(default_factory=lambda: os.getloadavg()[0])
     config: LadderConfig
     ignore_eos_used: bool = False
     steps: list[StepResult] = Field(default_factory=list)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from ..engine.spec import without_spec
 from ..engine.spec_auto import DEFAULT_PROMPTS, SpecMeasurement, candidate_configs, decide, measure
 from ..engine.vocab import check_draft_compatible
 from ..errors import ConfigError
+from .common import RunFacts
 
 DEFAULT_NGRAM = ("ngram-simple", "ngram-map-k", "ngram-mod")
 
@@ -68,14 +68,10 @@ class SpecRow(BaseModel):
     error: str | None = None
 
 
-class SpecBenchReport(BaseModel):
+class SpecBenchReport(RunFacts):
     kind: str = "spec"
     target: str
     draft: str | None
-    started_at: str
-    duration_s: float = 0.0
-    cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
-    load_avg_1m: float = Field(default_factory=lambda: os.getloadavg()[0])
     threads: int
     prompts: int
     config: SpecBenchConfig

@@ -11,7 +11,6 @@ range) of ``repeats`` runs; repeats are interleaved across prompt lengths so mac
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine.flags import default_threads
 from ..errors import ConfigError, ServerError, TransportError
-from .common import ServerInfo, check_server, chunk_text, managed_engine, median, sse_events
+from .common import RunFacts, ServerInfo, check_server, chunk_text, managed_engine, median, sse_events
 
 FILLER = ("The river runs past the old mill, where the miller counts sacks of grain each morning. "
           "Children walk to school along the bank, and the baker sells bread at the bridge. ")
@@ -62,14 +61,10 @@ class SpeedRow(BaseModel):
     ttft_max_s: float | None = None
 
 
-class SpeedReport(BaseModel):
+class SpeedReport(RunFacts):
     kind: str = "speed"
     model: str
     url: str | None
-    started_at: str
-    duration_s: float = 0.0
-    cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
-    load_avg_1m: float = Field(default_factory=lambda: os.getloadavg()[0])
     config: SpeedConfig
     rows: list[SpeedRow] = Field(default_factory=list)
     files: list[str] = Field(default_factory=list)
