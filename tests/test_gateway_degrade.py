@@ -197,3 +197,16 @@ def test_queue_depth_triggers_and_the_level_recovers(smol_engine: EngineProcess)
         assert wait_until(lambda: health(url)["level"] == 0, 60)  # calm for hold_s: back to L0
         assert health(url)["transitions"] >= 2  # up (queue depth), then down
         assert total(metrics(url), "tiankong_degradation_level") == 0
+
+
+def test_fallback_api_key_comes_from_the_environment(smol_engine: EngineProcess,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    degradation = settings(fallback_url=smol_engine.url, fallback_api_key_env="TK_FALLBACK_KEY")
+    monkeypatch.delenv("TK_FALLBACK_KEY", raising=False)
+    with pytest.raises(ConfigError, match="TK_FALLBACK_KEY"):
+        state_for(smol_engine, degradation=degradation)
+    monkeypatch.setenv("TK_FALLBACK_KEY", "fallback-secret")
+    state = state_for(smol_engine, degradation=degradation)
+    assert state.fallback is not None
+    assert state.fallback.auth_headers() == {"Authorization": "Bearer fallback-secret"}
+    assert state.engine.auth_headers() == {}  # the local engine gets no key

@@ -217,3 +217,69 @@ max_in_flight = 3
     bad.write_text('[[pool.models]]\nname = "x"\nmodel = "m"\nurl = "http://127.0.0.1:9"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="pool.models.0"):
         load_config(bad)
+
+
+# --- remote upstreams with an API key; recycling of pool engines -----------------------------------------------
+
+
+def test_remote_upstream_gets_its_api_key_from_the_environment(engine_binary: EngineBinary, smol_path: Path,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    keyed = EngineProcess(EngineConfig(model=smol_path, ctx=512, slots=1, threads=2, alias="keyed",
+                                       extra_args=["--api-key", "upstream-secret-1"]), engine_binary)
+    keyed.start()
+    try:
+        assert httpx.post(f"{keyed.url}/v1/chat/completions", json=SHORT, timeout=60).status_code == 401
+        config_file = tmp_path / "pool.toml"
+        config_file.write_text(f'[[pool.models]]\nname = "far"\nurl = "{keyed.url}"\napi_key_env = "FAR_KEY"\n'
+                               f'[[pool.models]]\nname = "nokey"\nurl = "{keyed.url}"\n', encoding="utf-8")
+        config = load_config(config_file)
+        monkeypatch.delenv("FAR_KEY", raising=False)
+        with pytest.raises(ConfigError, match="FAR_KEY") as missing:
+            build_pool(config)
+        assert "export FAR_KEY" in (missing.value.hint or "")
+        monkeypatch.setenv("FAR_KEY", "upstream-secret-1")
+        pool = build_pool(config)
+        assert "upstream-secret-1" not in repr(pool.handles()[0])  # the key is never shown
+        with serve_app(GatewayState(upstream_url="", model_name="far", pool=pool)) as url:
+            good = post(url, {**SHORT, "model": "far"})
+            assert good.status_code == 200, good.text
+            assert good.json()["choices"][0]["message"]["role"] == "assistant"
+            streamed = httpx.post(f"{url}/v1/chat/completions", json={**SHORT, "model": "far", "stream": True},
+                                  timeout=60)
+            assert streamed.status_code == 200 and "data: [DONE]" in streamed.text
+            refused = post(url, {**SHORT, "model": "nokey"})  # same server, no key configured
+            assert refused.status_code == 401 and "error" in refused.json()
+    finally:
+        keyed.stop()
+
+
+def test_api_key_env_is_only_for_remote_upstreams(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[[pool.models]]\nname = "x"\nmodel = "{TEST_MODEL}"\napi_key_env = "K"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="api_key_env"):
+        load_config(bad)
+    lower = tmp_path / "lower.toml"
+    lower.write_text('[[pool.models]]\nname = "x"\nurl = "http://127.0.0.1:9"\napi_key_env = "not a name"\n',
+                     encoding="utf-8")
+    with pytest.raises(ConfigError, match="api_key_env"):
+        load_config(lower)
+
+
+def test_pool_engine_restarts_after_n_requests(tmp_path: Path) -> None:
+    config_file = tmp_path / "pool.toml"
+    config_file.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\nctx = 512\nslots = 1\n'
+                           'threads = 2\nrestart_after_requests = 2\n', encoding="utf-8")
+    pool = build_pool(load_config(config_file))
+    engine = pool.entries[0].replicas[0].engine
+    assert engine is not None
+    try:
+        with serve_app(GatewayState(upstream_url="", model_name="smol", pool=pool)) as url:
+            assert post(url, {**SHORT, "model": "smol"}).status_code == 200
+            first = engine.pid
+            assert post(url, {**SHORT, "model": "smol"}).status_code == 200  # the 2nd: a planned restart follows
+            assert wait_until(lambda: engine.pid != first and engine.state.value == "ready", 120)
+            assert post(url, {**SHORT, "model": "smol"}).status_code == 200  # served by the new engine
+            assert engine.restarts >= 1 and engine.requests_since_start == 1
+    finally:
+        pool.stop_all()
+    assert running(pool) == []

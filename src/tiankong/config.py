@@ -5,6 +5,7 @@ Durations are float seconds named ``*_s``. Errors name the key path and what is 
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -93,6 +94,8 @@ class DegradationSettings(_Strict):
     fallback_url: str | None = Field(None, pattern=r"^http://", description="L3: an OpenAI-compatible http:// URL")
     fallback_model: str | None = Field(None, description="L3: the model name to send to the fallback")
     fallback_max_in_flight: int = Field(4, ge=1)
+    fallback_api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                             description="L3: environment variable holding the fallback's API key")
 
     _check_queue = field_validator("queue_depth", "p99_latency_s", "engine_rss_mib")(_levels)
 
@@ -110,13 +113,32 @@ class PoolModelSettings(_Strict):
     threads: int | None = Field(None, ge=1)
     kv_type: Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"] = "f16"
     max_in_flight: int = Field(4, ge=1, description="remote upstream: requests sent at once")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                    description="remote upstream: environment variable holding its API key")
+    restart_after_requests: int | None = Field(None, ge=1, description="local engines: planned restart after N")
     idle_ttl_s: float | None = Field(None, gt=0, description="stop the local engines after this long unused")
 
     @model_validator(mode="after")
     def _one_source(self) -> PoolModelSettings:
         if (self.model is None) == (self.url is None):
             raise ValueError("give exactly one of model (local engines) or url (remote upstream)")
+        if self.api_key_env and self.url is None:
+            raise ValueError("api_key_env is for a remote upstream (url); local engines need no key")
         return self
+
+
+def key_from_env(variable: str | None, what: str) -> str | None:
+    """The API key held by environment variable ``variable`` (None when no variable is configured)."""
+    if not variable:
+        return None
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        raise ConfigError(f"{what}: environment variable {variable} is not set or empty",
+                          hint=f"export {variable}=<the upstream's API key> before starting the gateway")
+    if any(ch in value for ch in "\r\n\0"):
+        raise ConfigError(f"{what}: environment variable {variable} holds a line break",
+                          hint="an API key is a single line")
+    return value
 
 
 class PoolSettings(_Strict):

@@ -124,7 +124,12 @@ class EngineHandle:
     count_request: Callable[[], bool] | None = None
     #: the planned restart itself (blocking; run in a thread after the admission drained)
     recycle: Callable[[], None] | None = None
+    #: a remote upstream's API key, sent as ``Authorization: Bearer`` (never logged)
+    api_key: str | None = field(default=None, repr=False)
     recycling: bool = field(default=False, init=False)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def ready(self) -> bool:
         return self.state() == "ready"

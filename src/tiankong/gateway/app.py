@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..client import validate_messages
-from ..config import DegradationSettings
+from ..config import DegradationSettings, key_from_env
 from ..engine import EngineProcess
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables
@@ -33,7 +33,7 @@ from .keys import ApiKey, RateLimiter, bearer_token, find_key, hash_key
 from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .pipeline import Pipeline
-from .pool import EnginePool, route
+from .pool import EnginePool, recycler, route
 from .responses import error_for, error_response, rpm_exceeded
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
@@ -95,12 +95,13 @@ class GatewayState:
         if settings is not None and settings.fallback_url:
             url, limit = settings.fallback_url.rstrip("/"), settings.fallback_max_in_flight
             self.fallback = EngineHandle(name="fallback", url=lambda: url, state=_ready,
-                                         admission=Admission(limit, 2 * limit))
+                                         admission=Admission(limit, 2 * limit),
+                                         api_key=key_from_env(settings.fallback_api_key_env, "degradation.fallback"))
 
     @classmethod
     def for_engine(cls, engine: EngineProcess, model_name: str, **settings: Any) -> GatewayState:
         """State wired to a supervised engine: its current URL, state, pid, restarts and recycling."""
-        count, recycle = _recycler(engine)
+        count, recycle = recycler(engine)
         return cls(upstream_url=engine.url, model_name=model_name, engine_state=lambda: engine.state.value,
                    engine_url=lambda: engine.url, engine_pid=lambda: engine.pid,
                    engine_restarts=lambda: engine.restarts, slots=engine.config.slots,
@@ -143,21 +144,6 @@ class GatewayState:
 
 
 ANONYMOUS = ApiKey("", "", None)
-
-
-def _recycler(engine: EngineProcess) -> tuple[Callable[[], bool] | None, Callable[[], None] | None]:
-    limit = engine.restart_after_requests
-    if not limit:
-        return None, None
-
-    def count() -> bool:
-        engine.requests_since_start += 1
-        return engine.requests_since_start >= limit
-
-    def recycle() -> None:
-        engine.restart(f"restart after {limit} requests")
-
-    return count, recycle
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any] | JSONResponse:

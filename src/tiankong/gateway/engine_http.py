@@ -105,12 +105,14 @@ class EnginePool:
         self.max_idle = max_idle
         self._idle: dict[tuple[str, int], list[_Conn]] = {}
 
-    async def post(self, url: str, body: bytes, *, stream: bool) -> EngineResponse:
+    async def post(self, url: str, body: bytes, *, stream: bool,
+                   headers: dict[str, str] | None = None) -> EngineResponse:
         """POST ``body`` (JSON); with ``stream=False`` the answer is read into ``.content`` before returning."""
         parts = urlsplit(url)
         key = (parts.hostname or "127.0.0.1", parts.port or 80)
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         head = (f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
-                f"Accept: */*\r\nContent-Length: {len(body)}\r\n\r\n").encode("ascii")
+                f"Accept: */*\r\n{extra}Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
         for attempt in (0, 1):
             conn, reused = await self._connection(key)
             try:

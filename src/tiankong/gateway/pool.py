@@ -58,18 +58,37 @@ class Replica:
         return self.handle.admission.in_flight + self.handle.admission.waiting
 
 
+def recycler(engine: EngineProcess) -> tuple[Callable[[], bool] | None, Callable[[], None] | None]:
+    """Counting and restarting for ``restart_after_requests`` (both None when the engine has no limit)."""
+    limit = engine.restart_after_requests
+    if not limit:
+        return None, None
+
+    def count() -> bool:
+        engine.requests_since_start += 1
+        return engine.requests_since_start >= limit
+
+    def recycle() -> None:
+        engine.restart(f"restart after {limit} requests")
+
+    return count, recycle
+
+
 def local_replica(name: str, engine: EngineProcess, queue_size: int | None = None) -> Replica:
     slots = engine.config.slots
+    count, recycle = recycler(engine)
     handle = EngineHandle(name=name, url=lambda: engine.url, state=lambda: engine.state.value,
                           admission=Admission(slots, 2 * slots if queue_size is None else queue_size),
-                          pid=lambda: engine.pid, restarts=lambda: engine.restarts)
+                          pid=lambda: engine.pid, restarts=lambda: engine.restarts,
+                          count_request=count, recycle=recycle)
     return Replica(handle, engine)
 
 
-def remote_replica(name: str, url: str, max_in_flight: int = 4, queue_size: int | None = None) -> Replica:
+def remote_replica(name: str, url: str, max_in_flight: int = 4, queue_size: int | None = None,
+                   api_key: str | None = None) -> Replica:
     base = url.rstrip("/")
     admission = Admission(max_in_flight, 2 * max_in_flight if queue_size is None else queue_size)
-    return Replica(EngineHandle(name=name, url=lambda: base, state=_ready, admission=admission))
+    return Replica(EngineHandle(name=name, url=lambda: base, state=_ready, admission=admission, api_key=api_key))
 
 
 @dataclass

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import uvicorn
 
-from ..config import TiankongConfig
+from ..config import TiankongConfig, key_from_env
 from ..engine import EngineConfig, EngineProcess
 from ..engine.process import port_in_use
 from ..engine.rpc import is_loopback
@@ -67,7 +67,8 @@ def build_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> En
     entries = []
     for spec in config.pool.models:
         if spec.url is not None:
-            replicas = [remote_replica(f"{spec.name}@upstream", spec.url, spec.max_in_flight)]
+            api_key = key_from_env(spec.api_key_env, f"pool model {spec.name}")
+            replicas = [remote_replica(f"{spec.name}@upstream", spec.url, spec.max_in_flight, api_key=api_key)]
         else:
             record = resolve_installed(spec.model or "")
             replicas = []
@@ -77,7 +78,8 @@ def build_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> En
                 if spec.threads:
                     engine_config.threads = spec.threads
                 engine = EngineProcess(engine_config, config.engine.llama_server,
-                                       startup_timeout_s=config.engine.startup_timeout_s, log=log)
+                                       startup_timeout_s=config.engine.startup_timeout_s,
+                                       restart_after_requests=spec.restart_after_requests, log=log)
                 replicas.append(local_replica(f"{spec.name}#{index}", engine))
         entries.append(PoolEntry(spec.name, replicas, aliases=list(spec.aliases), idle_ttl_s=spec.idle_ttl_s))
     return EnginePool(entries, max_loaded=config.pool.max_loaded)

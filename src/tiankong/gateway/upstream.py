@@ -47,7 +47,7 @@ class Upstream:
         """The task client for the engine's current URL (a restarted engine may have a new port)."""
         url = self.handle.url()
         if url not in self._clients:
-            self._clients[url] = AsyncClient(url, timeout_s=self.timeout_s)
+            self._clients[url] = AsyncClient(url, timeout_s=self.timeout_s, api_key=self.handle.api_key)
         return self._clients[url]
 
     async def wait_for_engine(self) -> bool:
@@ -56,7 +56,8 @@ class Upstream:
         while time.monotonic() < deadline:
             if self.handle.ready():
                 try:
-                    if (await self.http.get(self.handle.url() + "/health", timeout=1.0)).status_code == 200:
+                    if (await self.http.get(self.handle.url() + "/health", timeout=1.0,
+                                            headers=self.handle.auth_headers())).status_code == 200:
                         return True
                 except httpx.HTTPError:
                     pass
@@ -70,7 +71,8 @@ class Upstream:
         payload = json.dumps(body, ensure_ascii=False).encode()
         for attempt in (0, 1):
             try:
-                return await self.pool.post(self.handle.url() + path, payload, stream=stream)
+                return await self.pool.post(self.handle.url() + path, payload, stream=stream,
+                                            headers=self.handle.auth_headers())
             except EngineTimeout:
                 return error_response(504, "the engine did not answer in time", "timeout_error", "engine_timeout")
             except EngineHTTPError as exc:
