@@ -345,3 +345,63 @@ def test_restart_after_n_requests_drains_then_recycles(engine_binary: EngineBina
             assert total(metrics(url), "tiankong_engine_retries_total") == 0  # drained: nobody was cut off
     finally:
         engine.stop()
+
+
+def test_waiters_that_batch_with_the_running_adapter_set_go_first_without_starving_anyone() -> None:
+    import asyncio
+
+    async def scenario(batching: bool) -> tuple[list[str], int]:
+        admission = Admission(limit=2, queue_size=16, group_batching=batching)
+        await admission.acquire(("A",))
+        await admission.acquire(("B",))  # two slots: one base-ish group A, one group B
+        order: list[str] = []
+
+        async def waiter(name: str, group: tuple[str]) -> None:
+            await admission.acquire(group)
+            order.append(name)
+
+        names = ["b1", "a1", "b2", "a2", "b3", "a3"]
+        tasks = [asyncio.ensure_future(waiter(n, ("A",) if n[0] == "a" else ("B",))) for n in names]
+        await asyncio.sleep(0)
+        admission.release(0.1, ("A",))  # A left: B runs, so a B waiter is let in (b1 is the head anyway)
+        await asyncio.sleep(0)
+        admission.release(0.1, ("B",))  # the other B leaves; b1 still runs: b2 goes ahead of a1
+        await asyncio.sleep(0)
+        for _ in range(4):
+            admission.release(0.1, ("B",))
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+        return order, admission.reordered
+
+    grouped, reordered = asyncio.run(scenario(True))
+    assert grouped[:3] == ["b1", "b2", "b3"] and sorted(grouped) == sorted(["b1", "a1", "b2", "a2", "b3", "a3"])
+    assert reordered == 2
+    fifo, none = asyncio.run(scenario(False))
+    assert fifo == ["b1", "a1", "b2", "a2", "b3", "a3"] and none == 0
+
+
+def test_grouping_skips_a_waiter_only_a_bounded_number_of_times() -> None:
+    import asyncio
+
+    from tiankong.gateway.admission import MAX_SKIPS_PER_SLOT
+
+    async def scenario() -> int:
+        admission = Admission(limit=2, queue_size=64)
+        await admission.acquire(("B",))  # holds its slot throughout: B is always running
+        await admission.acquire(("B",))
+        served: list[str] = []
+
+        async def waiter(name: str, group: tuple[str]) -> None:
+            await admission.acquire(group)
+            served.append(name)
+
+        tasks = [asyncio.ensure_future(waiter("a", ("A",)))]
+        tasks += [asyncio.ensure_future(waiter(f"b{i}", ("B",))) for i in range(20)]
+        await asyncio.sleep(0)
+        while len(served) < 21:
+            admission.release(0.1, ("A",) if served and served[-1] == "a" else ("B",))
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+        return served.index("a")
+
+    assert asyncio.run(scenario()) == MAX_SKIPS_PER_SLOT * 2  # passed over exactly the bound (× slots), then served

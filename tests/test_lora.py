@@ -318,6 +318,20 @@ def test_trained_adapter_changes_the_style_and_leaves_the_base(lora_engine: Engi
             assert answer.startswith("ACK:"), answer
 
 
+def test_gateway_lets_queued_requests_with_the_running_adapter_set_in_first(
+        lora_engine: EngineProcess, reference: dict[str, str]) -> None:
+    prompt = PROMPTS[0]
+    state = GatewayState.for_engine(lora_engine, TEST_MODEL, queue_size=16)
+    with serve_app(state) as url:
+        jobs: list[dict[str, Any]] = [{}, {"adapter": "noise"}] * 6  # 12 at once: 2 run, 10 wait
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda fields: raw_chat(url, prompt, **fields), jobs))
+    for fields, answer in zip(jobs, answers, strict=True):  # reordering never mixes up who gets which adapter
+        assert (answer == reference[prompt]) is (not fields), (fields, answer)
+    assert state.engine.admission.reordered >= 1
+    assert state.engine.admission.in_flight == 0 and state.engine.admission.waiting == 0
+
+
 # --- training -------------------------------------------------------------------------------------
 
 

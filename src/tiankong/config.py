@@ -64,6 +64,7 @@ class ServerSettings(_Strict):
     request_timeout_s: float = Field(600.0, gt=0, description="per-request deadline, queue wait included")
     max_in_flight: int | None = Field(None, ge=1, description="requests sent to the engine at once; default: slots")
     queue_size: int | None = Field(None, ge=0, description="requests waiting for a slot; default: 2 x slots")
+    adapter_batching: bool = Field(True, description="queued requests with the running LoRA set go first")
     keepalive_s: float = Field(10.0, gt=0, description="SSE comment after this long without data")
     stream_idle_timeout_s: float = Field(120.0, gt=0, description="close a stream idle (either side) this long")
     engine_retry_wait_s: float = Field(30.0, ge=0, description="wait this long for a restarted engine to retry")

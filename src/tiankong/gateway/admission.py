@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 
@@ -21,17 +21,39 @@ class QueueFull(Exception):
     """No slot free and the waiting queue is full."""
 
 
-class Admission:
-    """A FIFO semaphore with a bounded waiting line and a service-time estimate for ``Retry-After``."""
+Group = Hashable  # requests the engine can batch together (same LoRA adapter set); () for the base model
 
-    def __init__(self, limit: int, queue_size: int) -> None:
+#: a waiter may be passed over this many times (per slot) for requests that batch with the running ones
+MAX_SKIPS_PER_SLOT = 4
+
+
+@dataclass(eq=False)
+class _Waiter:
+    future: asyncio.Future[None]
+    group: Group
+    skipped: int = 0
+
+
+class Admission:
+    """A bounded semaphore with a bounded waiting line and a service-time estimate for ``Retry-After``.
+
+    The line is FIFO except for one thing: llama-server decodes slots with different LoRA adapter sets in
+    separate batches (taking turns), so when a slot frees, a waiter whose ``group`` matches the requests
+    already running is let in ahead of the line, at most ``MAX_SKIPS_PER_SLOT × limit`` times past any one
+    waiter (nobody starves). With one group (no adapters) this is plain FIFO.
+    """
+
+    def __init__(self, limit: int, queue_size: int, *, group_batching: bool = True) -> None:
         if limit < 1 or queue_size < 0:
             raise ValueError("limit must be >= 1 and queue_size >= 0")
         self.limit = limit
         self.base_limit = limit  # the configured limit; degradation (L2) may lower ``limit`` for a while
         self.queue_size = queue_size
+        self.group_batching = group_batching
         self.in_flight = 0
-        self._waiting: deque[asyncio.Future[None]] = deque()
+        self.reordered = 0  # waiters let in ahead of the line to batch with the running group
+        self._running: Counter[Group] = Counter()
+        self._waiting: deque[_Waiter] = deque()
         self._paused = False
         self._service_s = 1.0  # EWMA of the time a request holds a slot
         self._idle: asyncio.Event | None = None
@@ -48,26 +70,29 @@ class Admission:
         estimate = self._service_s * (len(self._waiting) + 1) / self.limit
         return max(1, min(60, math.ceil(estimate)))
 
-    async def acquire(self) -> None:
+    async def acquire(self, group: Group = ()) -> None:
         """Take a slot, waiting in line if needed; :class:`QueueFull` when the line is full."""
         if self._free() and not self._waiting:
-            self.in_flight += 1
+            self._enter(group)
             return
         if len(self._waiting) >= self.queue_size:
             raise QueueFull
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), group)
         self._waiting.append(waiter)
         try:
-            await waiter  # the releasing request counts us in before waking us
+            await waiter.future  # the releasing request counts us in before waking us
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # a slot was handed over just as we gave up: pass it on
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(group=group)  # a slot was handed over just as we gave up: pass it on
             else:
                 self._waiting.remove(waiter)
             raise
 
-    def release(self, held_s: float | None = None) -> None:
+    def release(self, held_s: float | None = None, group: Group = ()) -> None:
         self.in_flight -= 1
+        self._running[group] -= 1
+        if self._running[group] <= 0:
+            del self._running[group]
         if held_s is not None:
             self._service_s = 0.8 * self._service_s + 0.2 * held_s
         self._wake()
@@ -94,12 +119,34 @@ class Admission:
     def _free(self) -> bool:
         return self.in_flight < self.limit and not self._paused
 
+    def _enter(self, group: Group) -> None:
+        self.in_flight += 1
+        self._running[group] += 1
+
+    def _next(self) -> _Waiter:
+        """The head of the line, or the first waiter that batches with the running requests (bounded skips)."""
+        head = self._waiting[0]
+        if not self.group_batching or not self._running or head.group in self._running:
+            return self._waiting.popleft()
+        if head.skipped >= MAX_SKIPS_PER_SLOT * self.base_limit:
+            return self._waiting.popleft()
+        running = self._running.most_common(1)[0][0]
+        index = next((i for i, w in enumerate(self._waiting) if w.group == running), 0)
+        if index == 0:
+            return self._waiting.popleft()
+        for passed in list(self._waiting)[:index]:
+            passed.skipped += 1
+        waiter = self._waiting[index]
+        del self._waiting[index]
+        self.reordered += 1
+        return waiter
+
     def _wake(self) -> None:
         while self._waiting and self._free():
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                self.in_flight += 1
-                waiter.set_result(None)
+            waiter = self._next()
+            if not waiter.future.done():
+                self._enter(waiter.group)
+                waiter.future.set_result(None)
 
 
 def _no_pid() -> int | None:

@@ -24,7 +24,7 @@ from ..client import validate_messages
 from ..config import DegradationSettings, key_from_env
 from ..engine import EngineProcess
 from ..errors import TiankongError
-from ..lora.selection import AdapterTables
+from ..lora.selection import AdapterTables, adapter_group
 from .admission import Admission, EngineHandle
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
@@ -65,6 +65,7 @@ class GatewayState:
     slots: int = 2
     max_in_flight: int | None = None  # default: slots
     queue_size: int | None = None  # default: 2 x slots
+    adapter_batching: bool = True  # let waiters with the running LoRA set in first (admission.py)
     keepalive_s: float = 10.0
     stream_idle_timeout_s: float = 120.0
     engine_retry_wait_s: float = 30.0
@@ -84,7 +85,8 @@ class GatewayState:
         limit = self.max_in_flight or self.slots
         queue = 2 * self.slots if self.queue_size is None else self.queue_size
         handle = EngineHandle(name=self.model_name, url=self.engine_url or (lambda: self.upstream_url),
-                              state=lambda: self.engine_state(), admission=Admission(limit, queue),
+                              state=lambda: self.engine_state(),
+                              admission=Admission(limit, queue, group_batching=self.adapter_batching),
                               count_request=self.count_request, recycle=self.recycle)
         if self.engine_pid is not None:
             handle.pid = self.engine_pid
@@ -298,6 +300,7 @@ def create_app(state: GatewayState) -> Starlette:
                                                      pipe.upstream.handle.pid(), body,
                                                      structured=path == "/v1/chat/completions" and
                                                      wants_structured(body))
+                    call.group = adapter_group(body)
                 except TiankongError as exc:
                     return pipe.done(call, error_for(exc))
             if path == "/v1/chat/completions" and wants_structured(body):

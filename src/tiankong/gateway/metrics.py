@@ -46,6 +46,7 @@ class Call:
     rejected: str | None = None
     degraded: str | None = None  # what degradation did to it: truncated | rejected | fallback
     key: str = ""  # the API key's name ("" without keys)
+    group: tuple[tuple[int, float], ...] = ()  # the LoRA adapters applied (id, scale); () = the base model
 
     def first_token(self) -> None:
         if self.ttft_s is None:

@@ -109,7 +109,7 @@ class Pipeline:
         admission = self.handle.admission
         waited = time.perf_counter()
         try:
-            await admission.acquire()
+            await admission.acquire(call.group)
         except QueueFull:
             return self.reject(call)
         held = time.perf_counter()
@@ -117,14 +117,14 @@ class Pipeline:
         try:
             return await work()
         finally:
-            admission.release(time.perf_counter() - held)
+            admission.release(time.perf_counter() - held, call.group)
             self._after_request()
 
     async def _stream_source(self, call: Call, path: str, body: dict[str, object]) -> AsyncGenerator[Item, None]:
         admission = self.handle.admission
         waited = time.perf_counter()
         try:
-            await admission.acquire()
+            await admission.acquire(call.group)
         except QueueFull:
             yield self.reject(call)
             return
@@ -135,7 +135,7 @@ class Pipeline:
                 async for item in items:
                     yield item
         finally:
-            admission.release(time.perf_counter() - held)
+            admission.release(time.perf_counter() - held, call.group)
             self._after_request()
 
     # --- planned restarts ------------------------------------------------------------------------------

@@ -179,3 +179,14 @@ class AdapterTables:
                     raise
                 return body
         return prepare(body, self._tables[key])
+
+
+def adapter_group(body: dict[str, Any]) -> tuple[tuple[int, float], ...]:
+    """The adapters a rewritten request applies, as a hashable key: requests with equal keys batch together
+    in llama-server (different adapter sets decode in separate batches, taking turns)."""
+    entries = body.get("lora")
+    if not isinstance(entries, list):
+        return ()
+    applied = [(int(e["id"]), float(e["scale"])) for e in entries
+               if isinstance(e, dict) and isinstance(e.get("id"), int) and e.get("scale")]
+    return tuple(sorted(applied))
