@@ -240,3 +240,12 @@ def connect_error(url: str, exc: Exception) -> TransportError:
         f"cannot reach {url}: {type(exc).__name__}: {exc}".rstrip(": "),
         hint="is the server running? start one with `tiankong serve` or pass model= to manage an engine",
     )
+
+
+def assembled_error(exc: Exception) -> ServerError:
+    """A stream that carried an error event (or ended early) as the ``ServerError`` a plain answer would give."""
+    error = getattr(exc, "error", {}) or {}
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) and 400 <= code < 600 else 500
+    message = str(error.get("message", exc)) if isinstance(error, dict) else str(exc)
+    return ServerError(status, message, body=json.dumps({"error": error}))

@@ -12,6 +12,7 @@ from ..engine import EngineProcess
 from ..errors import ConfigError
 from . import _shared as S
 from ._engine import start_embedded
+from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
 
 
 class AsyncBaseClient:
@@ -89,12 +90,33 @@ class AsyncBaseClient:
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         body = await self._with_lora(path, body)
+        if method == "POST" and body is not None and assembles(path, body):
+            return await self._assembled(path, body)
         try:
             response = await self._send(method, path, body)
         except httpx.HTTPError as exc:
             raise S.connect_error(str(self.url), exc) from None
         S.check_response(response.status_code, response.text)
         return response.json()
+
+    async def _assembled(self, path: str, body: dict[str, Any]) -> Any:
+        """A generation read as a stream (client/assemble.py: so that giving up on it stops the engine)."""
+        assembler = StreamAssembler(chat=path.endswith("/chat/completions"))
+        try:
+            response = await self._send("POST", path, streamed_body(body), stream=True)
+            try:
+                if response.status_code >= 400:
+                    await response.aread()
+                    S.check_response(response.status_code, response.text)
+                async for chunk in response.aiter_raw():
+                    assembler.feed(chunk)
+            finally:
+                await response.aclose()
+            return assembler.result()
+        except httpx.HTTPError as exc:
+            raise S.connect_error(str(self.url), exc) from None
+        except StreamFailed as exc:
+            raise S.assembled_error(exc) from None
 
     async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[S.StreamChunk]:
         body = await self._with_lora(path, body) or body

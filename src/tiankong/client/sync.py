@@ -11,6 +11,7 @@ from ..engine import EngineProcess
 from ..errors import ConfigError
 from . import _shared as S
 from ._engine import start_embedded
+from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
 
 
 class BaseClient:
@@ -78,12 +79,33 @@ class BaseClient:
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         body = self._with_lora(path, body)
+        if method == "POST" and body is not None and assembles(path, body):
+            return self._assembled(path, body)
         try:
             response = self._send(method, path, body)
         except httpx.HTTPError as exc:
             raise S.connect_error(self.url, exc) from None
         S.check_response(response.status_code, response.text)
         return response.json()
+
+    def _assembled(self, path: str, body: dict[str, Any]) -> Any:
+        """A generation read as a stream (client/assemble.py: so that giving up on it stops the engine)."""
+        assembler = StreamAssembler(chat=path.endswith("/chat/completions"))
+        try:
+            response = self._send("POST", path, streamed_body(body), stream=True)
+            try:
+                if response.status_code >= 400:
+                    response.read()
+                    S.check_response(response.status_code, response.text)
+                for chunk in response.iter_raw():
+                    assembler.feed(chunk)
+            finally:
+                response.close()
+            return assembler.result()
+        except httpx.HTTPError as exc:
+            raise S.connect_error(self.url, exc) from None
+        except StreamFailed as exc:
+            raise S.assembled_error(exc) from None
 
     def _stream(self, path: str, body: dict[str, Any]) -> Iterator[S.StreamChunk]:
         body = self._with_lora(path, body) or body

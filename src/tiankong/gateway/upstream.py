@@ -18,6 +18,7 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from ..api import AsyncClient
+from ..client.assemble import StreamAssembler, StreamFailed, assembles, streamed_body
 from ..errors import OutputError, ServerError, TiankongError, TransportError
 from .admission import EngineHandle
 from .engine_http import EngineHTTPError, EnginePool, EngineResponse, EngineTimeout
@@ -82,6 +83,8 @@ class Upstream:
         raise AssertionError("unreachable")
 
     async def forward(self, call: Call, path: str, body: dict[str, Any]) -> Response:
+        if assembles(path, body):
+            return await self.forward_assembled(call, path, body)
         upstream = await self.send(call, path, body, stream=False)
         if isinstance(upstream, Response):
             return upstream
@@ -90,6 +93,37 @@ class Upstream:
         with contextlib.suppress(ValueError):
             call.note_answer(json.loads(upstream.content))
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
+
+    async def forward_assembled(self, call: Call, path: str, body: dict[str, Any]) -> Response:
+        """A non-streamed answer read from the engine as a stream (assemble.py says why); retried once when
+        the engine fails mid-answer, since nothing has reached the client yet."""
+        for attempt in (0, 1):
+            upstream = await self.send(call, path, streamed_body(body), stream=True)
+            if isinstance(upstream, Response):
+                return upstream
+            try:
+                if upstream.status_code >= 400:
+                    return upstream_error(upstream.status_code, await upstream.aread())
+                assembler = StreamAssembler(chat=path.endswith("/chat/completions"))
+                async for chunk in upstream.aiter_raw():
+                    assembler.feed(chunk)
+                    if assembler.content and call.ttft_s is None:
+                        call.first_token()
+                answer = assembler.result()
+            except StreamFailed as exc:
+                code = exc.error.get("code")
+                status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                return upstream_error(status, json.dumps({"error": exc.error}).encode())
+            except EngineHTTPError as exc:
+                if attempt == 1 or not await self.wait_for_engine():
+                    return engine_unavailable(str(exc))
+                call.retried = True
+                continue
+            finally:
+                await upstream.aclose()  # also when cancelled (client gone, deadline): the engine stops
+            call.note_answer(answer)
+            return JSONResponse(answer)
+        raise AssertionError("unreachable")
 
     async def relay(self, call: Call, path: str, body: dict[str, Any]) -> AsyncGenerator[Item, None]:
         """The engine's SSE bytes as they come; an error response instead when it fails."""

@@ -1,0 +1,146 @@
+"""A non-streamed answer assembled from a stream, so that abandoning it really stops llama-server.
+
+Why: llama-server notices a closed connection of a *non-streamed* request only when its result wait times out
+(1 s without any result for any task; ``server_response::recv_with_timeout``). Every token of another request
+and every ``/slots`` or ``/metrics`` probe wakes that wait, so under load an abandoned non-streamed request
+runs on to ``max_tokens`` (measured: 1,458 more tokens after the client left, ``benchmarks/gateway_cancel.py``).
+A streamed request fails at its next token write instead. So ``Client``, ``AsyncClient`` and the gateway ask
+for a stream and build the ``chat.completion`` / ``text_completion`` object here, the same shape llama-server
+returns:
+
+* chat: ``message`` = role + concatenated ``content`` (``""`` when none, as llama-server sends) +
+  ``reasoning_content`` + ``tool_calls`` merged by index (id, name, arguments concatenated);
+* completions: ``text`` concatenated, ``logprobs`` null;
+* ``finish_reason``, ``usage``, ``timings``, ``id``, ``created``, ``model``, ``system_fingerprint`` from the
+  chunks (usage via ``stream_options.include_usage``).
+
+Requests whose exact non-streamed semantics matter are not rewritten (:func:`assembles`): ``n`` > 1, log
+probabilities (a stream keeps the probabilities of a trimmed stop word), and llama.cpp's own options that
+change the answer's shape (``response_fields``, ``verbose``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+ASSEMBLED_PATHS = ("/v1/chat/completions", "/v1/completions")
+_KEEP_PLAIN = ("logprobs", "top_logprobs", "n_probs", "response_fields", "verbose", "post_sampling_probs")
+
+
+class StreamFailed(Exception):
+    """The engine's stream carried an error event (its body is ``error``) or ended without a final chunk."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(str(error.get("message", error)))
+        self.error = error
+
+
+def assembles(path: str, body: dict[str, Any]) -> bool:
+    """Whether a non-streamed request on ``path`` is sent to the engine as a stream and assembled here."""
+    if path not in ASSEMBLED_PATHS or body.get("stream"):
+        return False
+    if body.get("n") not in (None, 1):
+        return False
+    return not any(body.get(key) for key in _KEEP_PLAIN)
+
+
+def streamed_body(body: dict[str, Any]) -> dict[str, Any]:
+    given = body.get("stream_options")
+    options: dict[str, Any] = given if isinstance(given, dict) else {}
+    return {**body, "stream": True, "stream_options": {**options, "include_usage": True}}
+
+
+class StreamAssembler:
+    """Feed raw SSE bytes; :meth:`result` is the non-streamed answer."""
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.meta: dict[str, Any] = {}
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.tools: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
+        self.done = False
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            line = line.rstrip(b"\r")
+            if line == b"data: [DONE]":
+                self.done = True
+            elif line.startswith(b"data: "):
+                try:
+                    event = json.loads(line[6:])
+                except ValueError:
+                    raise StreamFailed({"message": f"the engine sent a malformed event: {line[:120]!r}"}) from None
+                if isinstance(event, dict):
+                    self._event(event)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if "error" in event:
+            error = event["error"]
+            raise StreamFailed(error if isinstance(error, dict) else {"message": str(error)})
+        for key in ("id", "created", "model", "system_fingerprint"):
+            if key in event:
+                self.meta.setdefault(key, event[key])
+        if isinstance(event.get("usage"), dict):
+            self.usage = event["usage"]
+        if isinstance(event.get("timings"), dict):
+            self.timings = event["timings"]
+        for choice in event.get("choices") or []:
+            if isinstance(choice, dict):
+                self._choice(choice)
+
+    def _choice(self, choice: dict[str, Any]) -> None:
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        if not self.chat:
+            if isinstance(choice.get("text"), str):
+                self.content.append(choice["text"])
+            return
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return
+        if isinstance(delta.get("content"), str):
+            self.content.append(delta["content"])
+        if isinstance(delta.get("reasoning_content"), str):
+            self.reasoning.append(delta["reasoning_content"])
+        for call in delta.get("tool_calls") or []:
+            if isinstance(call, dict):
+                self._tool_delta(call)
+
+    def _tool_delta(self, call: dict[str, Any]) -> None:
+        index = int(call.get("index", len(self.tools)))
+        tool = self.tools.setdefault(index, {"type": "function", "function": {"name": "", "arguments": ""}})
+        if call.get("id"):
+            tool["id"] = call["id"]
+        function = call.get("function")
+        if isinstance(function, dict):
+            tool["function"]["name"] += function.get("name") or ""
+            tool["function"]["arguments"] += function.get("arguments") or ""
+
+    def result(self) -> dict[str, Any]:
+        if self.finish_reason is None:
+            raise StreamFailed({"message": "the engine's stream ended without a final chunk"})
+        text = "".join(self.content)
+        if self.chat:
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if self.reasoning:
+                message["reasoning_content"] = "".join(self.reasoning)
+            if self.tools:
+                message["tool_calls"] = [self.tools[i] for i in sorted(self.tools)]
+            choice: dict[str, Any] = {"finish_reason": self.finish_reason, "index": 0, "message": message}
+        else:
+            choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": self.finish_reason}
+        answer: dict[str, Any] = {"choices": [choice], **self.meta,
+                                  "object": "chat.completion" if self.chat else "text_completion"}
+        if self.usage is not None:
+            answer["usage"] = self.usage
+        if self.timings is not None:
+            answer["timings"] = self.timings
+        return answer

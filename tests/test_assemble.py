@@ -1,0 +1,165 @@
+"""Non-streamed answers assembled from a stream (``tiankong.client.assemble``): the same answer llama-server
+gives, and an abandoned request really stops the engine even while ``/slots`` is polled (which starves
+llama-server's own closed-connection check for non-streamed requests)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import serve_app, wait_until
+from test_gateway_admission import LONG, decoded_by_slot, idle, state_for
+from tiankong import AsyncClient, Client
+from tiankong.client.assemble import StreamAssembler, StreamFailed, assembles, streamed_body
+from tiankong.engine import EngineProcess
+from tiankong.errors import ServerError
+
+CHAT = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0,
+        "seed": 42}
+PROMPT = {"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0, "seed": 42}
+
+
+def own_answer(engine: EngineProcess, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's own non-streamed answer (assembly is a client-side choice; the raw API still has it)."""
+    answer = httpx.post(f"{engine.url}{path}", json=body, timeout=300)
+    assert answer.status_code == 200, answer.text
+    data: dict[str, Any] = answer.json()
+    return data
+
+
+def comparable(data: dict[str, Any]) -> dict[str, Any]:
+    choice = data["choices"][0]
+    usage = data["usage"]
+    return {"object": data["object"], "model": data["model"], "finish_reason": choice["finish_reason"],
+            "message": choice.get("message"), "text": choice.get("text"),
+            "tokens": (usage["prompt_tokens"], usage["completion_tokens"]), "has_timings": "timings" in data}
+
+
+def test_assembled_answers_equal_llama_servers_own(smol_engine: EngineProcess) -> None:
+    chat_own = own_answer(smol_engine, "/v1/chat/completions", CHAT)
+    text_own = own_answer(smol_engine, "/v1/completions", PROMPT)
+    with serve_app(state_for(smol_engine)) as url:
+        chat_gw = httpx.post(f"{url}/v1/chat/completions", json=CHAT, timeout=300).json()
+        text_gw = httpx.post(f"{url}/v1/completions", json=PROMPT, timeout=300).json()
+    assert comparable(chat_gw) == comparable(chat_own)
+    assert comparable(text_gw) == comparable(text_own)
+    assert chat_gw["id"].startswith("chatcmpl") and isinstance(chat_gw["created"], int)
+    with Client(smol_engine.url) as client:
+        result = client.chat(CHAT["messages"], max_tokens=24)
+        assert result.text == chat_own["choices"][0]["message"]["content"]
+        assert result.finish_reason == chat_own["choices"][0]["finish_reason"]
+        assert result.usage.completion_tokens == chat_own["usage"]["completion_tokens"]
+        assert client.complete(PROMPT["prompt"], max_tokens=12).text == text_own["choices"][0]["text"]
+
+
+def test_which_requests_are_assembled() -> None:
+    assert assembles("/v1/chat/completions", CHAT) and assembles("/v1/completions", PROMPT)
+    assert not assembles("/v1/chat/completions", {**CHAT, "stream": True})
+    assert not assembles("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 3})
+    assert not assembles("/v1/completions", {**PROMPT, "n_probs": 5})
+    assert not assembles("/v1/chat/completions", {**CHAT, "n": 2})
+    assert not assembles("/v1/embeddings", {"input": "x"})
+    body = streamed_body({**CHAT, "stream_options": {"foo": 1}})
+    assert body["stream"] is True and body["stream_options"] == {"foo": 1, "include_usage": True}
+
+
+def sse(*events: str) -> bytes:
+    return b"".join(f"data: {e}\n\n".encode() for e in events)
+
+
+def test_tool_call_deltas_and_reasoning_are_merged() -> None:
+    # the delta shapes llama-server sends (tools/server/server-chat.cpp: server_chat_msg_diff_to_json_oaicompat)
+    assembler = StreamAssembler(chat=True)
+    stream = sse(
+        '{"choices":[{"index":0,"delta":{"role":"assistant","content":null}}],"id":"chatcmpl-1","created":5,'
+        '"model":"m","object":"chat.completion.chunk"}',
+        '{"choices":[{"index":0,"delta":{"reasoning_content":"think "}}],"id":"chatcmpl-1"}',
+        '{"choices":[{"index":0,"delta":{"reasoning_content":"more"}}],"id":"chatcmpl-1"}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function",'
+        '"function":{"name":"get_weather"}}]}}]}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\":"}}]}}]}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\\"Paris\\"}"}}]}}]}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function",'
+        '"function":{"name":"now","arguments":"{}"}}]}}]}',
+        '{"choices":[{"finish_reason":"tool_calls","index":0,"delta":{}}]}',
+        '{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":7,"total_tokens":16},'
+        '"timings":{"predicted_n":7}}',
+        "[DONE]")
+    for cut in range(0, len(stream), 37):  # arbitrary chunk boundaries, as TCP delivers them
+        assembler.feed(stream[cut:cut + 37])
+    answer = assembler.result()
+    message = answer["choices"][0]["message"]
+    assert message["content"] == "" and message["reasoning_content"] == "think more"
+    assert message["tool_calls"] == [
+        {"type": "function", "id": "call_a", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
+        {"type": "function", "id": "call_b", "function": {"name": "now", "arguments": "{}"}}]
+    assert answer["choices"][0]["finish_reason"] == "tool_calls" and answer["usage"]["total_tokens"] == 16
+    assert answer["id"] == "chatcmpl-1" and answer["object"] == "chat.completion" and answer["timings"]
+
+
+def test_error_events_and_cut_streams_fail_loudly() -> None:
+    broken = StreamAssembler(chat=True)
+    with pytest.raises(StreamFailed, match="out of memory"):
+        broken.feed(sse('{"error":{"code":500,"message":"out of memory","type":"server_error"}}'))
+    cut = StreamAssembler(chat=False)
+    cut.feed(sse('{"choices":[{"text":"Par","index":0,"finish_reason":null}]}'))
+    with pytest.raises(StreamFailed, match="without a final chunk"):
+        cut.result()  # never an answer that silently lost its end
+    garbage = StreamAssembler(chat=False)
+    with pytest.raises(StreamFailed, match="malformed"):
+        garbage.feed(b"data: {not json\n\n")
+
+
+def test_client_maps_an_engine_error_to_server_error(smol_engine: EngineProcess) -> None:
+    with Client(smol_engine.url) as client, pytest.raises(ServerError):
+        client.chat("hi", max_tokens=4, grammar="root ::= (")  # a grammar llama-server cannot parse
+
+
+@pytest.fixture
+def busy_probe(smol_engine: EngineProcess) -> Iterator[None]:
+    """Poll /slots every 20 ms, as dashboards and the tests' own waits do (it starves llama-server's check)."""
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.get(f"{smol_engine.url}/slots", timeout=10)
+            stop.wait(0.02)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def test_abandoned_gateway_request_stops_the_engine_under_probing(smol_engine: EngineProcess,
+                                                                  busy_probe: None) -> None:
+    assert wait_until(lambda: idle(smol_engine), 300)
+    with serve_app(state_for(smol_engine)) as url:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/chat/completions", json={**LONG, "max_tokens": 1500}, timeout=2.0)
+        assert wait_until(lambda: idle(smol_engine), 300)
+    assert max(decoded_by_slot(smol_engine).values()) < 1500  # stopped early, not run to max_tokens
+
+
+def test_abandoned_async_client_call_stops_the_engine_under_probing(smol_engine: EngineProcess,
+                                                                    busy_probe: None) -> None:
+    assert wait_until(lambda: idle(smol_engine), 300)
+
+    async def impatient() -> None:
+        async with AsyncClient(smol_engine.url) as client:
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(client.chat(LONG["messages"], max_tokens=1500, extra={"ignore_eos": True}), 2.0)
+
+    asyncio.run(impatient())
+    assert wait_until(lambda: idle(smol_engine), 300)
+    assert max(decoded_by_slot(smol_engine).values()) < 1500
