@@ -176,6 +176,10 @@ def main() -> None:
             print(case.row())
         for kind in ("stream", "plain"):
             direct, via = cases[f"direct {kind}"], cases[f"gateway {kind}"]
+            if direct.ran_to_max:  # llama-server itself missed the disconnect: no baseline to subtract
+                print(f"{kind}: direct requests ran to max_tokens {direct.ran_to_max}/{len(direct.seconds)} "
+                      f"(llama-server missed the closed connection); through the gateway {via.ran_to_max}")
+                continue
             extra = statistics.median(via.seconds) - statistics.median(direct.seconds)
             print(f"gateway extra ({kind}): {extra * 1000:+.0f} ms median")
         print(f"trials {args.trials}, abandoned after {args.after_tokens} tokens, load avg {os.getloadavg()[0]:.1f}")

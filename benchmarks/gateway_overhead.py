@@ -217,8 +217,18 @@ BODY = json.dumps({"object": "chat.completion", "model": "m", "choices": [{"inde
     "message": {"role": "assistant", "content": "Hello there, welcome"}}], "usage": {"prompt_tokens": 31,
     "completion_tokens": 4, "total_tokens": 35}, "timings": {"prompt_n": 31, "prompt_ms": 20.0, "predicted_n": 4,
     "predicted_ms": 30.0, "predicted_per_second": 130.0, "prompt_per_second": 1500.0}}).encode()
-async def chat(request):
-    await request.body()
+def event(choices, **extra):
+    return b"data: " + json.dumps({"choices": choices, "id": "chatcmpl-1", "created": 0, "model": "m",
+                                   "object": "chat.completion.chunk", **extra}).encode() + b"\n\n"
+SSE = (event([{"index": 0, "finish_reason": None, "delta": {"role": "assistant", "content": None}}])
+       + b"".join(event([{"index": 0, "finish_reason": None, "delta": {"content": piece}}])
+                  for piece in ("Hello", " there", ",", " welcome"))
+       + event([{"index": 0, "finish_reason": "length", "delta": {}}])
+       + event([], usage=json.loads(BODY)["usage"], timings=json.loads(BODY)["timings"]) + b"data: [DONE]\n\n")
+async def chat(request):  # like llama-server: JSON, or SSE when asked to stream (the gateway asks: assemble.py)
+    body = json.loads(await request.body())
+    if body.get("stream"):
+        return Response(SSE, media_type="text/event-stream")
     return Response(BODY, media_type="application/json")
 async def health(request):
     return Response(b'{"status": "ok"}', media_type="application/json")
