@@ -219,12 +219,12 @@ BODY = json.dumps({"object": "chat.completion", "model": "m", "choices": [{"inde
     "predicted_ms": 30.0, "predicted_per_second": 130.0, "prompt_per_second": 1500.0}}).encode()
 def event(choices, **extra):
     return b"data: " + json.dumps({"choices": choices, "id": "chatcmpl-1", "created": 0, "model": "m",
-                                   "object": "chat.completion.chunk", **extra}).encode() + b"\n\n"
+                                   "object": "chat.completion.chunk", **extra}).encode() + b"\\n\\n"
 SSE = (event([{"index": 0, "finish_reason": None, "delta": {"role": "assistant", "content": None}}])
        + b"".join(event([{"index": 0, "finish_reason": None, "delta": {"content": piece}}])
                   for piece in ("Hello", " there", ",", " welcome"))
        + event([{"index": 0, "finish_reason": "length", "delta": {}}])
-       + event([], usage=json.loads(BODY)["usage"], timings=json.loads(BODY)["timings"]) + b"data: [DONE]\n\n")
+       + event([], usage=json.loads(BODY)["usage"], timings=json.loads(BODY)["timings"]) + b"data: [DONE]\\n\\n")
 async def chat(request):  # like llama-server: JSON, or SSE when asked to stream (the gateway asks: assemble.py)
     body = json.loads(await request.body())
     if body.get("stream"):
