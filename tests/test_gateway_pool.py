@@ -18,7 +18,7 @@ from test_gateway import start_serve, stop_serve
 from test_gateway_admission import LONG, metrics, post, serve_app, total
 from tiankong.config import load_config
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
-from tiankong.errors import ConfigError
+from tiankong.errors import ConfigError, TiankongError
 from tiankong.gateway import GatewayState
 from tiankong.gateway.pool import EnginePool, PoolEntry, PoolFull, local_replica, remote_replica
 from tiankong.gateway.serve import build_pool
@@ -283,3 +283,24 @@ def test_pool_engine_restarts_after_n_requests(tmp_path: Path) -> None:
     finally:
         pool.stop_all()
     assert running(pool) == []
+
+
+def test_pool_models_load_lora_adapters_checked_against_their_base(tmp_path: Path, smol_path: Path) -> None:
+    from tiankong.lora.synthetic import write_random_lora
+
+    adapter = write_random_lora(smol_path, tmp_path / "noise.gguf")
+    config_file = tmp_path / "pool.toml"
+    config_file.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\nlora = ["{adapter}"]\n',
+                           encoding="utf-8")
+    pool = build_pool(load_config(config_file))
+    engine = pool.entries[0].replicas[0].engine
+    assert engine is not None and engine.config.lora == [adapter] and running(pool) == []
+    missing = tmp_path / "missing.toml"
+    missing.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\nlora = ["no-such-adapter"]\n',
+                       encoding="utf-8")
+    with pytest.raises(TiankongError, match="no-such-adapter"):
+        build_pool(load_config(missing))  # at start-up, not at the first request
+    remote = tmp_path / "remote.toml"
+    remote.write_text('[[pool.models]]\nname = "r"\nurl = "http://127.0.0.1:9"\nlora = ["x"]\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="lora"):
+        load_config(remote)

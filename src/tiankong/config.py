@@ -117,6 +117,8 @@ class PoolModelSettings(_Strict):
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                     description="remote upstream: environment variable holding its API key")
     restart_after_requests: int | None = Field(None, ge=1, description="local engines: planned restart after N")
+    lora: list[str] = Field(default_factory=list,
+                            description="local engines: LoRA adapters (registry names or .gguf paths), per request")
     idle_ttl_s: float | None = Field(None, gt=0, description="stop the local engines after this long unused")
 
     @model_validator(mode="after")
@@ -125,6 +127,8 @@ class PoolModelSettings(_Strict):
             raise ValueError("give exactly one of model (local engines) or url (remote upstream)")
         if self.api_key_env and self.url is None:
             raise ValueError("api_key_env is for a remote upstream (url); local engines need no key")
+        if self.lora and self.url is not None:
+            raise ValueError("lora loads adapters into local engines (model); a remote upstream has its own")
         return self
 
 

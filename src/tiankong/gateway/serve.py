@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import uvicorn
 
@@ -63,6 +64,15 @@ def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> G
     )
 
 
+def adapter_files(names: list[str], base: Path) -> list[Path]:
+    """LoRA adapters by registry name or path, checked against the base model now (not at the first request)."""
+    if not names:
+        return []
+    from ..lora import adapter_file  # gguf/numpy only when adapters are configured
+
+    return [adapter_file(name, base) for name in names]
+
+
 def build_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> EnginePool:
     """The pool from ``[pool]``: local engines are created here, started on their first request."""
     entries = []
@@ -72,10 +82,11 @@ def build_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> En
             replicas = [remote_replica(f"{spec.name}@upstream", spec.url, spec.max_in_flight, api_key=api_key)]
         else:
             record = resolve_installed(spec.model or "")
+            adapters = adapter_files(spec.lora, record.path)
             replicas = []
             for index in range(spec.replicas):
                 engine_config = EngineConfig(model=record.path, ctx=spec.ctx, slots=spec.slots, kv_type=spec.kv_type,
-                                             alias=spec.name)
+                                             alias=spec.name, lora=adapters)
                 if spec.threads:
                     engine_config.threads = spec.threads
                 engine = EngineProcess(engine_config, config.engine.llama_server,
