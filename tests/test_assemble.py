@@ -16,7 +16,7 @@ import pytest
 from conftest import serve_app, wait_until
 from test_gateway_admission import LONG, decoded_by_slot, idle, state_for
 from tiankong import AsyncClient, Client
-from tiankong.client.assemble import StreamAssembler, StreamFailed, assembles, streamed_body
+from tiankong.client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
 from tiankong.engine import EngineProcess
 from tiankong.errors import ServerError
 
@@ -44,27 +44,37 @@ def comparable(data: dict[str, Any]) -> dict[str, Any]:
 def test_assembled_answers_equal_llama_servers_own(smol_engine: EngineProcess) -> None:
     chat_own = own_answer(smol_engine, "/v1/chat/completions", CHAT)
     text_own = own_answer(smol_engine, "/v1/completions", PROMPT)
-    with serve_app(state_for(smol_engine)) as url:
+    with serve_app(state_for(smol_engine, assemble_min_tokens=0)) as url:  # 0: assemble even short ones
         chat_gw = httpx.post(f"{url}/v1/chat/completions", json=CHAT, timeout=300).json()
         text_gw = httpx.post(f"{url}/v1/completions", json=PROMPT, timeout=300).json()
     assert comparable(chat_gw) == comparable(chat_own)
     assert comparable(text_gw) == comparable(text_own)
     assert chat_gw["id"].startswith("chatcmpl") and isinstance(chat_gw["created"], int)
+    # the client assembles budgets above MIN_TOKENS; a stop string keeps the answer short
+    line = {**CHAT, "max_tokens": MIN_TOKENS + 1, "stop": ["\n"]}
+    assert assembles("/v1/chat/completions", line)
+    line_own = own_answer(smol_engine, "/v1/chat/completions", line)
     with Client(smol_engine.url) as client:
-        result = client.chat(CHAT["messages"], max_tokens=24)
-        assert result.text == chat_own["choices"][0]["message"]["content"]
-        assert result.finish_reason == chat_own["choices"][0]["finish_reason"]
-        assert result.usage.completion_tokens == chat_own["usage"]["completion_tokens"]
-        assert client.complete(PROMPT["prompt"], max_tokens=12).text == text_own["choices"][0]["text"]
+        result = client.chat(CHAT["messages"], max_tokens=MIN_TOKENS + 1, stop=["\n"])
+        assert result.text == line_own["choices"][0]["message"]["content"]
+        assert result.finish_reason == line_own["choices"][0]["finish_reason"] == "stop"
+        assert result.usage.completion_tokens == line_own["usage"]["completion_tokens"]
+        short = client.chat(CHAT["messages"], max_tokens=24)  # sent as it is (budget <= MIN_TOKENS)
+        assert short.text == chat_own["choices"][0]["message"]["content"]
 
 
 def test_which_requests_are_assembled() -> None:
-    assert assembles("/v1/chat/completions", CHAT) and assembles("/v1/completions", PROMPT)
-    assert not assembles("/v1/chat/completions", {**CHAT, "stream": True})
-    assert not assembles("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 3})
-    assert not assembles("/v1/completions", {**PROMPT, "n_probs": 5})
-    assert not assembles("/v1/chat/completions", {**CHAT, "n": 2})
-    assert not assembles("/v1/embeddings", {"input": "x"})
+    assert assembles("/v1/chat/completions", CHAT, 0) and assembles("/v1/completions", PROMPT, 0)
+    assert not assembles("/v1/chat/completions", CHAT)  # 24 tokens: not worth a stream by default
+    assert assembles("/v1/chat/completions", {"messages": CHAT["messages"]})  # no budget: unlimited
+    assert assembles("/v1/chat/completions", {**CHAT, "max_tokens": MIN_TOKENS + 1})
+    assert assembles("/v1/completions", {**PROMPT, "max_tokens": None, "n_predict": -1})
+    assert not assembles("/v1/chat/completions", {**CHAT, "max_tokens": None, "max_completion_tokens": 100})
+    assert not assembles("/v1/chat/completions", {**CHAT, "stream": True}, 0)
+    assert not assembles("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 3}, 0)
+    assert not assembles("/v1/completions", {**PROMPT, "n_probs": 5}, 0)
+    assert not assembles("/v1/chat/completions", {**CHAT, "n": 2}, 0)
+    assert not assembles("/v1/embeddings", {"input": "x"}, 0)
     body = streamed_body({**CHAT, "stream_options": {"foo": 1}})
     assert body["stream"] is True and body["stream_options"] == {"foo": 1, "include_usage": True}
 

@@ -65,6 +65,8 @@ class ServerSettings(_Strict):
     max_in_flight: int | None = Field(None, ge=1, description="requests sent to the engine at once; default: slots")
     queue_size: int | None = Field(None, ge=0, description="requests waiting for a slot; default: 2 x slots")
     adapter_batching: bool = Field(True, description="queued requests with the running LoRA set go first")
+    assemble_min_tokens: int = Field(256, ge=0, description="non-streamed generations with a larger (or no) "
+                                     "token budget are read as streams, so a client leaving stops them")
     keepalive_s: float = Field(10.0, gt=0, description="SSE comment after this long without data")
     stream_idle_timeout_s: float = Field(120.0, gt=0, description="close a stream idle (either side) this long")
     engine_retry_wait_s: float = Field(30.0, ge=0, description="wait this long for a restarted engine to retry")

@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..client import validate_messages
+from ..client.assemble import MIN_TOKENS
 from ..config import DegradationSettings, key_from_env
 from ..engine import EngineProcess
 from ..errors import TiankongError
@@ -66,6 +67,7 @@ class GatewayState:
     max_in_flight: int | None = None  # default: slots
     queue_size: int | None = None  # default: 2 x slots
     adapter_batching: bool = True  # let waiters with the running LoRA set in first (admission.py)
+    assemble_min_tokens: int = MIN_TOKENS  # longer non-streamed generations are read as streams (assemble.py)
     keepalive_s: float = 10.0
     stream_idle_timeout_s: float = 120.0
     engine_retry_wait_s: float = 30.0
@@ -200,7 +202,8 @@ def create_app(state: GatewayState) -> Starlette:
 
     def pipeline(handle: EngineHandle) -> Pipeline:
         return Pipeline(handle, metrics, timeout_s=state.request_timeout_s, keepalive_s=state.keepalive_s,
-                        idle_timeout_s=state.stream_idle_timeout_s, retry_wait_s=state.engine_retry_wait_s)
+                        idle_timeout_s=state.stream_idle_timeout_s, retry_wait_s=state.engine_retry_wait_s,
+                        assemble_min_tokens=state.assemble_min_tokens)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -58,7 +58,7 @@ def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> G
         engine, name, api_key_hashes=key_hashes(server.api_keys), request_timeout_s=server.request_timeout_s,
         api_keys=[ApiKey(as_hash(k.key), k.name, k.rpm) for k in server.keys], key_rpm=server.key_rpm,
         max_in_flight=server.max_in_flight, queue_size=server.queue_size, keepalive_s=server.keepalive_s,
-        adapter_batching=server.adapter_batching,
+        adapter_batching=server.adapter_batching, assemble_min_tokens=server.assemble_min_tokens,
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation,
     )
@@ -105,6 +105,7 @@ def pool_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
         request_timeout_s=server.request_timeout_s, keepalive_s=server.keepalive_s,
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation,
+        assemble_min_tokens=server.assemble_min_tokens,
     )
 
 

@@ -18,7 +18,7 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from ..api import AsyncClient
-from ..client.assemble import StreamAssembler, StreamFailed, assembles, streamed_body
+from ..client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
 from ..errors import OutputError, ServerError, TiankongError, TransportError
 from .admission import EngineHandle
 from .engine_http import EngineHTTPError, EnginePool, EngineResponse, EngineTimeout
@@ -30,8 +30,10 @@ from .streaming import Item, SSEInspector
 class Upstream:
     """One engine's HTTP side: the lean pool for proxied requests, httpx for probes, task clients per URL."""
 
-    def __init__(self, handle: EngineHandle, timeout_s: float, retry_wait_s: float) -> None:
+    def __init__(self, handle: EngineHandle, timeout_s: float, retry_wait_s: float,
+                 assemble_min_tokens: int = MIN_TOKENS) -> None:
         self.handle = handle
+        self.assemble_min_tokens = assemble_min_tokens
         self.timeout_s = timeout_s
         self.retry_wait_s = retry_wait_s
         self.pool = EnginePool(timeout_s)
@@ -83,7 +85,7 @@ class Upstream:
         raise AssertionError("unreachable")
 
     async def forward(self, call: Call, path: str, body: dict[str, Any]) -> Response:
-        if assembles(path, body):
+        if assembles(path, body, self.assemble_min_tokens):
             return await self.forward_assembled(call, path, body)
         upstream = await self.send(call, path, body, stream=False)
         if isinstance(upstream, Response):
