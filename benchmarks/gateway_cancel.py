@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
-import uvicorn
+from inproc_gateway import serve, stop
 
 from tiankong.engine import EngineConfig, EngineProcess, locate_engine
-from tiankong.engine.process import free_port
-from tiankong.gateway import GatewayState, create_app
+from tiankong.gateway import GatewayState
 from tiankong.models import TEST_MODEL, model_path
 
 MAX_TOKENS = 1500
@@ -141,15 +140,6 @@ def deadline_trial(case: Case, engine_url: str, target: str) -> None:
     case.ran_to_max += last >= MAX_TOKENS - 1
 
 
-def serve(state: GatewayState) -> tuple[uvicorn.Server, threading.Thread, str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, 60)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=5)
@@ -184,9 +174,8 @@ def main() -> None:
             print(f"gateway extra ({kind}): {extra * 1000:+.0f} ms median")
         print(f"trials {args.trials}, abandoned after {args.after_tokens} tokens, load avg {os.getloadavg()[0]:.1f}")
     finally:
-        for server, thread, _ in servers:
-            server.should_exit = True
-            thread.join(timeout=30)
+        for served in servers:
+            stop(served)
         engine.stop()
 
 

@@ -17,31 +17,19 @@ import argparse
 import os
 import statistics
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import uvicorn
+from inproc_gateway import Served, serve, stop
 
 from tiankong.engine import EngineConfig, EngineProcess, locate_engine
-from tiankong.engine.process import free_port
-from tiankong.gateway import GatewayState, create_app
+from tiankong.gateway import GatewayState
 from tiankong.lora.synthetic import write_random_lora
 from tiankong.models import TEST_MODEL, model_path
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lighthouse keeper."}]
-
-
-def serve(state: GatewayState) -> tuple[uvicorn.Server, threading.Thread, str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    return server, thread, f"http://127.0.0.1:{port}"
 
 
 def burst(url: str, requests: int, max_tokens: int) -> tuple[float, int]:
@@ -77,7 +65,7 @@ def main() -> None:
         if args.threads:
             config.threads = args.threads
         engine = EngineProcess(config, locate_engine()).start()
-        servers: dict[str, tuple[uvicorn.Server, threading.Thread, str]] = {}
+        servers: dict[str, Served] = {}
         try:
             states = {mode: GatewayState.for_engine(engine, TEST_MODEL, queue_size=args.requests,
                                                     adapter_batching=mode == "grouped")
@@ -100,9 +88,8 @@ def main() -> None:
                   f"{states['grouped'].engine.admission.reordered}; slots {args.slots}, {args.requests} requests "
                   f"(half with the adapter) x {args.max_tokens} tokens; load avg {os.getloadavg()[0]:.1f}")
         finally:
-            for server, thread, _ in servers.values():
-                server.should_exit = True
-                thread.join(timeout=30)
+            for served in servers.values():
+                stop(served)
             engine.stop()
 
 
