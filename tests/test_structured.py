@@ -100,12 +100,13 @@ def test_violated_schema_is_retried_with_the_error_then_refused(client: Client) 
     assert err.value.errors and "should not be valid" in err.value.errors[0]
 
 
-def test_truncation_retries_larger_then_raises(client: Client) -> None:
+def test_truncation_retries_larger_then_smallest_then_raises(client: Client) -> None:
     schema = {"type": "object", "properties": {"story": {"type": "string", "minLength": 300, "maxLength": 400}},
               "required": ["story"]}
     with pytest.raises(TruncatedOutput) as err:
         client.generate("Write a story.", schema=schema, max_tokens=8)
-    assert err.value.attempts == 2 and err.value.last_raw.startswith("{")
+    # 8 tokens, then 16, then 16 with the story at its minLength (300): still too long
+    assert err.value.attempts == 3 and err.value.last_raw.startswith("{")
 
 
 def test_engine_grammar_failure_is_an_error_not_text(client: Client) -> None:

@@ -68,7 +68,8 @@ async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name:
     content = json.dumps(result.data, ensure_ascii=False, separators=(",", ":"))
     created = int(time.time())
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-    extension = {"attempts": result.attempts, "validated": True, "enforced_by_validation": result.unenforced}
+    extension = {"attempts": result.attempts, "validated": True, "enforced_by_validation": result.unenforced,
+                 "minimal": result.minimal}
     if body.get("stream"):
         return _stream_once(completion_id, created, model_name, content, _usage(result), extension)
     return JSONResponse({
@@ -108,5 +109,5 @@ async def extract_task(client: AsyncClient, body: dict[str, Any], observe: Obser
     result = await client.extract_result(text, schema, instructions=instructions)
     _observe(observe, result)
     return JSONResponse({"data": result.data, "attempts": result.attempts, "usage": _usage(result),
-                         "enforced_by_validation": result.unenforced})
+                         "enforced_by_validation": result.unenforced, "minimal": result.minimal})
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from ..errors import InvalidSchema, SchemaNotSupported
 from .flow import Constraint, json_decode
-from .schema import SchemaPlan, grammar_regex, preflight
+from .patterns import engine_pattern
+from .schema import DEFAULT_MAX_STRING, SchemaPlan, preflight
 
 
 def is_pydantic_model(schema: Any) -> bool:
@@ -34,10 +35,15 @@ def schema_constraint(schema: Any, *, strict: bool = False, max_string: int | No
         return []
 
     constraint = Constraint(
-        engine_fields={"response_format": {"type": "json_schema", "json_schema": {"schema": plan.engine_schema}}},
-        decode=json_decode, check=check, budget_tokens=plan.budget_tokens, unenforced=plan.unenforced,
+        engine_fields=_schema_fields(plan.engine_schema), decode=json_decode, check=check,
+        budget_tokens=plan.budget_tokens, unenforced=plan.unenforced,
+        minimal_fields=_schema_fields(plan.minimal_schema) if plan.minimal_schema is not None else None,
     )
     return constraint, plan
+
+
+def _schema_fields(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
 
 
 def delimited_constraint(schema: Any, *, strict: bool = False) -> tuple[Constraint, SchemaPlan]:
@@ -45,6 +51,7 @@ def delimited_constraint(schema: Any, *, strict: bool = False) -> tuple[Constrai
     prompt (see ``prompts.delimited_instruction``), then parse + validate + retry like every other mode."""
     constraint, plan = schema_constraint(schema, strict=strict)
     constraint.engine_fields = {"stop": ["</json>"]}
+    constraint.minimal_fields = None
     constraint.decode = decode_delimited
     constraint.budget_tokens = min(2048, constraint.budget_tokens * 2)
     return constraint, plan
@@ -73,9 +80,9 @@ def regex_constraint(pattern: str, *, max_tokens: int = 256) -> Constraint:
         compiled = re.compile(pattern)
     except re.error as exc:
         raise InvalidSchema(f"invalid regex {pattern!r}: {exc}", hint="fix the regular expression") from None
-    anchored = pattern if pattern.startswith("^") else "^" + pattern
-    anchored = anchored if anchored.endswith("$") else anchored + "$"
-    schema = {"type": "string", "pattern": grammar_regex(anchored)}
+    rewritten = engine_pattern(pattern, bound=max(64, max_tokens))  # None: features the grammar lacks
+    schema: dict[str, Any] = {"type": "string", "pattern": rewritten} if rewritten is not None \
+        else {"type": "string", "maxLength": max(DEFAULT_MAX_STRING, max_tokens)}
 
     def decode(text: str) -> Any:
         value = json.loads(text)

@@ -41,6 +41,8 @@ class Structured(Generic[T]):
     usage: Usage
     unenforced: list[str] = field(default_factory=list)
     finish_reason: str | None = None
+    #: the answer came from the last try after truncation, which allowed only required properties
+    minimal: bool = False
 
 
 @dataclass
@@ -52,6 +54,8 @@ class Constraint:
     check: Callable[[Any], list[str]]
     budget_tokens: int
     unenforced: list[str] = field(default_factory=list)
+    #: engine fields for a last try after a truncation (smaller answers only); None: no such try
+    minimal_fields: dict[str, Any] | None = None
 
 
 def _compile_failure(error: Exception) -> SchemaNotSupported | None:
@@ -67,15 +71,17 @@ def constrained_flow(
     messages: list[dict[str, Any]], constraint: Constraint, *, model: str | None, max_tokens: int | None = None,
     max_attempts: int = 2, options: dict[str, Any] | None = None,
 ) -> Flow[Structured[Any]]:
-    """Generate → decode → validate; retry once with the validator's message; retry a truncation once larger."""
+    """Generate → decode → validate; retry once with the validator's message; retry a truncation once with a
+    larger budget, then once more with the schema's smallest answers (required properties, fewest items)."""
     budget = max_tokens or constraint.budget_tokens
-    usage, attempts, grown = Usage(), 0, False
+    usage, attempts, grown, minimal = Usage(), 0, False, False
+    engine_fields = constraint.engine_fields
     convo = list(messages)
     last_raw, errors = "", []
     while True:
         attempts += 1
         fields = generation_options(max_tokens=budget, **(options or {}))
-        body = chat_body(convo, model, False, {**fields, **constraint.engine_fields})
+        body = chat_body(convo, model, False, {**fields, **engine_fields})
         (answer,) = yield [Call("POST", "/v1/chat/completions", body)]
         if isinstance(answer, Exception):
             raise _compile_failure(answer) or answer
@@ -86,6 +92,9 @@ def constrained_flow(
             if not grown and budget < MAX_TOKENS_CAP:
                 grown, budget = True, min(budget * 2, MAX_TOKENS_CAP)
                 continue
+            if not minimal and constraint.minimal_fields is not None:
+                minimal, engine_fields = True, constraint.minimal_fields
+                continue
             raise TruncatedOutput(f"the answer was cut off at {budget} tokens after {attempts} attempts",
                                   attempts=attempts, last_raw=last_raw, usage=usage)
         try:
@@ -95,8 +104,9 @@ def constrained_flow(
         else:
             errors = constraint.check(data)
             if not errors:
-                return Structured(data, result.text, attempts, usage, constraint.unenforced, result.finish_reason)
-        if attempts >= max_attempts + (1 if grown else 0):
+                return Structured(data, result.text, attempts, usage, constraint.unenforced, result.finish_reason,
+                                  minimal)
+        if attempts >= max_attempts + grown + minimal:
             raise RetriesExhausted(f"no valid answer after {attempts} attempts: {'; '.join(errors)[:300]}",
                                    attempts=attempts, last_raw=last_raw, errors=errors, usage=usage)
         sample = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")

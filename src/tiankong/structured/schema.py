@@ -28,6 +28,8 @@ import jsonschema
 from jsonschema.validators import validator_for
 
 from ..errors import InvalidSchema, SchemaNotSupported
+from .combinators import flatten
+from .patterns import REPEAT_BOUND, engine_pattern, pattern_chars
 
 ENFORCED = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
@@ -45,7 +47,6 @@ SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "de
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
                  "unevaluatedProperties", "unevaluatedItems", "additionalItems")
-UNSUPPORTED_REGEX = re.compile(r"\(\?[=!<]|\\[1-9bBAZzGk]|\(\?P")
 
 DEFAULT_MAX_STRING = 128
 DEFAULT_MAX_ITEMS = 8
@@ -61,6 +62,8 @@ class SchemaPlan:
     validator: Any
     unenforced: list[str] = field(default_factory=list)
     budget_tokens: int = 256
+    #: the smallest answers ``engine_schema`` allows (for a last try after truncation); None: nothing to drop
+    minimal_schema: dict[str, Any] | None = None
 
     def errors(self, instance: Any) -> list[str]:
         """Validation messages with JSON pointers, best first (empty when valid)."""
@@ -111,7 +114,7 @@ def preflight(schema: Any, *, strict: bool = False, max_string: int = DEFAULT_MA
     validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
     engine_schema = bound_schema(schema, max_string=max_string, max_items=max_items)
     budget = min(MAX_BUDGET_TOKENS, max(32, math.ceil(estimate_tokens(engine_schema, engine_schema) * 1.25) + 16))
-    return SchemaPlan(schema, engine_schema, validator, unenforced, budget)
+    return SchemaPlan(schema, engine_schema, validator, unenforced, budget, minimal_schema(schema, engine_schema))
 
 
 def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforced: list[str]) -> None:
@@ -125,6 +128,8 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
             _check_ref(value, here, root, fatal)
         elif key == "pattern" and isinstance(value, str):
             _check_pattern(value, here, fatal, unenforced)
+        elif key in ("minLength", "maxLength") and "pattern" in node:
+            unenforced.append(f"{here} ({key} next to a pattern)")
         elif key == "format" and value not in GRAMMAR_FORMATS:
             unenforced.append(f"{here} (format {value})")
         elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
@@ -169,54 +174,37 @@ def _check_pattern(pattern: str, here: str, fatal: list[str], unenforced: list[s
     except re.error as exc:
         fatal.append(f"{here} (invalid regex: {exc})")
         return
-    if UNSUPPORTED_REGEX.search(pattern) or not (pattern.startswith("^") and pattern.endswith("$")):
+    if engine_pattern(pattern) is None:
         unenforced.append(f"{here} (regex features the grammar does not support)")
 
 
-_CLASS_ESCAPES = {"d": ("[0-9]", "0-9"), "w": ("[a-zA-Z0-9_]", "a-zA-Z0-9_"), "s": ("[ \\t\\n\\r]", " \\t\\n\\r")}
-
-
-def grammar_regex(pattern: str) -> str:
-    """Rewrite ``\\d``, ``\\w``, ``\\s`` (which the engine's regex converter does not know) as classes."""
-    out, in_class, i = [], False, 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if nxt in _CLASS_ESCAPES:
-                out.append(_CLASS_ESCAPES[nxt][1 if in_class else 0])
-            else:
-                out.append(pattern[i:i + 2])
-            i += 2
-            continue
-        if char == "[" and not in_class:
-            in_class = True
-        elif char == "]" and in_class:
-            in_class = False
-        out.append(char)
-        i += 1
-    return "".join(out)
-
-
-def bound_schema(schema: dict[str, Any], *, max_string: int, max_items: int) -> dict[str, Any]:
+def bound_schema(schema: dict[str, Any], *, max_string: int, max_items: int,
+                 repeat: int = REPEAT_BOUND) -> dict[str, Any]:
     """A copy with every string and array bounded and declared objects closed."""
     bounded = copy.deepcopy(schema)
-    _bound(bounded, max_string, max_items)
+    _bound(bounded, bounded, (max_string, max_items, repeat))
     return bounded
 
 
-def _bound(node: Any, max_string: int, max_items: int) -> None:
+def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> None:
+    """``limits``: (string length, array items, regex repetitions)."""
     if isinstance(node, list):
         for item in node:
-            _bound(item, max_string, max_items)
+            _bound(item, root, limits)
         return
     if not isinstance(node, dict):
         return
+    flatten(node, root)
+    max_string, max_items, repeat = limits
     types = node.get("type")
     types = set(types) if isinstance(types, list) else {types}
     free = not any(k in node for k in ("enum", "const", "$ref"))
     if isinstance(node.get("pattern"), str):
-        node["pattern"] = grammar_regex(node["pattern"])
+        rewritten = engine_pattern(node["pattern"], bound=repeat)
+        if rewritten is None:
+            del node["pattern"]  # left to validation; the string is bounded by length instead
+        else:
+            node["pattern"] = rewritten
     if "string" in types and free and "maxLength" not in node and "format" not in node:
         node["maxLength"] = max(max_string, int(node.get("minLength", 0)))
     if "array" in types and free and "maxItems" not in node:
@@ -227,9 +215,45 @@ def _bound(node: Any, max_string: int, max_items: int) -> None:
     for key, value in node.items():
         if key in SUBSCHEMA_MAPS and isinstance(value, dict):
             for sub in value.values():
-                _bound(sub, max_string, max_items)
+                _bound(sub, root, limits)
         elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
-            _bound(value, max_string, max_items)
+            _bound(value, root, limits)
+
+
+MINIMAL_STRING = 32
+MINIMAL_REPEAT = 8
+
+
+def minimal_schema(schema: dict[str, Any], engine_schema: dict[str, Any]) -> dict[str, Any] | None:
+    """A bounded copy that allows only small answers: required properties, the fewest items (at least one),
+    strings of at most ``MINIMAL_STRING`` characters, regex repetitions of at most ``MINIMAL_REPEAT``. Still
+    never wider than the original. None when it is no smaller than ``engine_schema``."""
+    small = bound_schema(schema, max_string=MINIMAL_STRING, max_items=1, repeat=MINIMAL_REPEAT)
+    _shrink(small)
+    return None if small == engine_schema else small
+
+
+def _shrink(node: Any) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _shrink(item)
+        return
+    if not isinstance(node, dict):
+        return
+    props, required = node.get("properties"), node.get("required")
+    if isinstance(props, dict) and node.get("additionalProperties") is False:
+        keep = set(required) if isinstance(required, list) else set()
+        node["properties"] = {name: sub for name, sub in props.items() if name in keep}
+    if isinstance(node.get("maxItems"), int):
+        node["maxItems"] = min(node["maxItems"], max(1, int(node.get("minItems", 0))))
+    if isinstance(node.get("maxLength"), int) and "pattern" not in node:
+        node["maxLength"] = min(node["maxLength"], max(MINIMAL_STRING, int(node.get("minLength", 0))))
+    for key, value in node.items():
+        if key in SUBSCHEMA_MAPS and isinstance(value, dict):
+            for sub in value.values():
+                _shrink(sub)
+        elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
+            _shrink(value)
 
 
 def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
@@ -250,6 +274,8 @@ def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
         return max(estimate_tokens(s, root, depth + 1) for s in node["allOf"])
     types = node.get("type")
     kind = types[0] if isinstance(types, list) and types else types
+    if isinstance(node.get("pattern"), str):
+        return pattern_chars(node["pattern"]) / 1.5 + 3
     if kind == "string" or (kind is None and "maxLength" in node):
         return int(node.get("maxLength", DEFAULT_MAX_STRING)) / 2.0 + 3 if "format" not in node else 14
     if kind in ("integer", "number"):

@@ -1,0 +1,161 @@
+"""The engine's copy of a schema: regexes in the grammar's subset, combinators the grammar can read.
+
+Pure checks use hypothesis to draw strings from the rewritten pattern and check them against the original
+(never wider); engine checks run SmolLM2 on the rewritten copy and validate the answer against the original.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiankong import Client
+from tiankong.engine import EngineProcess
+from tiankong.structured import preflight
+from tiankong.structured.combinators import flatten
+from tiankong.structured.patterns import engine_pattern
+
+# patterns seen in JSONSchemaBench that llama-server would otherwise turn into "any string"
+REWRITTEN = [
+    r".*:.*",                                                          # unanchored
+    r"^([a-z0-9-]+):([a-z0-9\.-]+):([a-z0-9-]+)?:([a-z0-9-]+)$",       # \. inside a class
+    r"^https?:\/\/.+",                                                 # \/ and a missing $
+    r"^[\w.-]+@[\w-]+\.\w+$",                                          # \w inside and outside classes
+    r"^\S+$",                                                          # \S
+    r"^[^\s]+$",                                                       # negated class
+    r"^a\.{2}b$",                                                      # escape followed by a quantifier
+    r"^v\d+(\.\d+){0,2}$",
+    r"^[\^x]+$",
+    r"^\d{4}-\d{2}-\d{2}$",
+    r"[0-9]",
+    r"^#[0-9a-fA-F]{6}$",
+    r'^".*"$',
+    r"^[a-z]+?\d*?$",
+    r"^[\s\w]+$",
+    r"^\D\W\S$",
+    r"^[^\n]+$",
+]
+REFUSED = [r"^(?=a)b", r"\bword\b", r"^(a)\1$", r"^a$|^b$", r"^a*+b$", r"^a\nb$", r"^[^\d]+$"]
+
+
+@pytest.mark.parametrize("pattern", REWRITTEN)
+def test_rewritten_patterns_never_widen(pattern: str) -> None:
+    rewritten = engine_pattern(pattern)
+    assert rewritten is not None and rewritten.startswith("^") and rewritten.endswith("$")
+    assert "*" not in rewritten.replace("\\*", "") and "+" not in rewritten.replace("\\+", "")  # bounded
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(st.from_regex(rewritten, fullmatch=True))
+    def check(text: str) -> None:
+        assert re.search(pattern, text), (pattern, rewritten, text)
+        assert all(ord(c) >= 0x20 for c in text)  # stands raw in a JSON string
+        assert '"' not in text or '"' in pattern  # '.' and [^…] never produce a quote
+        assert "\\" not in text
+
+    check()
+
+
+@pytest.mark.parametrize("pattern", REFUSED)
+def test_patterns_without_a_rewrite_are_left_to_validation(pattern: str) -> None:
+    assert engine_pattern(pattern) is None
+    plan = preflight({"type": "string", "pattern": pattern})
+    assert plan.unenforced and "pattern" not in plan.engine_schema
+    assert plan.engine_schema["maxLength"] > 0  # bounded by length instead of "any string"
+
+
+def test_pattern_next_to_length_is_listed() -> None:
+    plan = preflight({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5})
+    assert any("maxLength next to a pattern" in u for u in plan.unenforced)
+
+
+ONE_OF_REQUIRED = {
+    "type": "object",
+    "properties": {"alias": {"type": "string", "minLength": 1}, "team": {"type": "string", "minLength": 1},
+                   "accession": {"type": "string", "minLength": 1},
+                   "nature": {"enum": ["derived from", "child of", "same as"]}},
+    "oneOf": [{"required": ["alias", "team", "nature"]}, {"required": ["accession", "nature"]}],
+}
+
+
+def test_one_of_siblings_are_distributed_with_exclusions() -> None:
+    node = json.loads(json.dumps(ONE_OF_REQUIRED))
+    flatten(node, node)
+    assert set(node) == {"anyOf"}
+    first, second = node["anyOf"]
+    assert set(first["properties"]) == {"alias", "team", "nature"} and first["additionalProperties"] is False
+    assert set(second["properties"]) == {"accession", "nature"} and second["required"] == ["accession", "nature"]
+
+
+def test_all_of_parts_merge_into_one_object() -> None:
+    node = {"allOf": [{"$ref": "#/$defs/base"}, {"properties": {"b": {"type": "integer"}}, "required": ["b"]}],
+            "$defs": {"base": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}}
+    flatten(node, node)
+    assert node["required"] == ["a", "b"] and set(node["properties"]) == {"a", "b"} and "allOf" not in node
+
+
+@pytest.mark.parametrize("schema", [
+    {"allOf": [{"type": "string"}, {"type": "integer"}]},                                  # no common type
+    {"allOf": [{"properties": {"a": {"type": "string"}}, "additionalProperties": False},  # closed object
+               {"properties": {"b": {"type": "string"}}}]},
+    {"properties": {"a": {"type": "string"}}, "anyOf": [{"properties": {"a": {"type": "integer"}}}]},
+])
+def test_conflicting_parts_are_left_alone(schema: dict) -> None:  # type: ignore[type-arg]
+    node = json.loads(json.dumps(schema))
+    flatten(node, node)
+    assert node == schema
+
+
+# --- against the engine ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(smol_engine: EngineProcess) -> Iterator[Client]:
+    with Client(smol_engine.url) as c:
+        yield c
+
+
+@pytest.mark.parametrize("pattern", [r".*:.*", r"^([a-z0-9-]+):([a-z0-9\.-]+):([a-z0-9-]+)?:([a-z0-9-]+)$",
+                                     r"^[\w.-]+@[\w-]+\.\w+$", r"^v\d+(\.\d+){0,2}$"])
+def test_engine_enforces_rewritten_patterns(client: Client, smol_engine: EngineProcess, pattern: str) -> None:
+    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": pattern}}, "required": ["id"]}
+    result = client.generate("Give an identifier.", schema=schema)
+    assert re.search(pattern, result.data["id"])  # SmolLM2 alone does not write these
+    assert "is not supported" not in smol_engine.log_tail(200)
+
+
+def test_engine_enforces_distributed_one_of(client: Client) -> None:
+    schema = {"type": "object", "properties": {"items": {"type": "array", "minItems": 2, "maxItems": 3,
+                                                         "items": ONE_OF_REQUIRED}}, "required": ["items"]}
+    result = client.generate("List sample relationships.", schema=schema)
+    assert result.attempts == 1
+    for item in result.data["items"]:
+        assert ("accession" in item) != ("alias" in item)
+
+
+def test_minimal_schema_keeps_required_and_fewest_items() -> None:
+    schema = {"type": "object", "required": ["name", "tags"], "properties": {
+        "name": {"type": "string"}, "note": {"type": "string"},
+        "tags": {"type": "array", "minItems": 2, "items": {"type": "object", "properties": {
+            "k": {"type": "string"}, "v": {"type": "string"}}, "required": ["k"]}}}}
+    plan = preflight(schema)
+    small = plan.minimal_schema
+    assert small is not None and set(small["properties"]) == {"name", "tags"}
+    tags = small["properties"]["tags"]
+    assert tags["maxItems"] == 2 and set(tags["items"]["properties"]) == {"k"}
+    assert small["properties"]["name"]["maxLength"] == 32
+    assert preflight({"type": "string", "maxLength": 10}).minimal_schema is None  # nothing to drop
+
+
+def test_truncation_falls_back_to_the_smallest_answers(client: Client) -> None:
+    # 40 optional long strings cannot fit 40 tokens, even doubled; the required fields alone can
+    props = {f"field_{i}": {"type": "string", "minLength": 20, "maxLength": 40} for i in range(40)}
+    schema = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}, **props},
+              "required": ["id", "field_0"]}
+    result = client.generate("Fill in every field of the record.", schema=schema, max_tokens=40)
+    assert result.minimal and result.attempts >= 2
+    assert set(result.data) == {"id", "field_0"}
