@@ -13,6 +13,7 @@ original schema with ``jsonschema`` (its own draft, formats checked).
 * silent fails — answers returned as success that are not valid
 * truncations  — raw: finish_reason=length; gateway: truncated_output errors
 * retries      — gateway attempts beyond the first
+* minimal      — gateway answers from the last try after truncation (required properties only; still valid)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -40,6 +42,17 @@ from tiankong.models import DEFAULT_MODEL, TEST_MODEL, resolve_installed
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
 PROMPT = "Generate a realistic example JSON document that matches the JSON Schema."
 MAX_SCHEMA_CHARS = 12000
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+COMMIT = _commit()
 
 
 def load(limit: int | None) -> list[dict[str, Any]]:
@@ -94,7 +107,7 @@ async def gateway_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[s
                 "truncated": kind == "truncated_output"}
     ok = valid(schema, data["choices"][0]["message"]["content"])
     return {"outcome": "valid" if ok else "silent_failure", "retries": data["tiankong"]["attempts"] - 1,
-            "s": elapsed}
+            "minimal": bool(data["tiankong"].get("minimal")), "s": elapsed}
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -106,6 +119,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         "silent_failures": counts["silent_failure"], "rejected": counts["rejected"], "refused": counts["refused"],
         "truncations": sum(1 for r in results if r.get("truncated")),
         "retries": sum(r.get("retries", 0) for r in results),
+        "minimal": sum(1 for r in results if r.get("minimal")),
         "mean_latency_s": statistics.mean(r["s"] for r in results),
         "types": dict(Counter(r.get("type", r["outcome"]) for r in results)),
     }
@@ -169,7 +183,8 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
                     gated.append(through)
                     if store is not None:
                         with store.open("a") as handle:
-                            handle.write(json.dumps({"id": row["id"], "raw": direct, "gateway": through}) + "\n")
+                            handle.write(json.dumps({"id": row["id"], "raw": direct, "gateway": through,
+                                                     "commit": COMMIT}) + "\n")
                     done = len(gated)
                     if verbose:
                         print(f"  {row['id']}: raw {direct['outcome']} {direct['s']:.1f}s | gateway "
@@ -192,13 +207,14 @@ def report_for(model: str, raw: list[dict[str, Any]], gated: list[dict[str, Any]
 
 def print_table(report: dict[str, Any]) -> None:
     header = f"{'model':<36} {'path':<9} {'n':>4} {'coverage':>9} {'compliance':>11} {'silent':>7} " \
-             f"{'trunc':>6} {'retries':>8} {'rejected':>9} {'latency s':>10}"
+             f"{'trunc':>6} {'retries':>8} {'minimal':>8} {'rejected':>9} {'latency s':>10}"
     print(header)
     for run in report["runs"]:
         for path in ("raw", "gateway"):
             s = run[path]
             print(f"{run['model']:<36} {path:<9} {s['n']:>4} {s['coverage']:>9.3f} {s['compliance']:>11.3f} "
-                  f"{s['silent_failures']:>7} {s['truncations']:>6} {s['retries']:>8} {s['rejected']:>9} "
+                  f"{s['silent_failures']:>7} {s['truncations']:>6} {s['retries']:>8} {s['minimal']:>8} "
+                  f"{s['rejected']:>9} "
                   f"{s['mean_latency_s']:>10.2f}")
 
 

@@ -11,8 +11,10 @@ string". tiankong therefore:
 * lists every keyword the grammar will not enforce (``unenforced``) — those are enforced by validating
   the answer and retrying with the validator's message (or refused up front with ``strict=True``);
 * sends the engine a *bounded* copy: unbounded strings get a ``maxLength``, unbounded arrays a
-  ``maxItems``, objects with declared properties ``additionalProperties: false`` — every answer valid
-  under the bounded copy is valid under the original, and a small model cannot run away inside them.
+  ``maxItems``, objects with declared properties ``additionalProperties: false``, patterns rewritten into the
+  converter's regex subset (``patterns``), combinators into shapes it reads correctly (``combinators``) —
+  every answer valid under the bounded copy is valid under the original, and a small model cannot run away
+  inside them; ``minimal_schema`` is a smaller copy still for a last try after truncation.
 """
 
 from __future__ import annotations
