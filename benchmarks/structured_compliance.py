@@ -125,9 +125,11 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def start_gateway(engine: EngineProcess, name: str) -> tuple[str, uvicorn.Server]:
+def start_gateway(engine: EngineProcess, name: str, slots: int) -> tuple[str, uvicorn.Server]:
     port = free_port()
-    state = GatewayState(upstream_url=engine.url, model_name=name, engine_state=lambda: engine.state.value)
+    # the gateway admits as many requests as the engine has slots (what `tiankong serve` configures)
+    state = GatewayState(upstream_url=engine.url, model_name=name, engine_state=lambda: engine.state.value,
+                         slots=slots)
     server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
     threading.Thread(target=server.run, daemon=True).start()
     url = f"http://127.0.0.1:{port}"
@@ -171,7 +173,7 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
         return report_for(record.name, raw, gated)
     engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 8192, slots=slots), locate_engine())
     engine.start()
-    gateway_url, server = start_gateway(engine, record.name)
+    gateway_url, server = start_gateway(engine, record.name, slots)
     gate = asyncio.Semaphore(slots)
     try:
         async with httpx.AsyncClient(timeout=900) as http:
@@ -184,7 +186,7 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
                     if store is not None:
                         with store.open("a") as handle:
                             handle.write(json.dumps({"id": row["id"], "raw": direct, "gateway": through,
-                                                     "commit": COMMIT}) + "\n")
+                                                     "commit": COMMIT, "slots": slots}) + "\n")
                     done = len(gated)
                     if verbose:
                         print(f"  {row['id']}: raw {direct['outcome']} {direct['s']:.1f}s | gateway "

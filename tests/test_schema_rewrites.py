@@ -159,3 +159,12 @@ def test_truncation_falls_back_to_the_smallest_answers(client: Client) -> None:
     result = client.generate("Fill in every field of the record.", schema=schema, max_tokens=40)
     assert result.minimal and result.attempts >= 2
     assert set(result.data) == {"id", "field_0"}
+
+
+def test_all_of_bringing_alternatives_is_distributed_too() -> None:
+    node = {"allOf": [{"properties": {"a": {"type": "string"}}, "required": ["a"]},
+                      {"anyOf": [{"required": ["b"]}, {"required": ["c"]}]}],
+            "properties": {"b": {"type": "integer"}, "c": {"type": "boolean"}}}
+    flatten(node, node)
+    assert set(node) == {"anyOf"}
+    assert [sorted(branch["required"]) for branch in node["anyOf"]] == [["a", "b"], ["a", "c"]]

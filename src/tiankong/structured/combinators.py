@@ -25,13 +25,14 @@ _MAPS = ("$defs", "definitions")
 
 
 def flatten(node: dict[str, Any], root: dict[str, Any]) -> None:
-    """Rewrite ``node`` in place (its children are left to the caller's walk)."""
+    """Rewrite ``node`` in place (its children are left to the caller's walk): ``allOf`` first, then the
+    alternatives (which a merged ``allOf`` part may have brought in)."""
+    if isinstance(node.get("allOf"), list) and node["allOf"]:
+        _merge_all_of(node, root)
     for key in ("oneOf", "anyOf"):
         if isinstance(node.get(key), list) and node[key]:
             _distribute(node, key, root)
             return
-    if isinstance(node.get("allOf"), list) and node["allOf"]:
-        _merge_all_of(node, root)
 
 
 def _siblings(node: dict[str, Any], combinator: str) -> dict[str, Any]:
