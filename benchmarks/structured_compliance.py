@@ -220,6 +220,19 @@ def print_table(report: dict[str, Any]) -> None:
                   f"{s['mean_latency_s']:>10.2f}")
 
 
+def print_subsets(report: dict[str, Any]) -> None:
+    """Coverage per JSONSchemaBench source, raw vs gateway, and the gateway's refusals by type."""
+    for run in report["runs"]:
+        print(f"\n{run['model']}: coverage by source (raw / gateway), gateway refusals")
+        subsets = sorted({item["id"].split("/")[0] for item in run["items"]["gateway"]})
+        for subset in subsets:
+            raw = [r for r in run["items"]["raw"] if r["id"].startswith(subset + "/")]
+            gated = [r for r in run["items"]["gateway"] if r["id"].startswith(subset + "/")]
+            refused = Counter(r.get("type", "") for r in gated if r["outcome"] in ("refused", "rejected"))
+            cover = [sum(r["outcome"] == "valid" for r in rows) / len(rows) for rows in (raw, gated)]
+            print(f"  {subset:<18} n={len(gated):>3}  {cover[0]:.3f} / {cover[1]:.3f}  {dict(refused) or ''}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", help=f"default: {TEST_MODEL} and {DEFAULT_MODEL}")
@@ -237,6 +250,7 @@ def main() -> None:
     runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose, args.results)) for name in names]
     report = {"schemas": len(rows), "runs": runs, "date": time.strftime("%Y-%m-%d")}
     print_table(report)
+    print_subsets(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

@@ -168,3 +168,11 @@ def test_all_of_bringing_alternatives_is_distributed_too() -> None:
     flatten(node, node)
     assert set(node) == {"anyOf"}
     assert [sorted(branch["required"]) for branch in node["anyOf"]] == [["a", "b"], ["a", "c"]]
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(st.text(alphabet="^$.*+?{}[]()|\\-,:0123456789adswDSWbntx\"' ", max_size=24))
+def test_engine_pattern_never_crashes(pattern: str) -> None:
+    rewritten = engine_pattern(pattern)
+    if rewritten is not None:
+        re.compile(rewritten)  # well-formed for Python too (and the original compiled)

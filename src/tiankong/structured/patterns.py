@@ -23,6 +23,7 @@ validation and bounds the string by length instead.
 from __future__ import annotations
 
 import re
+import warnings
 
 REPEAT_BOUND = 32
 #: a character that can stand unescaped inside a JSON string (also excludes newlines, like ``.``)
@@ -53,7 +54,9 @@ def engine_pattern(pattern: str, *, bound: int = REPEAT_BOUND) -> str | None:
 
     ``bound`` caps ``*``, ``+`` and ``{m,}``."""
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # "possible nested set": still a valid regex
+            re.compile(pattern)
         return _rewrite(pattern, bound)
     except (re.error, _Unsupported):
         return None
