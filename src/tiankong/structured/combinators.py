@@ -17,11 +17,13 @@ require, so an answer cannot match two branches at once.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 ANNOTATIONS = {"title", "description", "$comment", "examples", "default", "$id", "$schema", "deprecated",
                "readOnly", "writeOnly"}
 _MAPS = ("$defs", "definitions")
+MAX_GROWTH = 4
 
 
 def flatten(node: dict[str, Any], root: dict[str, Any]) -> None:
@@ -47,6 +49,8 @@ def _distribute(node: dict[str, Any], key: str, root: dict[str, Any]) -> None:
     if any(branch is None for branch in merged):
         return
     branches = [branch for branch in merged if branch is not None]
+    if len(json.dumps(branches)) > MAX_GROWTH * len(json.dumps(node)) + 20_000:
+        return  # siblings copied into many branches (and again below them) would bloat the grammar
     _complete_required(branches)
     if key == "oneOf":
         _exclude_other_required(branches)

@@ -105,8 +105,12 @@ def _rewrite(pattern: str, bound: int) -> str:
             out.append("|")
             i, can_repeat = i + 1, False
         else:
-            out.append("\\" + char if char in "]{}" else char)
             i, can_repeat = i + 1, True
+            if char in "]{}":  # an escaped literal, glued like the ones above
+                quantified = i < len(body) and (body[i] in "*+?" or (body[i] == "{" and _is_quantifier(body, i)))
+                out.append("(\\" + char + ")" if quantified else "\\" + char)
+            else:
+                out.append(char)
     if depth != 0:
         raise _Unsupported("unbalanced parentheses")
     return "^" + "".join(out) + "$"
