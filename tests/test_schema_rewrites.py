@@ -177,3 +177,10 @@ def test_engine_pattern_never_crashes(pattern: str) -> None:
     rewritten = engine_pattern(pattern)
     if rewritten is not None:
         re.compile(rewritten)  # well-formed for Python too (and the original compiled)
+
+
+def test_properties_nothing_satisfies_are_left_out() -> None:
+    plan = preflight({"properties": {"base": {"not": {}}, "gone": False, "keep": {"type": "boolean"}}})
+    assert set(plan.engine_schema["properties"]) == {"keep"}
+    assert plan.engine_schema["additionalProperties"] is False
+    assert plan.errors({"base": 1}) and not plan.errors({"keep": True})  # the original still decides

@@ -211,8 +211,9 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
         node["maxLength"] = max(max_string, int(node.get("minLength", 0)))
     if "array" in types and free and "maxItems" not in node:
         node["maxItems"] = max(max_items, int(node.get("minItems", 0)))
-    if isinstance(node.get("properties"), dict) and node["properties"] and "additionalProperties" not in node \
-            and "patternProperties" not in node:
+    forbidden = _drop_forbidden(node)
+    if isinstance(node.get("properties"), dict) and (node["properties"] or forbidden) \
+            and "additionalProperties" not in node and "patternProperties" not in node:
         node["additionalProperties"] = False
     for key, value in node.items():
         if key in SUBSCHEMA_MAPS and isinstance(value, dict):
@@ -220,6 +221,23 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
                 _bound(sub, root, limits)
         elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
             _bound(value, root, limits)
+
+
+def _drop_forbidden(node: dict[str, Any]) -> bool:
+    """Optional properties whose schema nothing satisfies (``false``, ``{"not": {}}``) must be absent: the
+    grammar would write them anyway (it ignores ``not``), so the copy leaves them out. True when any was."""
+    props, required = node.get("properties"), node.get("required")
+    if not isinstance(props, dict):
+        return False
+    needed = set(required) if isinstance(required, list) else set()
+    forbidden = [name for name, sub in props.items() if name not in needed and _never_valid(sub)]
+    for name in forbidden:
+        del props[name]
+    return bool(forbidden)
+
+
+def _never_valid(sub: Any) -> bool:
+    return sub is False or (isinstance(sub, dict) and sub.get("not") in ({}, True))
 
 
 MINIMAL_STRING = 32
