@@ -42,6 +42,7 @@ from tiankong.models import DEFAULT_MODEL, TEST_MODEL, resolve_installed
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
 PROMPT = "Generate a realistic example JSON document that matches the JSON Schema."
 MAX_SCHEMA_CHARS = 12000
+GATEWAY_DEADLINE_S = 1800.0
 
 
 def _commit() -> str:
@@ -127,9 +128,10 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def start_gateway(engine: EngineProcess, name: str, slots: int) -> tuple[str, uvicorn.Server]:
     port = free_port()
-    # the gateway admits as many requests as the engine has slots (what `tiankong serve` configures)
+    # the gateway admits as many requests as the engine has slots (what `tiankong serve` configures); its
+    # deadline is raised from 600 s: three tries at a 2,048-token answer take longer on a 2-core machine
     state = GatewayState(upstream_url=engine.url, model_name=name, engine_state=lambda: engine.state.value,
-                         slots=slots)
+                         slots=slots, request_timeout_s=GATEWAY_DEADLINE_S)
     server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
     threading.Thread(target=server.run, daemon=True).start()
     url = f"http://127.0.0.1:{port}"
@@ -176,7 +178,7 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
     gateway_url, server = start_gateway(engine, record.name, slots)
     gate = asyncio.Semaphore(slots)
     try:
-        async with httpx.AsyncClient(timeout=900) as http:
+        async with httpx.AsyncClient(timeout=GATEWAY_DEADLINE_S + 60) as http:
             async def one(row: dict[str, Any]) -> None:
                 async with gate:
                     direct = {"id": row["id"], **await raw_call(http, engine.url, row["schema"])}
