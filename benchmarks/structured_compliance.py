@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/structured_compliance.py [--model NAME ...] [--limit N] [--slots 2] [--json OUT]
         [--results DIR]   # resumable: one JSONL line per schema; a re-run skips schemas already measured
+        [--report-only]   # tables for what --results holds so far, without starting an engine
 
 For every schema, the same engine gets the same request twice, back to back: once directly
 (``response_format: json_schema``, max_tokens 512 — what a user of llama-server does) and once through the
@@ -163,7 +164,7 @@ def done_items(path: Path | None) -> list[dict[str, Any]]:
 
 
 async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: bool = False,
-                    folder: Path | None = None) -> dict[str, Any]:
+                    folder: Path | None = None, report_only: bool = False) -> dict[str, Any]:
     record = resolve_installed(name)
     store = results_file(folder, record.name)
     previous = [item for item in done_items(store) if item["id"] in {row["id"] for row in rows}]
@@ -171,7 +172,7 @@ async def run_model(name: str, rows: list[dict[str, Any]], slots: int, verbose: 
     raw: list[dict[str, Any]] = [item["raw"] for item in previous]
     gated: list[dict[str, Any]] = [item["gateway"] for item in previous]
     rows = [row for row in rows if row["id"] not in seen]
-    if not rows:
+    if not rows or report_only:
         return report_for(record.name, raw, gated)
     engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 8192, slots=slots), locate_engine())
     engine.start()
@@ -244,13 +245,18 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=None,
                         help="folder for per-schema results (resumable; re-runs skip measured schemas)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every schema's outcome")
+    parser.add_argument("--report-only", action="store_true",
+                        help="print the tables for the schemas already in --results; start nothing")
     args = parser.parse_args()
     rows = load(args.limit)
     names = args.model or [TEST_MODEL, DEFAULT_MODEL]
     if args.results:
         args.results.mkdir(parents=True, exist_ok=True)
-    runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose, args.results)) for name in names]
+    runs = [asyncio.run(run_model(name, rows, args.slots, args.verbose, args.results, args.report_only))
+            for name in names]
     report = {"schemas": len(rows), "runs": runs, "date": time.strftime("%Y-%m-%d")}
+    if args.report_only:
+        print(f"measured so far (of {len(rows)} schemas):")
     print_table(report)
     print_subsets(report)
     if args.json:
