@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Iterator
 
+import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,7 @@ from tiankong import Client
 from tiankong.engine import EngineProcess
 from tiankong.structured import preflight
 from tiankong.structured.combinators import flatten
-from tiankong.structured.patterns import engine_pattern
+from tiankong.structured.patterns import FORMAT_PATTERNS, engine_pattern
 
 # patterns seen in JSONSchemaBench that llama-server would otherwise turn into "any string"
 REWRITTEN = [
@@ -184,3 +185,25 @@ def test_properties_nothing_satisfies_are_left_out() -> None:
     assert set(plan.engine_schema["properties"]) == {"keep"}
     assert plan.engine_schema["additionalProperties"] is False
     assert plan.errors({"base": 1}) and not plan.errors({"keep": True})  # the original still decides
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMAT_PATTERNS))
+def test_format_patterns_pass_the_format_checker(fmt: str) -> None:
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    assert fmt in checker.checkers  # the format-nongpl extra is installed: validation checks it too
+    rewritten = engine_pattern(FORMAT_PATTERNS[fmt])
+    assert rewritten is not None
+
+    @settings(max_examples=80, deadline=None, database=None)
+    @given(st.from_regex(rewritten, fullmatch=True))
+    def check(text: str) -> None:
+        assert checker.conforms(text, fmt), (fmt, text)
+
+    check()
+    plan = preflight({"type": "string", "format": fmt})
+    assert plan.engine_schema["pattern"] == rewritten and not plan.unenforced  # the grammar enforces it
+
+
+def test_unknown_formats_are_annotations() -> None:
+    plan = preflight({"type": "integer", "format": "int32"})
+    assert not plan.unenforced and not plan.errors(2**40)

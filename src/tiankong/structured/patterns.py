@@ -242,3 +242,25 @@ def pattern_chars(rewritten: str) -> int:
         times = int(high or low) if low else 1
         total += times * (4 if atom == ")" else 1)
     return total
+
+
+_LABEL = "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?"
+_HOST = f"({_LABEL}\\.){{0,3}}[a-z]([a-z0-9-]{{0,20}}[a-z0-9])?"
+_OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_URI = f"https?://{_HOST}(/[A-Za-z0-9._~-]{{1,24}}){{0,4}}"
+#: ``format``s the converter ignores, as patterns whose every match passes jsonschema's format checker
+#: (a narrow, realistic subset of each format); the engine's grammar then enforces them
+FORMAT_PATTERNS = {
+    "email": f"^[a-z0-9]([a-z0-9._-]{{0,22}}[a-z0-9])?@({_LABEL}\\.){{1,3}}[a-z]{{2,6}}$",
+    "idn-email": f"^[a-z0-9]([a-z0-9._-]{{0,22}}[a-z0-9])?@({_LABEL}\\.){{1,3}}[a-z]{{2,6}}$",
+    "hostname": f"^{_HOST}$",
+    "idn-hostname": f"^{_HOST}$",
+    "ipv4": f"^{_OCTET}(\\.{_OCTET}){{3}}$",
+    "ipv6": "^([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}$",
+    "uri": f"^{_URI}$",
+    "uri-reference": f"^{_URI}$",
+    "iri": f"^{_URI}$",
+    "iri-reference": f"^{_URI}$",
+    "json-pointer": "^(/[A-Za-z0-9_-]{1,16}){0,4}$",
+    "duration": "^(P[1-9][0-9]{0,2}[DWMY]|PT[1-9][0-9]{0,2}[HMS])$",
+}

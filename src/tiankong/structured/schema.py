@@ -31,7 +31,7 @@ from jsonschema.validators import validator_for
 
 from ..errors import InvalidSchema, SchemaNotSupported
 from .combinators import flatten
-from .patterns import REPEAT_BOUND, engine_pattern, pattern_chars
+from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, pattern_chars
 
 ENFORCED = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
@@ -45,6 +45,8 @@ ANNOTATIONS = {
 }
 FATAL = {"$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"}
 GRAMMAR_FORMATS = {"date", "time", "date-time", "uuid"}
+#: formats jsonschema can check here (with the format-nongpl extra installed)
+CHECKED_FORMATS = set(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
 SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
@@ -133,7 +135,10 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
         elif key in ("minLength", "maxLength") and "pattern" in node:
             unenforced.append(f"{here} ({key} next to a pattern)")
         elif key == "format" and value not in GRAMMAR_FORMATS:
-            unenforced.append(f"{here} (format {value})")
+            if value in CHECKED_FORMATS and (value not in FORMAT_PATTERNS or "pattern" in node):
+                unenforced.append(f"{here} (format {value})")
+            # a format with a pattern spelling is enforced by the grammar (see _bound); an unknown format is
+            # an annotation (JSON Schema 2020-12): nothing checks it
         elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             if node.get("type") != "integer":
                 unenforced.append(f"{here} ({key} on a non-integer)")
@@ -201,6 +206,8 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
     types = node.get("type")
     types = set(types) if isinstance(types, list) else {types}
     free = not any(k in node for k in ("enum", "const", "$ref"))
+    if node.get("format") in FORMAT_PATTERNS and "pattern" not in node:
+        node["pattern"] = FORMAT_PATTERNS[node["format"]]  # the converter ignores these formats
     if isinstance(node.get("pattern"), str):
         rewritten = engine_pattern(node["pattern"], bound=repeat)
         if rewritten is None:
