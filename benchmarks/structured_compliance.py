@@ -44,6 +44,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabenc
 PROMPT = "Generate a realistic example JSON document that matches the JSON Schema."
 MAX_SCHEMA_CHARS = 12000
 GATEWAY_DEADLINE_S = 1800.0
+EVIDENCE_CHARS = 2000  # the start of every answer returned as success that does not validate
 
 
 def _commit() -> str:
@@ -90,9 +91,10 @@ async def raw_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, 
     if answer.status_code != 200:
         return {"outcome": "rejected", "status": answer.status_code, "s": elapsed}
     choice = answer.json()["choices"][0]
-    ok = valid(schema, choice["message"]["content"] or "")
+    content = choice["message"]["content"] or ""
+    ok = valid(schema, content)
     return {"outcome": "valid" if ok else "silent_failure", "truncated": choice["finish_reason"] == "length",
-            "s": elapsed}
+            "s": elapsed, **({} if ok else {"content": content[:EVIDENCE_CHARS]})}
 
 
 async def gateway_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
@@ -104,12 +106,15 @@ async def gateway_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[s
     data = answer.json()
     if answer.status_code != 200:
         kind = data.get("error", {}).get("type", "error")
+        message = str(data.get("error", {}).get("message", ""))[:300]
         outcome = "rejected" if kind in ("invalid_schema", "schema_not_supported") else "refused"
         return {"outcome": outcome, "status": answer.status_code, "type": kind, "s": elapsed,
-                "truncated": kind == "truncated_output"}
-    ok = valid(schema, data["choices"][0]["message"]["content"])
+                "truncated": kind == "truncated_output", "message": message}
+    content = data["choices"][0]["message"]["content"]
+    ok = valid(schema, content)
     return {"outcome": "valid" if ok else "silent_failure", "retries": data["tiankong"]["attempts"] - 1,
-            "minimal": bool(data["tiankong"].get("minimal")), "s": elapsed}
+            "minimal": bool(data["tiankong"].get("minimal")), "s": elapsed,
+            **({} if ok else {"content": content[:EVIDENCE_CHARS]})}
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
