@@ -207,3 +207,14 @@ def test_format_patterns_pass_the_format_checker(fmt: str) -> None:
 def test_unknown_formats_are_annotations() -> None:
     plan = preflight({"type": "integer", "format": "int32"})
     assert not plan.unenforced and not plan.errors(2**40)
+
+
+def test_alternatives_the_grammar_cannot_hold_are_left_out() -> None:
+    icon = {"oneOf": [{"type": "string"},
+                      {"type": "object", "propertyNames": {"pattern": "^[1-9][0-9]*$"},
+                       "additionalProperties": {"type": "string"}}]}
+    plan = preflight({"type": "object", "properties": {"icon": icon}})
+    assert [b["type"] for b in plan.engine_schema["properties"]["icon"]["oneOf"]] == ["string"]
+    assert not plan.errors({"icon": {"16": "a.png"}})  # the original still accepts both
+    only = preflight({"anyOf": [{"type": "array", "uniqueItems": True}, {"not": {"type": "null"}}]})
+    assert len(only.engine_schema["anyOf"]) == 2  # nothing clean remains: kept, left to validation

@@ -201,6 +201,7 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
         return
     if not isinstance(node, dict):
         return
+    _prune_alternatives(node)
     flatten(node, root)
     max_string, max_items, repeat = limits
     types = node.get("type")
@@ -228,6 +229,17 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
                 _bound(sub, root, limits)
         elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
             _bound(value, root, limits)
+
+
+def _prune_alternatives(node: dict[str, Any]) -> None:
+    """Alternatives whose own keywords the grammar cannot enforce (``propertyNames``, ``not``, …) are left out
+    of the copy when others remain: the model then writes one the grammar holds to (still never wider)."""
+    for key in ("anyOf", "oneOf"):
+        branches = node.get(key)
+        if isinstance(branches, list) and len(branches) > 1:
+            clean = [b for b in branches if not (isinstance(b, dict) and UNENFORCED_KEYWORDS & set(b))]
+            if clean and len(clean) < len(branches):
+                node[key] = clean
 
 
 def _drop_forbidden(node: dict[str, Any]) -> bool:
