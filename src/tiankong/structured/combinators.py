@@ -76,7 +76,7 @@ def _inline(branch: Any, root: dict[str, Any]) -> Any:
     """A branch that is only a local ``$ref`` (plus annotations) → a copy of its target."""
     if isinstance(branch, dict) and isinstance(branch.get("$ref"), str) \
             and all(k == "$ref" or k in ANNOTATIONS for k in branch):
-        target = _resolve(root, branch["$ref"])
+        target = resolve_ref(root, branch["$ref"])
         if isinstance(target, dict) and "$ref" not in target:
             return copy.deepcopy(target)
     return copy.deepcopy(branch)
@@ -149,14 +149,20 @@ def _exclude_other_required(branches: list[dict[str, Any]]) -> None:
         branch["additionalProperties"] = False
 
 
-def _resolve(root: dict[str, Any], ref: str) -> Any:
+MISSING = object()
+
+
+def resolve_ref(root: dict[str, Any], ref: str) -> Any:
+    """The node a local ``#/…`` reference points to, or ``MISSING``."""
     if not ref.startswith("#"):
-        return None
+        return MISSING
     target: Any = root
     for part in ref[1:].split("/")[1:] if ref != "#" else []:
         part = part.replace("~1", "/").replace("~0", "~")
         if isinstance(target, dict) and part in target:
             target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
         else:
-            return None
+            return MISSING
     return target

@@ -30,7 +30,9 @@ import jsonschema
 from jsonschema.validators import validator_for
 
 from ..errors import InvalidSchema, SchemaNotSupported
+from .combinators import MISSING as _MISSING
 from .combinators import flatten
+from .combinators import resolve_ref as _resolve
 from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, pattern_chars
 
 ENFORCED = {
@@ -329,20 +331,3 @@ def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
     if props:
         return sum(len(name) / 2.5 + 3 + estimate_tokens(s, root, depth + 1) for name, s in props.items()) + 2
     return 64.0
-
-
-_MISSING = object()
-
-
-def _resolve(root: dict[str, Any], ref: str) -> Any:
-    """The node a local ``#/…`` reference points to, or ``_MISSING``."""
-    target: Any = root
-    for part in ref[1:].split("/")[1:] if ref != "#" else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(target, dict) and part in target:
-            target = target[part]
-        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-            target = target[int(part)]
-        else:
-            return _MISSING
-    return target
