@@ -218,3 +218,52 @@ def test_alternatives_the_grammar_cannot_hold_are_left_out() -> None:
     assert not plan.errors({"icon": {"16": "a.png"}})  # the original still accepts both
     only = preflight({"anyOf": [{"type": "array", "uniqueItems": True}, {"not": {"type": "null"}}]})
     assert len(only.engine_schema["anyOf"]) == 2  # nothing clean remains: kept, left to validation
+
+
+MAP = {"type": "object", "properties": {"name": {"type": "string"}},
+       "patternProperties": {"^[A-Z_]+$": {"type": "string", "maxLength": 12}}}
+
+
+def test_pattern_properties_become_the_schema_of_every_undeclared_property() -> None:
+    plan = preflight(MAP)
+    assert plan.unenforced == [] and "patternProperties" not in plan.engine_schema
+    assert plan.engine_schema["additionalProperties"]["type"] == "string"
+    copy = jsonschema.Draft202012Validator(plan.engine_schema)
+    for instance in ({"name": "a", "HOME": "/root"}, {"PATH": "x", "lower": "y"}, {"name": "only"}):
+        assert copy.is_valid(instance) and not plan.errors(instance)  # what the copy allows, the original does
+    assert not copy.is_valid({"lower": 3}) and not plan.errors({"lower": 3})  # narrower, never wider
+
+
+@pytest.mark.parametrize("schema", [
+    {"properties": {"HOME": {"type": "integer"}}, "patternProperties": {"^[A-Z]+$": {"type": "string"}}},
+    {"patternProperties": {"^[A-Z]+$": {"type": "string"}}, "additionalProperties": False},
+])
+def test_pattern_properties_the_copy_cannot_hold_are_left_to_validation(schema: dict) -> None:  # type: ignore[type-arg]
+    plan = preflight({"type": "object", **schema})
+    assert plan.unenforced == ["/patternProperties (patternProperties)"]
+    assert "patternProperties" in plan.engine_schema
+
+
+def test_pattern_properties_with_a_schema_for_the_rest_need_both() -> None:
+    plan = preflight({"type": "object", "patternProperties": {"^n_": {"type": "integer"}, "^s_": False},
+                      "additionalProperties": {"type": "number"}})
+    assert plan.engine_schema["additionalProperties"] is False  # names matching "^s_" are forbidden: none
+    both = preflight({"type": "object", "patternProperties": {"^n_": {"type": "integer"}},
+                      "additionalProperties": {"minimum": 0}}).engine_schema["additionalProperties"]
+    assert both == {"type": "integer", "minimum": 0}  # allOf merged
+
+
+def test_minimal_copy_writes_no_undeclared_properties() -> None:
+    plan = preflight({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+                      "additionalProperties": {"type": "string"}})
+    assert plan.minimal_schema is not None and plan.minimal_schema["additionalProperties"] is False
+    keep = preflight({"type": "object", "minProperties": 2, "additionalProperties": {"type": "string"}})
+    assert keep.minimal_schema is None or keep.minimal_schema["additionalProperties"] != False  # noqa: E712
+
+
+def test_engine_enforces_pattern_properties(client: Client) -> None:
+    schema = {"type": "object", "properties": {"env": MAP}, "required": ["env"]}
+    result = client.generate("Give the environment variables of a web server.", schema=schema)
+    assert result.attempts == 1
+    extra = {key: value for key, value in result.data["env"].items() if key != "name"}
+    assert all(isinstance(value, str) and len(value) <= 12 for value in extra.values())

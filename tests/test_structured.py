@@ -41,7 +41,7 @@ def test_strict_preflight_names_every_unenforced_pointer() -> None:
         "a": {"type": "string", "not": {"const": "x"}},
         "b": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
         "c": {"type": "number", "minimum": 0.5},
-    }, "patternProperties": {"^x": {"type": "string"}}}
+    }, "patternProperties": {"^x": {"type": "string"}}, "additionalProperties": False}  # keys by pattern
     with pytest.raises(SchemaNotSupported) as err:
         preflight(schema, strict=True)
     pointers = " ".join(err.value.pointers)

@@ -144,6 +144,8 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
         elif key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             if node.get("type") != "integer":
                 unenforced.append(f"{here} ({key} on a non-integer)")
+        elif key == "patternProperties" and narrowable_pattern_properties(node):
+            continue  # enforced through additionalProperties in the engine's copy (see _bound)
         elif _unenforced_keyword(key):
             unenforced.append(f"{here} ({key})")
     for key in SUBSCHEMA_MAPS:
@@ -221,6 +223,7 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
         node["maxLength"] = max(max_string, int(node.get("minLength", 0)))
     if "array" in types and free and "maxItems" not in node:
         node["maxItems"] = max(max_items, int(node.get("minItems", 0)))
+    _narrow_pattern_properties(node)
     forbidden = _drop_forbidden(node)
     if isinstance(node.get("properties"), dict) and (node["properties"] or forbidden) \
             and "additionalProperties" not in node and "patternProperties" not in node:
@@ -242,6 +245,37 @@ def _prune_alternatives(node: dict[str, Any]) -> None:
             clean = [b for b in branches if not (isinstance(b, dict) and UNENFORCED_KEYWORDS & set(b))]
             if clean and len(clean) < len(branches):
                 node[key] = clean
+
+
+def narrowable_pattern_properties(node: dict[str, Any]) -> bool:
+    """``patternProperties`` the copy can enforce: valid regexes, no declared property name matching one, and
+    undeclared names not forbidden (the grammar cannot choose key names by pattern)."""
+    patterns, props = node.get("patternProperties"), node.get("properties") or {}
+    if not isinstance(patterns, dict) or not patterns or node.get("additionalProperties", True) is False \
+            or not isinstance(props, dict):
+        return False
+    try:
+        compiled = [re.compile(pattern) for pattern in patterns]
+    except re.error:
+        return False
+    return not any(regex.search(name) for regex in compiled for name in props)
+
+
+def _narrow_pattern_properties(node: dict[str, Any]) -> None:
+    """The converter ignores ``patternProperties``; the copy asks every undeclared property to satisfy every
+    pattern's schema (and ``additionalProperties``, when it is a schema). Never wider: a name that matches a
+    pattern satisfies that pattern's schema, a name that matches none satisfies ``additionalProperties``."""
+    if not narrowable_pattern_properties(node):
+        return
+    parts = list(node.pop("patternProperties").values())
+    additional = node.get("additionalProperties", True)
+    if additional is not True:
+        parts.append(additional)
+    parts = [part for part in parts if part is not True and part != {}]
+    if any(part is False for part in parts):
+        node["additionalProperties"] = False  # names matching that pattern are forbidden: write none
+    else:
+        node["additionalProperties"] = parts[0] if len(parts) == 1 else {"allOf": parts} if parts else True
 
 
 def _drop_forbidden(node: dict[str, Any]) -> bool:
@@ -282,6 +316,7 @@ def _shrink(node: Any) -> None:
     if not isinstance(node, dict):
         return
     props, required = node.get("properties"), node.get("required")
+    _close_open_map(node)
     if isinstance(props, dict) and node.get("additionalProperties") is False:
         keep = set(required) if isinstance(required, list) else set()
         node["properties"] = {name: sub for name, sub in props.items() if name in keep}
@@ -295,6 +330,20 @@ def _shrink(node: Any) -> None:
                 _shrink(sub)
         elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
             _shrink(value)
+
+
+def _close_open_map(node: dict[str, Any]) -> None:
+    """The minimal copy writes no undeclared properties (unless some are needed: minProperties, or a required
+    name without a declared schema)."""
+    extra, props = node.get("additionalProperties"), node.get("properties") or {}
+    kind = node.get("type")
+    types: list[Any] = kind if isinstance(kind, list) else [kind]
+    if extra is False or "object" not in types or "minProperties" in node \
+            or not isinstance(props, dict):
+        return
+    required = node.get("required")
+    if all(name in props for name in (required if isinstance(required, list) else [])):
+        node["additionalProperties"] = False
 
 
 def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
@@ -328,6 +377,9 @@ def estimate_tokens(node: Any, root: dict[str, Any], depth: int = 0) -> float:
         prefix = sum(estimate_tokens(s, root, depth + 1) for s in node.get("prefixItems", []) or [])
         return prefix + int(node.get("maxItems", DEFAULT_MAX_ITEMS)) * (estimate_tokens(items, root, depth + 1) + 1) + 2
     props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+    extra = node.get("additionalProperties")
+    # an open map (additionalProperties with a schema): room for two entries with short keys
+    more = 2 * (estimate_tokens(extra, root, depth + 1) + 8) if isinstance(extra, dict) and extra else 0.0
     if props:
-        return sum(len(name) / 2.5 + 3 + estimate_tokens(s, root, depth + 1) for name, s in props.items()) + 2
-    return 64.0
+        return sum(len(name) / 2.5 + 3 + estimate_tokens(s, root, depth + 1) for name, s in props.items()) + 2 + more
+    return max(64.0, more)
