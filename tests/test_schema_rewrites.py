@@ -41,8 +41,12 @@ REWRITTEN = [
     r"^[\s\w]+$",
     r"^\D\W\S$",
     r"^[^\n]+$",
+    r"^a$|^b$",                                                        # anchors at the ends of alternatives
+    r"^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$|^[0-9a-f]{16}$",
+    r"^$|^x+$",
+    r"^[]|]a$|^[^|]b$|(c|d)",
 ]
-REFUSED = [r"^(?=a)b", r"\bword\b", r"^(a)\1$", r"^a$|^b$", r"^a*+b$", r"^a\nb$", r"^[^\d]+$"]
+REFUSED = [r"^(?=a)b", r"\bword\b", r"^(a)\1$", r"^a*+b$", r"^a\nb$", r"^[^\d]+$", r"a^b", r"^a$|(^b)"]
 
 
 @pytest.mark.parametrize("pattern", REWRITTEN)
@@ -122,7 +126,8 @@ def client(smol_engine: EngineProcess) -> Iterator[Client]:
 
 
 @pytest.mark.parametrize("pattern", [r".*:.*", r"^([a-z0-9-]+):([a-z0-9\.-]+):([a-z0-9-]+)?:([a-z0-9-]+)$",
-                                     r"^[\w.-]+@[\w-]+\.\w+$", r"^v\d+(\.\d+){0,2}$"])
+                                     r"^[\w.-]+@[\w-]+\.\w+$", r"^v\d+(\.\d+){0,2}$",
+                                     r"^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$|^[0-9a-f]{16}$"])
 def test_engine_enforces_rewritten_patterns(client: Client, smol_engine: EngineProcess, pattern: str) -> None:
     schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": pattern}}, "required": ["id"]}
     result = client.generate("Give an identifier.", schema=schema)

@@ -15,9 +15,10 @@ accepts matches the original (as JSON Schema matches — a search). It
 * bounds ``*``, ``+`` and ``{m,}`` at ``REPEAT_BOUND`` repetitions, drops lazy markers (same language);
 * keeps ``"``, ``\\`` and control characters out of ``.`` and negated classes (the answer stays JSON).
 
-It returns ``None`` for what has no such rewrite (lookarounds, backreferences, word boundaries, anchors
-inside the pattern, possessive quantifiers, class subtraction): the caller then leaves the pattern to
-validation and bounds the string by length instead.
+Top-level alternatives anchored on their own (``^a$|^b$``) become one anchored group. It returns ``None`` for
+what has no such rewrite (lookarounds, backreferences, word boundaries, other anchors inside the pattern,
+possessive quantifiers, class subtraction): the caller then leaves the pattern to validation and bounds the
+string by length instead.
 """
 
 from __future__ import annotations
@@ -57,9 +58,49 @@ def engine_pattern(pattern: str, *, bound: int = REPEAT_BOUND) -> str | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # "possible nested set": still a valid regex
             re.compile(pattern)
-        return _rewrite(pattern, bound)
+        try:
+            return _rewrite(pattern, bound)
+        except _Unsupported:
+            return _rewrite_alternatives(pattern, bound)
     except (re.error, _Unsupported):
         return None
+
+
+def _rewrite_alternatives(pattern: str, bound: int) -> str:
+    """``^a$|^b$``: anchors inside, but only at the ends of top-level alternatives. Each alternative is matched
+    whole (narrower than the original's search, as for a whole pattern) and the group is anchored once."""
+    alternatives = _top_level_alternatives(pattern)
+    if len(alternatives) < 2:
+        raise _Unsupported("anchor inside the pattern")
+    bodies = [_rewrite(alternative, bound)[1:-1] for alternative in alternatives]
+    filled = [body for body in bodies if body]
+    if not filled:
+        raise _Unsupported("only empty alternatives")
+    return "^(" + "|".join(filled) + ")" + ("?" if len(filled) < len(bodies) else "") + "$"
+
+
+def _top_level_alternatives(pattern: str) -> list[str]:
+    """``pattern`` split at every ``|`` outside groups and classes."""
+    parts, start, depth, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class, i = True, i + 1
+            i += 1 if pattern.startswith("^", i) else 0
+            i += 1 if pattern.startswith("]", i) else 0  # a leading "]" is a literal
+            continue
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+        elif char == "|" and depth == 0:
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return parts + [pattern[start:]]
 
 
 def _rewrite(pattern: str, bound: int) -> str:
