@@ -272,3 +272,16 @@ def test_engine_enforces_pattern_properties(client: Client) -> None:
     assert result.attempts == 1
     extra = {key: value for key, value in result.data["env"].items() if key != "name"}
     assert all(isinstance(value, str) and len(value) <= 12 for value in extra.values())
+
+
+def test_minimal_copy_cannot_nest_without_end() -> None:
+    tree = {"$ref": "#/$defs/item", "$defs": {
+        "item": {"oneOf": [{"$ref": "#/$defs/leaf"}, {"$ref": "#/$defs/group"}]},
+        "leaf": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        "group": {"type": "object", "required": ["items"], "properties": {
+            "items": {"type": "array", "minItems": 1, "items": {"$ref": "#/$defs/item"}}}}}}
+    plan = preflight(tree)
+    assert len(plan.engine_schema["$defs"]["item"]["oneOf"]) == 2  # the first tries may nest
+    assert plan.minimal_schema is not None
+    assert plan.minimal_schema["$defs"]["item"]["oneOf"] == [{"$ref": "#/$defs/leaf"}]  # the last try cannot
+    assert not plan.errors({"name": "x"}) and not plan.errors({"items": [{"items": [{"name": "y"}]}]})

@@ -166,3 +166,29 @@ def resolve_ref(root: dict[str, Any], ref: str) -> Any:
         else:
             return MISSING
     return target
+
+
+def drop_recursive_alternatives(node: dict[str, Any], root: dict[str, Any]) -> None:
+    """Alternatives that lead back to ``node`` (a tree whose group holds items that may be groups) are left out
+    when others remain, so the smallest answer cannot nest without end."""
+    for key in ("anyOf", "oneOf"):
+        branches = node.get(key)
+        if isinstance(branches, list) and len(branches) > 1:
+            flat = [b for b in branches if not _reaches(b, node, root, set())]
+            if flat and len(flat) < len(branches):
+                node[key] = flat
+
+
+def _reaches(current: Any, target: dict[str, Any], root: dict[str, Any], seen: set[int]) -> bool:
+    """Whether ``target`` (by identity) is ``current`` or lies under it, following local ``$ref``s."""
+    if current is target:
+        return True
+    if id(current) in seen or not isinstance(current, (dict, list)):
+        return False
+    seen.add(id(current))
+    if isinstance(current, dict) and isinstance(current.get("$ref"), str):
+        found = resolve_ref(root, current["$ref"])
+        if found is not MISSING and _reaches(found, target, root, seen):
+            return True
+    values = current.values() if isinstance(current, dict) else current
+    return any(_reaches(value, target, root, seen) for value in values if isinstance(value, (dict, list)))

@@ -31,7 +31,7 @@ from jsonschema.validators import validator_for
 
 from ..errors import InvalidSchema, SchemaNotSupported
 from .combinators import MISSING as _MISSING
-from .combinators import flatten
+from .combinators import drop_recursive_alternatives, flatten
 from .combinators import resolve_ref as _resolve
 from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, pattern_chars
 
@@ -304,18 +304,19 @@ def minimal_schema(schema: dict[str, Any], engine_schema: dict[str, Any]) -> dic
     strings of at most ``MINIMAL_STRING`` characters, regex repetitions of at most ``MINIMAL_REPEAT``. Still
     never wider than the original. None when it is no smaller than ``engine_schema``."""
     small = bound_schema(schema, max_string=MINIMAL_STRING, max_items=1, repeat=MINIMAL_REPEAT)
-    _shrink(small)
+    _shrink(small, small)
     return None if small == engine_schema else small
 
 
-def _shrink(node: Any) -> None:
+def _shrink(node: Any, root: dict[str, Any]) -> None:
     if isinstance(node, list):
         for item in node:
-            _shrink(item)
+            _shrink(item, root)
         return
     if not isinstance(node, dict):
         return
     props, required = node.get("properties"), node.get("required")
+    drop_recursive_alternatives(node, root)
     _close_open_map(node)
     if isinstance(props, dict) and node.get("additionalProperties") is False:
         keep = set(required) if isinstance(required, list) else set()
@@ -327,9 +328,9 @@ def _shrink(node: Any) -> None:
     for key, value in node.items():
         if key in SUBSCHEMA_MAPS and isinstance(value, dict):
             for sub in value.values():
-                _shrink(sub)
+                _shrink(sub, root)
         elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
-            _shrink(value)
+            _shrink(value, root)
 
 
 def _close_open_map(node: dict[str, Any]) -> None:
