@@ -285,3 +285,17 @@ def test_minimal_copy_cannot_nest_without_end() -> None:
     assert plan.minimal_schema is not None
     assert plan.minimal_schema["$defs"]["item"]["oneOf"] == [{"$ref": "#/$defs/leaf"}]  # the last try cannot
     assert not plan.errors({"name": "x"}) and not plan.errors({"items": [{"items": [{"name": "y"}]}]})
+
+
+def test_references_to_the_root_get_a_name() -> None:
+    tree = {"type": "object", "properties": {"name": {"type": "string"},
+                                             "children": {"type": "array", "items": {"$ref": "#"}}},
+            "required": ["name"], "definitions": {"x": {"type": "integer"}}}
+    plan = preflight(tree)
+    engine = plan.engine_schema
+    assert engine["properties"]["children"]["items"] == {"$ref": "#/definitions/tiankong_root"}
+    assert engine["definitions"]["tiankong_root"]["properties"]["children"]["items"]["$ref"] == \
+        "#/definitions/tiankong_root"
+    copy = jsonschema.Draft7Validator(engine)
+    for instance in ({"name": "a", "children": [{"name": "b", "children": []}]}, {"name": "c"}, {"children": []}):
+        assert copy.is_valid(instance) == (not plan.errors(instance))  # the same schema, named

@@ -192,3 +192,38 @@ def _reaches(current: Any, target: dict[str, Any], root: dict[str, Any], seen: s
             return True
     values = current.values() if isinstance(current, dict) else current
     return any(_reaches(value, target, root, seen) for value in values if isinstance(value, (dict, list)))
+
+
+ROOT_NAME = "tiankong_root"
+
+
+def name_root_refs(schema: dict[str, Any]) -> None:
+    """``{"$ref": "#"}`` (a schema that recurses through its root) is not understood by the converter: the copy
+    gets the root's keywords as a named definition and the references point there (the same schema)."""
+    if not _has_root_ref(schema):
+        return
+    key = "definitions" if "definitions" in schema and "$defs" not in schema else "$defs"
+    body = {k: v for k, v in schema.items() if k not in ("definitions", "$defs", "$schema", "$id", "id")}
+    defs = schema.setdefault(key, {})
+    if not isinstance(defs, dict) or ROOT_NAME in defs:
+        return
+    defs[ROOT_NAME] = _point_root_refs(copy.deepcopy(body), f"#/{key}/{ROOT_NAME}")
+    _point_root_refs(schema, f"#/{key}/{ROOT_NAME}")
+
+
+def _has_root_ref(node: Any) -> bool:
+    if isinstance(node, dict):
+        return node.get("$ref") == "#" or any(_has_root_ref(v) for v in node.values())
+    return isinstance(node, list) and any(_has_root_ref(v) for v in node)
+
+
+def _point_root_refs(node: Any, target: str) -> Any:
+    if isinstance(node, dict):
+        if node.get("$ref") == "#":
+            node["$ref"] = target
+        for value in node.values():
+            _point_root_refs(value, target)
+    elif isinstance(node, list):
+        for value in node:
+            _point_root_refs(value, target)
+    return node

@@ -31,7 +31,7 @@ from jsonschema.validators import validator_for
 
 from ..errors import InvalidSchema, SchemaNotSupported
 from .combinators import MISSING as _MISSING
-from .combinators import drop_recursive_alternatives, flatten
+from .combinators import drop_recursive_alternatives, flatten, name_root_refs
 from .combinators import resolve_ref as _resolve
 from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, pattern_chars
 
@@ -193,6 +193,7 @@ def bound_schema(schema: dict[str, Any], *, max_string: int, max_items: int,
                  repeat: int = REPEAT_BOUND) -> dict[str, Any]:
     """A copy with every string and array bounded and declared objects closed."""
     bounded = copy.deepcopy(schema)
+    name_root_refs(bounded)
     _bound(bounded, bounded, (max_string, max_items, repeat))
     return bounded
 
