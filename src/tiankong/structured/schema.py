@@ -268,10 +268,7 @@ def _narrow_pattern_properties(node: dict[str, Any]) -> None:
     pattern satisfies that pattern's schema, a name that matches none satisfies ``additionalProperties``."""
     if not narrowable_pattern_properties(node):
         return
-    parts = list(node.pop("patternProperties").values())
-    additional = node.get("additionalProperties", True)
-    if additional is not True:
-        parts.append(additional)
+    parts = [*node.pop("patternProperties").values(), node.get("additionalProperties", True)]
     parts = [part for part in parts if part is not True and part != {}]
     if any(part is False for part in parts):
         node["additionalProperties"] = False  # names matching that pattern are forbidden: write none
