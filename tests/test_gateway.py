@@ -208,6 +208,18 @@ def test_json_schema_response_format_is_validated(gateway: Served) -> None:
     assert streamed.status_code == 200 and len(events) == 2
 
 
+def test_structured_requests_keep_their_sampling_fields(gateway: Served) -> None:
+    schema = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}}, "required": ["colour"]}
+    body = {"messages": [{"role": "user", "content": "Pick a colour."}], "temperature": 0.8, "seed": 7,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert json.loads(answer.json()["choices"][0]["message"]["content"])["colour"] in ("red", "green", "blue")
+    for field, value in (("temperature", "hot"), ("temperature", 3), ("seed", 1.5)):
+        bad = httpx.post(f"{gateway.url}/v1/chat/completions", json={**body, field: value}, timeout=30)
+        assert bad.status_code == 400 and field in bad.json()["error"]["message"], bad.text
+
+
 def test_unsatisfiable_schema_is_an_error_never_a_200(gateway: Served) -> None:
     schema = {"const": "abc", "not": {"const": "abc"}}
     body = {"messages": [{"role": "user", "content": "Say it."}],

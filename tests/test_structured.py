@@ -13,7 +13,8 @@ from tiankong import AsyncClient, Client, Decision
 from tiankong.engine import EngineConfig, EngineProcess
 from tiankong.errors import InvalidSchema, RetriesExhausted, SchemaNotSupported, TruncatedOutput
 from tiankong.models import DEFAULT_MODEL
-from tiankong.structured import preflight
+from tiankong.structured import constrained_flow, decide, preflight
+from tiankong.structured.constraints import schema_constraint
 
 
 class Person(BaseModel):
@@ -76,6 +77,54 @@ def test_engine_copy_is_bounded_and_original_kept() -> None:
     assert bounded["additionalProperties"] is False
     assert "maxLength" not in schema["properties"]["s"]  # the caller's schema is untouched
     assert 32 <= plan.budget_tokens <= 1024
+
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+def test_preflight_walks_tuple_items_and_dependencies() -> None:
+    tuple_items = {"$schema": DRAFT7, "type": "array", "items": [{"type": "integer"}, {"$ref": "other.json"}]}
+    with pytest.raises(SchemaNotSupported) as err:
+        preflight(tuple_items)
+    assert err.value.pointers == ["/items/1/$ref (remote $ref other.json)"]
+    deps = {"$schema": DRAFT7, "type": "object", "properties": {"a": {"type": "string"}},
+            "dependencies": {"a": {"not": {"required": ["b"]}}, "c": ["a"]}}
+    assert preflight(deps).unenforced == ["/dependencies (dependencies)", "/dependencies/a/not (not)"]
+
+
+def _chat(content: str, finish_reason: str = "stop") -> dict:  # type: ignore[type-arg]
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+@pytest.mark.parametrize("text, marker", [("The level is loud.", "does not match the schema"),
+                                          ("日志级别很高。", "不符合")])
+def test_retry_carries_the_validators_message(text: str, marker: str) -> None:
+    # the flow is sans-I/O: feed it engine answers and read the request it sends next
+    constraint, _ = schema_constraint({"type": "object", "properties": {"level": {"enum": ["INFO", "ERROR"]}},
+                                       "required": ["level"]})
+    flow = constrained_flow([{"role": "user", "content": text}], constraint, model=None)
+    (first,) = next(flow)
+    assert first.body is not None and first.body["temperature"] == 0 \
+        and first.body["response_format"]["type"] == "json_schema"
+    (second,) = flow.send([_chat('{"level":"LOUD"}')])
+    assert second.body is not None
+    repair = second.body["messages"][-1]
+    assert repair["role"] == "user" and "'LOUD' is not one of ['INFO', 'ERROR']" in repair["content"]
+    assert marker in repair["content"]  # the prompt's language follows the input's
+    assert second.body["messages"][-2] == {"role": "assistant", "content": '{"level":"LOUD"}'}
+    with pytest.raises(StopIteration) as done:
+        flow.send([_chat('{"level":"ERROR"}')])
+    assert done.value.value.data == {"level": "ERROR"} and done.value.value.attempts == 2
+
+
+def test_multi_label_decision_keeps_every_label_above_the_threshold() -> None:
+    decision = decide({"billing": 0.45, "bug": 0.4, "other": 0.15}, threshold=0.3)
+    assert decision.label == "billing" and decision.labels == ["billing", "bug"]
+    assert abs(decision.margin - 0.05) < 1e-9
+    assert decide({"a": 0.5, "b": 0.5}, threshold=0.9).labels == ["a"]  # none above: the top label alone
+    assert decide({"a": 0.7, "b": 0.3}).labels == ["a"]
 
 
 # --- against the engine ------------------------------------------------------------------------------------
@@ -165,6 +214,13 @@ def test_seed_log_line_with_the_default_model(engine_binary, default_model_path)
         assert event.level == "ERROR"
         assert "payment" in event.service
         assert event.latency_ms == 3000
+
+
+def test_seed_log_line_enum_is_in_the_grammar() -> None:
+    _, plan = schema_constraint(LogEvent)
+    level = plan.engine_schema["properties"]["level"]
+    assert level["enum"] == ["DEBUG", "INFO", "WARN", "ERROR"]  # the grammar can only write one of these
+    assert plan.unenforced == [] and plan.errors({"level": "FATAL", "service": "x", "latency_ms": 1})
 
 
 def test_default_model_name_is_pinned() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, TypeVar, overload
 
 from .client import AsyncBaseClient, BaseClient
-from .client._shared import as_messages
+from .client._shared import DEFAULT_SEED, as_messages
 from .errors import ConfigError
 from .structured import (
     Constraint,
@@ -61,7 +61,7 @@ def _finish_extract(result: Structured[Any], schema: Any) -> Any:
 
 def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]], schema: Any, grammar: str | None,
                    regex: str | None, system: str | None, max_tokens: int | None, max_attempts: int,
-                   strict: bool) -> Flow[Structured[Any]]:
+                   strict: bool, sampling: dict[str, Any] | None = None) -> Flow[Structured[Any]]:
     modes = [name for name, value in (("schema", schema), ("grammar", grammar), ("regex", regex)) if value is not None]
     if len(modes) != 1:
         raise ConfigError("generate needs exactly one of schema=, grammar=, regex=",
@@ -78,7 +78,7 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
     else:
         constraint = regex_constraint(str(regex))
     return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
-                            max_attempts=max_attempts)
+                            max_attempts=max_attempts, options=sampling)
 
 
 def _choose_flow(text: str, choices: list[str], instructions: str | None,
@@ -124,9 +124,11 @@ class Client(TaskMethods, BaseClient):
 
     def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
                  regex: str | None = None, system: str | None = None, max_tokens: int | None = None,
-                 max_attempts: int = 2, strict: bool = False) -> Structured[Any]:
+                 max_attempts: int = 2, strict: bool = False, temperature: float = 0.0,
+                 seed: int | None = DEFAULT_SEED) -> Structured[Any]:
         """Constrained generation by JSON Schema/Pydantic, GBNF grammar or regex; validated."""
-        flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict)
+        flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict,
+                              {"temperature": temperature, "seed": seed})
         return run_sync(flow, self._request)
 
     def choose(self, text: str, choices: list[str], *, instructions: str | None = None,
@@ -154,8 +156,10 @@ class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
 
     async def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
                        regex: str | None = None, system: str | None = None, max_tokens: int | None = None,
-                       max_attempts: int = 2, strict: bool = False) -> Structured[Any]:
-        flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict)
+                       max_attempts: int = 2, strict: bool = False, temperature: float = 0.0,
+                       seed: int | None = DEFAULT_SEED) -> Structured[Any]:
+        flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict,
+                              {"temperature": temperature, "seed": seed})
         return await run_async(flow, self._request)
 
     async def choose(self, text: str, choices: list[str], *, instructions: str | None = None,

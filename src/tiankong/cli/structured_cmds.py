@@ -21,7 +21,7 @@ from .run_cmds import _client
 @click.option("--model", default=None, help="Model (embedded engine).")
 @click.option("--url", default=None, help="Use a running server (or TIANKONG_URL).")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
-@click.option("--evidence", is_flag=True, help="Print {data, attempts, usage, enforced_by_validation}.")
+@click.option("--evidence", is_flag=True, help="Print {data, attempts, usage, enforced_by_validation, minimal}.")
 def extract(text: str | None, schema_file: str, instructions: str | None, strict: bool, model: str | None,
             url: str | None, llama_server: str | None, evidence: bool) -> None:
     """Extract fields from TEXT ('-' or absent: stdin) as JSON valid against --schema."""
@@ -40,6 +40,6 @@ def extract(text: str | None, schema_file: str, instructions: str | None, strict
         emit_json({"data": result.data, "attempts": result.attempts,
                    "usage": {"prompt_tokens": result.usage.prompt_tokens,
                              "completion_tokens": result.usage.completion_tokens},
-                   "enforced_by_validation": result.unenforced})
+                   "enforced_by_validation": result.unenforced, "minimal": result.minimal})
     else:
         click.echo(json.dumps(result.data, ensure_ascii=False))

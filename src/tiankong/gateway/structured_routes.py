@@ -44,6 +44,23 @@ def schema_from_response_format(response_format: dict[str, Any]) -> Any:
     return schema
 
 
+def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+    """The request's ``temperature`` and ``seed`` (tiankong's defaults: 0 and a fixed seed). ``stop`` is not
+    applied: the schema's grammar decides where the answer ends."""
+    sampling: dict[str, Any] = {}
+    temperature = body.get("temperature")
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
+            raise ConfigError("temperature must be a number from 0 to 2")
+        sampling["temperature"] = float(temperature)
+    seed = body.get("seed")
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError("seed must be an integer")
+        sampling["seed"] = seed
+    return sampling
+
+
 def _usage(result: Structured[Any]) -> dict[str, int]:
     return {"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
             "total_tokens": result.usage.total_tokens}
@@ -63,7 +80,7 @@ async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name:
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ConfigError("max_tokens must be a positive integer")
-    result = await client.generate(messages, schema=schema, max_tokens=max_tokens)
+    result = await client.generate(messages, schema=schema, max_tokens=max_tokens, **_sampling(body))
     _observe(observe, result)
     content = json.dumps(result.data, ensure_ascii=False, separators=(",", ":"))
     created = int(time.time())

@@ -6,8 +6,9 @@ minLength, maxLength, pattern`` (a regex subset), integer ``minimum/maximum``, s
 ``$ref``. Everything else is silently ignored by it, and an unsupported ``pattern`` silently becomes "any
 string". tiankong therefore:
 
-* refuses what cannot be enforced at all (remote ``$ref``, unresolvable ``$ref``, ``$dynamicRef``, invalid
-  regexes) with ``SchemaNotSupported`` naming every JSON pointer;
+* refuses what is not a JSON Schema (not JSON, invalid against its metaschema — which catches most invalid
+  regexes) with ``InvalidSchema``, and what cannot be enforced at all (remote ``$ref``, unresolvable ``$ref``,
+  ``$dynamicRef``, a regex Python cannot compile) with ``SchemaNotSupported`` naming every JSON pointer;
 * lists every keyword the grammar will not enforce (``unenforced``) — those are enforced by validating
   the answer and retrying with the validator's message (or refused up front with ``strict=True``);
 * sends the engine a *bounded* copy: unbounded strings get a ``maxLength``, unbounded arrays a
@@ -155,7 +156,15 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
         for index, sub in enumerate(node.get(key) or []) if isinstance(node.get(key), list) else []:
             _walk(sub, f"{ptr}/{key}/{index}", root, fatal, unenforced)
     for key in SUBSCHEMA_ONE:
-        _walk(node.get(key), f"{ptr}/{key}", root, fatal, unenforced)
+        value = node.get(key)
+        if isinstance(value, list):  # draft 4–7 tuple ``items``
+            for index, sub in enumerate(value):
+                _walk(sub, f"{ptr}/{key}/{index}", root, fatal, unenforced)
+        else:
+            _walk(value, f"{ptr}/{key}", root, fatal, unenforced)
+    dependencies = node.get("dependencies")
+    for name, sub in dependencies.items() if isinstance(dependencies, dict) else []:
+        _walk(sub, f"{ptr}/dependencies/{name}", root, fatal, unenforced)  # draft 4–7: a schema or a name list
 
 
 #: Validation keywords (JSON Schema drafts 4–2020-12) that the engine's grammar does not enforce.
