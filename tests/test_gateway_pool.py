@@ -5,8 +5,13 @@ start, the max-loaded cap and idle unloading — with real llama-servers, never 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
+import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -304,3 +309,62 @@ def test_pool_models_load_lora_adapters_checked_against_their_base(tmp_path: Pat
     remote.write_text('[[pool.models]]\nname = "r"\nurl = "http://127.0.0.1:9"\nlora = ["x"]\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="lora"):
         load_config(remote)
+
+
+# --- structured output and tasks through a remote upstream ---------------------------------------------------
+
+
+class CloudLike(BaseHTTPRequestHandler):
+    """An OpenAI-compatible upstream that, like hosted APIs, refuses requests without ``model``; it answers every
+    chat request with the same JSON object and records what it was sent."""
+
+    seen: list[dict[str, Any]] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        CloudLike.seen.append(body)
+        if not body.get("model"):
+            code, payload = 400, {"error": {"message": "you must provide a model parameter",
+                                            "type": "invalid_request_error"}}
+        else:
+            code, payload = 200, {"id": "c1", "object": "chat.completion", "model": body["model"], "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": '{"city":"Paris"}'}}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@contextmanager
+def cloud_like() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CloudLike)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+
+
+def test_structured_requests_to_a_remote_upstream_name_the_model() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    CloudLike.seen.clear()
+    with cloud_like() as upstream:
+        pool = EnginePool([PoolEntry("far", [remote_replica("far@0", upstream, 2)], aliases=["f"])])
+        with serve_app(GatewayState(upstream_url="", model_name="far", pool=pool)) as url:
+            chat = post(url, {"model": "f", "messages": [{"role": "user", "content": "Where is the Louvre?"}],
+                              "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}})
+            assert chat.status_code == 200, chat.text
+            assert json.loads(chat.json()["choices"][0]["message"]["content"]) == {"city": "Paris"}
+            extract = httpx.post(f"{url}/v1/tasks/extract", json={"model": "far", "text": "I live in Paris.",
+                                                                   "schema": schema}, timeout=30)
+            assert extract.status_code == 200, extract.text
+            assert extract.json()["data"] == {"city": "Paris"}
+    assert [body["model"] for body in CloudLike.seen] == ["far", "far"]  # the entry's name, also for an alias

@@ -173,6 +173,8 @@ class EngineHandle:
     recycle: Callable[[], None] | None = None
     #: a remote upstream's API key, sent as ``Authorization: Bearer`` (never logged)
     api_key: str | None = field(default=None, repr=False)
+    #: a remote OpenAI-compatible upstream (not a llama-server this gateway runs): it is sent the model's name
+    remote: bool = False
     recycling: bool = field(default=False, init=False)
 
     def auth_headers(self) -> dict[str, str]:

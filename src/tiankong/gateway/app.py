@@ -100,7 +100,8 @@ class GatewayState:
             url, limit = settings.fallback_url.rstrip("/"), settings.fallback_max_in_flight
             self.fallback = EngineHandle(name="fallback", url=lambda: url, state=_ready,
                                          admission=Admission(limit, 2 * limit),
-                                         api_key=key_from_env(settings.fallback_api_key_env, "degradation.fallback"))
+                                         api_key=key_from_env(settings.fallback_api_key_env, "degradation.fallback"),
+                                         remote=True)
 
     @classmethod
     def for_engine(cls, engine: EngineProcess, model_name: str, **settings: Any) -> GatewayState:

@@ -88,7 +88,8 @@ def remote_replica(name: str, url: str, max_in_flight: int = 4, queue_size: int 
                    api_key: str | None = None) -> Replica:
     base = url.rstrip("/")
     admission = Admission(max_in_flight, 2 * max_in_flight if queue_size is None else queue_size)
-    return Replica(EngineHandle(name=name, url=lambda: base, state=_ready, admission=admission, api_key=api_key))
+    return Replica(EngineHandle(name=name, url=lambda: base, state=_ready, admission=admission, api_key=api_key,
+                                remote=True))
 
 
 @dataclass

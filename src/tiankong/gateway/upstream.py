@@ -38,7 +38,7 @@ class Upstream:
         self.retry_wait_s = retry_wait_s
         self.pool = EnginePool(timeout_s)
         self.http = httpx.AsyncClient(timeout=10.0)  # /health, /slots
-        self._clients: dict[str, AsyncClient] = {}
+        self._clients: dict[tuple[str, str | None], AsyncClient] = {}
 
     async def close(self) -> None:
         await self.pool.close()
@@ -46,12 +46,14 @@ class Upstream:
         for client in self._clients.values():
             await client.close()
 
-    def client(self) -> AsyncClient:
-        """The task client for the engine's current URL (a restarted engine may have a new port)."""
-        url = self.handle.url()
-        if url not in self._clients:
-            self._clients[url] = AsyncClient(url, timeout_s=self.timeout_s, api_key=self.handle.api_key)
-        return self._clients[url]
+    def client(self, model: str | None = None) -> AsyncClient:
+        """The task client for the engine's current URL (a restarted engine may have a new port). A remote
+        upstream is also sent the model's name (OpenAI-compatible servers require it)."""
+        key = (self.handle.url(), model if self.handle.remote else None)
+        if key not in self._clients:
+            self._clients[key] = AsyncClient(key[0], model=key[1], timeout_s=self.timeout_s,
+                                             api_key=self.handle.api_key)
+        return self._clients[key]
 
     async def wait_for_engine(self) -> bool:
         """True once the engine is ready and answers ``/health`` again, within ``retry_wait_s``."""
@@ -153,7 +155,7 @@ class Upstream:
             return engine_unavailable(f"engine {self.handle.state()}")
         for attempt in (0, 1):
             try:
-                return await work(self.client())
+                return await work(self.client(call.model))
             except ServerError as exc:
                 return error_for(exc)
             except TransportError as exc:
