@@ -7,11 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +15,7 @@ import httpx
 import pytest
 
 from conftest import pid_alive, wait_until
+from helpers.cloud_like import CloudLike, cloud_like
 from test_gateway import start_serve, stop_serve
 from test_gateway_admission import LONG, metrics, post, serve_app, total
 from tiankong.config import load_config
@@ -314,48 +311,8 @@ def test_pool_models_load_lora_adapters_checked_against_their_base(tmp_path: Pat
 # --- structured output and tasks through a remote upstream ---------------------------------------------------
 
 
-class CloudLike(BaseHTTPRequestHandler):
-    """An OpenAI-compatible upstream that, like hosted APIs, refuses requests without ``model``; it answers every
-    chat request with the same JSON object and records what it was sent."""
-
-    seen: list[dict[str, Any]] = []
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        CloudLike.seen.append(body)
-        if not body.get("model"):
-            code, payload = 400, {"error": {"message": "you must provide a model parameter",
-                                            "type": "invalid_request_error"}}
-        else:
-            code, payload = 200, {"id": "c1", "object": "chat.completion", "model": body["model"], "choices": [
-                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": '{"city":"Paris"}'}}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
-        data = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-@contextmanager
-def cloud_like() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), CloudLike)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-
-
 def test_structured_requests_to_a_remote_upstream_name_the_model() -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-    CloudLike.seen.clear()
     with cloud_like() as upstream:
         pool = EnginePool([PoolEntry("far", [remote_replica("far@0", upstream, 2)], aliases=["f"])])
         with serve_app(GatewayState(upstream_url="", model_name="far", pool=pool)) as url:

@@ -9,6 +9,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
+from helpers.cloud_like import CloudLike, cloud_like
 from tiankong import AsyncClient, Client, Decision
 from tiankong.engine import EngineConfig, EngineProcess
 from tiankong.errors import InvalidSchema, RetriesExhausted, SchemaNotSupported, TruncatedOutput
@@ -236,6 +237,26 @@ def test_delimited_decoding_for_backends_without_grammars() -> None:
     assert decode_delimited('The answer is {"a": {"b": 2}} as asked.') == {"a": {"b": 2}}
     with pytest.raises(ValueError):
         decode_delimited("no json here")
+
+
+def test_backends_without_grammars_get_an_example_delimiters_and_validation() -> None:
+    # an upstream that ignores grammars (like a hosted API): the first answer breaks the schema, the second is valid
+    first = 'Sure! <json>{"name": "Ada Lovelace", "age": "36"}</json>'
+    second = '<json>{"name": "Ada Lovelace", "age": 36}'
+    with cloud_like(first, second) as url, Client(url, model="far") as client:
+        client.grammar_support = False
+        person = client.extract("Ada Lovelace was 36 years old.", Person)
+    assert person == Person(name="Ada Lovelace", age=36)
+    sent, retried = CloudLike.seen
+    assert sent["model"] == "far" and sent["stop"] == ["</json>"] and "response_format" not in sent
+    system = sent["messages"][0]["content"]
+    assert "<json>" in system and '{"name": "…", "age": 0}' in system  # the filled-in example of the shape
+    assert "'36' is not of type 'integer'" in retried["messages"][-1]["content"]  # validated, retried with why
+    with cloud_like("<json>not json</json>") as url, Client(url, model="far") as client:
+        client.grammar_support = False
+        with pytest.raises(RetriesExhausted) as err:
+            client.extract("Ada Lovelace was 36 years old.", Person)
+    assert err.value.attempts == 2 and err.value.last_raw == "<json>not json</json>"
 
 
 def test_prompt_only_mode_still_validates(smol_engine: EngineProcess) -> None:
