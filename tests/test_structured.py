@@ -80,6 +80,18 @@ def test_engine_copy_is_bounded_and_original_kept() -> None:
     assert 32 <= plan.budget_tokens <= 1024
 
 
+@pytest.mark.parametrize("schema, pointer", [
+    ({"if": {"properties": {"a": {"const": 1}}}, "then": {"required": ["b"]}, "else": {"required": ["c"]}},
+     ["/if (if)", "/then (then)", "/else (else)"]),
+    ({"type": "number", "exclusiveMaximum": 1.5}, ["/exclusiveMaximum (exclusiveMaximum on a non-integer)"]),
+    ({"type": "string", "pattern": "^(?=a)b"}, ["/pattern (regex features the grammar does not support)"]),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 3}}, ["/contains (contains)"]),
+    ({"type": "integer", "minimum": 0, "maximum": 9}, []),  # integer bounds: the grammar holds them
+])
+def test_unenforced_keywords_are_named_by_pointer(schema: dict, pointer: list[str]) -> None:  # type: ignore[type-arg]
+    assert preflight(schema).unenforced == pointer
+
+
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 
 
