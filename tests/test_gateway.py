@@ -229,21 +229,22 @@ def test_unsatisfiable_schema_is_an_error_never_a_200(gateway: Served) -> None:
     assert answer.json()["error"]["type"] == "retries_exhausted"
 
 
-@pytest.mark.parametrize("schema, status, type_", [
-    ("{not json", 400, "invalid_schema"),
-    ([1, 2], 400, "invalid_schema"),
-    ({"type": "nonsense"}, 400, "invalid_schema"),
-    ({"$ref": "https://example.com/s.json"}, 400, "schema_not_supported"),
+@pytest.mark.parametrize("schema, status, type_, says", [
+    ("{not json", 400, "invalid_schema", "not valid JSON"),
+    ([1, 2], 400, "invalid_schema", "must be an object"),
+    ({"type": "nonsense"}, 400, "invalid_schema", "not a valid JSON Schema at /type"),
+    ({"$ref": "https://example.com/s.json"}, 400, "schema_not_supported", "/$ref (remote $ref"),
 ])
-def test_invalid_schemas_get_400(gateway: Served, schema: object, status: int, type_: str) -> None:
+def test_invalid_schemas_get_400(gateway: Served, schema: object, status: int, type_: str, says: str) -> None:
     body = {"messages": [{"role": "user", "content": "hi"}],
             "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
     answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=60)
     assert answer.status_code == status, answer.text
     error = answer.json()["error"]
-    assert error["type"] == type_ and error["message"]
+    assert error["type"] == type_ and says in error["message"], error
     task = httpx.post(f"{gateway.url}/v1/tasks/extract", json={"text": "hello", "schema": schema}, timeout=60)
-    assert task.status_code == status and task.json()["error"]["type"] == type_
+    assert task.status_code == status, task.text
+    assert task.json()["error"]["type"] == type_ and says in task.json()["error"]["message"]
 
 
 def test_extract_task_endpoint(gateway: Served) -> None:
