@@ -10,7 +10,6 @@ import http.server
 import json
 import math
 import struct
-import threading
 import xml.dom.minidom
 import zlib
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import assert_one_line_error, run_cli
+from helpers.cloud_like import serve_handler
 from tiankong.bench import Knee, StepResult, find_knee
 from tiankong.bench.chart import Chart, Marker, Panel, Series, to_html, to_png, to_svg
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
@@ -226,14 +226,8 @@ class _Unauthorized(_NotOpenAI):
 
 
 def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(handler) as url:
+        yield url
 
 
 @pytest.fixture

@@ -39,11 +39,9 @@ class CloudLike(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def cloud_like(*answers: str) -> Iterator[str]:
-    """Serve on a free loopback port; ``answers``: the chat contents to give, in order (default: one city)."""
-    CloudLike.seen.clear()
-    CloudLike.answers = list(answers) or ['{"city":"Paris"}']
-    server = ThreadingHTTPServer(("127.0.0.1", 0), CloudLike)
+def serve_handler(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A stand-in HTTP server in a thread on a free loopback port; its base URL, stopped on exit."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -52,3 +50,12 @@ def cloud_like(*answers: str) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@contextmanager
+def cloud_like(*answers: str) -> Iterator[str]:
+    """Serve ``CloudLike``; ``answers``: the chat contents to give, in order (default: one city)."""
+    CloudLike.seen.clear()
+    CloudLike.answers = list(answers) or ['{"city":"Paris"}']
+    with serve_handler(CloudLike) as url:
+        yield url
