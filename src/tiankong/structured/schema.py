@@ -24,6 +24,7 @@ import copy
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,22 +150,26 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
             continue  # enforced through additionalProperties in the engine's copy (see _bound)
         elif _unenforced_keyword(key):
             unenforced.append(f"{here} ({key})")
+    for where, sub in _subschemas(node):
+        _walk(sub, f"{ptr}/{where}", root, fatal, unenforced)
+
+
+def _subschemas(node: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(pointer below ``node``, value) of every place a subschema may stand; callers skip non-schemas."""
     for key in SUBSCHEMA_MAPS:
-        for name, sub in (node.get(key) or {}).items() if isinstance(node.get(key), dict) else []:
-            _walk(sub, f"{ptr}/{key}/{name}", root, fatal, unenforced)
-    for key in SUBSCHEMA_LISTS:
-        for index, sub in enumerate(node.get(key) or []) if isinstance(node.get(key), list) else []:
-            _walk(sub, f"{ptr}/{key}/{index}", root, fatal, unenforced)
-    for key in SUBSCHEMA_ONE:
+        yield from _entries(node, key)
+    for key in (*SUBSCHEMA_LISTS, *SUBSCHEMA_ONE):
         value = node.get(key)
-        if isinstance(value, list):  # draft 4–7 tuple ``items``
-            for index, sub in enumerate(value):
-                _walk(sub, f"{ptr}/{key}/{index}", root, fatal, unenforced)
-        else:
-            _walk(value, f"{ptr}/{key}", root, fatal, unenforced)
-    dependencies = node.get("dependencies")
-    for name, sub in dependencies.items() if isinstance(dependencies, dict) else []:
-        _walk(sub, f"{ptr}/dependencies/{name}", root, fatal, unenforced)  # draft 4–7: a schema or a name list
+        if isinstance(value, list):  # including draft 4–7 tuple ``items``
+            yield from ((f"{key}/{index}", sub) for index, sub in enumerate(value))
+        elif key in SUBSCHEMA_ONE:
+            yield key, value
+    yield from _entries(node, "dependencies")  # draft 4–7: a schema or a list of names per property
+
+
+def _entries(node: dict[str, Any], key: str) -> Iterator[tuple[str, Any]]:
+    value = node.get(key)
+    return ((f"{key}/{name}", sub) for name, sub in value.items()) if isinstance(value, dict) else iter(())
 
 
 #: Validation keywords (JSON Schema drafts 4–2020-12) that the engine's grammar does not enforce.
