@@ -19,7 +19,7 @@ from tiankong import Client
 from tiankong.engine import EngineProcess
 from tiankong.structured import preflight
 from tiankong.structured.combinators import flatten
-from tiankong.structured.patterns import FORMAT_PATTERNS, engine_pattern
+from tiankong.structured.patterns import FORMAT_PATTERNS, engine_pattern, pattern_max_chars
 
 # patterns seen in JSONSchemaBench that llama-server would otherwise turn into "any string"
 REWRITTEN = [
@@ -75,8 +75,57 @@ def test_patterns_without_a_rewrite_are_left_to_validation(pattern: str) -> None
 
 
 def test_pattern_next_to_length_is_listed() -> None:
-    plan = preflight({"type": "string", "pattern": "^[a-z]+$", "maxLength": 5})
-    assert any("maxLength next to a pattern" in u for u in plan.unenforced)
+    plan = preflight({"type": "string", "pattern": "^[a-z]+$", "minLength": 2})
+    assert any("minLength next to a pattern" in u for u in plan.unenforced)
+    words = {"type": "string", "pattern": r"^(?:\S+\s+){0,29}\S+$", "maxLength": 300}  # a bound shared by 59
+    assert any("maxLength next to a pattern" in u for u in preflight(words).unenforced)
+    assert preflight(words).engine_schema["pattern"] == engine_pattern(words["pattern"])  # words not cut short
+    fixed = {"type": "string", "pattern": "^[a-z]{10}$", "maxLength": 5}  # no bound fits
+    assert any("maxLength next to a pattern" in u for u in preflight(fixed).unenforced)
+
+
+def test_length_next_to_an_unsupported_pattern_is_enforced() -> None:
+    plan = preflight({"type": "string", "pattern": r"^(?=a)\w+$", "minLength": 2, "maxLength": 5})
+    assert plan.unenforced == ["/pattern (regex features the grammar does not support)"]
+    assert (plan.engine_schema["minLength"], plan.engine_schema["maxLength"]) == (2, 5)
+
+
+@pytest.mark.parametrize(("pattern", "max_length"), [
+    (r"^(\d+\.\d+\.\d+.*)$", 32), (r"^[a-z]+$", 5), (r"^IGF[\w-]+$", 12), (r"^v\d+(\.\d+){0,2}$", 9),
+    (r"^[a-z]*@[a-z]+\.com$", 20), (r"^(ab|c)+x?$", 10),
+])
+def test_max_length_next_to_a_pattern_is_fitted_into_the_grammar(pattern: str, max_length: int) -> None:
+    plan = preflight({"type": "string", "pattern": pattern, "maxLength": max_length})
+    assert not plan.unenforced
+    fitted = plan.engine_schema["pattern"]
+    assert fitted != engine_pattern(pattern) and pattern_max_chars(fitted) <= max_length
+
+    @settings(max_examples=80, deadline=None, database=None)
+    @given(st.from_regex(fitted, fullmatch=True))
+    def check(text: str) -> None:
+        assert re.search(pattern, text) and len(text) <= max_length, (fitted, text)  # never wider, never longer
+
+    check()
+
+
+@pytest.mark.parametrize("pattern", REWRITTEN)
+def test_pattern_max_chars_is_an_upper_bound(pattern: str) -> None:
+    rewritten = engine_pattern(pattern, bound=6)
+    assert rewritten is not None
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(st.from_regex(rewritten, fullmatch=True))
+    def check(text: str) -> None:
+        assert len(text) <= pattern_max_chars(rewritten), (rewritten, text)
+
+    check()
+
+
+def test_engine_enforces_max_length_next_to_a_pattern(client: Client) -> None:
+    schema = {"type": "object", "properties": {"version": {"type": "string", "pattern": r"^(\d+\.\d+\.\d+.*)$",
+                                                           "maxLength": 12}}, "required": ["version"]}
+    result = client.generate("Give the release version, with a long build suffix.", schema=schema)
+    assert result.attempts == 1 and len(result.data["version"]) <= 12  # the grammar held it: no retry
 
 
 ONE_OF_REQUIRED = {

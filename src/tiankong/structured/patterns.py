@@ -285,6 +285,69 @@ def pattern_chars(rewritten: str) -> int:
     return total
 
 
+def pattern_max_chars(rewritten: str) -> int:
+    """The most characters a string matching ``rewritten`` (``engine_pattern``'s output: every repetition
+    bounded) can have."""
+    body = rewritten[1:-1] if rewritten.startswith("^") and rewritten.endswith("$") else rewritten
+    try:
+        width, _ = _widest_alternative(body, 0)
+    except IndexError:
+        return len(body) * REPEAT_BOUND  # not a rewritten pattern: a generous guess
+    return width
+
+
+def _widest_alternative(body: str, i: int) -> tuple[int, int]:
+    """The widest ``|``-separated sequence from ``i`` to the closing ``)`` (or the end), and where it ends."""
+    widest, width = 0, 0
+    while i < len(body) and body[i] != ")":
+        if body[i] == "|":
+            widest, width, i = max(widest, width), 0, i + 1
+            continue
+        if body[i] == "(":
+            atom, i = _widest_alternative(body, i + 1)
+            i += 1  # past ")"
+        elif body[i] == "[":
+            atom, i = 1, _class_end(body, i)
+        else:
+            atom, i = 1, i + ({"x": 4, "u": 6, "U": 10}.get(body[i + 1], 2) if body[i] == "\\" else 1)
+        match = _QUANTIFIER.match(body, i) if body.startswith("{", i) else None
+        if match is not None:
+            atom, i = atom * int(match.group(3) or match.group(1)), match.end()
+        elif body.startswith("?", i):
+            i += 1
+        width += atom
+    return max(widest, width), i
+
+
+def _class_end(body: str, i: int) -> int:
+    i += 1
+    while body[i] != "]":
+        i += 2 if body[i] == "\\" else 1
+    return i + 1
+
+
+#: ``fit_pattern`` lowers a bound shared by at most this many repetitions of the longest match; more (a
+#: repeated group of words, say) would cut each one short, and those patterns are left to validation
+FIT_MAX_REPEATS = 4
+
+
+def fit_pattern(pattern: str, *, bound: int, max_length: int, min_length: int = 0) -> str | None:
+    """``engine_pattern`` with its repetition bound lowered until no match is longer than ``max_length`` —
+    the converter ignores ``maxLength`` next to a pattern, and this enforces it in the grammar. Never wider
+    than the pattern. None when no bound fits (fixed parts already too long), when the fitting one would
+    leave no match of ``min_length``, or when it is shared by more than ``FIT_MAX_REPEATS`` repetitions."""
+    longest: dict[int, int] = {}
+    for repeat in range(bound, 0, -1):
+        rewritten = engine_pattern(pattern, bound=repeat)
+        if rewritten is None:
+            return None
+        longest[repeat] = pattern_max_chars(rewritten)
+        if longest[repeat] <= max_length:
+            shared = longest[repeat + 1] - longest[repeat] if repeat < bound else 0
+            return rewritten if longest[repeat] >= min_length and shared <= FIT_MAX_REPEATS else None
+    return None
+
+
 _LABEL = "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?"
 _HOST = f"({_LABEL}\\.){{0,3}}[a-z]([a-z0-9-]{{0,20}}[a-z0-9])?"
 _OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
