@@ -14,10 +14,16 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from hypothesis import HealthCheck, settings
 
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, locate_engine
 from tiankong.gateway import GatewayState, create_app
 from tiankong.models import DEFAULT_MODEL, TEST_MODEL, model_path
+
+# hypothesis' too_slow health check is a wall-clock limit in disguise: on shared cores (an engine busy beside the
+# tests) drawing from a regex can take seconds. Property tests keep their example counts; no timing decides them.
+settings.register_profile("tiankong", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tiankong")
 
 HERE = Path(__file__).parent
 FAKE_SERVER = HERE / "helpers" / "fake_server.py"
