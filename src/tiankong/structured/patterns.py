@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from typing import Any
 
 REPEAT_BOUND = 32
 #: a character that can stand unescaped inside a JSON string (also excludes newlines, like ``.``)
@@ -347,6 +348,13 @@ def fit_pattern(pattern: str, *, bound: int, max_length: int, min_length: int = 
             return rewritten if longest[repeat] >= min_length and shared <= FIT_MAX_REPEATS else None
     return None
 
+
+def fit_node_pattern(node: dict[str, Any], repeat: int = REPEAT_BOUND) -> str | None:
+    """A schema node's pattern with repetitions bounded so that it also enforces the node's ``maxLength``."""
+    top, low = node.get("maxLength"), node.get("minLength", 0)
+    if not isinstance(top, int) or not isinstance(low, int) or not isinstance(node.get("pattern"), str):
+        return None
+    return fit_pattern(node["pattern"], bound=repeat, max_length=top, min_length=low)
 
 _LABEL = "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?"
 _HOST = f"({_LABEL}\\.){{0,3}}[a-z]([a-z0-9-]{{0,20}}[a-z0-9])?"

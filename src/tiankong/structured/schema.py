@@ -35,7 +35,7 @@ from ..errors import InvalidSchema, SchemaNotSupported
 from .combinators import MISSING as _MISSING
 from .combinators import drop_recursive_alternatives, flatten, name_root_refs
 from .combinators import resolve_ref as _resolve
-from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, fit_pattern, pattern_chars
+from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, fit_node_pattern, pattern_chars
 
 ENFORCED = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
@@ -137,7 +137,7 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
         elif key == "pattern" and isinstance(value, str):
             _check_pattern(value, here, fatal, unenforced)
         elif key in ("minLength", "maxLength") and "pattern" in node:
-            if engine_pattern(str(node["pattern"])) is not None and (key == "minLength" or not _fitted(node)):
+            if engine_pattern(str(node["pattern"])) is not None and (key == "minLength" or not fit_node_pattern(node)):
                 unenforced.append(f"{here} ({key} next to a pattern)")
         elif key == "format" and value not in GRAMMAR_FORMATS:
             if value in CHECKED_FORMATS and (value not in FORMAT_PATTERNS or "pattern" in node):
@@ -230,7 +230,7 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
     if node.get("format") in FORMAT_PATTERNS and "pattern" not in node:
         node["pattern"] = FORMAT_PATTERNS[node["format"]]  # the converter ignores these formats
     if isinstance(node.get("pattern"), str):
-        rewritten = _fitted(node, repeat) or engine_pattern(node["pattern"], bound=repeat)
+        rewritten = fit_node_pattern(node, repeat) or engine_pattern(node["pattern"], bound=repeat)
         if rewritten is None:
             del node["pattern"]  # left to validation; the string is bounded by length instead
         else:
@@ -250,14 +250,6 @@ def _bound(node: Any, root: dict[str, Any], limits: tuple[int, int, int]) -> Non
                 _bound(sub, root, limits)
         elif key in SUBSCHEMA_LISTS or key in SUBSCHEMA_ONE:
             _bound(value, root, limits)
-
-
-def _fitted(node: dict[str, Any], repeat: int = REPEAT_BOUND) -> str | None:
-    """The node's pattern with repetitions bounded so that it also enforces the node's ``maxLength``."""
-    top, low = node.get("maxLength"), node.get("minLength", 0)
-    if not isinstance(top, int) or not isinstance(low, int) or not isinstance(node.get("pattern"), str):
-        return None
-    return fit_pattern(node["pattern"], bound=repeat, max_length=top, min_length=low)
 
 
 def _prune_alternatives(node: dict[str, Any]) -> None:
