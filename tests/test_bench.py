@@ -225,24 +225,22 @@ class _Unauthorized(_NotOpenAI):
         self.wfile.write(page)
 
 
-def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
-    with serve_handler(handler) as url:
+@pytest.fixture
+def not_openai() -> Iterator[str]:
+    with serve_handler(_NotOpenAI) as url:
         yield url
 
 
 @pytest.fixture
-def not_openai() -> Iterator[str]:
-    yield from _serve(_NotOpenAI)
-
-
-@pytest.fixture
 def html_models() -> Iterator[str]:
-    yield from _serve(_HtmlModels)
+    with serve_handler(_HtmlModels) as url:
+        yield url
 
 
 @pytest.fixture
 def needs_key() -> Iterator[str]:
-    yield from _serve(_Unauthorized)
+    with serve_handler(_Unauthorized) as url:
+        yield url
 
 
 def test_url_that_is_not_an_openai_server(not_openai: str, html_models: str, needs_key: str, tmp_path: Path) -> None:

@@ -337,15 +337,16 @@ def fit_pattern(pattern: str, *, bound: int, max_length: int, min_length: int = 
     the converter ignores ``maxLength`` next to a pattern, and this enforces it in the grammar. Never wider
     than the pattern. None when no bound fits (fixed parts already too long), when the fitting one would
     leave no match of ``min_length``, or when it is shared by more than ``FIT_MAX_REPEATS`` repetitions."""
-    longest: dict[int, int] = {}
+    previous: int | None = None  # the longest match one bound higher
     for repeat in range(bound, 0, -1):
         rewritten = engine_pattern(pattern, bound=repeat)
         if rewritten is None:
             return None
-        longest[repeat] = pattern_max_chars(rewritten)
-        if longest[repeat] <= max_length:
-            shared = longest[repeat + 1] - longest[repeat] if repeat < bound else 0
-            return rewritten if longest[repeat] >= min_length and shared <= FIT_MAX_REPEATS else None
+        longest = pattern_max_chars(rewritten)
+        if longest <= max_length:
+            shared = 0 if previous is None else previous - longest
+            return rewritten if longest >= min_length and shared <= FIT_MAX_REPEATS else None
+        previous = longest
     return None
 
 
