@@ -21,6 +21,9 @@ from ..models import resolve_installed
 from .job import BatchJob
 from .tasks import MeteredClient
 
+#: the client of an engine-free job: its tasks make no engine calls (a closed port, never contacted)
+NO_ENGINE_URL = "http://127.0.0.1:9"
+
 
 def start_managed(job: BatchJob) -> EngineProcess:
     """Start the job's model on a fixed free port (restarts keep the URL)."""
@@ -30,22 +33,32 @@ def start_managed(job: BatchJob) -> EngineProcess:
     ctx = job.slot_ctx
     if ctx % slots:
         raise ConfigError(f"ctx {ctx} is not divisible by slots {slots}", hint="pick ctx = slots × per-slot ctx")
-    config = EngineConfig(model=Path(record.path), ctx=ctx, slots=slots, alias=record.name, port=free_port())
+    embeddings = job.decider_engine()[1]
+    config = EngineConfig(model=Path(record.path), ctx=ctx, slots=slots, alias=record.name, port=free_port(),
+                          embeddings=embeddings, pooling="none")
     return EngineProcess(config, job.llama_server).start()
 
 
 class EnginePool:
     """Clients for the job's servers, least-busy selection, and the managed engine (if any)."""
 
-    def __init__(self, clients: list[MeteredClient], engine: EngineProcess | None = None) -> None:
+    def __init__(self, clients: list[MeteredClient], engine: EngineProcess | None = None,
+                 engine_free: bool = False) -> None:
         self.clients = clients
         self.engine = engine
+        self.engine_free = engine_free
         self.inflight = [0] * len(clients)
 
     @classmethod
     async def open(cls, job: BatchJob) -> EnginePool:
         engine = None
         urls = list(job.url)
+        needs_engine, _, base_model = job.decider_engine()
+        if not job.model and not urls and not os.environ.get("TIANKONG_URL"):
+            if not needs_engine:  # an engine-free decider (tf-idf): no call ever reaches this placeholder
+                return cls([MeteredClient(NO_ENGINE_URL, timeout_s=job.timeout_s)], None, engine_free=True)
+            if base_model:  # a decider runs on the model it was tuned on
+                job = job.model_copy(update={"model": base_model})
         if job.model:
             engine = await asyncio.to_thread(start_managed, job)
             urls = [engine.url]
@@ -61,6 +74,8 @@ class EnginePool:
         """Total parallel slots of all servers (``/props`` ``total_slots``; 1 for a server that does not say)."""
         if self.engine is not None:
             return self.engine.config.slots
+        if self.engine_free:
+            return 4
         counts = await asyncio.gather(*(self._slots(client) for client in self.clients))
         return sum(counts)
 

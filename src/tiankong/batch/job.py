@@ -31,11 +31,12 @@ class BatchJob(BaseModel):
     # --- task ---
     task: Task | None = None
     labels: list[str] | None = None
+    decider: str | None = None
     descriptions: dict[str, str] | None = None
     examples: list[dict[str, Any]] | None = None
     multi_label: bool = False
     threshold: float = 0.5
-    calibrate: bool = False
+    calibrate: bool | None = None
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
     instructions: str | None = None
     words: int = 80
@@ -72,13 +73,25 @@ class BatchJob(BaseModel):
             raise ValueError("give either model (a managed engine) or url (running servers), not both")
         if self.format not in ("auto", "openai") and self.task is None:
             raise ValueError("no task: set task (classify, extract, summarize, tag, redact, rewrite or chat)")
-        if self.task == "classify" and (not self.labels or len(set(self.labels)) < 2):
-            raise ValueError("task classify needs at least two distinct labels (labels = [\"a\", \"b\"])")
+        if self.task == "classify" and not self.decider and (not self.labels or len(set(self.labels)) < 2):
+            raise ValueError("task classify needs at least two distinct labels (labels = [\"a\", \"b\"]) "
+                             "or a decider (decider = \"NAME\")")
         if self.task == "extract" and not self.json_schema:
             raise ValueError("task extract needs a schema (schema = {...} or --schema FILE)")
         if self.task == "chat":
             template_fields(self.template)
         return self
+
+    def decider_engine(self) -> tuple[bool, bool, str | None]:
+        """For a classify job with a decider: (needs an engine, needs embeddings, the decider's base model)."""
+        if self.task != "classify" or not self.decider:
+            return True, False, None
+        from ..deciders import load_decider
+        from ..deciders.methods import needs_embeddings, needs_engine
+
+        found = load_decider(self.decider)
+        return (needs_engine(found.method, found.state), needs_embeddings(found.method, found.state),
+                (found.base_model or {}).get("name"))
 
     def check_task(self, fmt: str) -> None:
         """Once the input format is known: every format but OpenAI batch files needs a task."""

@@ -213,6 +213,8 @@ class _Batch:
         else:
             record = {"id": item.id, "task": self.job.task, "result": result, "usage": meter.to_json(),
                       "latency_s": round(latency, 4)}
+            if self.job.task == "classify" and isinstance(result, dict):  # the decision at the top level too
+                record.update(label=result.get("label"), scores=result.get("scores"))
         self.out.add(record)
         self.done.add(item.key)
         stats = self.stats

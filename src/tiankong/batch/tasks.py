@@ -80,7 +80,8 @@ async def run_task(client: AsyncClient, job: BatchJob, data: dict[str, Any]) -> 
         return await _chat(client, job, data)
     text = field_text(data, job.text_field)
     if job.task == "classify":
-        assert job.labels is not None
+        if job.decider:
+            return (await client.classify(text, job.labels, decider=job.decider)).to_json()
         return (await client.classify(text, job.labels, descriptions=job.descriptions, examples=job.examples,
                                       instructions=job.instructions, multi_label=job.multi_label,
                                       threshold=job.threshold, calibrate=job.calibrate)).to_json()

@@ -50,7 +50,17 @@ def main(ctx: click.Context, verbose: bool) -> None:
 
 
 def _register() -> None:
-    from . import batch_cmds, bench_cmds, engine_cmds, models_cmds, plan_cmds, run_cmds, structured_cmds, task_cmds
+    from . import (
+        batch_cmds,
+        bench_cmds,
+        decider_cmds,
+        engine_cmds,
+        models_cmds,
+        plan_cmds,
+        run_cmds,
+        structured_cmds,
+        task_cmds,
+    )
     from .eval_cmds import eval_group
     from .lora_cmds import lora
     from .rpc_cmds import rpc_worker
@@ -63,6 +73,8 @@ def _register() -> None:
     main.add_command(eval_group)
     main.add_command(bench_cmds.bench)
     main.add_command(lora)
+    main.add_command(decider_cmds.tune)
+    main.add_command(decider_cmds.deciders)
     for command in (run_cmds.serve, run_cmds.chat, run_cmds.run, run_cmds.doctor, structured_cmds.extract):
         main.add_command(command)
     for command in task_cmds.COMMANDS:

@@ -28,6 +28,7 @@ def batch() -> None:
 @click.option("--task", type=click.Choice(["classify", "extract", "summarize", "tag", "redact", "rewrite", "chat"]),
               default=None)
 @click.option("--labels", default=None, help="classify: comma-separated labels, e.g. billing,bug,other.")
+@click.option("--decider", default=None, help="classify: answer with this tuned decider (`tiankong deciders list`).")
 @click.option("--multi-label", is_flag=True, default=None, help="classify: every label with P(yes) ≥ threshold.")
 @click.option("--schema", "schema_file", default=None, help="extract/tag: JSON Schema file.")
 @click.option("--instructions", default=None, help="classify/extract: extra instructions.")

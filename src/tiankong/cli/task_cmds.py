@@ -65,8 +65,20 @@ def read_json(path: str) -> Any:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from None
 
 
-def client_for(model: str | None, url: str | None, llama_server: str | None) -> Client:
-    return _client(model, url, llama_server)
+def client_for(model: str | None, url: str | None, llama_server: str | None,
+               embeddings: bool = False) -> Client:
+    return _client(model, url, llama_server, embeddings=embeddings)
+
+
+def decider_engine(ref: str | None, model: str | None) -> tuple[bool, str | None]:
+    """(embeddings needed, model to start): a decider runs on the model it was tuned on unless told otherwise."""
+    if not ref:
+        return False, model
+    from ..deciders import load_decider
+    from ..deciders.methods import needs_embeddings
+
+    found = load_decider(ref)
+    return needs_embeddings(found.method, found.state), model or (found.base_model or {}).get("name")
 
 
 def render(result: Any, as_json: bool, line: Callable[[Any], str]) -> None:
@@ -82,24 +94,36 @@ def _scores(scores: dict[str, float]) -> str:
 
 @click.command()
 @click.argument("text", required=False)
-@click.option("-l", "--label", "labels", multiple=True, required=True, help="A label (repeat).")
+@click.option("--labels", "label_list", default=None, help="Comma-separated labels, e.g. spam,ham.")
+@click.option("-l", "--label", "labels", multiple=True, help="A label (repeat; or use --labels a,b).")
+@click.option("--decider", default=None, help="Answer with this tuned decider (`tiankong deciders list`).")
 @click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Describe a label (repeat).")
 @click.option("--examples", "examples_file", default=None, help="JSON file: [{text, label}, …] few-shot examples.")
 @click.option("--multi-label", is_flag=True, help="Every label with P(yes) ≥ --threshold.")
-@click.option("--threshold", type=float, default=0.5, show_default=True)
-@click.option("--calibrate", is_flag=True, help="Contextual calibration against a content-free input.")
+@click.option("--threshold", type=float, default=None,
+              help="Multi-label: P(yes) needed (default 0.5); --decider: abstain below this confidence.")
+@click.option("--calibrate/--no-calibrate", default=None,
+              help="Contextual calibration (default: on when there are no examples).")
 @task_options
-def classify(text: str | None, labels: tuple[str, ...], describe: tuple[str, ...], examples_file: str | None,
-             multi_label: bool, threshold: float, calibrate: bool, model: str | None, url: str | None,
-             llama_server: str | None, as_json: bool) -> None:
+def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], decider: str | None,
+             describe: tuple[str, ...], examples_file: str | None, multi_label: bool, threshold: float | None,
+             calibrate: bool | None, model: str | None, url: str | None, llama_server: str | None,
+             as_json: bool) -> None:
     """Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities."""
+    names = [*labels, *(x.strip() for x in (label_list or "").split(",") if x.strip())]
+    if not names and not decider:
+        raise click.UsageError("give --labels a,b (or -l a -l b), or --decider NAME")
     descriptions = dict(d.split("=", 1) for d in describe if "=" in d) or None
     examples = read_json(examples_file) if examples_file else None
     body = read_text(text)
-    with client_for(model, url, llama_server) as client:
-        result = client.classify(body, list(labels), descriptions=descriptions, examples=examples,
-                                 multi_label=multi_label, threshold=threshold, calibrate=calibrate)
-    render(result, as_json, lambda r: f"{','.join(r.labels)}\t{_scores(r.scores)}")
+    embeddings, model = decider_engine(decider, model)
+    with client_for(model, url, llama_server, embeddings=embeddings) as client:
+        result = client.classify(body, names or None, decider=decider, descriptions=descriptions,
+                                 examples=examples, multi_label=multi_label, threshold=threshold,
+                                 calibrate=calibrate)
+    if result.warning:
+        click.echo(f"warning: {result.warning}", err=True)
+    render(result, as_json, lambda r: f"{','.join(r.labels) or '(abstain)'}\t{_scores(r.scores)}")
 
 
 @click.command()

@@ -30,6 +30,7 @@ class AsyncBaseClient:
         llama_server: str | None = None,
         max_connections: int = 64,
         adapters: list[str] | None = None,
+        embeddings: bool = False,
     ) -> None:
         self.engine: EngineProcess | None = None
         self.url = S.base_url(url)
@@ -39,7 +40,8 @@ class AsyncBaseClient:
             raise ConfigError("adapters= loads LoRA adapters into an embedded engine (model=… without url)",
                               hint="start that server with the adapters (engine config lora = [...])")
         self.model = model
-        self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server, "adapters": adapters}
+        self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server, "adapters": adapters,
+                             "embeddings": embeddings}
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout_s = timeout_s
         self._limits = S.http_limits(max_connections)

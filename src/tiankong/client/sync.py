@@ -33,6 +33,7 @@ class BaseClient:
         slots: int = 2,
         llama_server: str | None = None,
         adapters: list[str] | None = None,
+        embeddings: bool = False,
     ) -> None:
         self.engine: EngineProcess | None = None
         resolved = S.base_url(url)
@@ -42,7 +43,8 @@ class BaseClient:
         if resolved is None:
             if not model:
                 raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
-            self.engine = start_embedded(model, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters)
+            self.engine = start_embedded(model, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
+                                         embeddings=embeddings)
             resolved = self.engine.url
         self.url = resolved
         self.model = model

@@ -100,10 +100,14 @@ class EngineConfig:
     alias: str | None = None
     metrics: bool = True
     embeddings: bool = False
+    #: with ``embeddings``: how llama-server pools (``none``: every token's vector, pooled by the caller)
+    pooling: str = "mean"
     extra_args: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         _check_positive("ctx", self.ctx, minimum=64)
+        if self.pooling not in ("mean", "last", "cls", "none"):
+            raise FlagError(f"unknown pooling {self.pooling!r}", hint="use mean, last, cls or none")
         _check_positive("slots", self.slots)
         _check_positive("threads", self.threads)
         if self.cache_ram_mib < 0:
@@ -222,7 +226,7 @@ class EngineConfig:
         if self.metrics:
             argv.append("--metrics")
         if self.embeddings:
-            argv += ["--embeddings", "--pooling", "mean"]
+            argv += ["--embeddings", "--pooling", self.pooling]
         argv += self._spec_argv()
         for adapter in self.lora:  # scale 0: a request without "lora" runs the base model (see _validate_lora)
             argv += ["--lora-scaled", f"{adapter}:0"]

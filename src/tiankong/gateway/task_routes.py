@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..api import AsyncClient
 from ..errors import ConfigError
@@ -23,13 +23,24 @@ class _Body(BaseModel):
 
 class ClassifyBody(_Body):
     text: str
-    labels: list[str] = Field(max_length=256)
+    labels: list[str] | None = Field(None, max_length=256)
+    decider: str | None = Field(None, max_length=200)
     descriptions: dict[str, str] | None = None
-    examples: list[dict[str, Any]] | None = None
+    examples: list[dict[str, Any]] | None = Field(None, max_length=64)
     instructions: str | None = None
     multi_label: bool = False
-    threshold: float = 0.5
-    calibrate: bool = False
+    threshold: float | None = Field(None, ge=0.0, le=1.0)
+    calibrate: bool | None = None
+
+    @model_validator(mode="after")
+    def _labels_or_decider(self) -> ClassifyBody:
+        if self.labels is None and self.decider is None:
+            raise ValueError("give labels (at least two) or a decider (see `tiankong deciders list`)")
+        if self.decider is not None and (self.examples or self.descriptions or self.multi_label
+                                         or self.calibrate is not None or self.instructions):
+            raise ValueError("a decider answers on its own: examples, descriptions, instructions, multi_label and "
+                             "calibrate apply to prompting only (leave them out, or leave out decider)")
+        return self
 
 
 class RouteBody(_Body):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..deciders.registry import Decider
+from ..deciders.runtime import scores_flow
 from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow, choose_flow
@@ -31,14 +33,30 @@ class Classification:
     multi_label: bool = False
     calibrated: bool = False
     prior: dict[str, float] = field(default_factory=dict)
+    #: the decider that answered (``name@version``) and its method; None: zero-/few-shot prompting
+    decider: str | None = None
+    method: str | None = None
+    #: below the caller's threshold: no label is given (``labels`` is empty)
+    abstained: bool = False
+    #: set when the answer is likely unreliable (e.g. a skewed zero-shot prior) and what to do about it
+    warning: str | None = None
 
     @property
     def confidence(self) -> float:
         return self.scores[self.label]
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "labels": self.labels, "scores": self.scores, "margin": self.margin,
-                "confidence": self.confidence, "multi_label": self.multi_label, "calibrated": self.calibrated}
+        data: dict[str, Any] = {"label": self.label, "labels": self.labels, "scores": self.scores,
+                                "margin": self.margin, "confidence": self.confidence, "multi_label": self.multi_label,
+                                "calibrated": self.calibrated}
+        if self.prior:
+            data["prior"] = self.prior
+        for key in ("decider", "method", "warning"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.abstained:
+            data["abstained"] = True
+        return data
 
 
 def require_text(text: Any, what: str = "text") -> str:
@@ -52,6 +70,14 @@ def check_labels(labels: Any) -> list[str]:
     if len(names) < 2 or len(set(names)) != len(names) or not all(n.strip() for n in names):
         raise ConfigError("labels must be at least two distinct, non-empty strings", hint='e.g. ["spam", "ham"]')
     return names
+
+
+def decider_labels(own: list[str], given: list[str] | None, ref: str) -> list[str]:
+    """A decider brings its labels; labels given as well must be the same set."""
+    if given and sorted(map(str, given)) != sorted(own):
+        raise ConfigError(f"decider {ref} decides between {own}, not {list(given)}",
+                          hint="leave labels out when you pass a decider")
+    return own
 
 
 def check_examples(examples: Any, labels: list[str]) -> list[tuple[str, str]]:
@@ -105,8 +131,12 @@ def yes_probability(messages: list[dict[str, Any]]) -> Flow[float]:
 
 def classify_flow(text: str, labels: list[str], *, descriptions: dict[str, str] | None = None,
                   examples: list[dict[str, Any]] | None = None, instructions: str | None = None,
-                  multi_label: bool = False, threshold: float = 0.5, calibrate: bool = False) -> Flow[Classification]:
+                  multi_label: bool = False, threshold: float = 0.5,
+                  calibrate: bool | None = None) -> Flow[Classification]:
+    """Zero-/few-shot label probabilities. ``calibrate=None`` calibrates when there are no examples."""
     text, names = require_text(text), check_labels(labels)
+    if calibrate is None:
+        calibrate = not examples and not multi_label
     desc, shots = check_descriptions(descriptions, names), check_examples(examples, names)
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError("threshold must be between 0 and 1")
@@ -126,7 +156,27 @@ def classify_flow(text: str, labels: list[str], *, descriptions: dict[str, str] 
         scores = _calibrate(scores, prior)
     ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
     margin = ranked[0][1] - ranked[1][1]
-    return Classification(ranked[0][0], [ranked[0][0]], dict(ranked), margin, False, calibrate, prior)
+    return Classification(ranked[0][0], [ranked[0][0]], dict(ranked), margin, False, calibrate, prior,
+                          warning=prior_warning(prior) if not shots else None)
+
+
+#: total-variation distance of the content-free prior from uniform above which zero-shot is flagged
+SKEW = 0.2
+
+
+def prior_warning(prior: dict[str, float]) -> str | None:
+    """A warning when the model leans towards some labels whatever the text (zero-shot near chance)."""
+    if not prior:
+        return ("zero-shot without calibration: small models are often near chance here; "
+                "label ~20 examples per label and run `tiankong tune classify --data FILE --name NAME`")
+    uniform = 1.0 / len(prior)
+    skew = 0.5 * sum(abs(p - uniform) for p in prior.values())
+    if skew <= SKEW:
+        return None
+    top = max(prior, key=lambda k: prior[k])
+    return (f"the model's content-free prior is skewed towards {top!r} (P={prior[top]:.2f}); zero-shot labels "
+            "may be near chance even after calibration: label ~20 examples per label and run "
+            "`tiankong tune classify --data FILE --name NAME`, then classify with --decider NAME")
 
 
 def _calibrate(scores: dict[str, float], prior: dict[str, float]) -> dict[str, float]:
@@ -140,3 +190,18 @@ def _multi(scores: dict[str, float], threshold: float) -> Classification:
     chosen = [label for label, p in ranked if p >= threshold]
     margin = ranked[0][1] - ranked[1][1]
     return Classification(ranked[0][0], chosen, dict(ranked), margin, True)
+
+
+def decide_flow(decider: Decider, text: str, *, threshold: float | None = None) -> Flow[Classification]:
+    """The decider's label for ``text`` with calibrated probabilities of every label; below ``threshold``
+    the answer abstains (``labels == []``, ``abstained=True``)."""
+    require_text(text)
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ConfigError("threshold must be between 0 and 1")
+    rows = yield from scores_flow(decider, [text])
+    scores = {label: round(float(p), 6) for label, p in zip(decider.labels, rows[0], strict=True)}
+    ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
+    best, margin = ranked[0][0], ranked[0][1] - ranked[1][1]
+    abstained = threshold is not None and ranked[0][1] < threshold
+    return Classification(best, [] if abstained else [best], dict(ranked), margin, False, True,
+                          decider=decider.ref, method=decider.method, abstained=abstained)

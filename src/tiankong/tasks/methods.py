@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client import AsyncBaseClient, BaseClient
+from ..deciders.registry import load_decider
 from ..structured.drivers import run_async, run_sync
 from ..structured.flow import Flow, Structured
-from .classify import Classification, classify_flow
+from .classify import Classification, classify_flow, decide_flow, decider_labels
 from .compress import Compression, Summary, compress_flow, summarize_flow
 from .guard import GuardVerdict, guard_flow
 from .redact import Redaction, redact_flow
@@ -42,13 +43,19 @@ class TaskMethods:
     def _run(self, flow: Flow[T]) -> T:
         return run_sync(flow, self._request)
 
-    def classify(self, text: str, labels: list[str], *, descriptions: dict[str, str] | None = None,
-                 examples: list[dict[str, Any]] | None = None, instructions: str | None = None,
-                 multi_label: bool = False, threshold: float = 0.5, calibrate: bool = False) -> Classification:
-        """Label(s) for ``text`` with the probability of every label."""
-        return self._run(classify_flow(text, labels, descriptions=descriptions, examples=examples,
-                                       instructions=instructions, multi_label=multi_label, threshold=threshold,
-                                       calibrate=calibrate))
+    def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
+                 descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,
+                 instructions: str | None = None, multi_label: bool = False, threshold: float | None = None,
+                 calibrate: bool | None = None) -> Classification:
+        """Label(s) for ``text`` with the probability of every label; ``decider=NAME`` answers with a tuned
+        decider (``tiankong tune``), whose labels it uses; ``threshold`` is then an abstain threshold."""
+        if decider is not None:
+            found = load_decider(decider)
+            decider_labels(found.labels, labels, found.ref)
+            return self._run(decide_flow(found, text, threshold=threshold))
+        return self._run(classify_flow(text, labels or [], descriptions=descriptions, examples=examples,
+                                       instructions=instructions, multi_label=multi_label,
+                                       threshold=0.5 if threshold is None else threshold, calibrate=calibrate))
 
     def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
               redline: bool = True, escalate_target: str = "upstream",
@@ -115,12 +122,18 @@ class AsyncTaskMethods:
     async def _run(self, flow: Flow[T]) -> T:
         return await run_async(flow, self._request)
 
-    async def classify(self, text: str, labels: list[str], *, descriptions: dict[str, str] | None = None,
-                       examples: list[dict[str, Any]] | None = None, instructions: str | None = None,
-                       multi_label: bool = False, threshold: float = 0.5, calibrate: bool = False) -> Classification:
-        return await self._run(classify_flow(text, labels, descriptions=descriptions,
-                                             examples=examples, instructions=instructions,
-                                             multi_label=multi_label, threshold=threshold, calibrate=calibrate))
+    async def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
+                       descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,
+                       instructions: str | None = None, multi_label: bool = False, threshold: float | None = None,
+                       calibrate: bool | None = None) -> Classification:
+        if decider is not None:
+            found = load_decider(decider)
+            decider_labels(found.labels, labels, found.ref)
+            return await self._run(decide_flow(found, text, threshold=threshold))
+        return await self._run(classify_flow(text, labels or [], descriptions=descriptions, examples=examples,
+                                             instructions=instructions, multi_label=multi_label,
+                                             threshold=0.5 if threshold is None else threshold,
+                                             calibrate=calibrate))
 
     async def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
                     redline: bool = True, escalate_target: str = "upstream",

@@ -1,0 +1,98 @@
+"""``tiankong tune classify`` and ``tiankong deciders list|show|rm``."""
+
+from __future__ import annotations
+
+import click
+
+from ..deciders import list_deciders, load_decider, remove_decider, tune_classify
+from . import emit_json
+
+
+@click.group()
+def tune() -> None:
+    """Learn a decision from labelled examples (cross-validated; the best method is registered)."""
+
+
+@tune.command("classify")
+@click.option("--data", "data", required=True, help="Labelled examples: JSONL or CSV with text,label (≥ 10 per label).")
+@click.option("--name", required=True, help="Register the decider under this name (a new version each time).")
+@click.option("--model", default=None, help="Tune on this model (an engine is started with embeddings on).")
+@click.option("--url", default=None, help="Use a running llama-server started with --embeddings --pooling none.")
+@click.option("--labels", default=None, help="Comma-separated labels the data must use (default: those found).")
+@click.option("--methods", default=None, help="Comma-separated methods (default: all): tfidf, probe-mean, "
+              "probe-last, zeroshot, fewshot, stack.")
+@click.option("--folds", type=int, default=5, show_default=True, help="Stratified cross-validation folds.")
+@click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Words for a label in prompts (repeat).")
+@click.option("--no-engine", is_flag=True, help="Score only methods that need no engine (tfidf).")
+@click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")
+@click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the CV report as JSON.")
+def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, labels: str | None,
+                      methods: str | None, folds: int, describe: tuple[str, ...], no_engine: bool, dry_run: bool,
+                      llama_server: str | None, as_json: bool) -> None:
+    """Tune a classify decider from labelled examples and print the CV table."""
+    from ..models import DEFAULT_MODEL
+
+    chosen_model = None if (no_engine or url) else (model or DEFAULT_MODEL)
+    report = tune_classify(data, name=name, model=chosen_model, url=None if no_engine else url,
+                           labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
+                           methods=[x.strip() for x in methods.split(",") if x.strip()] if methods else None,
+                           folds=folds, descriptions=dict(d.split("=", 1) for d in describe if "=" in d) or None,
+                           save=not dry_run, llama_server=llama_server)
+    if as_json:
+        emit_json(report.to_json())
+        return
+    click.echo(report.table())
+    if report.decider is not None and not dry_run:
+        click.echo(f"registered decider {report.decider.ref} ({report.chosen}); "
+                   f"use it: tiankong classify --decider {report.name} TEXT")
+
+
+@click.group()
+def deciders() -> None:
+    """Registered deciders (made by `tiankong tune`) and the built-in ones."""
+
+
+@deciders.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def list_cmd(as_json: bool) -> None:
+    """Name, labels, method and CV accuracy of every decider."""
+    found = [d.summary() for d in list_deciders()]
+    if as_json:
+        emit_json(found)
+        return
+    for row in found:
+        accuracy = "-" if row["cv_accuracy"] is None else f"{row['cv_accuracy']:.3f}"
+        click.echo(f"{row['name']}@{row['version']}\t{row['method']}\t{accuracy}\t{','.join(row['labels'])}\t"
+                   f"{row['base_model'] or '(no engine)'}\t{row['source']}")
+
+
+@deciders.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def show_cmd(name: str, as_json: bool) -> None:
+    """A decider's record: method, labels, base model, examples, CV results (not its weights)."""
+    found = load_decider(name)
+    data = {k: v for k, v in found.to_json().items() if k != "state"} | {"source": found.source}
+    if as_json:
+        emit_json(data)
+        return
+    summary = found.summary()
+    click.echo(f"{found.ref}: {found.method} over {', '.join(found.labels)} (source {found.source})")
+    click.echo(f"base model: {summary['base_model'] or '(none: runs without an engine)'}")
+    click.echo(f"examples: {found.examples.get('n')} (sha256 {str(found.examples.get('sha256', ''))[:12]}…)")
+    for row in found.cv.get("results", []):
+        click.echo(f"  {row['method']:<11} {row['size']:>5} acc {row['accuracy']:.3f}  F1 {row['macro_f1']:.3f}  "
+                   f"ECE {row['ece']:.3f}")
+
+
+@deciders.command("rm")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def rm_cmd(name: str, as_json: bool) -> None:
+    """Remove every registered version of NAME."""
+    removed = remove_decider(name)
+    if as_json:
+        emit_json({"name": name, "removed": [str(p) for p in removed]})
+    else:
+        click.echo(f"removed {name} ({len(removed)} version(s))")

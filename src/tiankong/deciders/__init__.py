@@ -1,0 +1,69 @@
+"""Deciders: label decisions learnt from the user's examples, cross-validated, calibrated, versioned.
+
+``tune_classify("emails.jsonl", name="spam", model="qwen2.5-coder-0.5b-instruct:q4_k_m")`` scores every
+candidate method by stratified k-fold CV, keeps the best by a stated rule and registers it; afterwards
+``Client.classify(text, decider="spam")``, ``tiankong classify --decider spam``, ``POST /v1/tasks/classify
+{"text", "decider"}`` and ``tiankong batch run --decider spam`` all answer with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .data import MIN_PER_LABEL, Examples, ExamplesError, check_examples, load_examples
+from .features import DeciderEngineError, engine_model_flow
+from .registry import (
+    Decider,
+    DeciderNotFound,
+    InvalidDecider,
+    list_deciders,
+    load_decider,
+    remove_decider,
+    save_decider,
+)
+from .runtime import DeciderModelMismatch, scores_flow
+from .tune import DEFAULT_METHODS, MethodScore, TuneReport, tune
+
+__all__ = [
+    "DEFAULT_METHODS", "MIN_PER_LABEL", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
+    "Examples", "ExamplesError", "InvalidDecider", "MethodScore", "TuneReport", "check_examples",
+    "list_deciders", "load_decider", "load_examples", "remove_decider", "save_decider", "scores_flow", "tune",
+    "tune_classify",
+]
+
+
+def tune_classify(data: str | Path, *, name: str, model: str | None = None, url: str | None = None,
+                  labels: Sequence[str] | None = None, methods: Sequence[str] | None = None, folds: int = 5,
+                  descriptions: dict[str, str] | None = None, save: bool = True,
+                  llama_server: str | None = None) -> TuneReport:
+    """Tune a classify decider from a JSONL/CSV file and register it (the ``tiankong tune classify`` verb).
+
+    With ``model`` an engine is started for it (embeddings on); with ``url`` a running llama-server started
+    with ``--embeddings --pooling none`` is used; with neither only engine-free methods are scored.
+    """
+    from ..api import Client
+
+    examples = load_examples(data, labels=labels)
+    if model is None and url is None:
+        report = tune(examples, name=name, methods_wanted=methods, folds=folds, descriptions=descriptions)
+    else:
+        with Client(url, model=model, llama_server=llama_server, slots=2, ctx=8192, embeddings=True) as client:
+            base = _base_model(client, model)
+            report = tune(examples, name=name, run=client._run, base_model=base, methods_wanted=methods,
+                          folds=folds, descriptions=descriptions)
+    if save and report.decider is not None:
+        save_decider(report.decider)
+    return report
+
+
+def _base_model(client: Any, model: str | None) -> dict[str, str]:
+    from ..models.registry import installed_models
+
+    path, sha = client._run(engine_model_flow())
+    if sha is None:
+        raise DeciderEngineError(f"the engine's model file {path!r} is not on this machine, so it cannot be recorded",
+                                 hint="tune against an engine started here (--model NAME)")
+    known = {r.sha256: r.name for r in installed_models() if r.sha256}
+    return {"name": known.get(sha) or model or Path(path).name, "sha256": sha}

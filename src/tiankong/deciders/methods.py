@@ -1,0 +1,195 @@
+"""Decider methods: fit on features of labelled texts, predict label probabilities; state as plain JSON.
+
+scikit-learn does the fitting (TF-IDF, logistic regression, stacking's inner cross-validation). A fitted
+state is stored as JSON numbers and vocabularies, never as pickle: a decider file from someone else cannot
+run code when it is loaded. Prediction from that state is a few lines of numpy (a linear model's softmax).
+
+Methods (label order is the decider's ``labels``; every ``predict`` returns an ``(n, len(labels))`` array):
+
+* ``tfidf`` – word 1–2-grams plus character 2–4-grams (works for Chinese, which has no spaces), sublinear TF,
+  logistic regression. Needs no engine: the classical baseline, and a stacking feature.
+* ``probe-mean`` / ``probe-last`` – logistic regression on the engine's pooled embeddings (one forward pass).
+* ``zeroshot`` – the model's label probabilities for verbalised labels, divided by the probabilities it gives a
+  content-free input (contextual calibration); uses no examples at all.
+* ``stack`` – logistic regression over the out-of-fold log-probabilities of ``tfidf`` and a probe.
+* ``fewshot`` (scored in ``tune.py``) – the k most similar examples as earlier turns, then label probabilities.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+
+#: inverse regularisation strengths, chosen on the development corpora (docs/deciders.md), not on test data
+C_TEXT = 20.0
+C_PROBE = 4.0
+C_META = 1.0
+MAX_VOCABULARY = 30000
+_WORD = {"analyzer": "word", "ngram_range": (1, 2), "sublinear_tf": True, "min_df": 1,
+         "token_pattern": r"(?u)\b\w+\b", "lowercase": True}
+_CHAR = {"analyzer": "char_wb", "ngram_range": (2, 4), "sublinear_tf": True, "min_df": 1, "lowercase": True}
+
+LOCAL = ("tfidf",)
+POOLINGS = ("mean", "last")
+PROBES = ("probe-mean", "probe-last")
+ENGINE = (*PROBES, "zeroshot", "fewshot", "stack")
+
+
+@dataclass
+class FeatureSet:
+    """Per-text inputs: the texts, pooled embeddings (``pooling → (n, d)``), zero-shot probabilities."""
+
+    texts: list[str]
+    embeddings: dict[str, np.ndarray] = field(default_factory=dict)
+    zeroshot: np.ndarray | None = None
+
+    def take(self, rows: np.ndarray | list[int]) -> FeatureSet:
+        index = list(rows)
+        return FeatureSet([self.texts[i] for i in index], {k: v[index] for k, v in self.embeddings.items()},
+                          None if self.zeroshot is None else self.zeroshot[index])
+
+
+# --- linear models as JSON ----------------------------------------------------------------------------------
+
+def fit_linear(x: Any, y: np.ndarray, n_labels: int, c: float) -> dict[str, Any]:
+    model = LogisticRegression(C=c, max_iter=3000)
+    model.fit(x, y)
+    coef = np.zeros((n_labels, x.shape[1]))
+    intercept = np.zeros(n_labels)
+    if len(model.classes_) == 2 and n_labels >= 2:  # sklearn keeps one row for two classes: expand to two
+        a, b = (int(k) for k in model.classes_)
+        coef[b], intercept[b] = model.coef_[0], model.intercept_[0]
+        missing = [k for k in range(n_labels) if k not in (a, b)]
+    else:
+        for row, k in enumerate(model.classes_):
+            coef[int(k)], intercept[int(k)] = model.coef_[row], model.intercept_[row]
+        missing = [k for k in range(n_labels) if k not in set(int(c) for c in model.classes_)]
+    intercept[missing] = -1e4  # a label never seen in training is never predicted
+    return {"coef": coef.round(7).tolist(), "intercept": intercept.round(7).tolist()}
+
+
+def predict_linear(state: dict[str, Any], x: Any) -> np.ndarray:
+    coef = np.asarray(state["coef"], dtype=np.float64)
+    logits = np.asarray(x @ coef.T) + np.asarray(state["intercept"], dtype=np.float64)
+    logits -= logits.max(axis=1, keepdims=True)
+    weights = np.exp(logits)
+    return weights / weights.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
+# --- tf-idf -------------------------------------------------------------------------------------------------
+
+def _vectorizer_state(vectorizer: TfidfVectorizer) -> dict[str, Any]:
+    vocabulary = {str(k): int(v) for k, v in vectorizer.vocabulary_.items()}
+    return {"vocabulary": vocabulary, "idf": np.asarray(vectorizer.idf_).round(6).tolist()}
+
+
+def _vectorizer(params: dict[str, Any], state: dict[str, Any]) -> TfidfVectorizer:
+    vectorizer = TfidfVectorizer(vocabulary=state["vocabulary"], **params)
+    vectorizer.idf_ = np.asarray(state["idf"], dtype=np.float64)
+    return vectorizer
+
+
+def tfidf_matrix(state: dict[str, Any], texts: list[str]) -> Any:
+    return sp.hstack([_vectorizer(_WORD, state["word"]).transform(texts),
+                      _vectorizer(_CHAR, state["char"]).transform(texts)]).tocsr()
+
+
+def fit_tfidf(features: FeatureSet, y: np.ndarray, n_labels: int) -> dict[str, Any]:
+    word = TfidfVectorizer(max_features=MAX_VOCABULARY, **_WORD).fit(features.texts)
+    char = TfidfVectorizer(max_features=MAX_VOCABULARY, **_CHAR).fit(features.texts)
+    state: dict[str, Any] = {"word": _vectorizer_state(word), "char": _vectorizer_state(char)}
+    state["linear"] = fit_linear(tfidf_matrix(state, features.texts), y, n_labels, C_TEXT)
+    return state
+
+
+# --- the methods --------------------------------------------------------------------------------------------
+
+def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
+        prior: list[float] | None = None) -> dict[str, Any]:
+    """Fitted state of ``method`` on ``features`` with label indices ``y``."""
+    if method == "tfidf":
+        return fit_tfidf(features, y, n_labels)
+    if method in PROBES:
+        pooling = method.split("-", 1)[1]
+        return {"pooling": pooling, "linear": fit_linear(features.embeddings[pooling], y, n_labels, C_PROBE)}
+    if method == "zeroshot":
+        return {"prior": list(prior) if prior is not None else [1.0 / n_labels] * n_labels}
+    if method == "stack":
+        return _fit_stack(features, y, n_labels)
+    raise ValueError(f"unknown method {method!r}")
+
+
+def predict(method: str, state: dict[str, Any], features: FeatureSet) -> np.ndarray:
+    if method == "tfidf":
+        return predict_linear(state["linear"], tfidf_matrix(state, features.texts))
+    if method in PROBES:
+        return predict_linear(state["linear"], features.embeddings[state["pooling"]])
+    if method == "zeroshot":
+        assert features.zeroshot is not None
+        return calibrate(features.zeroshot, np.asarray(state["prior"]))
+    if method == "stack":
+        return predict_linear(state["meta"], _meta_features(state, features))
+    raise ValueError(f"unknown method {method!r}")
+
+
+def calibrate(probabilities: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    weights = probabilities / np.maximum(prior, 1e-6)
+    return weights / weights.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def stack_bases(features: FeatureSet) -> list[str]:
+    return ["tfidf", *(f"probe-{p}" for p in ("mean",) if p in features.embeddings)]
+
+
+def _meta_features(state: dict[str, Any], features: FeatureSet) -> np.ndarray:
+    parts = [np.log(np.clip(predict(name, base, features), 1e-6, 1.0)) for name, base in state["bases"].items()]
+    return np.hstack(parts)
+
+
+def _fit_stack(features: FeatureSet, y: np.ndarray, n_labels: int) -> dict[str, Any]:
+    bases = stack_bases(features)
+    folds = max(2, min(5, int(np.bincount(y).min())))
+    out_of_fold = {name: np.zeros((len(y), n_labels)) for name in bases}
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=0).split(np.zeros(len(y)), y):
+        inner, rest = features.take(train), features.take(test)
+        for name in bases:
+            out_of_fold[name][test] = predict(name, fit(name, inner, y[train], n_labels), rest)
+    meta_x = np.hstack([np.log(np.clip(out_of_fold[name], 1e-6, 1.0)) for name in bases])
+    state = {"bases": {name: fit(name, features, y, n_labels) for name in bases}}
+    state["meta"] = fit_linear(meta_x, y, n_labels, C_META)
+    return state
+
+
+def needs_engine(method: str, state: dict[str, Any] | None = None) -> bool:
+    return method in ("zeroshot", "fewshot") or needs_embeddings(method, state)
+
+
+def needs_embeddings(method: str, state: dict[str, Any] | None = None) -> bool:
+    if method in PROBES:
+        return True
+    if method == "stack":
+        return state is None or any(name in PROBES for name in state["bases"])
+    return False
+
+
+# --- few-shot: the most similar examples -------------------------------------------------------------------
+
+def fit_index(features: FeatureSet, y: np.ndarray, words: list[str]) -> dict[str, Any]:
+    """The examples and a word TF-IDF over them, to find the most similar ones for a new text."""
+    word = TfidfVectorizer(max_features=MAX_VOCABULARY, **_WORD).fit(features.texts)
+    return {"texts": [t[:600] for t in features.texts], "answers": [words[int(k)] for k in y],
+            "word": _vectorizer_state(word)}
+
+
+def neighbour_shots(index: dict[str, Any], text: str, k: int) -> list[tuple[str, str]]:
+    """The ``k`` most similar examples (cosine of TF-IDF), least similar first so the closest is nearest."""
+    vectorizer = _vectorizer(_WORD, index["word"])
+    similarity = (vectorizer.transform(index["texts"]) @ vectorizer.transform([text]).T).toarray().ravel()
+    order = np.argsort(-similarity, kind="stable")[:k][::-1]
+    return [(index["texts"][i], index["answers"][i]) for i in order]

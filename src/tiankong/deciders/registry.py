@@ -1,0 +1,186 @@
+"""Decider artifacts: one versioned JSON file each, registered by name under the data dir.
+
+``<data dir>/deciders/<name>/v<N>.json``; ``load_decider("spam")`` takes the newest version, ``"spam@2"`` a
+given one, and a path to a ``.json`` file loads that file. Deciders shipped with tiankong (``guard``) live in
+the package and are listed with ``source: "builtin"``; a registered decider of the same name takes precedence.
+An artifact records what it needs to be trusted: the method and its parameters, the labels, the base model's
+name and sha256 (checked against the engine before use), the examples' hash and count, and the CV report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..errors import ConfigError
+
+FORMAT = "tiankong-decider/1"
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+
+class DeciderNotFound(ConfigError):
+    """No decider of that name (the message lists the closest names)."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+        hint = (f"did you mean {', '.join(close)}? " if close else "") + \
+            "see `tiankong deciders list`, or make one with `tiankong tune classify --data FILE --name NAME`"
+        super().__init__(f"unknown decider {name!r}", hint=hint)
+        self.name = name
+        self.suggestions = close
+
+
+class InvalidDecider(ConfigError):
+    """A decider file that is not a tiankong decider of a supported format."""
+
+
+@dataclass
+class Decider:
+    """A fitted label decision: method + state, labels, base model, examples' hash, CV report."""
+
+    name: str
+    method: str
+    labels: list[str]
+    state: dict[str, Any]
+    words: list[str] = field(default_factory=list)
+    base_model: dict[str, str] | None = None
+    examples: dict[str, Any] = field(default_factory=dict)
+    cv: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+    task: str = "classify"
+    version: int = 0
+    created: str = ""
+    source: str = "registry"
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "name": self.name, "version": self.version, "task": self.task,
+                "method": self.method, "labels": self.labels, "words": self.words, "params": self.params,
+                "base_model": self.base_model, "examples": self.examples, "cv": self.cv,
+                "created": self.created, "state": self.state}
+
+    def summary(self) -> dict[str, Any]:
+        chosen = self.cv.get("chosen", {}) if isinstance(self.cv, dict) else {}
+        return {"name": self.name, "version": self.version, "labels": self.labels, "method": self.method,
+                "task": self.task, "cv_accuracy": chosen.get("accuracy"), "cv_macro_f1": chosen.get("macro_f1"),
+                "cv_ece": chosen.get("ece"), "examples": self.examples.get("n"),
+                "base_model": (self.base_model or {}).get("name"), "created": self.created, "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "registry") -> Decider:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InvalidDecider(f"not a {FORMAT} file", hint="make deciders with `tiankong tune`")
+        try:
+            return cls(name=str(data["name"]), method=str(data["method"]), labels=[str(x) for x in data["labels"]],
+                       state=dict(data["state"]), words=[str(x) for x in data.get("words") or []],
+                       base_model=data.get("base_model"), examples=dict(data.get("examples") or {}),
+                       cv=dict(data.get("cv") or {}), params=dict(data.get("params") or {}),
+                       task=str(data.get("task", "classify")), version=int(data.get("version", 0)),
+                       created=str(data.get("created", "")), source=source)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidDecider(f"the decider file is incomplete ({exc})", hint="tune it again") from None
+
+
+def deciders_dir() -> Path:
+    return paths.data_dir() / "deciders"
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(f"invalid decider name {name!r}",
+                          hint="use lower-case letters, digits, '.', '_' or '-' (at most 64), e.g. spam-v1")
+    return name
+
+
+def _versions(name: str) -> list[int]:
+    folder = deciders_dir() / name
+    found = [int(p.stem[1:]) for p in folder.glob("v*.json") if p.stem[1:].isdigit()] if folder.is_dir() else []
+    return sorted(found)
+
+
+def save_decider(decider: Decider) -> Path:
+    """Register ``decider`` as the next version of its name; returns the file written."""
+    check_name(decider.name)
+    folder = deciders_dir() / decider.name
+    folder.mkdir(parents=True, exist_ok=True)
+    decider.version = (_versions(decider.name) or [0])[-1] + 1
+    decider.created = decider.created or datetime.now(UTC).isoformat(timespec="seconds")
+    target = folder / f"v{decider.version}.json"
+    partial = target.with_suffix(".json.partial")
+    partial.write_text(json.dumps(decider.to_json(), ensure_ascii=False), encoding="utf-8")
+    os.replace(partial, target)  # never a half-written decider under its name
+    return target
+
+
+_LOADED: dict[tuple[str, int, int], Decider] = {}
+
+
+def _read(path: Path, source: str) -> Decider:
+    """Parse a decider file once per (path, size, mtime): batch items and requests reuse the parsed one."""
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key not in _LOADED:
+            _LOADED[key] = Decider.from_json(json.loads(path.read_text(encoding="utf-8")), source)
+    except (OSError, ValueError) as exc:
+        raise InvalidDecider(f"cannot read decider {path}: {exc}") from None
+    return _LOADED[key]
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.json"))
+
+
+def known_names() -> list[str]:
+    registered = sorted(p.name for p in deciders_dir().iterdir() if _versions(p.name)) \
+        if deciders_dir().is_dir() else []
+    return sorted(set(registered) | set(builtin_names()))
+
+
+def load_decider(ref: str) -> Decider:
+    """A decider by name (newest version), ``name@N``, or the path of a decider file."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise ConfigError("the decider name is empty", hint="see `tiankong deciders list`")
+    if ref.endswith(".json") and Path(ref).is_file():
+        return _read(Path(ref), "file")
+    name, _, version = ref.partition("@")
+    versions = _versions(name) if _NAME.match(name) else []
+    if version:
+        if not version.isdigit() or int(version) not in versions:
+            raise DeciderNotFound(ref, [f"{name}@{v}" for v in versions] or known_names())
+        return _read(deciders_dir() / name / f"v{version}.json", "registry")
+    if versions:
+        return _read(deciders_dir() / name / f"v{versions[-1]}.json", "registry")
+    if name in builtin_names():
+        return _read(BUILTIN_DIR / f"{name}.json", "builtin")
+    raise DeciderNotFound(ref, known_names())
+
+
+def list_deciders() -> list[Decider]:
+    return [load_decider(name) for name in known_names()]
+
+
+def remove_decider(name: str) -> list[Path]:
+    """Delete every registered version of ``name`` (built-in deciders cannot be removed)."""
+    versions = _versions(name) if _NAME.match(name) else []
+    if not versions:
+        if name in builtin_names():
+            raise ConfigError(f"{name!r} is built in and cannot be removed",
+                              hint="register your own decider of that name to replace it")
+        raise DeciderNotFound(name, known_names())
+    removed = [deciders_dir() / name / f"v{v}.json" for v in versions]
+    for path in removed:
+        path.unlink()
+    (deciders_dir() / name).rmdir() if not any((deciders_dir() / name).iterdir()) else None
+    return removed

@@ -1,0 +1,62 @@
+"""A decider's label probabilities for texts, as a sans-I/O flow: at most one engine pass, no sampling.
+
+The engine's model is checked against the decider's base model (sha256) before its features are read; a
+decider that needs no engine (``tfidf``, the shipped ``guard``) runs without one. The probabilities of every
+label come back calibrated by the method (logistic regression, or contextual calibration for zero-shot).
+The tasks (``classify``, ``route``, ``guard``) turn them into their answers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..structured.combine import gather
+from ..structured.flow import Flow
+from . import methods
+from .features import DeciderEngineError, embedding_flow, engine_model_flow, label_probability_flow
+from .registry import Decider
+
+
+class DeciderModelMismatch(ConfigError):
+    """The engine runs another model than the one the decider was trained on."""
+
+
+def _verify_model(decider: Decider) -> Flow[None]:
+    base = decider.base_model or {}
+    if not base.get("sha256"):
+        return
+    path, sha = yield from engine_model_flow()
+    if sha is None:
+        raise DeciderEngineError(f"cannot verify the engine's model for decider {decider.ref} ({path or 'no path'})",
+                                 hint="run the decider against an engine whose model file is on this machine")
+    if sha != base["sha256"]:
+        raise DeciderModelMismatch(
+            f"decider {decider.ref} was trained on {base.get('name')} (sha256 {base['sha256'][:12]}…), "
+            f"but the engine runs {path} (sha256 {sha[:12]}…)",
+            hint=f"use --model {base.get('name')}, or tune the decider again on this model")
+
+
+def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet]:
+    """The inputs ``decider``'s method reads for ``texts`` (one engine pass each at most)."""
+    features = methods.FeatureSet(list(texts))
+    if methods.needs_engine(decider.method, decider.state):
+        yield from _verify_model(decider)
+    if methods.needs_embeddings(decider.method, decider.state):
+        rows = yield from gather([embedding_flow(t) for t in texts])
+        features.embeddings = {p: np.asarray([r[p] for r in rows]) for p in methods.POOLINGS}
+    if decider.method == "zeroshot":
+        found = yield from gather([label_probability_flow(t, decider.words) for t in texts])
+        features.zeroshot = np.asarray(found)
+    return features
+
+
+def scores_flow(decider: Decider, texts: list[str]) -> Flow[np.ndarray]:
+    features = yield from features_flow(decider, texts)
+    if decider.method == "fewshot":
+        index = decider.state["index"]
+        shots = [methods.neighbour_shots(index, t, int(decider.params.get("k", 4))) for t in texts]
+        found = yield from gather([label_probability_flow(t, decider.words, s) for t, s in zip(texts, shots,
+                                                                                              strict=True)])
+        return np.asarray(found)
+    return methods.predict(decider.method, decider.state, features)

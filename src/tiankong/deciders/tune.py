@@ -1,0 +1,225 @@
+"""``tune``: labelled examples → candidate deciders scored by stratified k-fold CV → the best one, saved.
+
+Engine features are read once per text (one embedding pass, one zero-shot pass; few-shot one pass per text,
+since each text is in exactly one test fold), then every method is fitted and scored on the same folds.
+The learning curve refits each method on stratified subsets (20, 50, 100, 200, … examples) of each training
+fold and scores it on the same test fold, so a user sees how many labels they need.
+
+Selection rule (stated in every report): the highest CV accuracy; a method within ``TIE`` of it that costs
+fewer engine passes (then fewer ms per item) wins instead — the cheaper decision when they are as good.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.model_selection import StratifiedKFold
+
+from ..errors import ConfigError
+from ..structured.combine import gather
+from ..structured.flow import Flow
+from . import methods
+from .data import Examples
+from .features import embedding_flow, label_probability_flow
+from .registry import Decider, check_name
+
+TIE = 0.005
+SIZES = (20, 50, 100, 200, 500, 1000)
+CONTENT_FREE = "N/A"
+#: label names that are jargon to a general model, and words it knows (user descriptions take precedence)
+VERBALISERS = {"ham": "normal message", "pos": "positive", "neg": "negative", "0": "no", "1": "yes"}
+PASSES = {"tfidf": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1}
+DEFAULT_METHODS = ("tfidf", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
+
+Runner = Callable[[Flow[Any]], Any]
+
+
+@dataclass
+class MethodScore:
+    method: str
+    size: int
+    accuracy: float
+    macro_f1: float
+    ece: float
+    ms_per_item: float
+    engine_passes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "size": self.size, "accuracy": round(self.accuracy, 4),
+                "macro_f1": round(self.macro_f1, 4), "ece": round(self.ece, 4),
+                "ms_per_item": round(self.ms_per_item, 2), "engine_passes": self.engine_passes}
+
+
+@dataclass
+class TuneReport:
+    name: str
+    labels: list[str]
+    counts: dict[str, int]
+    folds: int
+    rows: list[MethodScore]
+    chosen: str
+    rule: str
+    base_model: dict[str, str] | None = None
+    decider: Decider | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def best_rows(self) -> list[MethodScore]:
+        full = max(r.size for r in self.rows)
+        return [r for r in self.rows if r.size == full]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "labels": self.labels, "counts": self.counts, "folds": self.folds,
+                "chosen": self.chosen, "rule": self.rule, "base_model": self.base_model,
+                "version": self.decider.version if self.decider else None,
+                "results": [r.to_json() for r in self.rows], "skipped": self.skipped}
+
+    def table(self) -> str:
+        lines = [f"{self.folds}-fold CV, {sum(self.counts.values())} examples "
+                 f"({', '.join(f'{k}: {v}' for k, v in self.counts.items())})",
+                 f"{'method':<11} {'size':>5} {'accuracy':>8} {'macro-F1':>8} {'ECE':>6} {'ms/item':>8} passes"]
+        for r in sorted(self.rows, key=lambda r: (r.method, r.size)):
+            mark = " *" if r.method == self.chosen and r.size == max(x.size for x in self.rows) else ""
+            lines.append(f"{r.method:<11} {r.size:>5} {r.accuracy:>8.3f} {r.macro_f1:>8.3f} {r.ece:>6.3f} "
+                         f"{r.ms_per_item:>8.1f} {r.engine_passes:>6}{mark}")
+        lines += [f"skipped {m}: {why}" for m, why in self.skipped.items()]
+        lines.append(f"chosen: {self.chosen} ({self.rule})")
+        return "\n".join(lines)
+
+
+def expected_calibration_error(probabilities: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
+    confidence, predicted = probabilities.max(axis=1), probabilities.argmax(axis=1)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    total = 0.0
+    for low, high in zip(edges[:-1], edges[1:], strict=True):
+        inside = (confidence > low) & (confidence <= high)
+        if inside.any():
+            total += inside.mean() * abs((predicted[inside] == y[inside]).mean() - confidence[inside].mean())
+    return float(total)
+
+
+def verbalise(labels: Sequence[str], descriptions: dict[str, str] | None = None) -> list[str]:
+    words = [(descriptions or {}).get(x) or VERBALISERS.get(x.lower()) or x.replace("_", " ") for x in labels]
+    return words if len(set(words)) == len(words) else list(labels)
+
+
+def stratified_subset(y: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """``size`` row indices with every label kept in proportion (at least two of each)."""
+    rng = np.random.default_rng(seed)
+    picked: list[int] = []
+    for label in np.unique(y):
+        rows = np.flatnonzero(y == label)
+        take = max(2, round(size * len(rows) / len(y)))
+        picked += rng.permutation(rows)[:take].tolist()
+    return np.asarray(sorted(picked))
+
+
+def _score(method: str, size: int, probabilities: np.ndarray, y: np.ndarray, ms: float) -> MethodScore:
+    predicted = probabilities.argmax(axis=1)
+    return MethodScore(method, size, float(accuracy_score(y, predicted)),
+                       float(f1_score(y, predicted, average="macro")),
+                       expected_calibration_error(probabilities, y), ms, PASSES[method])
+
+
+def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set[str]) -> \
+        tuple[methods.FeatureSet, dict[str, float], list[float] | None]:
+    """Embeddings and zero-shot probabilities of every text (as needed), with ms per item of each pass."""
+    features, ms, prior = methods.FeatureSet(list(texts)), {}, None
+    if wanted & {"probe-mean", "probe-last", "stack"}:
+        start = time.perf_counter()
+        rows = run(gather([embedding_flow(t) for t in texts]))
+        ms["embeddings"] = 1000 * (time.perf_counter() - start) / len(texts)
+        features.embeddings = {p: np.asarray([r[p] for r in rows]) for p in methods.POOLINGS}
+    if "zeroshot" in wanted:
+        start = time.perf_counter()
+        features.zeroshot = np.asarray(run(gather([label_probability_flow(t, words) for t in texts])))
+        ms["zeroshot"] = 1000 * (time.perf_counter() - start) / len(texts)
+        prior = list(run(label_probability_flow(CONTENT_FREE, words)))
+    return features, ms, prior
+
+
+def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model: dict[str, str] | None = None,
+         methods_wanted: Sequence[str] | None = None, folds: int = 5, seed: int = 0, k: int = 4,
+         descriptions: dict[str, str] | None = None) -> TuneReport:
+    """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved)."""
+    check_name(name)
+    wanted = list(methods_wanted or DEFAULT_METHODS)
+    unknown = [m for m in wanted if m not in PASSES]
+    if unknown:
+        raise ConfigError(f"unknown method(s) {unknown}", hint=f"choose from {', '.join(PASSES)}")
+    skipped = {m: "needs an engine (pass --model or --url)" for m in wanted if run is None and m != "tfidf"}
+    wanted = [m for m in wanted if m not in skipped]
+    labels = examples.names
+    y = np.asarray([labels.index(x) for x in examples.labels])
+    words = verbalise(labels, descriptions)
+    folds = max(2, min(folds, int(np.bincount(y).min())))
+    splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+    features, engine_ms, prior = engine_features(run, examples.texts, words, set(wanted)) if run else \
+        (methods.FeatureSet(list(examples.texts)), {}, None)
+    rows: list[MethodScore] = []
+    for method in wanted:
+        rows += _cross_validate(method, features, y, len(labels), splits, prior, engine_ms, run, words, k, seed)
+    full = [r for r in rows if r.size == max(x.size for x in rows)]
+    best = max(r.accuracy for r in full)
+    close = [r for r in full if r.accuracy >= best - TIE]
+    chosen = min(close, key=lambda r: (r.engine_passes, r.ms_per_item)).method
+    rule = f"highest CV accuracy; within {TIE} of it, fewer engine passes then fewer ms/item"
+    state = _final_state(chosen, features, y, labels, words, prior)
+    chosen_row = next(r for r in full if r.method == chosen)
+    decider = Decider(name=name, method=chosen, labels=labels, state=state, words=words,
+                      base_model=base_model if methods.needs_engine(chosen, state) else None,
+                      examples={"n": len(examples), "sha256": examples.sha256, "counts": examples.counts(),
+                                "source": examples.source},
+                      cv={"folds": folds, "seed": seed, "chosen": chosen_row.to_json(), "rule": rule,
+                          "results": [r.to_json() for r in rows]},
+                      params={"k": k, "C_text": methods.C_TEXT, "C_probe": methods.C_PROBE})
+    return TuneReport(name, labels, examples.counts(), folds, rows, chosen, rule, base_model, decider, skipped)
+
+
+def _final_state(method: str, features: methods.FeatureSet, y: np.ndarray, labels: list[str], words: list[str],
+                 prior: list[float] | None) -> dict[str, Any]:
+    if method == "fewshot":
+        return {"index": methods.fit_index(features, y, words)}
+    return methods.fit(method, features, y, len(labels), prior)
+
+
+def _cross_validate(method: str, features: methods.FeatureSet, y: np.ndarray, n_labels: int,
+                    splits: list[tuple[np.ndarray, np.ndarray]], prior: list[float] | None,
+                    engine_ms: dict[str, float], run: Runner | None, words: list[str], k: int,
+                    seed: int) -> list[MethodScore]:
+    pass_ms = engine_ms.get("zeroshot" if method == "zeroshot" else "embeddings", 0.0) if PASSES[method] else 0.0
+    if method == "fewshot":
+        assert run is not None
+        return [_cross_validate_fewshot(features, y, splits, run, words, k)]
+    train_size = min(len(train) for train, _ in splits)
+    sizes = [s for s in SIZES if s < train_size] + [train_size]
+    if method == "zeroshot":
+        sizes = [train_size]  # uses no examples: one row, comparable with the others' full-size rows
+    scores = []
+    for size in sizes:
+        found, spent = np.zeros((len(y), n_labels)), 0.0
+        for fold, (train, test) in enumerate(splits):
+            rows = train if size == train_size else train[stratified_subset(y[train], size, seed + fold)]
+            state = methods.fit(method, features.take(rows), y[rows], n_labels, prior)
+            begin = time.perf_counter()
+            found[test] = methods.predict(method, state, features.take(test))
+            spent += time.perf_counter() - begin
+        scores.append(_score(method, size, found, y, pass_ms + 1000 * spent / len(y)))
+    return scores
+
+
+def _cross_validate_fewshot(features: methods.FeatureSet, y: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]],
+                            run: Runner, words: list[str], k: int) -> MethodScore:
+    found = np.zeros((len(y), len(words)))
+    start = time.perf_counter()
+    for train, test in splits:
+        index = methods.fit_index(features.take(train), y[train], words)
+        flows = [label_probability_flow(features.texts[i], words, methods.neighbour_shots(index, features.texts[i], k))
+                 for i in test]
+        found[test] = np.asarray(run(gather(flows)))
+    ms = 1000 * (time.perf_counter() - start) / len(y)
+    return _score("fewshot", min(len(t) for t, _ in splits), found, y, ms)
