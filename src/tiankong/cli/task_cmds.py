@@ -15,8 +15,11 @@ from typing import Any
 import click
 
 from ..api import Client
+from ..deciders import load_decider
 from ..errors import ConfigError
 from ..models import DEFAULT_MODEL
+from ..structured.drivers import run_sync
+from ..tasks import guard_flow, redact_flow
 from . import emit_json
 from .run_cmds import _client
 
@@ -195,8 +198,6 @@ def redact(text: str | None, file: str | None, style: str, no_model: bool, types
     """Find and redact PII in TEXT (Chinese and English)."""
     body = read_text(text, file)
     if no_model and not (url or model):
-        from ..structured.drivers import run_sync
-        from ..tasks import redact_flow
         result = run_sync(redact_flow(body, style=style, use_model=False, types=list(types) or None),
                           lambda *a: None)
     else:
@@ -208,16 +209,34 @@ def redact(text: str | None, file: str | None, style: str, no_model: bool, types
 @click.command()
 @click.argument("text", required=False)
 @click.option("--policy", "policies", multiple=True, help="A policy the text must not violate (repeat).")
-@click.option("--flag-at", type=float, default=0.5, show_default=True)
-@click.option("--block-at", type=float, default=0.85, show_default=True)
+@click.option("--decider", default="guard", show_default=True, help="The screening decider.")
+@click.option("--no-decider", is_flag=True, help="Heuristics + the chat model only (the old guard).")
+@click.option("--use-model", is_flag=True, help="Also ask the chat model (noisy-OR with the decider).")
+@click.option("--flag-at", type=float, default=None, help="Flag at this score (default: the decider's).")
+@click.option("--block-at", type=float, default=None, help="Block at this score (default: the decider's).")
 @task_options
-def guard(text: str | None, policies: tuple[str, ...], flag_at: float, block_at: float, model: str | None,
-          url: str | None, llama_server: str | None, as_json: bool) -> None:
+def guard(text: str | None, policies: tuple[str, ...], decider: str, no_decider: bool, use_model: bool,
+          flag_at: float | None, block_at: float | None, model: str | None, url: str | None,
+          llama_server: str | None, as_json: bool) -> None:
     """Screen TEXT for prompt injection (and policies): allow, flag or block."""
     body = read_text(text)
-    with client_for(model, url, llama_server) as client:
-        result = client.guard(body, flag_at=flag_at, block_at=block_at, policies=list(policies) or None)
-    render(result, as_json, lambda r: f"{r.action}\t{r.score:.3f}\t{'; '.join(r.reasons)}")
+    chosen = None if no_decider else decider
+    if chosen and not policies and not use_model and not url and not _decider_needs_engine(chosen):
+        # the shipped guard reads no engine: none is started
+        result = run_sync(guard_flow(body, decider=load_decider(chosen), flag_at=flag_at, block_at=block_at),
+                          lambda *a: None)
+    else:
+        with client_for(model, url, llama_server) as client:
+            result = client.guard(body, decider=chosen, flag_at=flag_at, block_at=block_at,
+                                  policies=list(policies) or None, use_model=use_model)
+    render(result, as_json, lambda r: f"{r.verdict}\t{r.score:.3f}\t{'; '.join(r.reasons)}")
+
+
+def _decider_needs_engine(ref: str) -> bool:
+    from ..deciders.methods import needs_engine
+
+    found = load_decider(ref)
+    return needs_engine(found.method, found.state)
 
 
 @click.command()

@@ -25,8 +25,8 @@ from ..structured.flow import Call, Flow, choose_flow
 from ..structured.prompts import language
 
 POOLINGS = ("mean", "last")
-#: characters of a text given to the engine for features (a slot's context bounds the tokens)
-MAX_CHARS = 4000
+#: characters of a text given to the engine for features: within ``EMBEDDING_UBATCH`` tokens even for Chinese
+MAX_CHARS = 1800
 
 QUESTION = {
     "en": "Which one of these best describes the text above: {options}? Answer with one of them.",

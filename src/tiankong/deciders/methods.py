@@ -8,6 +8,7 @@ Methods (label order is the decider's ``labels``; every ``predict`` returns an `
 
 * ``tfidf`` – word 1–2-grams plus character 2–4-grams (works for Chinese, which has no spaces), sublinear TF,
   logistic regression. Needs no engine: the classical baseline, and a stacking feature.
+* ``tfidf-rules`` – the same plus one column per prompt-injection heuristic (the shipped ``guard``).
 * ``probe-mean`` / ``probe-last`` – logistic regression on the engine's pooled embeddings (one forward pass).
 * ``zeroshot`` – the model's label probabilities for verbalised labels, divided by the probabilities it gives a
   content-free input (contextual calibration); uses no examples at all.
@@ -26,6 +27,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
+from .rules import RULES
+
 #: inverse regularisation strengths, chosen on the development corpora (docs/deciders.md), not on test data
 C_TEXT = 20.0
 C_PROBE = 4.0
@@ -35,7 +38,7 @@ _WORD = {"analyzer": "word", "ngram_range": (1, 2), "sublinear_tf": True, "min_d
          "token_pattern": r"(?u)\b\w+\b", "lowercase": True}
 _CHAR = {"analyzer": "char_wb", "ngram_range": (2, 4), "sublinear_tf": True, "min_df": 1, "lowercase": True}
 
-LOCAL = ("tfidf",)
+LOCAL = ("tfidf", "tfidf-rules")
 POOLINGS = ("mean", "last")
 PROBES = ("probe-mean", "probe-last")
 ENGINE = (*PROBES, "zeroshot", "fewshot", "stack")
@@ -71,7 +74,7 @@ def fit_linear(x: Any, y: np.ndarray, n_labels: int, c: float) -> dict[str, Any]
             coef[int(k)], intercept[int(k)] = model.coef_[row], model.intercept_[row]
         missing = [k for k in range(n_labels) if k not in set(int(c) for c in model.classes_)]
     intercept[missing] = -1e4  # a label never seen in training is never predicted
-    return {"coef": coef.round(7).tolist(), "intercept": intercept.round(7).tolist()}
+    return {"coef": coef.round(5).tolist(), "intercept": intercept.round(5).tolist()}
 
 
 def predict_linear(state: dict[str, Any], x: Any) -> np.ndarray:
@@ -95,15 +98,22 @@ def _vectorizer(params: dict[str, Any], state: dict[str, Any]) -> TfidfVectorize
     return vectorizer
 
 
+def rule_columns(texts: list[str]) -> Any:
+    """One 0/1 column per injection heuristic (``rules.RULES``)."""
+    return sp.csr_matrix([[1.0 if pattern.search(t) else 0.0 for _, _, pattern in RULES] for t in texts])
+
+
 def tfidf_matrix(state: dict[str, Any], texts: list[str]) -> Any:
-    return sp.hstack([_vectorizer(_WORD, state["word"]).transform(texts),
-                      _vectorizer(_CHAR, state["char"]).transform(texts)]).tocsr()
+    parts = [_vectorizer(_WORD, state["word"]).transform(texts), _vectorizer(_CHAR, state["char"]).transform(texts)]
+    if state.get("rules"):
+        parts.append(rule_columns(texts))
+    return sp.hstack(parts).tocsr()
 
 
-def fit_tfidf(features: FeatureSet, y: np.ndarray, n_labels: int) -> dict[str, Any]:
+def fit_tfidf(features: FeatureSet, y: np.ndarray, n_labels: int, rules: bool = False) -> dict[str, Any]:
     word = TfidfVectorizer(max_features=MAX_VOCABULARY, **_WORD).fit(features.texts)
     char = TfidfVectorizer(max_features=MAX_VOCABULARY, **_CHAR).fit(features.texts)
-    state: dict[str, Any] = {"word": _vectorizer_state(word), "char": _vectorizer_state(char)}
+    state: dict[str, Any] = {"word": _vectorizer_state(word), "char": _vectorizer_state(char), "rules": rules}
     state["linear"] = fit_linear(tfidf_matrix(state, features.texts), y, n_labels, C_TEXT)
     return state
 
@@ -113,8 +123,8 @@ def fit_tfidf(features: FeatureSet, y: np.ndarray, n_labels: int) -> dict[str, A
 def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
         prior: list[float] | None = None) -> dict[str, Any]:
     """Fitted state of ``method`` on ``features`` with label indices ``y``."""
-    if method == "tfidf":
-        return fit_tfidf(features, y, n_labels)
+    if method in ("tfidf", "tfidf-rules"):
+        return fit_tfidf(features, y, n_labels, rules=method == "tfidf-rules")
     if method in PROBES:
         pooling = method.split("-", 1)[1]
         return {"pooling": pooling, "linear": fit_linear(features.embeddings[pooling], y, n_labels, C_PROBE)}
@@ -126,7 +136,7 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
 
 
 def predict(method: str, state: dict[str, Any], features: FeatureSet) -> np.ndarray:
-    if method == "tfidf":
+    if method in ("tfidf", "tfidf-rules"):
         return predict_linear(state["linear"], tfidf_matrix(state, features.texts))
     if method in PROBES:
         return predict_linear(state["linear"], features.embeddings[state["pooling"]])
@@ -134,7 +144,7 @@ def predict(method: str, state: dict[str, Any], features: FeatureSet) -> np.ndar
         assert features.zeroshot is not None
         return calibrate(features.zeroshot, np.asarray(state["prior"]))
     if method == "stack":
-        return predict_linear(state["meta"], _meta_features(state, features))
+        return _predict_stack(state, features)
     raise ValueError(f"unknown method {method!r}")
 
 
@@ -152,9 +162,21 @@ def _meta_features(state: dict[str, Any], features: FeatureSet) -> np.ndarray:
     return np.hstack(parts)
 
 
+def _predict_stack(state: dict[str, Any], features: FeatureSet) -> np.ndarray:
+    if state["meta"] is None:  # too few examples per label for an inner CV: the bases' mean log-probability
+        logs = np.mean([np.log(np.clip(predict(n, b, features), 1e-6, 1.0)) for n, b in state["bases"].items()],
+                       axis=0)
+        weights = np.exp(logs - logs.max(axis=1, keepdims=True))
+        return weights / weights.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+    return predict_linear(state["meta"], _meta_features(state, features))
+
+
 def _fit_stack(features: FeatureSet, y: np.ndarray, n_labels: int) -> dict[str, Any]:
     bases = stack_bases(features)
-    folds = max(2, min(5, int(np.bincount(y).min())))
+    present = np.bincount(y)
+    folds = min(5, int(present[present > 0].min()))
+    if folds < 2:
+        return {"bases": {name: fit(name, features, y, n_labels) for name in bases}, "meta": None}
     out_of_fold = {name: np.zeros((len(y), n_labels)) for name in bases}
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=0).split(np.zeros(len(y)), y):
         inner, rest = features.take(train), features.take(test)

@@ -33,7 +33,7 @@ SIZES = (20, 50, 100, 200, 500, 1000)
 CONTENT_FREE = "N/A"
 #: label names that are jargon to a general model, and words it knows (user descriptions take precedence)
 VERBALISERS = {"ham": "normal message", "pos": "positive", "neg": "negative", "0": "no", "1": "yes"}
-PASSES = {"tfidf": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1}
+PASSES = {"tfidf": 0, "tfidf-rules": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1}
 DEFAULT_METHODS = ("tfidf", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
 
 Runner = Callable[[Flow[Any]], Any]
@@ -144,22 +144,28 @@ def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set
 
 def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model: dict[str, str] | None = None,
          methods_wanted: Sequence[str] | None = None, folds: int = 5, seed: int = 0, k: int = 4,
-         descriptions: dict[str, str] | None = None) -> TuneReport:
-    """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved)."""
+         descriptions: dict[str, str] | None = None,
+         precomputed: tuple[methods.FeatureSet, dict[str, float], list[float] | None] | None = None) -> TuneReport:
+    """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved).
+
+    ``precomputed``: engine features already read for these texts (as :func:`engine_features` returns them)."""
     check_name(name)
     wanted = list(methods_wanted or DEFAULT_METHODS)
     unknown = [m for m in wanted if m not in PASSES]
     if unknown:
         raise ConfigError(f"unknown method(s) {unknown}", hint=f"choose from {', '.join(PASSES)}")
-    skipped = {m: "needs an engine (pass --model or --url)" for m in wanted if run is None and m != "tfidf"}
+    skipped = {m: "needs an engine (pass --model or --url)" for m in wanted
+               if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")}
     wanted = [m for m in wanted if m not in skipped]
     labels = examples.names
     y = np.asarray([labels.index(x) for x in examples.labels])
     words = verbalise(labels, descriptions)
     folds = max(2, min(folds, int(np.bincount(y).min())))
     splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
-    features, engine_ms, prior = engine_features(run, examples.texts, words, set(wanted)) if run else \
-        (methods.FeatureSet(list(examples.texts)), {}, None)
+    if precomputed is None:
+        precomputed = engine_features(run, examples.texts, words, set(wanted)) if run else \
+            (methods.FeatureSet(list(examples.texts)), {}, None)
+    features, engine_ms, prior = precomputed
     rows: list[MethodScore] = []
     for method in wanted:
         rows += _cross_validate(method, features, y, len(labels), splits, prior, engine_ms, run, words, k, seed)

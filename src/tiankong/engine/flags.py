@@ -47,6 +47,9 @@ OWNED_FLAGS: dict[str, str] = {
     "--rpc": "rpc",
 }
 
+#: tokens of the longest text an embedding engine takes (llama-server embeds a text in one ubatch)
+EMBEDDING_UBATCH = 2048
+
 
 @dataclass
 class SpecAuto:
@@ -99,7 +102,7 @@ class EngineConfig:
     rpc: list[str] = field(default_factory=list)
     alias: str | None = None
     metrics: bool = True
-    embeddings: bool = False
+    embeddings: bool = False  # with it, batch/ubatch default to EMBEDDING_UBATCH
     #: with ``embeddings``: how llama-server pools (``none``: every token's vector, pooled by the caller)
     pooling: str = "mean"
     extra_args: list[str] = field(default_factory=list)
@@ -222,7 +225,10 @@ class EngineConfig:
         argv += ["--host", self.host, "--port", str(self.port)]
         argv += ["-ctk", self.kv_type, "-ctv", self.kv_type, "-fa", self.flash_attn]
         argv += ["--seed", str(self.seed), "--no-webui", "--jinja"]
-        argv += _optional("-b", self.batch) + _optional("-ub", self.ubatch) + _optional("-a", self.alias)
+        batch, ubatch = self.batch, self.ubatch
+        if self.embeddings and ubatch is None:  # an embedding is computed in one ubatch: room for a long text
+            batch, ubatch = max(batch or 0, EMBEDDING_UBATCH), EMBEDDING_UBATCH
+        argv += _optional("-b", batch) + _optional("-ub", ubatch) + _optional("-a", self.alias)
         if self.metrics:
             argv.append("--metrics")
         if self.embeddings:

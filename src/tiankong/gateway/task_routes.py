@@ -73,9 +73,11 @@ class RedactBody(_Body):
 
 class GuardBody(_Body):
     text: str
-    flag_at: float = 0.5
-    block_at: float = 0.85
-    policies: list[str] | None = None
+    decider: str | None = Field("guard", max_length=200)
+    flag_at: float | None = Field(None, gt=0.0, le=1.0)
+    block_at: float | None = Field(None, gt=0.0, le=1.0)
+    policies: list[str] | None = Field(None, max_length=16)
+    use_model: bool = False
 
 
 class CompressBody(_Body):

@@ -1,17 +1,22 @@
-"""guard: prompt-injection and policy screening — heuristics plus the model's probability.
+"""guard: prompt-injection and policy screening — a trained decider, heuristics as its features and reasons.
 
-Heuristic rules (English and Chinese) catch the well-known phrasings exactly and explain themselves; the
-model's P(injection) catches paraphrases. The combined score is a noisy-OR of the two, so either strong
-signal is enough: ``block`` at ``block_at``, ``flag`` at ``flag_at``, else ``allow``. Optional policies
-(plain-language descriptions of what is not allowed) are each a yes/no question.
+The default decider is the shipped ``guard`` (``tiankong deciders show guard``): TF-IDF word and character
+n-grams plus one column per heuristic rule, logistic regression, trained on openly licensed injection and
+jailbreak prompts and benign requests (docs/deciders.md lists the sources). It needs no engine call. Its
+P(injection) is the score: ``block`` at ``block_at``, ``flag`` at ``flag_at`` (defaults from the decider,
+chosen on its training data for a low false-positive rate), else ``allow``. ``use_model=True`` adds the
+chat model's own yes/no judgement (noisy-OR); ``decider=None`` is the old heuristics + model score. Optional
+policies (plain-language descriptions of what is not allowed) are each a yes/no question to the model.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..deciders.registry import Decider
+from ..deciders.rules import heuristics
+from ..deciders.runtime import scores_flow
 from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow
@@ -19,73 +24,97 @@ from ..structured.prompts import language
 from .classify import require_text, yes_probability
 from .prompts import INJECTION
 
-#: (weight, reason, pattern)
-RULES: list[tuple[float, str, re.Pattern[str]]] = [(w, reason, re.compile(p, re.I)) for w, reason, p in [
-    (0.9, "asks to ignore earlier instructions",
-     r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}\b(previous|prior|above|earlier|all|your|the)\b.{0,30}"
-     r"\b(instructions?|prompts?|rules?|directions?|guidelines?|context)\b"),
-    (0.9, "asks to ignore earlier instructions (zh)",
-     r"(忽略|无视|忘记|忘掉|跳过|不要理会).{0,12}(之前|以上|上面|前面|先前|所有|全部|你的).{0,8}(指令|指示|规则|提示|要求|设定|命令)"),
-    (0.8, "asks for the system prompt or hidden instructions",
-     r"\b(reveal|show|print|repeat|output|tell me|leak)\b.{0,40}\b(system prompt|hidden (prompt|instructions)|"
-     r"initial (prompt|instructions)|your (instructions|prompt|rules))"),
-    (0.8, "asks for the system prompt (zh)",
-     r"(输出|显示|告诉我|泄露|打印|重复).{0,12}(系统提示词|系统提示|系统指令|初始指令|隐藏指令)"),
-    (0.7, "role-play to escape the rules",
-     r"\b(you are now|from now on,? you are|pretend (to be|you are)|act as)\b.{0,60}\b(DAN|unrestricted|"
-     r"jailbroken|no (rules|restrictions|limits)|without (any )?(rules|restrictions|filters))"),
-    (0.7, "role-play to escape the rules (zh)",
-     r"(你现在是|从现在起你是|假装你是|扮演).{0,30}(不受限制|没有限制|无限制|越狱|没有任何规则)"),
-    (0.7, "developer/jailbreak mode", r"\b(developer mode|jailbreak|DAN mode|god mode)\b|开发者模式|越狱模式"),
-    (0.6, "fake conversation or system markers",
-     r"<\|im_start\|>|<\|system\|>|\[/?INST\]|^\s*#{2,}\s*(system|instruction)s?\s*:|^\s*system\s*:", ),
-    (0.4, "long encoded payload", r"[A-Za-z0-9+/]{120,}={0,2}"),
-]]
+MAX_POLICIES = 16
 
 
 @dataclass
 class GuardVerdict:
-    action: str
+    """``verdict`` (allow / flag / block), the score it came from, and why."""
+
+    verdict: str
     score: float
-    model_probability: float
-    heuristic_score: float
     reasons: list[str] = field(default_factory=list)
+    heuristic_score: float = 0.0
+    decider: str | None = None
+    decider_probability: float | None = None
+    model_probability: float | None = None
     policies: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def action(self) -> str:
+        """Deprecated alias of ``verdict`` (kept for one release)."""
+        return self.verdict
+
     def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "score": round(self.score, 4),
-                "model_probability": round(self.model_probability, 4),
-                "heuristic_score": self.heuristic_score, "reasons": self.reasons, "policies": self.policies}
+        data: dict[str, Any] = {"verdict": self.verdict, "score": round(self.score, 4), "reasons": self.reasons,
+                                "action": self.verdict, "heuristic_score": self.heuristic_score,
+                                "policies": self.policies}
+        if self.decider is not None:
+            data["decider"] = self.decider
+            data["decider_probability"] = round(float(self.decider_probability or 0.0), 4)
+        if self.model_probability is not None:
+            data["model_probability"] = round(self.model_probability, 4)
+        return data
 
 
-def heuristics(text: str) -> tuple[float, list[str]]:
-    """The strongest matching rule's weight and every matching rule's reason."""
-    hits = [(weight, reason) for weight, reason, pattern in RULES if pattern.search(text)]
-    return max((w for w, _ in hits), default=0.0), [reason for _, reason in hits]
-
-
-def guard_flow(text: str, *, flag_at: float = 0.5, block_at: float = 0.85,
-               policies: list[str] | None = None) -> Flow[GuardVerdict]:
-    require_text(text)
-    if not 0.0 < flag_at <= block_at <= 1.0:
+def _thresholds(decider: Decider | None, flag_at: float | None, block_at: float | None) -> tuple[float, float]:
+    params = decider.params if decider is not None else {}
+    flag = float(params.get("flag_at", 0.5)) if flag_at is None else flag_at
+    block = float(params.get("block_at", 0.85)) if block_at is None else block_at
+    if not 0.0 < flag <= block <= 1.0:
         raise ConfigError("thresholds must satisfy 0 < flag_at <= block_at <= 1")
+    return flag, block
+
+
+def positive_label(decider: Decider) -> str:
+    label = str(decider.params.get("positive", "injection"))
+    if label not in decider.labels:
+        raise ConfigError(f"decider {decider.ref} has no label {label!r} to screen with (labels: {decider.labels})",
+                          hint="tune the guard decider on labels injection,benign")
+    return label
+
+
+def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | None = None,
+               block_at: float | None = None, policies: list[str] | None = None,
+               use_model: bool = False) -> Flow[GuardVerdict]:
+    require_text(text)
+    flag, block = _thresholds(decider, flag_at, block_at)
     checks = list(policies or [])
+    if len(checks) > MAX_POLICIES:
+        raise ConfigError(f"at most {MAX_POLICIES} policies per request (got {len(checks)})",
+                          hint="split the policies over several requests")
     if any(not isinstance(p, str) or not p.strip() for p in checks):
         raise ConfigError("policies must be non-empty strings describing what is not allowed")
     lang = language(text)
-    questions = [[{"role": "system", "content": INJECTION[lang]}, {"role": "user", "content": text}]]
+    ask_model = use_model or decider is None
+    questions = [[{"role": "system", "content": INJECTION[lang]}, {"role": "user", "content": text}]] \
+        if ask_model else []
     questions += [[{"role": "system", "content": _policy_question(p, lang)}, {"role": "user", "content": text}]
                   for p in checks]
-    probabilities = yield from gather([yes_probability(q) for q in questions])
-    model_p, policy_p = probabilities[0], dict(zip(checks, probabilities[1:], strict=True))
+    flows: list[Flow[Any]] = [gather([yes_probability(q) for q in questions])]
+    if decider is not None:
+        flows.append(scores_flow(decider, [text]))
+    found = yield from gather(flows)
+    probabilities = list(found[0])
+    model_p = probabilities.pop(0) if ask_model else None
+    policy_p = dict(zip(checks, probabilities, strict=True))
     rule_score, reasons = heuristics(text)
-    score = 1.0 - (1.0 - rule_score) * (1.0 - model_p)
-    if model_p >= flag_at:
+    decider_p = None
+    if decider is not None:
+        decider_p = float(found[1][0][decider.labels.index(positive_label(decider))])
+        score = decider_p if model_p is None else 1.0 - (1.0 - decider_p) * (1.0 - model_p)
+        if decider_p >= flag:
+            reasons.append(f"decider {decider.ref} judges it an injection attempt (p={decider_p:.2f})")
+    else:
+        assert model_p is not None
+        score = 1.0 - (1.0 - rule_score) * (1.0 - model_p)
+    if model_p is not None and model_p >= flag:
         reasons.append(f"model judges it an injection attempt (p={model_p:.2f})")
-    reasons += [f"may violate policy: {p} (p={v:.2f})" for p, v in policy_p.items() if v >= flag_at]
+    reasons += [f"may violate policy: {p} (p={v:.2f})" for p, v in policy_p.items() if v >= flag]
     worst = max([score, *policy_p.values()])
-    action = "block" if worst >= block_at else "flag" if worst >= flag_at else "allow"
-    return GuardVerdict(action, score, model_p, rule_score, reasons, policy_p)
+    verdict = "block" if worst >= block else "flag" if worst >= flag else "allow"
+    return GuardVerdict(verdict, score, reasons, rule_score, decider.ref if decider else None, decider_p, model_p,
+                        policy_p)
 
 
 def _policy_question(policy: str, lang: str) -> str:

@@ -90,11 +90,13 @@ class TaskMethods:
         return self._run(redact_flow(text, style=style, use_model=use_model, types=types,
                                      salt=salt, model=self.model))
 
-    def guard(self, text: str, *, flag_at: float = 0.5, block_at: float = 0.85,
-              policies: list[str] | None = None) -> GuardVerdict:
-        """allow / flag / block for prompt injection (heuristics + model probability) and policies."""
-        return self._run(guard_flow(text, flag_at=flag_at, block_at=block_at,
-                                    policies=policies))
+    def guard(self, text: str, *, decider: str | None = "guard", flag_at: float | None = None,
+              block_at: float | None = None, policies: list[str] | None = None,
+              use_model: bool = False) -> GuardVerdict:
+        """allow / flag / block for prompt injection (the ``guard`` decider; ``use_model``: and the chat
+        model's judgement; ``decider=None``: heuristics + model) and policies (yes/no questions)."""
+        return self._run(guard_flow(text, decider=load_decider(decider) if decider else None, flag_at=flag_at,
+                                    block_at=block_at, policies=policies, use_model=use_model))
 
     def compress(self, text: str, *, budget_tokens: int = 512, chunk_tokens: int = 1024,
                  question: str | None = None) -> Compression:
@@ -160,10 +162,12 @@ class AsyncTaskMethods:
         return await self._run(redact_flow(text, style=style, use_model=use_model, types=types,
                                            salt=salt, model=self.model))
 
-    async def guard(self, text: str, *, flag_at: float = 0.5, block_at: float = 0.85,
-                    policies: list[str] | None = None) -> GuardVerdict:
-        return await self._run(guard_flow(text, flag_at=flag_at, block_at=block_at,
-                                          policies=policies))
+    async def guard(self, text: str, *, decider: str | None = "guard", flag_at: float | None = None,
+                    block_at: float | None = None, policies: list[str] | None = None,
+                    use_model: bool = False) -> GuardVerdict:
+        return await self._run(guard_flow(text, decider=load_decider(decider) if decider else None,
+                                          flag_at=flag_at, block_at=block_at, policies=policies,
+                                          use_model=use_model))
 
     async def compress(self, text: str, *, budget_tokens: int = 512, chunk_tokens: int = 1024,
                        question: str | None = None) -> Compression:
