@@ -33,6 +33,8 @@ class EngineSettings(_Strict):
     wedge_probe_timeout_s: float = Field(5.0, gt=0)
     wedge_failures: int = Field(3, ge=1, description="consecutive unanswered probes before a restart")
     llama_server: str | None = None
+    embeddings: bool = Field(False, description="serve /v1/embeddings and decider probes (per-token vectors, "
+                             "pooled by tiankong); off by default: it costs speculative decoding its batch")
     extra_args: list[str] = Field(default_factory=list)
     # speed plays (docs/speed.md): speculative decoding, vision projector, RPC workers
     draft_model: str | None = Field(None, description="installed model name or .gguf path, same tokenizer as model")

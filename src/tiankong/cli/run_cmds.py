@@ -25,11 +25,13 @@ from . import emit_json
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="TOML config file.")
 @click.option("--api-key", envvar="TIANKONG_API_KEY", default=None, help="Require this key (env TIANKONG_API_KEY).")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
+@click.option("--embeddings", is_flag=True, default=None,
+              help="Turn embeddings on (/v1/embeddings and deciders that read embeddings).")
 def serve(model: str | None, host: str | None, port: int | None, slots: int | None, ctx: int | None,
-          config_file: str | None, api_key: str | None, llama_server: str | None) -> None:
+          config_file: str | None, api_key: str | None, llama_server: str | None, embeddings: bool | None) -> None:
     """Run the gateway on 127.0.0.1:8080 in front of a managed llama-server."""
     config = load_config(config_file)
-    overrides = {"model": model, "slots": slots, "ctx": ctx, "llama_server": llama_server}
+    overrides = {"model": model, "slots": slots, "ctx": ctx, "llama_server": llama_server, "embeddings": embeddings}
     for key, value in overrides.items():
         if value is not None:
             setattr(config.engine, key, value)

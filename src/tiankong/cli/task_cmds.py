@@ -138,17 +138,20 @@ def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], 
 @click.option("--upstream-key-env", default=None, help="Environment variable holding the upstream's API key.")
 @click.option("--upstream-model", default=None, help="Model name at the upstream.")
 @click.option("--no-redact", is_flag=True, help="Send escalated text to the upstream without PII redaction.")
+@click.option("--decider", default=None, help="A tuned decider over the route names makes the local decision.")
 @task_options
 def route(text: str | None, routes_file: str, threshold: float, no_redline: bool, upstream_url: str | None,
-          upstream_key_env: str | None, upstream_model: str | None, no_redact: bool, model: str | None,
-          url: str | None, llama_server: str | None, as_json: bool) -> None:
+          upstream_key_env: str | None, upstream_model: str | None, no_redact: bool, decider: str | None,
+          model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
     """Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there)."""
     routes = read_json(routes_file)
     body = read_text(text)
     upstream = ({"url": upstream_url, "api_key_env": upstream_key_env, "model": upstream_model,
                  "redact": not no_redact} if upstream_url else None)
-    with client_for(model, url, llama_server) as client:
-        result = client.route(body, routes, threshold=threshold, redline=not no_redline, upstream=upstream)
+    embeddings, model = decider_engine(decider, model)
+    with client_for(model, url, llama_server, embeddings=embeddings) as client:
+        result = client.route(body, routes, threshold=threshold, redline=not no_redline, upstream=upstream,
+                              decider=decider)
     render(result, as_json, lambda r: f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t"
                                       f"{r.confidence:.3f}\t{r.reason}")
 

@@ -9,7 +9,7 @@ from typing import Any, Self
 import httpx
 
 from ..engine import EngineProcess
-from ..errors import ConfigError
+from ..errors import ConfigError, ServerError
 from . import _shared as S
 from ._engine import start_embedded
 from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
@@ -161,8 +161,13 @@ class AsyncBaseClient:
             yield chunk
 
     async def embed(self, texts: str | list[str]) -> list[list[float]]:
-        items = [texts] if isinstance(texts, str) else list(texts)
-        data = await self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+        items = S.embeddings_items(texts)
+        try:
+            data = await self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+        except ServerError as exc:
+            if not S.per_token_refused(exc):
+                raise
+            return S.mean_pooled(await self._request("POST", "/embeddings", {"content": items}))[0]
         return [list(map(float, row["embedding"])) for row in data["data"]]
 
     async def tokenize(self, text: str) -> list[int]:

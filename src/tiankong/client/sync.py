@@ -8,7 +8,7 @@ from typing import Any, Self
 import httpx
 
 from ..engine import EngineProcess
-from ..errors import ConfigError
+from ..errors import ConfigError, ServerError
 from . import _shared as S
 from ._engine import start_embedded
 from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
@@ -150,9 +150,15 @@ class BaseClient:
         yield from self._stream("/v1/completions", body)
 
     def embed(self, texts: str | list[str]) -> list[list[float]]:
-        """Embeddings (the engine must run with embeddings enabled)."""
-        items = [texts] if isinstance(texts, str) else list(texts)
-        data = self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+        """Embeddings (the engine must run with embeddings enabled); mean-pooled here when the engine gives
+        every token's vector (``--pooling none``, tiankong's engines with embeddings on)."""
+        items = S.embeddings_items(texts)
+        try:
+            data = self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+        except ServerError as exc:
+            if not S.per_token_refused(exc):
+                raise
+            return S.mean_pooled(self._request("POST", "/embeddings", {"content": items}))[0]
         return [list(map(float, row["embedding"])) for row in data["data"]]
 
     def tokenize(self, text: str) -> list[int]:

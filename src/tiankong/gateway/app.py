@@ -38,7 +38,7 @@ from .pool import EnginePool, recycler, route
 from .responses import error_for, error_response, rpm_exceeded
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
-from .task_routes import run_task
+from .task_routes import embeddings_answer, run_task
 from .upstream import note_json
 
 __all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
@@ -307,6 +307,9 @@ def create_app(state: GatewayState) -> Starlette:
                     call.group = adapter_group(body)
                 except TiankongError as exc:
                     return pipe.done(call, error_for(exc))
+            if path == "/v1/embeddings":  # per-token engines (tiankong's): pooled by the client's embed()
+                return await pipe.run(request, call, lambda: pipe.upstream.run_client(
+                    call, lambda client: embeddings_answer(client, body)))  # errors: run_client maps them
             if path == "/v1/chat/completions" and wants_structured(body):
                 return await pipe.run(request, call, lambda: pipe.upstream.run_client(
                     call, lambda client: structured_chat(client, body, body["model"], call.note_answer)))

@@ -41,7 +41,7 @@ def start_engine(config: TiankongConfig, log: Callable[[str], None] = print) -> 
     engine_config = EngineConfig(
         model=record.path, ctx=settings.ctx, slots=settings.slots, kv_type=settings.kv_type,
         cache_ram_mib=settings.cache_ram_mib, alias=record.name, extra_args=list(settings.extra_args),
-        **speed_kwargs(settings),
+        embeddings=settings.embeddings, pooling="none", **speed_kwargs(settings),
     )
     if settings.threads:
         engine_config.threads = settings.threads

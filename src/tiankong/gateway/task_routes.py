@@ -10,9 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.responses import JSONResponse
 
 from ..api import AsyncClient
-from ..errors import ConfigError
+from ..client._shared import embeddings_items, embeddings_response, mean_pooled, per_token_refused
+from ..errors import ConfigError, ServerError
 from ..tasks import Route
 
 
@@ -49,6 +51,7 @@ class RouteBody(_Body):
     threshold: float = 0.6
     redline: bool = True
     escalate_target: str = "upstream"
+    decider: str | None = Field(None, max_length=200)
 
 
 class RewriteBody(_Body):
@@ -131,3 +134,31 @@ async def run_task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict
     if task == "tag":
         return {"data": result.data, "attempts": result.attempts}
     return result.to_json()  # type: ignore[no-any-return]
+
+
+EMBEDDING_FIELDS = {"input", "model", "encoding_format", "user", "dimensions"}
+
+
+async def embeddings_answer(client: AsyncClient, body: dict[str, Any]) -> JSONResponse:
+    """``/v1/embeddings``: passed through to a pooling engine; for a per-token engine (tiankong's engines with
+    embeddings on, ``--pooling none``) the client's mean pooling gives the OpenAI answer."""
+    unknown = sorted(set(body) - EMBEDDING_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown embeddings field(s) {unknown}",
+                          hint=f"fields: {', '.join(sorted(EMBEDDING_FIELDS))}")
+    if body.get("encoding_format", "float") != "float" or body.get("dimensions") is not None:
+        raise ConfigError("only encoding_format float at the model's own dimensions is served",
+                          hint="leave encoding_format and dimensions out")
+    items = embeddings_items(body.get("input"))
+    try:
+        return JSONResponse(await client._request("POST", "/v1/embeddings", {"input": items,
+                                                                             "model": body.get("model")}))
+    except ServerError as exc:
+        if exc.status == 501:
+            raise ConfigError("embeddings are off on this engine",
+                              hint="start the gateway with `tiankong serve --embeddings` "
+                                   "(or engine.embeddings = true in the config)") from None
+        if not per_token_refused(exc):
+            raise
+    vectors, tokens = mean_pooled(await client._request("POST", "/embeddings", {"content": items}))
+    return JSONResponse(embeddings_response(vectors, tokens, body.get("model")))

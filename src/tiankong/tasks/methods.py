@@ -59,14 +59,17 @@ class TaskMethods:
 
     def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
               redline: bool = True, escalate_target: str = "upstream",
-              upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512) -> RouteDecision:
-        """Local routing decision; escalates (``escalated=True``) on low confidence or red-line requests.
+              upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512,
+              decider: str | None = None) -> RouteDecision:
+        """Local routing decision; escalates (``escalated=True``) on low confidence or red-line requests;
+        ``decider``: a tuned decider over the route names makes the local decision.
 
         With ``upstream``, an escalated request is sent there (PII redacted first unless ``redact=False``) and
         its answer is in ``decision.answer``; ``decision.sent_text`` is exactly what left the machine.
         """
-        decision = self._run(route_flow(text, check_routes(routes), threshold=threshold,
-                                        redline=redline, escalate_target=escalate_target))
+        decision = self._run(route_flow(text, check_routes(routes), threshold=threshold, redline=redline,
+                                        escalate_target=escalate_target,
+                                        decider=load_decider(decider) if decider else None))
         if decision.escalated and upstream is not None:
             target = check_upstream(upstream)
             decision.sent_text, decision.redacted = escalation_text(text, target)
@@ -139,9 +142,11 @@ class AsyncTaskMethods:
 
     async def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
                     redline: bool = True, escalate_target: str = "upstream",
-                    upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512) -> RouteDecision:
-        decision = await self._run(route_flow(text, check_routes(routes), threshold=threshold,
-                                              redline=redline, escalate_target=escalate_target))
+                    upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512,
+                    decider: str | None = None) -> RouteDecision:
+        decision = await self._run(route_flow(text, check_routes(routes), threshold=threshold, redline=redline,
+                                              escalate_target=escalate_target,
+                                              decider=load_decider(decider) if decider else None))
         if decision.escalated and upstream is not None:
             target = check_upstream(upstream)
             decision.sent_text, decision.redacted = escalation_text(text, target)

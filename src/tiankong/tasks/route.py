@@ -17,11 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..deciders.registry import Decider
 from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow
 from ..structured.prompts import language
-from .classify import Classification, classify_flow, require_text
+from .classify import Classification, classify_flow, decide_flow, decider_labels, require_text
 from .prompts import REDLINE
 
 REDLINE_LABELS = ["simple", "reasoning", "math", "planning", "facts"]
@@ -106,13 +107,18 @@ def check_routes(routes: Any) -> list[Route]:
 
 
 def route_flow(text: str, routes: list[Route], *, threshold: float = 0.6, redline: bool = True,
-               escalate_target: str = "upstream") -> Flow[RouteDecision]:
+               escalate_target: str = "upstream", decider: Decider | None = None) -> Flow[RouteDecision]:
+    """``decider``: a tuned decider over the route names answers the local decision (calibrated); below
+    ``threshold`` confidence the request escalates."""
     require_text(text)
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError("threshold must be between 0 and 1")
     names = [r.name for r in routes]
     descriptions = {r.name: r.description for r in routes if r.description}
-    flows: list[Flow[Classification]] = [classify_flow(text, names, descriptions=descriptions or None)]
+    if decider is not None:
+        decider_labels(decider.labels, names, decider.ref)
+    flows: list[Flow[Classification]] = [decide_flow(decider, text) if decider is not None else
+                                         classify_flow(text, names, descriptions=descriptions or None)]
     if redline:
         lang = language(text)
         flows.append(classify_flow(text, REDLINE_LABELS, instructions=REDLINE[lang]))
