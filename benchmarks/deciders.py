@@ -116,7 +116,8 @@ def run_corpus(name: str, client: Client, args: argparse.Namespace) -> dict[str,
     for size in SIZES:
         subset = stratified_subset(y_pool, size, args.seed) if size < len(y_pool) else np.arange(len(y_pool))
         train_features, y_train = features.take(subset), y_pool[subset]
-        add("sklearn-default", len(subset), sklearn_default(train_features.texts, y_train.tolist(), test_features.texts))
+        add("sklearn-default", len(subset),
+            sklearn_default(train_features.texts, y_train.tolist(), test_features.texts))
         for method in METHODS:
             state = M.fit(method, train_features, y_train, len(labels))
             add(method, len(subset), M.predict(method, state, test_features).argmax(axis=1))

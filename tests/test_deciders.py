@@ -15,6 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
+from conftest import assert_one_line_error, run_cli, serve_app
 from tiankong import Client
 from tiankong.deciders import (
     DeciderModelMismatch,
@@ -30,10 +31,7 @@ from tiankong.errors import ConfigError
 from tiankong.gateway import GatewayState
 from tiankong.models import TEST_MODEL
 from tiankong.paths import models_dir
-from tiankong.structured.drivers import run_sync
 from tiankong.tasks.classify import prior_warning
-
-from conftest import assert_one_line_error, run_cli, serve_app
 
 SPAM = [f"WIN a free {p} now! Text CLAIM to 8{i}0{i} to get your cash prize, offer ends today"
         for i, p in enumerate(["iPhone", "holiday", "voucher", "laptop", "car", "cruise", "TV", "gift card",

@@ -7,6 +7,7 @@ the same JSON the gateway's ``/v1/tasks/<task>`` returns).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..errors import ConfigError
 from ..models import DEFAULT_MODEL
 from ..structured.drivers import run_sync
 from ..tasks import guard_flow, redact_flow
+from ..tasks.classify import decide_flow, decider_labels
 from . import emit_json
 from .run_cmds import _client
 
@@ -120,10 +122,15 @@ def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], 
     examples = read_json(examples_file) if examples_file else None
     body = read_text(text)
     embeddings, model = decider_engine(decider, model)
-    with client_for(model, url, llama_server, embeddings=embeddings) as client:
-        result = client.classify(body, names or None, decider=decider, descriptions=descriptions,
-                                 examples=examples, multi_label=multi_label, threshold=threshold,
-                                 calibrate=calibrate)
+    if decider and not url and not os.environ.get("TIANKONG_URL") and not _decider_needs_engine(decider):
+        found = load_decider(decider)  # an engine-free decider (tf-idf): no engine is started
+        decider_labels(found.labels, names or None, found.ref)
+        result = run_sync(decide_flow(found, body, threshold=threshold), lambda *a: None)
+    else:
+        with client_for(model, url, llama_server, embeddings=embeddings) as client:
+            result = client.classify(body, names or None, decider=decider, descriptions=descriptions,
+                                     examples=examples, multi_label=multi_label, threshold=threshold,
+                                     calibrate=calibrate)
     if result.warning:
         click.echo(f"warning: {result.warning}", err=True)
     render(result, as_json, lambda r: f"{','.join(r.labels) or '(abstain)'}\t{_scores(r.scores)}")
