@@ -44,6 +44,8 @@ class EvalItem(BaseModel):
     tags: list[str] = Field(default_factory=list)
     # --- task keys ---
     labels: list[str] | None = None
+    #: classify with a tuned decider (its labels; the run's model must be the decider's base model)
+    decider: str | None = None
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
     instructions: str | None = None
     words: int = Field(default=80, ge=5, le=1000)
@@ -81,8 +83,8 @@ class EvalItem(BaseModel):
             raise ValueError("input is empty")
         if isinstance(self.input, list) and (not self.input or self.input[-1].role != "user"):
             raise ValueError("input messages must end with a user message")
-        if self.task == "classify" and (not self.labels or len(set(self.labels)) < 2):
-            raise ValueError("task classify needs at least two distinct labels")
+        if self.task == "classify" and not self.decider and (not self.labels or len(set(self.labels)) < 2):
+            raise ValueError("task classify needs at least two distinct labels (or a decider)")
         if self.task == "extract" and not self.json_schema:
             raise ValueError("task extract needs a schema (a JSON Schema object)")
 
@@ -94,11 +96,15 @@ class EvalItem(BaseModel):
     def request(self) -> dict[str, Any]:
         """What the model is asked — the part of the item that decides its output (not id, reference, scorer)."""
         keys: tuple[str, ...] = {
-            "classify": ("labels", "instructions"), "extract": ("json_schema", "instructions"),
+            "classify": ("labels", "instructions", "decider"), "extract": ("json_schema", "instructions"),
             "summarize": ("words",), "tag": ("json_schema",), "chat": ("system", "max_tokens", "json_schema"),
         }.get(self.task, ())
         data = {"task": self.task, "input": self.model_dump(mode="json")["input"]}
         data.update({key: getattr(self, key) for key in keys if getattr(self, key) is not None})
+        if self.decider:  # name@version: a decider tuned again is a new request (the cache does not reuse answers)
+            from ..deciders import load_decider
+
+            data["decider"] = load_decider(self.decider).ref
         return data
 
     def messages(self) -> list[dict[str, str]]:

@@ -133,7 +133,7 @@ class _ModelRun:
         params = self.params
         config = EngineConfig(model=Path(self.record.path), ctx=params.ctx, slots=params.slots,
                               threads=params.threads or default_threads(), seed=params.seed, alias=self.record.name,
-                              extra_args=["--no-cache-prompt"])
+                              extra_args=["--no-cache-prompt"], embeddings=self._needs_embeddings(), pooling="none")
         engine = EngineProcess(config, self.binary)
         self.log(f"{self.record.name}: starting the engine ({params.slots} slot(s), ctx {params.ctx})")
         engine.start()
@@ -145,6 +145,13 @@ class _ModelRun:
             self.cache.set_peak_rss(peak_rss(engine))
         finally:
             engine.stop()
+
+    def _needs_embeddings(self) -> bool:
+        from ..deciders import load_decider
+        from ..deciders.methods import needs_embeddings
+
+        found = [load_decider(item.decider) for item in self.set.items if item.decider]
+        return any(needs_embeddings(d.method, d.state) for d in found)
 
     def _run_group(self, group: Group, keys: list[str], url: str) -> None:
         label = group.job.get("task") or "chat"
