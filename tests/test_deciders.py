@@ -207,6 +207,8 @@ def test_cli_tune_list_classify_and_batch(data_dir: Path, examples_file: Path, e
     assert {"mail", "mail-tfidf", "guard"} <= set(mine)
     assert mine["mail"]["labels"] == ["spam", "ham"] and 0 <= mine["mail"]["cv_accuracy"] <= 1
     assert mine["mail"]["method"] == report["chosen"]
+    shown = json.loads(run_cli("deciders", "show", "mail", "--json", env=env).stdout)
+    assert shown["cv"]["results"] and "state" not in shown and shown["examples"]["n"] == 24
     answer = run_cli("classify", "--decider", "mail", "--url", embed_engine.url, "--json", PROBES[1], env=env)
     assert answer.returncode == 0, answer.stderr
     assert json.loads(answer.stdout)["decider"] == "mail@1"
@@ -225,6 +227,10 @@ def test_cli_tune_list_classify_and_batch(data_dir: Path, examples_file: Path, e
         assert sorted(x["id"] for x in lines) == sorted(f"m{i}" for i in range(6))
         assert all(x["label"] in ("spam", "ham") and set(x["scores"]) == {"spam", "ham"} for x in lines)
         assert all(x["result"]["decider"] == f"{name}@1" for x in lines)
+    removed = run_cli("deciders", "rm", "mail-tfidf", env=env)
+    assert removed.returncode == 0 and "mail-tfidf" not in {r["name"] for r in json.loads(
+        run_cli("deciders", "list", "--json", env=env).stdout)}
+    assert_one_line_error(run_cli("deciders", "rm", "guard", env=env), "built in")
 
 
 def test_shipped_guard_needs_no_engine_and_answers_with_a_verdict() -> None:

@@ -2,6 +2,15 @@
 
 from .api import AsyncClient, Client
 from .client import ChatResult, StreamChunk, Usage
+from .deciders import (
+    Decider,
+    DeciderEngineError,
+    DeciderModelMismatch,
+    DeciderNotFound,
+    ExamplesError,
+    TuneReport,
+    tune_classify,
+)
 from .errors import (
     ConfigError,
     EngineError,
@@ -14,11 +23,14 @@ from .errors import (
     TruncatedOutput,
 )
 from .structured import Decision, Structured
+from .tasks import Classification, GuardVerdict
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "ChatResult", "Client", "ConfigError", "Decision", "EngineError", "InvalidSchema", "OutputError",
+    "AsyncClient", "ChatResult", "Classification", "Client", "ConfigError", "Decider", "DeciderEngineError",
+    "DeciderModelMismatch", "DeciderNotFound", "Decision", "EngineError", "ExamplesError", "GuardVerdict",
+    "InvalidSchema", "OutputError", "TuneReport", "tune_classify",
     "RetriesExhausted", "SchemaNotSupported", "StreamChunk", "Structured", "TiankongError", "TransportError",
     "TruncatedOutput", "Usage", "__version__",
 ]
