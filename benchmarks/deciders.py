@@ -207,7 +207,7 @@ def main() -> None:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct:q4_k_m")
     parser.add_argument("--corpora", default="spam,intent,zh,injection")
     parser.add_argument("--test", type=int, default=200)
-    parser.add_argument("--fewshot-items", type=int, default=40)
+    parser.add_argument("--fewshot-items", type=int, default=30)
     parser.add_argument("--zeroshot-items", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slots", type=int, default=2)
@@ -219,10 +219,10 @@ def main() -> None:
             results.append(run_corpus(name, client, args))
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.with_suffix(".json").write_text(json.dumps({"model": args.model, "args": vars(args),
+            Path(f"{out}.json").write_text(json.dumps({"model": args.model, "args": vars(args),
                                                             "results": results}, indent=1), encoding="utf-8")
             report = table(results, args.model)
-            out.with_suffix(".txt").write_text(f"$ {' '.join(sys.argv)}\n{report}\n", encoding="utf-8")
+            Path(f"{out}.txt").write_text(f"$ {' '.join(sys.argv)}\n{report}\n", encoding="utf-8")
     print(report)
 
 

@@ -102,8 +102,9 @@ def test_classify_cli_rerun_status_report(tmp_path: Path, url: str) -> None:
     assert set(report["latency_s"]) >= {"p50", "p90", "p99"}
     assert_exactly_once(out, [r["id"] for r in records])
     for line in read_lines(out):
-        assert set(line) == {"id", "task", "result", "usage", "latency_s"}
-        assert line["result"]["label"] in LABELS.split(",")
+        assert set(line) == {"id", "task", "result", "usage", "latency_s", "label", "scores"}
+        assert line["result"]["label"] in LABELS.split(",") and line["label"] == line["result"]["label"]
+        assert line["scores"] == line["result"]["scores"]
     before = out.read_bytes()
     again = cli("batch", "run", "--task", "classify", "--labels", LABELS, "--input", str(src), "--output", str(out),
                 "--url", url, "--json")

@@ -5,8 +5,9 @@ since each text is in exactly one test fold), then every method is fitted and sc
 The learning curve refits each method on stratified subsets (20, 50, 100, 200, … examples) of each training
 fold and scores it on the same test fold, so a user sees how many labels they need.
 
-Selection rule (stated in every report): the highest CV accuracy; a method within ``TIE`` of it that costs
-fewer engine passes (then fewer ms per item) wins instead — the cheaper decision when they are as good.
+Selection rule (stated in every report): the highest CV accuracy; among the methods within ``TIE`` of it
+(differences below one item in a few hundred are noise), the lowest CV log-loss — a proper scoring rule that
+separates equally accurate methods by how well their probabilities fit — then fewer engine passes.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ class MethodScore:
     ece: float
     ms_per_item: float
     engine_passes: int
+    log_loss: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"method": self.method, "size": self.size, "accuracy": round(self.accuracy, 4),
-                "macro_f1": round(self.macro_f1, 4), "ece": round(self.ece, 4),
+                "macro_f1": round(self.macro_f1, 4), "ece": round(self.ece, 4), "log_loss": round(self.log_loss, 4),
                 "ms_per_item": round(self.ms_per_item, 2), "engine_passes": self.engine_passes}
 
 
@@ -81,11 +83,12 @@ class TuneReport:
     def table(self) -> str:
         lines = [f"{self.folds}-fold CV, {sum(self.counts.values())} examples "
                  f"({', '.join(f'{k}: {v}' for k, v in self.counts.items())})",
-                 f"{'method':<11} {'size':>5} {'accuracy':>8} {'macro-F1':>8} {'ECE':>6} {'ms/item':>8} passes"]
+                 f"{'method':<11} {'size':>5} {'accuracy':>8} {'macro-F1':>8} {'ECE':>6} {'logloss':>7} "
+                 f"{'ms/item':>8} passes"]
         for r in sorted(self.rows, key=lambda r: (r.method, r.size)):
             mark = " *" if r.method == self.chosen and r.size == max(x.size for x in self.rows) else ""
             lines.append(f"{r.method:<11} {r.size:>5} {r.accuracy:>8.3f} {r.macro_f1:>8.3f} {r.ece:>6.3f} "
-                         f"{r.ms_per_item:>8.1f} {r.engine_passes:>6}{mark}")
+                         f"{r.log_loss:>7.3f} {r.ms_per_item:>8.1f} {r.engine_passes:>6}{mark}")
         lines += [f"skipped {m}: {why}" for m, why in self.skipped.items()]
         lines.append(f"chosen: {self.chosen} ({self.rule})")
         return "\n".join(lines)
@@ -120,9 +123,10 @@ def stratified_subset(y: np.ndarray, size: int, seed: int) -> np.ndarray:
 
 def _score(method: str, size: int, probabilities: np.ndarray, y: np.ndarray, ms: float) -> MethodScore:
     predicted = probabilities.argmax(axis=1)
+    picked = np.clip(probabilities[np.arange(len(y)), y], 1e-6, 1.0)
     return MethodScore(method, size, float(accuracy_score(y, predicted)),
                        float(f1_score(y, predicted, average="macro")),
-                       expected_calibration_error(probabilities, y), ms, PASSES[method])
+                       expected_calibration_error(probabilities, y), ms, PASSES[method], float(-np.log(picked).mean()))
 
 
 def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set[str]) -> \
@@ -172,8 +176,8 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
     full = [r for r in rows if r.size == max(x.size for x in rows)]
     best = max(r.accuracy for r in full)
     close = [r for r in full if r.accuracy >= best - TIE]
-    chosen = min(close, key=lambda r: (r.engine_passes, r.ms_per_item)).method
-    rule = f"highest CV accuracy; within {TIE} of it, fewer engine passes then fewer ms/item"
+    chosen = min(close, key=lambda r: (round(r.log_loss, 4), r.engine_passes, r.ms_per_item)).method
+    rule = f"highest CV accuracy; within {TIE} of it, the lowest CV log-loss, then fewer engine passes"
     state = _final_state(chosen, features, y, labels, words, prior)
     chosen_row = next(r for r in full if r.method == chosen)
     decider = Decider(name=name, method=chosen, labels=labels, state=state, words=words,

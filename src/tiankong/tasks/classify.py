@@ -160,23 +160,26 @@ def classify_flow(text: str, labels: list[str], *, descriptions: dict[str, str] 
                           warning=prior_warning(prior) if not shots else None)
 
 
-#: total-variation distance of the content-free prior from uniform above which zero-shot is flagged
+#: total-variation distance of the content-free prior from uniform above which the warning names the skew
 SKEW = 0.2
 
 
-def prior_warning(prior: dict[str, float]) -> str | None:
-    """A warning when the model leans towards some labels whatever the text (zero-shot near chance)."""
+TUNE_HINT = ("label ~20 examples per label, run `tiankong tune classify --data FILE --name NAME` and classify "
+             "with --decider NAME")
+
+
+def prior_warning(prior: dict[str, float]) -> str:
+    """Every zero-shot answer says it is unverified (a small model's zero-shot label measured near chance on real
+    data, with or without calibration, also when its prior looked balanced); a skewed prior is named."""
     if not prior:
-        return ("zero-shot without calibration: small models are often near chance here; "
-                "label ~20 examples per label and run `tiankong tune classify --data FILE --name NAME`")
+        return f"zero-shot label without calibration, unverified (small models are often near chance): {TUNE_HINT}"
     uniform = 1.0 / len(prior)
     skew = 0.5 * sum(abs(p - uniform) for p in prior.values())
-    if skew <= SKEW:
-        return None
-    top = max(prior, key=lambda k: prior[k])
-    return (f"the model's content-free prior is skewed towards {top!r} (P={prior[top]:.2f}); zero-shot labels "
-            "may be near chance even after calibration: label ~20 examples per label and run "
-            "`tiankong tune classify --data FILE --name NAME`, then classify with --decider NAME")
+    if skew > SKEW:
+        top = max(prior, key=lambda k: prior[k])
+        return (f"zero-shot label, unverified: the model leans towards {top!r} whatever the text (content-free "
+                f"P={prior[top]:.2f}), so the label may be near chance even after calibration: {TUNE_HINT}")
+    return f"zero-shot label, unverified (small models are often near chance here even when calibrated): {TUNE_HINT}"
 
 
 def _calibrate(scores: dict[str, float], prior: dict[str, float]) -> dict[str, float]:
