@@ -44,6 +44,7 @@ from tiankong.deciders.features import label_probability_flow  # noqa: E402
 from tiankong.deciders.registry import load_decider  # noqa: E402
 from tiankong.deciders.tune import engine_features, stratified_subset, verbalise  # noqa: E402
 from tiankong.structured.combine import gather  # noqa: E402
+from tiankong.tasks.classify import classify_flow  # noqa: E402
 from tiankong.tasks.guard import guard_flow  # noqa: E402
 
 SIZES = (20, 50, 200)
@@ -142,7 +143,7 @@ def run_corpus(name: str, client: Client, args: argparse.Namespace) -> dict[str,
         print(f"[{name}] size {len(subset)} done ({report.chosen} picked by tune)", flush=True)
     head = test_features.texts[: args.zeroshot_items]
     start = time.perf_counter()
-    answers = [client.classify(t, labels) for t in head]
+    answers = client._run(gather([classify_flow(t, labels) for t in head]))  # the slots side by side
     add("zero-shot classify", 0, np.asarray([labels.index(a.label) for a in answers]),
         warned=round(sum(1 for a in answers if a.warning) / len(answers), 3),
         ms_per_item=round(1000 * (time.perf_counter() - start) / len(head), 1))

@@ -280,7 +280,8 @@ def test_openapi_lists_every_route(gateway: str) -> None:
             "/v1/tasks/extract", "/v1/tasks/classify", "/v1/tasks/guard", "/v1/tasks/rerank"} <= paths
     classify = document["paths"]["/v1/tasks/classify"]["post"]
     ref = classify["requestBody"]["content"]["application/json"]["schema"]["$ref"].split("/")[-1]
-    assert set(document["components"]["schemas"][ref]["required"]) == {"text", "labels"}
+    body = document["components"]["schemas"][ref]
+    assert set(body["required"]) == {"text"} and {"labels", "decider"} <= set(body["properties"])  # labels | decider
     assert classify["responses"]["429"]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
 
 
