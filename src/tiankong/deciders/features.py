@@ -70,9 +70,10 @@ def embedding_flow(text: str) -> Flow[dict[str, list[float]]]:
     return _embedding_answer(answer)
 
 
-def embeddings_flow(texts: list[str]) -> Flow[list[dict[str, list[float]]]]:
-    """Embeddings of many texts, sent side by side (the driver spreads them over the engine's slots)."""
-    return (yield from gather([embedding_flow(t) for t in texts]))
+def embeddings_flow(texts: list[str]) -> Flow[dict[str, np.ndarray]]:
+    """``pooling → (n, d)`` embeddings of many texts, sent side by side (the driver spreads them over the slots)."""
+    rows = yield from gather([embedding_flow(t) for t in texts])
+    return {p: np.asarray([r[p] for r in rows]) for p in POOLINGS}
 
 
 def label_messages(text: str, words: list[str],

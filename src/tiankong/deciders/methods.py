@@ -39,9 +39,7 @@ _WORD = {"analyzer": "word", "ngram_range": (1, 2), "sublinear_tf": True, "min_d
 _CHAR = {"analyzer": "char_wb", "ngram_range": (2, 4), "sublinear_tf": True, "min_df": 1, "lowercase": True}
 
 LOCAL = ("tfidf", "tfidf-rules")
-POOLINGS = ("mean", "last")
 PROBES = ("probe-mean", "probe-last")
-ENGINE = (*PROBES, "zeroshot", "fewshot", "stack")
 
 
 @dataclass

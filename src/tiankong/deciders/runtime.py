@@ -14,7 +14,7 @@ from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow
 from . import methods
-from .features import DeciderEngineError, embedding_flow, engine_model_flow, label_probability_flow
+from .features import DeciderEngineError, embeddings_flow, engine_model_flow, label_probability_flow
 from .registry import Decider
 
 
@@ -43,8 +43,7 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
     if methods.needs_engine(decider.method, decider.state):
         yield from _verify_model(decider)
     if methods.needs_embeddings(decider.method, decider.state):
-        rows = yield from gather([embedding_flow(t) for t in texts])
-        features.embeddings = {p: np.asarray([r[p] for r in rows]) for p in methods.POOLINGS}
+        features.embeddings = yield from embeddings_flow(texts)
     if decider.method == "zeroshot":
         found = yield from gather([label_probability_flow(t, decider.words) for t in texts])
         features.zeroshot = np.asarray(found)

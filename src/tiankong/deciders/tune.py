@@ -26,7 +26,7 @@ from ..structured.combine import gather
 from ..structured.flow import Flow
 from . import methods
 from .data import Examples
-from .features import embedding_flow, label_probability_flow
+from .features import embeddings_flow, label_probability_flow
 from .registry import Decider, check_name
 
 TIE = 0.005
@@ -135,9 +135,8 @@ def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set
     features, ms, prior = methods.FeatureSet(list(texts)), {}, None
     if wanted & {"probe-mean", "probe-last", "stack"}:
         start = time.perf_counter()
-        rows = run(gather([embedding_flow(t) for t in texts]))
+        features.embeddings = run(embeddings_flow(texts))
         ms["embeddings"] = 1000 * (time.perf_counter() - start) / len(texts)
-        features.embeddings = {p: np.asarray([r[p] for r in rows]) for p in methods.POOLINGS}
     if "zeroshot" in wanted:
         start = time.perf_counter()
         features.zeroshot = np.asarray(run(gather([label_probability_flow(t, words) for t in texts])))
