@@ -6,6 +6,7 @@ tests check behaviour and contracts, not quality (benchmarks/deciders.py measure
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from tiankong.deciders import (
     ExamplesError,
     check_examples,
     load_decider,
+    load_examples,
+    save_decider,
     tune_classify,
 )
 from tiankong.deciders.runtime import scores_flow
@@ -151,6 +154,51 @@ def test_an_engine_without_embeddings_is_a_clear_error(data_dir: Path, examples_
         client.classify(PROBES[0], decider="probe2")
     with Client(smol_engine.url) as client, pytest.raises(ConfigError, match="decides between"):
         client.classify(PROBES[0], labels=["a", "b"], decider="probe2")
+
+
+# --- the LoRA candidate: fine-tuned per fold, registered as an adapter, applied per request ----------------
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="the lora candidate needs the [lora] extra (make test installs it)")
+def test_lora_decider_is_tuned_registered_and_served_with_its_adapter(data_dir: Path, examples_file: Path,
+                                                                       smol_engine: EngineProcess) -> None:
+    from tiankong.deciders import AdapterCandidate, tune
+    from tiankong.deciders.features import label_probability_flow
+    from tiankong.lora import resolve_adapter
+    from tiankong.lora.train import TrainSettings
+
+    examples = load_examples(examples_file)
+    quick = TrainSettings(steps=6, eval_every=3, patience=1, batch_size=4, layers=4, max_tokens=512, lr=3e-3)
+    adapter = AdapterCandidate(TEST_MODEL, slots=2, ctx=4096, training=quick)
+    report = tune(examples, name="spam-lora", methods_wanted=["lora"], folds=2, adapter=adapter)
+    (row,) = report.rows
+    assert row.method == "lora" and row.size == 12 and 0.0 <= row.accuracy <= 1.0 and row.engine_passes == 1
+    assert report.chosen == "lora" and report.decider is not None
+    assert report.decider.params["lora_train_s_per_adapter"] > 0
+    save_decider(report.decider)
+    stored = load_decider("spam-lora")
+    record = resolve_adapter(stored.state["adapter"])
+    assert record.sha256 == stored.state["adapter_sha256"] and record.base == TEST_MODEL
+    # the base engine has no such adapter loaded: a clear error, not base-model answers
+    with Client(smol_engine.url) as client, pytest.raises(ConfigError, match="has not loaded the decider's adapter"):
+        client.classify(PROBES[0], decider="spam-lora")
+    words = stored.words
+    with Client(model=TEST_MODEL, adapters=[stored.state["adapter"]], slots=1) as client:
+        answers = [client.classify(t, decider="spam-lora") for t in PROBES]
+        again = [client.classify(t, decider="spam-lora") for t in PROBES]
+        base = [client._run(label_probability_flow(t[:600], words)) for t in PROBES]
+    for answer, repeat, plain in zip(answers, again, base, strict=True):
+        assert answer.decider == "spam-lora@1" and answer.label in ("spam", "ham")
+        with_adapter = [answer.scores[label] for label in stored.labels]
+        assert abs(sum(with_adapter) - 1) < 1e-4  # a cached prefix may move a probability by ~1e-3, not more:
+        assert np.allclose(with_adapter, [repeat.scores[label] for label in stored.labels], atol=5e-3)
+        assert not np.allclose(with_adapter, plain, atol=2e-2)  # the adapter is applied, not the base model
+    # the CLI starts the decider's model with its adapter loaded
+    proc = run_cli("classify", "--decider", "spam-lora", "--json", PROBES[0])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["method"] == "lora"
 
 
 # --- zero-shot: calibrated by default, warned when the prior is skewed -------------------------------------

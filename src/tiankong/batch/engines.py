@@ -17,6 +17,7 @@ import httpx
 from ..engine import EngineConfig, EngineProcess, EngineState
 from ..engine.process import free_port
 from ..errors import ConfigError, TransportError
+from ..lora import adapter_file
 from ..models import resolve_installed
 from .job import BatchJob
 from .tasks import MeteredClient
@@ -33,9 +34,10 @@ def start_managed(job: BatchJob) -> EngineProcess:
     ctx = job.slot_ctx
     if ctx % slots:
         raise ConfigError(f"ctx {ctx} is not divisible by slots {slots}", hint="pick ctx = slots × per-slot ctx")
-    embeddings = job.decider_engine()[1]
+    needs = job.decider_engine()
+    lora = [adapter_file(name, record.path) for name in needs.adapters]
     config = EngineConfig(model=Path(record.path), ctx=ctx, slots=slots, alias=record.name, port=free_port(),
-                          embeddings=embeddings, pooling="none")
+                          embeddings=needs.embeddings, pooling="none", lora=lora)
     return EngineProcess(config, job.llama_server).start()
 
 
@@ -53,12 +55,12 @@ class EnginePool:
     async def open(cls, job: BatchJob) -> EnginePool:
         engine = None
         urls = list(job.url)
-        needs_engine, _, base_model = job.decider_engine()
+        needs = job.decider_engine()
         if not job.model and not urls and not os.environ.get("TIANKONG_URL"):
-            if not needs_engine:  # an engine-free decider (tf-idf): no call ever reaches this placeholder
+            if not needs.engine:  # an engine-free decider (tf-idf): no call ever reaches this placeholder
                 return cls([MeteredClient(NO_ENGINE_URL, timeout_s=job.timeout_s)], None, engine_free=True)
-            if base_model:  # a decider runs on the model it was tuned on
-                job = job.model_copy(update={"model": base_model})
+            if needs.model:  # a decider runs on the model it was tuned on
+                job = job.model_copy(update={"model": needs.model})
         if job.model:
             engine = await asyncio.to_thread(start_managed, job)
             urls = [engine.url]

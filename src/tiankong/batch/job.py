@@ -6,11 +6,14 @@ import json
 import string
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..deciders.runtime import EngineNeeds
 
 Task = Literal["classify", "extract", "summarize", "tag", "redact", "rewrite", "chat"]
 InputFormat = Literal["auto", "jsonl", "csv", "folder", "openai"]
@@ -82,16 +85,11 @@ class BatchJob(BaseModel):
             template_fields(self.template)
         return self
 
-    def decider_engine(self) -> tuple[bool, bool, str | None]:
-        """For a classify job with a decider: (needs an engine, needs embeddings, the decider's base model)."""
-        if self.task != "classify" or not self.decider:
-            return True, False, None
-        from ..deciders import load_decider
-        from ..deciders.methods import needs_embeddings, needs_engine
+    def decider_engine(self) -> EngineNeeds:
+        """What the job's engine must offer: for a classify job with a decider, what the decider reads."""
+        from ..deciders import engine_needs, load_decider
 
-        found = load_decider(self.decider)
-        return (needs_engine(found.method, found.state), needs_embeddings(found.method, found.state),
-                (found.base_model or {}).get("name"))
+        return engine_needs(load_decider(self.decider) if self.task == "classify" and self.decider else None)
 
     def check_task(self, fmt: str) -> None:
         """Once the input format is known: every format but OpenAI batch files needs a task."""

@@ -19,8 +19,9 @@ def tune() -> None:
 @click.option("--model", default=None, help="Tune on this model (an engine is started with embeddings on).")
 @click.option("--url", default=None, help="Use a running llama-server started with --embeddings --pooling none.")
 @click.option("--labels", default=None, help="Comma-separated labels the data must use (default: those found).")
-@click.option("--methods", default=None, help="Comma-separated methods (default: all): tfidf, probe-mean, "
-              "probe-last, zeroshot, fewshot, stack.")
+@click.option("--methods", default=None, help="Comma-separated methods (default: tfidf, probe-mean, "
+              "probe-last, zeroshot, fewshot, stack); also tfidf-rules, and lora (a LoRA fine-tune per fold: "
+              "needs the [lora] extra, minutes per fold on a CPU).")
 @click.option("--folds", type=int, default=5, show_default=True, help="Stratified cross-validation folds.")
 @click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Words for a label in prompts (repeat).")
 @click.option("--no-engine", is_flag=True, help="Score only methods that need no engine (tfidf).")
@@ -38,7 +39,8 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
                            labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
                            methods=[x.strip() for x in methods.split(",") if x.strip()] if methods else None,
                            folds=folds, descriptions=dict(d.split("=", 1) for d in describe if "=" in d) or None,
-                           save=not dry_run, llama_server=llama_server)
+                           save=not dry_run, llama_server=llama_server,
+                           log=lambda msg: click.echo(msg, err=True))
     if as_json:
         emit_json(report.to_json())
         return

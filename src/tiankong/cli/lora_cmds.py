@@ -69,17 +69,19 @@ def add(file: str, name: str, base: str, force: bool, as_json: bool) -> None:
               help="Evaluations without improvement before stopping early.")
 @click.option("--eval-every", default=10, show_default=True, type=click.IntRange(1))
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--layers", default=None, type=click.IntRange(1),
+              help="Adapt only the top N transformer blocks (faster: no backward pass below them).")
 @click.option("--force", is_flag=True, help="Replace an adapter registered under the same name.")
 @click.option("--json", "as_json", is_flag=True)
 def train(base: str, data: str, name: str, rank: int, alpha: float, targets: str, steps: int, lr: float,
-          batch_size: int, eval_fraction: float, patience: int, eval_every: int, seed: int, force: bool,
-          as_json: bool) -> None:
+          batch_size: int, eval_fraction: float, patience: int, eval_every: int, seed: int, layers: int | None,
+          force: bool, as_json: bool) -> None:
     """Fine-tune a LoRA on CPU (needs `pip install -e '.[lora]'`), convert it to GGUF, register it."""
     from ..lora.train import TrainSettings, train_adapter
 
     settings = TrainSettings(rank=rank, alpha=alpha, targets=tuple(t.strip() for t in targets.split(",") if t),
                              steps=steps, lr=lr, batch_size=batch_size, eval_fraction=eval_fraction,
-                             patience=patience, eval_every=eval_every, seed=seed)
+                             patience=patience, eval_every=eval_every, seed=seed, layers=layers)
     log = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
     record = train_adapter(base, data, name, settings, force=force, log=log)
     _show(record, as_json, "trained")

@@ -45,10 +45,12 @@ def serve(model: str | None, host: str | None, port: int | None, slots: int | No
     serve_gateway(config, log=lambda msg: click.echo(msg, err=True))
 
 
-def _client(model: str | None, url: str | None, llama_server: str | None, embeddings: bool = False) -> Client:
+def _client(model: str | None, url: str | None, llama_server: str | None, embeddings: bool = False,
+            adapters: list[str] | None = None) -> Client:
     if url or os.environ.get("TIANKONG_URL"):
         return Client(url, model=model)
-    return Client(model=model or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096, embeddings=embeddings)
+    return Client(model=model or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096, embeddings=embeddings,
+                  adapters=adapters)
 
 
 _common = [

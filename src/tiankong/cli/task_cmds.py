@@ -70,20 +70,15 @@ def read_json(path: str) -> Any:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from None
 
 
-def client_for(model: str | None, url: str | None, llama_server: str | None,
-               embeddings: bool = False) -> Client:
-    return _client(model, url, llama_server, embeddings=embeddings)
+def client_for(model: str | None, url: str | None, llama_server: str | None, decider: str | None = None) -> Client:
+    """A client for the task; with a decider, its engine runs the decider's model (unless ``model`` says another)
+    with what the decider reads: embeddings, its LoRA adapter."""
+    if not decider:
+        return _client(model, url, llama_server)
+    from ..deciders import engine_needs, load_decider
 
-
-def decider_engine(ref: str | None, model: str | None) -> tuple[bool, str | None]:
-    """(embeddings needed, model to start): a decider runs on the model it was tuned on unless told otherwise."""
-    if not ref:
-        return False, model
-    from ..deciders import load_decider
-    from ..deciders.methods import needs_embeddings
-
-    found = load_decider(ref)
-    return needs_embeddings(found.method, found.state), model or (found.base_model or {}).get("name")
+    needs = engine_needs(load_decider(decider))
+    return _client(model or needs.model, url, llama_server, embeddings=needs.embeddings, adapters=needs.adapters)
 
 
 def render(result: Any, as_json: bool, line: Callable[[Any], str]) -> None:
@@ -121,13 +116,12 @@ def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], 
     descriptions = dict(d.split("=", 1) for d in describe if "=" in d) or None
     examples = read_json(examples_file) if examples_file else None
     body = read_text(text)
-    embeddings, model = decider_engine(decider, model)
     if decider and not url and not os.environ.get("TIANKONG_URL") and not _decider_needs_engine(decider):
         found = load_decider(decider)  # an engine-free decider (tf-idf): no engine is started
         decider_labels(found.labels, names or None, found.ref)
         result = run_sync(decide_flow(found, body, threshold=threshold), lambda *a: None)
     else:
-        with client_for(model, url, llama_server, embeddings=embeddings) as client:
+        with client_for(model, url, llama_server, decider) as client:
             result = client.classify(body, names or None, decider=decider, descriptions=descriptions,
                                      examples=examples, multi_label=multi_label, threshold=threshold,
                                      calibrate=calibrate)
@@ -155,8 +149,7 @@ def route(text: str | None, routes_file: str, threshold: float, no_redline: bool
     body = read_text(text)
     upstream = ({"url": upstream_url, "api_key_env": upstream_key_env, "model": upstream_model,
                  "redact": not no_redact} if upstream_url else None)
-    embeddings, model = decider_engine(decider, model)
-    with client_for(model, url, llama_server, embeddings=embeddings) as client:
+    with client_for(model, url, llama_server, decider) as client:
         result = client.route(body, routes, threshold=threshold, redline=not no_redline, upstream=upstream,
                               decider=decider)
     render(result, as_json, lambda r: f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t"
@@ -236,17 +229,16 @@ def guard(text: str | None, policies: tuple[str, ...], decider: str, no_decider:
         result = run_sync(guard_flow(body, decider=load_decider(chosen), flag_at=flag_at, block_at=block_at),
                           lambda *a: None)
     else:
-        with client_for(model, url, llama_server) as client:
+        with client_for(model, url, llama_server, chosen) as client:
             result = client.guard(body, decider=chosen, flag_at=flag_at, block_at=block_at,
                                   policies=list(policies) or None, use_model=use_model)
     render(result, as_json, lambda r: f"{r.verdict}\t{r.score:.3f}\t{'; '.join(r.reasons)}")
 
 
 def _decider_needs_engine(ref: str) -> bool:
-    from ..deciders.methods import needs_engine
+    from ..deciders import engine_needs
 
-    found = load_decider(ref)
-    return needs_engine(found.method, found.state)
+    return engine_needs(load_decider(ref)).engine
 
 
 @click.command()

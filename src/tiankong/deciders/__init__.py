@@ -8,10 +8,11 @@ candidate method by stratified k-fold CV, keeps the best by a stated rule and re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .adapter import AdapterCandidate
 from .data import MIN_PER_LABEL, Examples, ExamplesError, check_examples, load_examples
 from .features import DeciderEngineError, engine_model_flow
 from .registry import (
@@ -23,25 +24,26 @@ from .registry import (
     remove_decider,
     save_decider,
 )
-from .runtime import DeciderModelMismatch, scores_flow
+from .runtime import DeciderModelMismatch, EngineNeeds, engine_needs, scores_flow
 from .tune import DEFAULT_METHODS, MethodScore, TuneReport, tune
 
 __all__ = [
-    "DEFAULT_METHODS", "MIN_PER_LABEL", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
-    "Examples", "ExamplesError", "InvalidDecider", "MethodScore", "TuneReport", "check_examples",
-    "list_deciders", "load_decider", "load_examples", "remove_decider", "save_decider", "scores_flow", "tune",
-    "tune_classify",
+    "DEFAULT_METHODS", "MIN_PER_LABEL", "AdapterCandidate", "Decider", "DeciderEngineError", "DeciderModelMismatch",
+    "DeciderNotFound", "EngineNeeds", "Examples", "ExamplesError", "InvalidDecider", "MethodScore", "TuneReport",
+    "check_examples", "engine_needs", "list_deciders", "load_decider", "load_examples", "remove_decider",
+    "save_decider", "scores_flow", "tune", "tune_classify",
 ]
 
 
 def tune_classify(data: str | Path, *, name: str, model: str | None = None, url: str | None = None,
                   labels: Sequence[str] | None = None, methods: Sequence[str] | None = None, folds: int = 5,
                   descriptions: dict[str, str] | None = None, save: bool = True,
-                  llama_server: str | None = None) -> TuneReport:
+                  llama_server: str | None = None, log: Callable[[str], None] = lambda _: None) -> TuneReport:
     """Tune a classify decider from a JSONL/CSV file and register it (the ``tiankong tune classify`` verb).
 
     With ``model`` an engine is started for it (embeddings on); with ``url`` a running llama-server started
-    with ``--embeddings --pooling none`` is used; with neither only engine-free methods are scored.
+    with ``--embeddings --pooling none`` is used; with neither only engine-free methods are scored. The ``lora``
+    method (asked for by name) fine-tunes ``model`` and needs the ``[lora]`` extra.
     """
     from ..api import Client
 
@@ -51,8 +53,10 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
     else:
         with Client(url, model=model, llama_server=llama_server, slots=2, ctx=8192, embeddings=True) as client:
             base = _base_model(client, model)
+            adapter = AdapterCandidate(base["name"], llama_server=llama_server, log=log) \
+                if model is not None and "lora" in (methods or ()) else None
             report = tune(examples, name=name, run=client._run, base_model=base, methods_wanted=methods,
-                          folds=folds, descriptions=descriptions)
+                          folds=folds, descriptions=descriptions, adapter=adapter)
     if save and report.decider is not None:
         save_decider(report.decider)
     return report

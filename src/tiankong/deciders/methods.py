@@ -14,6 +14,7 @@ Methods (label order is the decider's ``labels``; every ``predict`` returns an `
   content-free input (contextual calibration); uses no examples at all.
 * ``stack`` – logistic regression over the out-of-fold log-probabilities of ``tfidf`` and a probe.
 * ``fewshot`` (scored in ``tune.py``) – the k most similar examples as earlier turns, then label probabilities.
+* ``lora`` (``adapter.py``) – a LoRA fine-tune of the chat model answering with the label's word.
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ def _fit_stack(features: FeatureSet, y: np.ndarray, n_labels: int) -> dict[str, 
 
 
 def needs_engine(method: str, state: dict[str, Any] | None = None) -> bool:
-    return method in ("zeroshot", "fewshot") or needs_embeddings(method, state)
+    return method in ("zeroshot", "fewshot", "lora") or needs_embeddings(method, state)
 
 
 def needs_embeddings(method: str, state: dict[str, Any] | None = None) -> bool:

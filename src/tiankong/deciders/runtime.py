@@ -8,12 +8,15 @@ The tasks (``classify``, ``route``, ``guard``) turn them into their answers.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow
 from . import methods
+from .adapter import adapter_scores_flow, decider_adapter_file
 from .features import DeciderEngineError, embeddings_flow, engine_model_flow, label_probability_flow
 from .registry import Decider
 
@@ -37,6 +40,25 @@ def _verify_model(decider: Decider) -> Flow[None]:
             hint=f"use --model {base.get('name')}, or tune the decider again on this model")
 
 
+@dataclass(frozen=True)
+class EngineNeeds:
+    """What an engine must offer a decider: whether one is needed at all, embeddings, LoRA adapters, the model."""
+
+    engine: bool = False
+    embeddings: bool = False
+    adapters: list[str] = field(default_factory=list)
+    model: str | None = None
+
+
+def engine_needs(decider: Decider | None) -> EngineNeeds:
+    if decider is None:
+        return EngineNeeds(engine=True)
+    return EngineNeeds(engine=methods.needs_engine(decider.method, decider.state),
+                       embeddings=methods.needs_embeddings(decider.method, decider.state),
+                       adapters=[str(decider.state["adapter"])] if decider.method == "lora" else [],
+                       model=(decider.base_model or {}).get("name"))
+
+
 def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet]:
     """The inputs ``decider``'s method reads for ``texts`` (one engine pass each at most)."""
     features = methods.FeatureSet(list(texts))
@@ -52,10 +74,14 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
 
 def scores_flow(decider: Decider, texts: list[str]) -> Flow[np.ndarray]:
     features = yield from features_flow(decider, texts)
+    if decider.method == "lora":
+        found: np.ndarray = yield from adapter_scores_flow([decider_adapter_file(decider.state)], texts,
+                                                           decider.words)
+        return found
     if decider.method == "fewshot":
         index = decider.state["index"]
         shots = [methods.neighbour_shots(index, t, int(decider.params.get("k", 4))) for t in texts]
-        found = yield from gather([label_probability_flow(t, decider.words, s) for t, s in zip(texts, shots,
-                                                                                              strict=True)])
-        return np.asarray(found)
+        answers = yield from gather([label_probability_flow(t, decider.words, s)
+                                     for t, s in zip(texts, shots, strict=True)])
+        return np.asarray(answers)
     return methods.predict(decider.method, decider.state, features)

@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow
 from . import methods
+from .adapter import AdapterCandidate
 from .data import Examples
 from .features import embeddings_flow, label_probability_flow
 from .registry import Decider, check_name
@@ -34,7 +35,9 @@ SIZES = (20, 50, 100, 200, 500, 1000)
 CONTENT_FREE = "N/A"
 #: label names that are jargon to a general model, and words it knows (user descriptions take precedence)
 VERBALISERS = {"ham": "normal message", "pos": "positive", "neg": "negative", "0": "no", "1": "yes"}
-PASSES = {"tfidf": 0, "tfidf-rules": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1}
+PASSES = {"tfidf": 0, "tfidf-rules": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1,
+          "lora": 1}
+#: ``lora`` is asked for by name: it trains k + 1 adapters, minutes each on a CPU (docs/deciders.md)
 DEFAULT_METHODS = ("tfidf", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
 
 Runner = Callable[[Flow[Any]], Any]
@@ -148,18 +151,27 @@ def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set
 def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model: dict[str, str] | None = None,
          methods_wanted: Sequence[str] | None = None, folds: int = 5, seed: int = 0, k: int = 4,
          descriptions: dict[str, str] | None = None,
-         precomputed: tuple[methods.FeatureSet, dict[str, float], list[float] | None] | None = None) -> TuneReport:
-    """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved).
+         precomputed: tuple[methods.FeatureSet, dict[str, float], list[float] | None] | None = None,
+         adapter: AdapterCandidate | None = None) -> TuneReport:
+    """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved; a chosen
+    ``lora`` adapter is registered in the LoRA registry).
 
-    ``precomputed``: engine features already read for these texts (as :func:`engine_features` returns them)."""
+    ``precomputed``: engine features already read for these texts (as :func:`engine_features` returns them);
+    ``adapter``: trains and scores the ``lora`` candidate (skipped without it)."""
     check_name(name)
     wanted = list(methods_wanted or DEFAULT_METHODS)
     unknown = [m for m in wanted if m not in PASSES]
     if unknown:
         raise ConfigError(f"unknown method(s) {unknown}", hint=f"choose from {', '.join(PASSES)}")
     skipped = {m: "needs an engine (pass --model or --url)" for m in wanted
-               if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")}
+               if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")
+               and not (m == "lora" and adapter is not None)}
+    if "lora" in wanted and adapter is None and "lora" not in skipped:
+        skipped["lora"] = "needs a model to fine-tune (--model) and the [lora] extra"
     wanted = [m for m in wanted if m not in skipped]
+    if not wanted:
+        raise ConfigError(f"no method can be scored: {'; '.join(f'{m} {why}' for m, why in skipped.items())}",
+                          hint="add tfidf (needs no engine), or give an engine with --model")
     labels = examples.names
     y = np.asarray([labels.index(x) for x in examples.labels])
     words = verbalise(labels, descriptions)
@@ -170,14 +182,26 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
             (methods.FeatureSet(list(examples.texts)), {}, None)
     features, engine_ms, prior = precomputed
     rows: list[MethodScore] = []
+    params: dict[str, Any] = {"k": k, "C_text": methods.C_TEXT, "C_probe": methods.C_PROBE}
     for method in wanted:
+        if method == "lora":
+            assert adapter is not None
+            found, ms, train_s = adapter.cross_validate(features.texts, y, words, splits)
+            rows.append(_score("lora", min(len(t) for t, _ in splits), found, y, ms))
+            params["lora_train_s_per_adapter"] = round(train_s, 1)
+            continue
         rows += _cross_validate(method, features, y, len(labels), splits, prior, engine_ms, run, words, k, seed)
     full = [r for r in rows if r.size == max(x.size for x in rows)]
     best = max(r.accuracy for r in full)
     close = [r for r in full if r.accuracy >= best - TIE]
     chosen = min(close, key=lambda r: (round(r.log_loss, 4), r.engine_passes, r.ms_per_item)).method
     rule = f"highest CV accuracy; within {TIE} of it, the lowest CV log-loss, then fewer engine passes"
-    state = _final_state(chosen, features, y, labels, words, prior)
+    if chosen == "lora":
+        assert adapter is not None
+        state = adapter.final(name, examples.sha256, features.texts, y, words)
+        base_model = base_model or adapter.base_model()
+    else:
+        state = _final_state(chosen, features, y, labels, words, prior)
     chosen_row = next(r for r in full if r.method == chosen)
     decider = Decider(name=name, method=chosen, labels=labels, state=state, words=words,
                       base_model=base_model if methods.needs_engine(chosen, state) else None,
@@ -185,7 +209,7 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
                                 "source": examples.source},
                       cv={"folds": folds, "seed": seed, "chosen": chosen_row.to_json(), "rule": rule,
                           "results": [r.to_json() for r in rows]},
-                      params={"k": k, "C_text": methods.C_TEXT, "C_probe": methods.C_PROBE})
+                      params=params)
     return TuneReport(name, labels, examples.counts(), folds, rows, chosen, rule, base_model, decider, skipped)
 
 

@@ -133,7 +133,8 @@ class _ModelRun:
         params = self.params
         config = EngineConfig(model=Path(self.record.path), ctx=params.ctx, slots=params.slots,
                               threads=params.threads or default_threads(), seed=params.seed, alias=self.record.name,
-                              extra_args=["--no-cache-prompt"], embeddings=self._needs_embeddings(), pooling="none")
+                              extra_args=["--no-cache-prompt"], embeddings=self._needs_embeddings(), pooling="none",
+                              lora=self._adapters())
         engine = EngineProcess(config, self.binary)
         self.log(f"{self.record.name}: starting the engine ({params.slots} slot(s), ctx {params.ctx})")
         engine.start()
@@ -146,12 +147,19 @@ class _ModelRun:
         finally:
             engine.stop()
 
-    def _needs_embeddings(self) -> bool:
-        from ..deciders import load_decider
-        from ..deciders.methods import needs_embeddings
+    def _decider_needs(self) -> list[Any]:
+        from ..deciders import engine_needs, load_decider
 
-        found = [load_decider(item.decider) for item in self.set.items if item.decider]
-        return any(needs_embeddings(d.method, d.state) for d in found)
+        return [engine_needs(load_decider(item.decider)) for item in self.set.items if item.decider]
+
+    def _needs_embeddings(self) -> bool:
+        return any(needs.embeddings for needs in self._decider_needs())
+
+    def _adapters(self) -> list[Path]:
+        from ..lora import adapter_file
+
+        names = dict.fromkeys(name for needs in self._decider_needs() for name in needs.adapters)
+        return [adapter_file(name, Path(self.record.path)) for name in names]
 
     def _run_group(self, group: Group, keys: list[str], url: str) -> None:
         label = group.job.get("task") or "chat"

@@ -52,6 +52,7 @@ class TrainSettings:
     max_tokens: int = 256  # longest example (prompt + answer) in tokens
     seed: int = 0
     threads: int | None = None  # torch threads; None: torch's default (OMP_NUM_THREADS)
+    layers: int | None = None  # LoRA on the top ``layers`` transformer blocks only (None: all of them)
 
 
 @dataclass
@@ -114,17 +115,33 @@ def encode(tokenizer: Any, example: Example, max_tokens: int) -> tuple[list[int]
 
 
 def _batch(rows: list[tuple[list[int], list[int]]], pad_id: int, torch: Any) -> dict[str, Any]:
+    """Left-padded, so every answer ends at the last position: logits are computed for the answer only."""
     width = max(len(ids) for ids, _ in rows)
-    ids = [r[0] + [pad_id] * (width - len(r[0])) for r in rows]
-    labels = [r[1] + [IGNORE] * (width - len(r[1])) for r in rows]
-    mask = [[1] * len(r[0]) + [0] * (width - len(r[0])) for r in rows]
-    return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask), "labels": torch.tensor(labels)}
+    ids = [[pad_id] * (width - len(r[0])) + r[0] for r in rows]
+    labels = [[IGNORE] * (width - len(r[1])) + r[1] for r in rows]
+    mask = torch.tensor([[0] * (width - len(r[0])) + [1] * len(r[0]) for r in rows])
+    answer = max(len(r[1]) - next((i for i, x in enumerate(r[1]) if x != IGNORE), len(r[1])) for r in rows)
+    return {"input_ids": torch.tensor(ids), "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "labels": torch.tensor(labels), "answer": answer}
+
+
+def _loss(model: Any, batch: dict[str, Any], torch: Any) -> Any:
+    """Mean cross-entropy of the answer tokens. Only the last ``answer + 1`` positions get logits: on a CPU the
+    vocabulary projection of every prompt position costs about as much as the rest of the step (measured)."""
+    keep = max(1, int(batch["answer"]))
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], logits_to_keep=keep + 1)
+    logits = out.logits[:, :-1].float()
+    target = batch["labels"][:, -keep:]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                             ignore_index=IGNORE)
 
 
 def _mean_loss(model: Any, rows: list[tuple[list[int], list[int]]], pad_id: int, size: int, torch: Any) -> float:
     model.eval()
     with torch.no_grad():
-        losses = [float(model(**_batch(rows[i:i + size], pad_id, torch)).loss) for i in range(0, len(rows), size)]
+        losses = [float(_loss(model, _batch(rows[i:i + size], pad_id, torch), torch))
+                  for i in range(0, len(rows), size)]
     model.train()
     return sum(losses) / len(losses)
 
@@ -143,7 +160,7 @@ def _fit(model: Any, train: list[Any], held: list[Any], pad_id: int, s: TrainSet
         if len(order) < s.batch_size:
             order += rng.sample(range(len(train)), len(train))
         picked, order = order[:s.batch_size], order[s.batch_size:]
-        loss = model(**_batch([train[i] for i in picked], pad_id, torch)).loss
+        loss = _loss(model, _batch([train[i] for i in picked], pad_id, torch), torch)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -168,6 +185,62 @@ def _fit(model: Any, train: list[Any], held: list[Any], pad_id: int, s: TrainSet
     return report
 
 
+@dataclass
+class Trained:
+    """One adapter trained by :func:`train_adapters`: its GGUF file and the training report."""
+
+    path: Path
+    report: TrainReport
+    settings: TrainSettings
+
+
+def train_adapters(base: str, datasets: list[list[Example]], out_dir: Path, settings: TrainSettings | None = None,
+                   *, log: Log = lambda _: None) -> list[Trained]:
+    """One LoRA per dataset for the installed model ``base``, as GGUF files ``out_dir/<i>.gguf`` (not registered).
+
+    The base model is loaded into ``transformers`` once; each adapter is put on, trained, saved, converted and
+    taken off again, so k adapters (a cross-validation) cost one load."""
+    s = settings or TrainSettings()
+    if not s.targets:
+        raise ConfigError("no target modules", hint="e.g. --targets q_proj,v_proj")
+    record = resolve_installed(base)
+    torch = _require()
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    started = time.monotonic()
+    log(f"loading {record.name} into transformers (dequantized to float32) …")
+    tokenizer, model = _load(record.path, torch)
+    load_s = time.monotonic() - started
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    architecture = type(model).__name__
+    config = model.config.to_dict()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found: list[Trained] = []
+    for number, examples in enumerate(datasets):
+        torch.manual_seed(s.seed)
+        train_set, held_set = split(examples, s.eval_fraction, s.seed)
+        train = [encode(tokenizer, e, s.max_tokens) for e in train_set]
+        held = [encode(tokenizer, e, s.max_tokens) for e in held_set]
+        lora_model = _wrap(model, s, int(config.get("num_hidden_layers") or 0))
+        log(f"adapter {number + 1}/{len(datasets)}: rank {s.rank} on {', '.join(s.targets)}"
+            f"{f' (top {s.layers} layers)' if s.layers else ''}: {len(train)} examples, {len(held)} held out, "
+            f"≤ {s.steps} steps")
+        started = time.monotonic()
+        report = _fit(lora_model, train, held, pad_id, s, torch, log)
+        report.examples, report.load_s = len(examples), round(load_s, 1)
+        report.train_s = round(time.monotonic() - started, 1)
+        with tempfile.TemporaryDirectory(prefix="tiankong-lora-") as tmp:
+            work = Path(tmp)
+            lora_model.save_pretrained(work / "adapter")
+            started = time.monotonic()
+            out = convert_adapter(work / "adapter", write_base_config(config, architecture, work / "base"),
+                                  out_dir / f"{number}.gguf", log)
+            report.convert_s = round(time.monotonic() - started, 1)
+        model = lora_model.unload()  # the base model again, for the next adapter
+        found.append(Trained(out, report, s))
+    return found
+
+
 def train_adapter(base: str, data: str | Path, name: str, settings: TrainSettings | None = None, *,
                   force: bool = False, log: Log = lambda _: None) -> AdapterRecord:
     """Fine-tune a LoRA for the installed model ``base`` on ``data`` (JSONL), convert it, register it as ``name``."""
@@ -175,48 +248,25 @@ def train_adapter(base: str, data: str | Path, name: str, settings: TrainSetting
     check_name(name)
     if (lora_dir() / name / "manifest.json").exists() and not force:
         raise ConfigError(f"adapter {name!r} is already registered", hint="choose another name or pass --force")
-    if not s.targets:
-        raise ConfigError("no target modules", hint="e.g. --targets q_proj,v_proj")
-    record = resolve_installed(base)
     examples = load_examples(data)
-    torch = _require()
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    torch.manual_seed(s.seed)
-    started = time.monotonic()
-    log(f"loading {record.name} into transformers (dequantized to float32) …")
-    tokenizer, model = _load(record.path, torch)
-    load_s = time.monotonic() - started
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    train_set, held_set = split(examples, s.eval_fraction, s.seed)
-    train = [encode(tokenizer, e, s.max_tokens) for e in train_set]
-    held = [encode(tokenizer, e, s.max_tokens) for e in held_set]
-    architecture = type(model).__name__
-    config = model.config.to_dict()
-    lora_model = _wrap(model, s)
-    log(f"training rank {s.rank} on {', '.join(s.targets)}: {len(train)} examples, {len(held)} held out, "
-        f"≤ {s.steps} steps")
-    started = time.monotonic()
-    report = _fit(lora_model, train, held, pad_id, s, torch, log)
-    report.examples, report.load_s, report.train_s = len(examples), round(load_s, 1), 0.0
-    report.train_s = round(time.monotonic() - started, 1)
     with tempfile.TemporaryDirectory(prefix="tiankong-lora-") as tmp:
-        work = Path(tmp)
-        lora_model.save_pretrained(work / "adapter")
-        started = time.monotonic()
-        out = convert_adapter(work / "adapter", write_base_config(config, architecture, work / "base"),
-                              work / f"{name}.gguf", log)
-        report.convert_s = round(time.monotonic() - started, 1)
-        training = {**asdict(report), "settings": {**asdict(s), "targets": list(s.targets)}, "data": str(data)}
-        return add_adapter(out, name=name, base=record.name, force=force, training=training,
-                           source=f"train:{Path(data).name}")
+        (trained,) = train_adapters(base, [examples], Path(tmp), s, log=log)
+        return add_adapter(trained.path, name=name, base=resolve_installed(base).name, force=force,
+                           training=training_record(trained, str(data)), source=f"train:{Path(data).name}")
 
 
-def _wrap(model: Any, s: TrainSettings) -> Any:
+def training_record(trained: Trained, data: str) -> dict[str, Any]:
+    s = trained.settings
+    return {**asdict(trained.report), "settings": {**asdict(s), "targets": list(s.targets)}, "data": data}
+
+
+def _wrap(model: Any, s: TrainSettings, n_layers: int) -> Any:
     from peft import LoraConfig, get_peft_model
 
     options: dict[str, Any] = {"r": s.rank, "lora_alpha": s.alpha, "target_modules": list(s.targets),
                                "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM"}
+    if s.layers and n_layers:  # no gradient flows below the lowest adapted block: the backward pass is shorter
+        options["layers_to_transform"] = list(range(max(0, n_layers - s.layers), n_layers))
     config = LoraConfig(**options)
     try:
         return get_peft_model(model, config)
