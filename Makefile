@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tiankong-installed
+EXTRAS := $(VENV)/.tiankong-extras
 DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
 TEST_MODEL    := smollm2-135m-instruct:q4_1
 PYTEST_ARGS ?=
@@ -19,6 +20,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) engine models
 
+# the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft)
+$(EXTRAS): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora]'
+	touch $(EXTRAS)
+
 engine: $(STAMP)
 	$(BIN)/tiankong engine install
 
@@ -28,7 +34,7 @@ models: $(STAMP)
 serve: setup
 	$(BIN)/tiankong serve
 
-test: setup
+test: setup $(EXTRAS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

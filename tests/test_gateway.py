@@ -141,13 +141,13 @@ def test_ctrl_c_stops_gateway_and_engine() -> None:
 
 
 def test_api_key_is_enforced_when_configured() -> None:
-    served = start_serve("--api-key", "s3cret")
+    served = start_serve("--api-key", "s3cret-key")
     try:
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         denied = httpx.post(f"{served.url}/v1/chat/completions", json=body, timeout=30)
         assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
         ok = httpx.post(f"{served.url}/v1/chat/completions", json=body, timeout=60,
-                        headers={"Authorization": "Bearer s3cret"})
+                        headers={"Authorization": "Bearer s3cret-key"})
         assert ok.status_code == 200
         assert "s3cret" not in "".join(served.log)
     finally:

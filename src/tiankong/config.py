@@ -60,7 +60,8 @@ class KeySettings(_Strict):
 class ServerSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-    api_keys: list[str] = Field(default_factory=list, description="plain keys or 'sha256:<hex>' hashes")
+    api_keys: list[str] = Field(default_factory=list, description="plain keys (≥ 8 characters) or 'sha256:<hex>' "
+                                "hashes")
     keys: list[KeySettings] = Field(default_factory=list, description="named keys with their own rpm")
     key_rpm: int | None = Field(None, ge=1, description="requests per minute per key (keys without their own rpm)")
     request_timeout_s: float = Field(600.0, gt=0, description="per-request deadline, queue wait included")
@@ -74,6 +75,29 @@ class ServerSettings(_Strict):
     engine_retry_wait_s: float = Field(30.0, ge=0, description="wait this long for a restarted engine to retry")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     log_prompts: bool = False
+
+    @field_validator("api_keys")
+    @classmethod
+    def _real_keys(cls, keys: list[str]) -> list[str]:
+        for index, key in enumerate(keys):
+            check_api_key(key, f"api_keys[{index}]")
+        return keys
+
+
+MIN_KEY_CHARS = 8
+
+
+def check_api_key(key: str, where: str = "the API key") -> str:
+    """A plain key of at least ``MIN_KEY_CHARS`` characters (no spaces), or ``sha256:<64 hex digits>``."""
+    if key.startswith("sha256:"):
+        digest = key[7:]
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest.lower()):
+            raise ValueError(f"{where} is not sha256:<64 hex digits>")
+        return key
+    if len(key.strip()) < MIN_KEY_CHARS or key != key.strip() or any(c.isspace() for c in key):
+        raise ValueError(f"{where} must be at least {MIN_KEY_CHARS} characters without spaces (an empty or short key "
+                         "is guessed in seconds)")
+    return key
 
 
 def _levels(values: list[float]) -> list[float]:
@@ -176,12 +200,13 @@ def load_config(path: str | Path | None) -> TiankongConfig:
     """Read and validate a config file; ``None`` gives the defaults."""
     if path is None:
         return TiankongConfig()
+    from .jsonsafe import read_limited
+
     file = Path(path)
+    text = read_limited(file, "config")
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {file}: {exc.strerror}", hint="check the --config path") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file} is not valid TOML: {exc}", hint="fix the syntax at the position shown") from None
     try:
         return TiankongConfig.model_validate(data)

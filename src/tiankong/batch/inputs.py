@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import jsonsafe
 from ..errors import ConfigError
 from .job import BatchJob
 
@@ -74,9 +75,11 @@ def job_items(job: BatchJob, fmt: str) -> Iterator[Item]:
 def _record_item(line: int, data: Any, id_field: str) -> Item:
     if not isinstance(data, dict):
         return Item(line, error=f"line {line}: not a JSON object")
-    value = data.get(id_field)
-    if value is None:
+    if id_field not in data:
         return Item(line, id=line, data=data)
+    value = data[id_field]
+    if value is None:  # an explicit null is a mistake, not "no id": the line number would silently stand in
+        return Item(line, error=f"line {line}: {id_field} is null; give a string or an integer, or leave it out")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return Item(line, error=f"line {line}: {id_field} must be a string or an integer, not {value!r:.40}")
     return Item(line, id=value, data=data)
@@ -92,7 +95,7 @@ def _jsonl(path: Path, id_field: str) -> Iterator[Item]:
             if not raw.strip():
                 continue
             try:
-                data = json.loads(raw.decode("utf-8"))
+                data = jsonsafe.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 yield Item(number, error=f"line {number}: not valid UTF-8 (byte {exc.start})")
                 continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import string
 import tomllib
 from pathlib import Path
@@ -10,7 +9,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .. import jsonsafe
 from ..errors import ConfigError
+from ..jsonsafe import read_limited
 
 if TYPE_CHECKING:
     from ..deciders.runtime import EngineNeeds
@@ -156,12 +157,9 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
     """The raw keys of a TOML or JSON job file; a ``schema`` given as a string is a path to a JSON file
     (relative to the job file)."""
     file = Path(path)
+    text = read_limited(file, "job file")
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the job file {file}: {exc}") from None
-    try:
-        data = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
+        data = jsonsafe.loads(text) if file.suffix == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"the job file {file} is not valid {'JSON' if file.suffix == '.json' else 'TOML'}: "
                           f"{exc}") from None
@@ -173,10 +171,11 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
 
 
 def read_schema(path: str | Path) -> dict[str, Any]:
+    text = read_limited(path, "JSON schema")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"cannot read the JSON schema {path}: {exc}") from None
+        data = jsonsafe.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"the JSON schema {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"the schema {path} must be a JSON object")
     return data

@@ -39,11 +39,12 @@ def run(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchReport:
 
 
 async def arun(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchReport:
+    paths = OutputPaths(Path(job.output))
+    paths.check_input(job.input)
     fmt = detect_format(job.input, job.format)
     job.check_task(fmt)
     scan = await asyncio.to_thread(prescan, job_items(job, fmt), job.required_fields())
     check_scan(scan, job)
-    paths = OutputPaths(Path(job.output))
     paths.output.parent.mkdir(parents=True, exist_ok=True)
     repaired = repair(paths.output) + repair(paths.errors)
     done = written_keys(paths.output)

@@ -44,6 +44,14 @@ class OutputPaths:
     def report(self) -> Path:
         return self.output.with_name(self.output.name + ".report.json")
 
+    def check_input(self, input: str | Path) -> None:
+        """The input must not be one of the files the job writes (it would be read while it is rewritten)."""
+        source = Path(input).resolve()
+        for written in (self.output, self.errors, self.job, self.report):
+            if source == written.resolve():
+                raise ConfigError(f"the input {input} is also the job's {written.name} — the output would overwrite "
+                                  "what is being read", hint="choose another --output path")
+
 
 def record_key(record: dict[str, Any]) -> str:
     """The input id a written line belongs to (``custom_id`` in the OpenAI format, else ``id``)."""

@@ -53,10 +53,12 @@ def pull(names: tuple[str, ...], force: bool, as_json: bool) -> None:
 @click.option("--size", default=None, help="Size label (default: from GGUF metadata).")
 @click.option("--quant", default=None, help="Quantization label (default: from GGUF metadata).")
 @click.option("--link", is_flag=True, help="Symlink instead of copying.")
+@click.option("--force", is_flag=True, help="Replace an installed model of the same name.")
 @click.option("--json", "as_json", is_flag=True)
-def add(file: str, family: str | None, size: str | None, quant: str | None, link: bool, as_json: bool) -> None:
+def add(file: str, family: str | None, size: str | None, quant: str | None, link: bool, force: bool,
+        as_json: bool) -> None:
     """Import a local GGUF file into the registry."""
-    record = M.add_model(file, family=family, size=size, quant=quant, link=link)
+    record = M.add_model(file, family=family, size=size, quant=quant, link=link, force=force)
     if as_json:
         emit_json(record.to_json())
     else:

@@ -9,8 +9,9 @@ from collections.abc import Callable
 import click
 
 from ..api import Client
-from ..config import load_config
+from ..config import check_api_key, load_config
 from ..doctor import diagnose
+from ..errors import ConfigError
 from ..gateway import serve as serve_gateway
 from ..models import DEFAULT_MODEL
 from . import emit_json
@@ -39,8 +40,11 @@ def serve(model: str | None, host: str | None, port: int | None, slots: int | No
         config.server.host = host
     if port is not None:
         config.server.port = port
-    if api_key:
-        config.server.api_keys.append(api_key)
+    if api_key is not None:
+        try:
+            config.server.api_keys.append(check_api_key(api_key, "--api-key (or TIANKONG_API_KEY)"))
+        except ValueError as exc:
+            raise ConfigError(str(exc), hint="use a long random key, e.g. from `openssl rand -hex 16`") from None
     config = type(config).model_validate(config.model_dump())
     serve_gateway(config, log=lambda msg: click.echo(msg, err=True))
 

@@ -30,6 +30,14 @@ _SNIFF = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), 
 class InvalidImage(ConfigError):
     """An image content part that the engine could not use."""
 
+    type = "invalid_image"
+
+
+class InvalidMessages(ConfigError):
+    """``messages`` is not a list of ``{role, content}`` objects."""
+
+    type = "invalid_messages"
+
 
 def image_part(source: str | Path | bytes, mime: str | None = None, *,
                max_bytes: int = MAX_IMAGE_BYTES) -> dict[str, Any]:
@@ -84,12 +92,21 @@ def validate_image_url(url: object, where: str = "image_url.url", *,
     if not data:
         raise InvalidImage(f"{where} is empty", hint=fix)
     _check_size(len(data), max_bytes, where)
+    if sniff_mime(data) is None:  # the bytes decide, not the declared type
+        raise InvalidImage(f"{where}: its bytes are not a PNG, JPEG, GIF, BMP or WebP image",
+                           hint="send the image file's bytes (tiankong.client.image_part('photo.png'))")
     return mime, len(data)
 
 
-def validate_messages(messages: list[dict[str, Any]], *, max_bytes: int = MAX_IMAGE_BYTES) -> None:
-    """Check every ``image_url`` content part of a chat request (text-only messages pass untouched)."""
+def validate_messages(messages: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> None:
+    """Check every message is an object with a role, and every ``image_url`` content part of a chat request."""
+    if not isinstance(messages, list):
+        raise InvalidMessages("messages must be a list of {role, content} objects",
+                              hint='e.g. [{"role": "user", "content": "hi"}]')
     for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidMessages(f"messages[{i}] must be an object with a string role, not {str(message)[:40]!r}",
+                                  hint='e.g. {"role": "user", "content": "hi"}')
         content = message.get("content")
         if not isinstance(content, list):
             continue

@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
+from .. import jsonsafe
 from ..client import validate_messages
 from ..client.assemble import MIN_TOKENS
 from ..config import DegradationSettings, key_from_env
@@ -33,6 +35,7 @@ from .degrade import Degradation, cap_prompt
 from .keys import ApiKey, RateLimiter, bearer_token, find_key, hash_key
 from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
+from .origin import OriginCheck
 from .pipeline import Pipeline
 from .pool import EnginePool, recycler, route
 from .responses import error_for, error_response, rpm_exceeded
@@ -165,9 +168,11 @@ async def read_json(request: Request, limit: int) -> dict[str, Any] | JSONRespon
             return too_large
         chunks.append(chunk)
     try:
-        body = json.loads(b"".join(chunks).decode("utf-8"))
+        body = jsonsafe.loads(b"".join(chunks).decode("utf-8"))
     except UnicodeDecodeError:
         return error_response(400, "request body is not valid UTF-8", "invalid_request_error", "invalid_utf8")
+    except jsonsafe.UnsafeJSON as exc:
+        return error_response(400, f"request body is refused: {exc}", "invalid_request_error", "invalid_json")
     except ValueError as exc:
         return error_response(400, f"request body is not valid JSON: {exc}", "invalid_request_error", "invalid_json")
     if not isinstance(body, dict):
@@ -296,10 +301,14 @@ def create_app(state: GatewayState) -> Starlette:
             pipe = pipe_for(call)
             if isinstance(body, Response):
                 return pipe.done(call, body)
+            if path != "/v1/chat/completions" and body.get("json_schema") is not None:  # never unvalidated
+                return pipe.done(call, error_response(
+                    400, f"json_schema is not validated on {path}: send a chat request with response_format "
+                    "json_schema (answers are validated, fail-closed)", "invalid_request_error", "unsupported_field"))
             if path != "/v1/embeddings":  # LoRA: adapter names → this engine's ids (lora/selection.py)
                 try:
-                    if path == "/v1/chat/completions" and isinstance(body.get("messages"), list):
-                        validate_messages(body["messages"])  # image parts: data URL, image/*, base64, size
+                    if path == "/v1/chat/completions":
+                        validate_messages(body.get("messages"))  # objects with roles; images: data URL, bytes
                     body = await lora_tables.rewrite(pipe.upstream.http, pipe.upstream.handle.url(),
                                                      pipe.upstream.handle.pid(), body,
                                                      structured=path == "/v1/chat/completions" and
@@ -371,7 +380,8 @@ def create_app(state: GatewayState) -> Starlette:
         Route("/v1/tasks/extract", extract, methods=["POST"]),
         Route("/v1/tasks/{task}", task, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[
+        Middleware(OriginCheck, keyless=lambda: not state.keys)], exception_handlers={
         404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),
         405: lambda r, e: error_response(405, f"method {r.method} not allowed on {r.url.path}",
                                          "invalid_request_error", "method_not_allowed"),

@@ -54,6 +54,9 @@ def upstream_error(status: int, content: bytes) -> JSONResponse:
         message = content.decode("utf-8", "replace")[:300]
     if status == 501:  # e.g. embeddings from an engine started without --embeddings: the request can't be served
         return error_response(400, message or "not supported by this engine", "invalid_request_error", "not_supported")
+    if status >= 500 and "mmproj" in (message or ""):  # a text-only engine was sent an image: the request's fault
+        return error_response(400, f"this model takes no images ({message})", "invalid_request_error",
+                              "image_not_supported")
     type_ = "invalid_request_error" if status < 500 else "engine_error"
     return error_response(status, message or f"engine answered HTTP {status}", type_)
 

@@ -28,8 +28,19 @@ Observer = Callable[[dict[str, Any]], None]
 
 
 def wants_structured(body: dict[str, Any]) -> bool:
+    """``response_format`` json_schema/json_object, or llama.cpp's own top-level ``json_schema`` field (validated
+    the same way: the engine alone would return whatever its grammar let through, unchecked)."""
     response_format = body.get("response_format")
-    return isinstance(response_format, dict) and response_format.get("type") in ("json_schema", "json_object")
+    return (isinstance(response_format, dict) and response_format.get("type") in ("json_schema", "json_object")) \
+        or body.get("json_schema") is not None
+
+
+def request_schema(body: dict[str, Any]) -> Any:
+    if body.get("json_schema") is not None:
+        if body.get("response_format") is not None:
+            raise InvalidSchema("give the schema once: response_format or json_schema, not both")
+        return body["json_schema"]
+    return schema_from_response_format(body["response_format"])
 
 
 def schema_from_response_format(response_format: dict[str, Any]) -> Any:
@@ -73,7 +84,7 @@ def _observe(observe: Observer | None, result: Structured[Any]) -> None:
 
 async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
                           observe: Observer | None = None) -> Response:
-    schema = schema_from_response_format(body["response_format"])
+    schema = request_schema(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ConfigError("messages must be a non-empty list of {role, content} objects")

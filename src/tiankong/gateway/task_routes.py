@@ -47,7 +47,7 @@ class ClassifyBody(_Body):
 
 class RouteBody(_Body):
     text: str
-    routes: list[Route]
+    routes: list[Route] = Field(min_length=1, max_length=64)
     threshold: float = 0.6
     redline: bool = True
     escalate_target: str = "upstream"
@@ -71,7 +71,7 @@ class RedactBody(_Body):
     text: str
     style: str = "placeholder"
     use_model: bool = True
-    types: list[str] | None = None
+    types: list[str] | None = Field(None, max_length=16)
 
 
 class GuardBody(_Body):

@@ -170,9 +170,10 @@ def _slug(value: str) -> str:
 
 def add_model(
     file: str | Path, *, family: str | None = None, size: str | None = None, quant: str | None = None,
-    link: bool = False,
+    link: bool = False, force: bool = False,
 ) -> ModelRecord:
-    """Import a local GGUF file into the registry (copy, or symlink with ``link``)."""
+    """Import a local GGUF file into the registry (copy, or symlink with ``link``); an installed model of the same
+    name is replaced only with ``force``."""
     source = Path(file).expanduser().resolve()
     if not source.is_file():
         raise InvalidModelFile(f"{source} does not exist or is not a file", hint="check the path")
@@ -184,6 +185,9 @@ def add_model(
         if not _NAME_PART.match(part):
             raise ConfigError(f"invalid {label} {part!r}", hint="use lowercase letters, digits, '.', '_' or '-'")
     target = model_dir(family, size, quant)
+    if (target / MODEL_FILE).exists() and not force:
+        raise ConfigError(f"model {family}-{size}:{quant} is already installed at {target}",
+                          hint="pass --force to replace it, or --family/--size/--quant for another name")
     target.mkdir(parents=True, exist_ok=True)
     dest = target / MODEL_FILE
     tmp = target / f".{MODEL_FILE}.partial"

@@ -18,13 +18,14 @@ from ..structured.combine import gather
 from ..structured.flow import Flow
 from .classify import require_text
 from .generate import json_task, string_list
-from .pii_rules import Entity, detect_rules
+from .pii_rules import TYPES, Entity, detect_rules
 from .prompts import NAMED, task_messages
 from .redaction import redact_text
 
 STYLES = ("mask", "placeholder", "hash")
 MODEL_TYPES = {"people": "PERSON", "addresses": "ADDRESS", "organizations": "ORG"}
 MODEL_CHUNK_CHARS = 1200
+KNOWN_TYPES = (*TYPES, *MODEL_TYPES.values())
 _SPLIT = re.compile(r"(?<=[。！？!?\n])|(?<=\.)\s")
 
 
@@ -43,7 +44,7 @@ class Redaction:
 
 def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True, types: list[str] | None = None,
                 salt: str = "", model: str | None = None) -> Flow[Redaction]:
-    entities = _check(text, style)
+    entities = _check(text, style, types)
     if use_model:
         found = yield from gather([_named_flow(chunk, model) for chunk in _chunks(text)])
         entities = merge(entities, locate(text, [item for items in found for item in items]))
@@ -53,13 +54,22 @@ def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,
                  salt: str = "") -> Redaction:
     """Rules only: no engine needed (no person names, addresses or organisations)."""
-    return _finish(text, _check(text, style), style, types, salt)
+    return _finish(text, _check(text, style, types), style, types, salt)
 
 
-def _check(text: str, style: str) -> list[Entity]:
+def check_types(types: list[str] | None) -> None:
+    """Every requested entity type is one tiankong detects: an unknown one would silently redact nothing."""
+    unknown = [t for t in types or [] if not isinstance(t, str) or t.upper() not in KNOWN_TYPES]
+    if unknown:
+        raise ConfigError(f"unknown entity type(s) {', '.join(map(repr, unknown))}",
+                          hint=f"use {', '.join(KNOWN_TYPES)}")
+
+
+def _check(text: str, style: str, types: list[str] | None) -> list[Entity]:
     require_text(text)
     if style not in STYLES:
         raise ConfigError(f"unknown redaction style {style!r}", hint=f"use one of {', '.join(STYLES)}")
+    check_types(types)
     return detect_rules(text)
 
 

@@ -1,0 +1,228 @@
+"""Hostile and careless input (issue 21): each case is a clear 4xx or a one-line CLI error, never a 500, a
+traceback or silently wrong output. Real gateway in front of SmolLM2."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import assert_one_line_error, run_cli, serve_app
+from tiankong import jsonsafe
+from tiankong.batch import build_job, run
+from tiankong.config import TiankongConfig, load_config
+from tiankong.engine import EngineProcess
+from tiankong.errors import ConfigError
+from tiankong.gateway import GatewayState
+from tiankong.models import TEST_MODEL
+
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module")
+def gateway(smol_engine: EngineProcess) -> Iterator[str]:
+    with serve_app(GatewayState.for_engine(smol_engine, TEST_MODEL)) as url:
+        yield url
+
+
+def post(url: str, path: str, body: object = None, *, content: bytes | None = None) -> httpx.Response:
+    if content is None:
+        content = json.dumps(body).encode()
+    return httpx.post(f"{url}{path}", content=content, headers={"content-type": "application/json"}, timeout=60)
+
+
+def error_of(answer: httpx.Response, status: int = 400) -> dict[str, str]:
+    assert answer.status_code == status, answer.text
+    error: dict[str, str] = answer.json()["error"]
+    assert error["message"] and error["type"]
+    return error
+
+
+# --- row 4 and 6: JSON nested 100,000 deep; NaN / Infinity ---------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [CHAT, "/v1/completions", "/v1/embeddings", "/v1/tasks/classify",
+                                  "/v1/tasks/extract"])
+def test_deeply_nested_json_is_a_400_on_every_post_route(gateway: str, path: str) -> None:
+    deep = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    error = error_of(post(gateway, path, content=deep))
+    assert error["code"] == "invalid_json" and "nested deeper" in error["message"]
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_refused(gateway: str, constant: str) -> None:
+    raw = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": ' + constant + "}"
+    error = error_of(post(gateway, CHAT, content=raw.encode()))
+    assert error["code"] == "invalid_json" and constant.lstrip("-") in error["message"]
+    with pytest.raises(jsonsafe.UnsafeJSON):
+        jsonsafe.loads('{"a": [1, ' + constant + "]}")
+
+
+def test_json_depth_is_counted_without_recursion() -> None:
+    value: object = 1
+    for _ in range(5000):
+        value = [value]
+    assert jsonsafe.depth(value, limit=10) > 10 and jsonsafe.depth({"a": [{"b": 1}]}) == 3
+
+
+# --- row 5: messages that are not objects ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("messages, where", [(["hi"], "messages[0]"), ([None], "messages[0]"),
+                                             ([{"role": "user", "content": "a"}, 3], "messages[1]"),
+                                             ("hi", "messages must be a list")])
+def test_bad_messages_name_the_index(gateway: str, messages: object, where: str) -> None:
+    error = error_of(post(gateway, CHAT, {"messages": messages, "max_tokens": 2}))
+    assert where in error["message"] and error["code"] == "invalid_messages"
+
+
+# --- row 7: image bytes that are not an image; an image to a text-only engine --------------------------------
+
+PNG_1X1 = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQ"
+                           "AAAABJRU5ErkJggg==")
+
+
+def _image_chat(data: bytes, mime: str = "image/png") -> dict[str, object]:
+    url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
+    return {"max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is it?"}, {"type": "image_url", "image_url": {"url": url}}]}]}
+
+
+def test_image_parts_are_checked_by_their_bytes_and_the_engine(gateway: str) -> None:
+    error = error_of(post(gateway, CHAT, _image_chat(b"this is plain text, not a picture")))
+    assert error["code"] == "invalid_image" and "not a PNG, JPEG" in error["message"]
+    error = error_of(post(gateway, CHAT, _image_chat(PNG_1X1)))  # a real image, but SmolLM2 reads no images
+    assert error["code"] == "image_not_supported"
+
+
+# --- row 3: list-valued task fields are capped ------------------------------------------------------------------
+
+
+def test_list_fields_are_capped_with_a_400_naming_the_field(gateway: str) -> None:
+    cases = [("/v1/tasks/guard", {"text": "hi", "policies": ["no swearing"] * 10_000}, "policies"),
+             ("/v1/tasks/route", {"text": "hi", "routes": [{"name": f"r{i}", "target": "task:classify"}
+                                                           for i in range(1000)]}, "routes"),
+             ("/v1/tasks/classify", {"text": "hi", "labels": [f"l{i}" for i in range(5000)]}, "labels"),
+             ("/v1/tasks/rerank", {"query": "q", "documents": ["d"] * 5000}, "documents"),
+             ("/v1/tasks/redact", {"text": "hi", "types": ["EMAIL"] * 100}, "types")]
+    for path, body, field in cases:
+        error = error_of(post(gateway, path, body))
+        assert field in error["message"], (path, error)
+
+
+# --- row 8: unknown redaction types ------------------------------------------------------------------------------
+
+
+def test_unknown_redaction_types_are_refused(gateway: str) -> None:
+    error = error_of(post(gateway, "/v1/tasks/redact", {"text": "call 13800138000", "types": ["PHONE_NUMBER"],
+                                                        "use_model": False}))
+    assert "PHONE_NUMBER" in error["message"] and "PHONE" in error["message"]
+    ok = post(gateway, "/v1/tasks/redact", {"text": "call 13800138000", "types": ["phone"], "use_model": False})
+    assert ok.status_code == 200 and "13800138000" not in ok.json()["text"]
+    proc = run_cli("redact", "--no-model", "--type", "PHONE_NUMBER", "call 13800138000")
+    assert_one_line_error(proc, "PHONE_NUMBER", "EMAIL")
+
+
+# --- row 19: llama.cpp's own json_schema field is validated, never passed through -----------------------------
+
+
+def test_top_level_json_schema_is_validated_like_response_format(gateway: str) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    answer = post(gateway, CHAT, {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 32,
+                                  "json_schema": schema})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["tiankong"]["validated"] is True
+    assert isinstance(json.loads(body["choices"][0]["message"]["content"])["ok"], bool)
+    both = post(gateway, CHAT, {"messages": [{"role": "user", "content": "x"}], "json_schema": schema,
+                                "response_format": {"type": "json_object"}})
+    assert "not both" in error_of(both)["message"]
+    raw = post(gateway, "/v1/completions", {"prompt": "Say hello.", "max_tokens": 8, "json_schema": schema})
+    assert error_of(raw)["code"] == "unsupported_field"
+
+
+# --- rows 14, 15, 18, 20 and null ids: files and configuration ---------------------------------------------
+
+
+def test_batch_refuses_to_write_over_its_input(tmp_path: Path) -> None:
+    source = tmp_path / "x.jsonl"
+    source.write_text('{"id": 1, "text": "a"}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="also the job's"):
+        run(build_job(input=str(source), output=str(source), task="redact", use_model=False))
+    assert source.read_text(encoding="utf-8") == '{"id": 1, "text": "a"}\n'
+    proc = run_cli("batch", "run", "--task", "redact", "--input", str(source), "--output", str(source))
+    assert_one_line_error(proc, "also the job's")
+
+
+def test_a_null_id_is_an_error_not_a_line_number(tmp_path: Path, smol_engine: EngineProcess) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": null, "text": "mail a@b.example"}\n{"id": 2, "text": "mail c@d.example"}\n',
+                      encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    report = run(build_job(input=str(source), output=str(out), task="redact", use_model=False,
+                           url=[smol_engine.url]))
+    assert report.done == 1 and report.failed == 1
+    errors = (tmp_path / "out.jsonl.errors.jsonl").read_text(encoding="utf-8")
+    assert "id is null" in errors and [json.loads(x)["id"] for x in out.read_text().splitlines()] == [2]
+
+
+def test_files_tiankong_reads_are_size_limited() -> None:
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config("/dev/zero")
+    assert_one_line_error(run_cli("serve", "--config", "/dev/zero"), "larger than")
+    assert_one_line_error(run_cli("batch", "run", "--task", "extract", "--schema", "/dev/zero", "--input", "x.jsonl",
+                                  "--output", "y.jsonl"), "larger than")
+
+
+def test_empty_or_short_api_keys_are_refused(tmp_path: Path) -> None:
+    for key in ("", "short", "   spaces   "):
+        with pytest.raises(ValueError, match="at least 8 characters"):
+            TiankongConfig.model_validate({"server": {"host": "0.0.0.0", "api_keys": [key]}})
+    config = tmp_path / "c.toml"
+    config.write_text('[server]\nhost = "0.0.0.0"\napi_keys = [""]\n', encoding="utf-8")
+    assert_one_line_error(run_cli("serve", "--config", str(config)), "api_keys[0]", "at least 8")
+    assert_one_line_error(run_cli("serve", "--api-key", "abc"), "--api-key", "at least 8")
+    TiankongConfig.model_validate({"server": {"api_keys": ["a-long-enough-key", "sha256:" + "0" * 64]}})
+
+
+def test_models_add_does_not_overwrite_without_force(tmp_path: Path, smol_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
+    first = run_cli("models", "add", str(smol_path), "--family", "twice", "--json")
+    assert first.returncode == 0, first.stderr
+    installed = Path(json.loads(first.stdout)["path"])
+    before = installed.stat().st_mtime_ns
+    assert_one_line_error(run_cli("models", "add", str(smol_path), "--family", "twice"), "already installed",
+                          "--force")
+    assert installed.stat().st_mtime_ns == before
+    again = run_cli("models", "add", str(smol_path), "--family", "twice", "--force")
+    assert again.returncode == 0, again.stderr
+
+
+# --- row 13: a keyless loopback gateway refuses foreign hosts, cross-site origins and non-JSON bodies ---------
+
+
+def test_keyless_gateway_refuses_rebinding_cross_site_and_non_json(gateway: str) -> None:
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    json_type = {"content-type": "application/json"}
+    cases = [({"content-type": "text/plain"}, 415, "unsupported_media_type"),
+             ({"content-type": "application/x-www-form-urlencoded"}, 415, "unsupported_media_type"),
+             ({**json_type, "host": "attacker.example"}, 403, "host_not_allowed"),
+             ({**json_type, "origin": "http://attacker.example"}, 403, "origin_not_allowed")]
+    for headers, status, code in cases:
+        answer = httpx.post(f"{gateway}{CHAT}", content=body, headers=headers, timeout=30)
+        assert answer.status_code == status and answer.json()["error"]["code"] == code, (headers, answer.text)
+        assert "access-control-allow-origin" not in answer.headers
+    for host in ("localhost:8080", "127.0.0.1", "[::1]:9"):
+        answer = httpx.get(f"{gateway}/health", headers={"host": host}, timeout=30)
+        assert answer.status_code == 200, host
+    same_site = httpx.post(f"{gateway}{CHAT}", content=body, timeout=60,
+                           headers={**json_type, "origin": gateway, "content-type": "application/json; charset=utf-8"})
+    assert same_site.status_code == 200, same_site.text
+    preflight = httpx.options(f"{gateway}{CHAT}", headers={"origin": "http://attacker.example",
+                                                           "access-control-request-method": "POST"}, timeout=30)
+    assert preflight.status_code >= 400 and "access-control-allow-origin" not in preflight.headers
