@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
@@ -275,3 +276,25 @@ def test_serve_exposes_metrics_openapi_and_queue_state(gateway: Served) -> None:
     assert "/v1/tasks/classify" in httpx.get(f"{gateway.url}/openapi.json", timeout=10).json()["paths"]
     health = httpx.get(f"{gateway.url}/health", timeout=10).json()
     assert health["status"] == "ok" and health["queued"] == 0
+
+
+def test_the_engine_port_answers_only_the_gateway() -> None:
+    """Issue 21 row 12: the managed engine has a random key that only the gateway knows (not in its argv)."""
+    served = start_serve()
+    try:
+        line = next(x for x in served.log if "engine ready" in x)
+        engine_url = re.search(r"(http://127\.0\.0\.1:\d+)\)", line).group(1)  # type: ignore[union-attr]
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        direct = httpx.post(f"{engine_url}/v1/chat/completions", json=body, timeout=30)
+        assert direct.status_code == 401, direct.text
+        assert httpx.get(f"{engine_url}/slots", timeout=10).status_code == 401
+        through = httpx.post(f"{served.url}/v1/chat/completions", json=body, timeout=60)
+        assert through.status_code == 200, through.text
+        metrics = httpx.get(f"{served.url}/metrics", timeout=30).text
+        assert re.search(r"^tiankong_engine_slots\{.*\} 2\.0$", metrics, re.M), metrics  # its /slots probe has the key
+        cmdline = Path(f"/proc/{served.engine_pid}/cmdline").read_bytes().split(b"\0")
+        assert b"--api-key-file" in cmdline and b"--api-key" not in cmdline
+        key_file = Path(cmdline[cmdline.index(b"--api-key-file") + 1].decode())
+        assert not key_file.exists()  # read at start-up, then removed
+    finally:
+        stop_serve(served)

@@ -106,6 +106,12 @@ class EngineConfig:
     #: with ``embeddings``: how llama-server pools (``none``: every token's vector, pooled by the caller)
     pooling: str = "mean"
     extra_args: list[str] = field(default_factory=list)
+    #: a key only the engine's owner knows (``tiankong serve`` draws one per process): given to llama-server in a
+    #: 0600 file, never on the command line (other local users can read every process's arguments)
+    api_key: str | None = field(default=None, repr=False)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def validate(self) -> None:
         _check_positive("ctx", self.ctx, minimum=64)

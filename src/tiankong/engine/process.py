@@ -21,12 +21,14 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 
@@ -63,6 +65,30 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+#: engine logs kept in the logs folder (oldest removed first when a new engine starts)
+KEEP_LOGS = 20
+
+
+def open_private(path: Path) -> BinaryIO:
+    """``path`` opened for writing, readable by its owner only (0600): logs may hold prompts and paths."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+
+
+def prune_logs(folder: Path, keep: int = KEEP_LOGS) -> None:
+    """Remove all but the newest ``keep - 1`` engine logs (room for the one about to be written)."""
+    found = sorted(folder.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
+    for old in found[: max(0, len(found) - (keep - 1))]:
+        old.unlink(missing_ok=True)
+
+
+def write_key_file(key: str) -> Path:
+    """The engine's API key in a new 0600 file (llama-server's ``--api-key-file``)."""
+    handle, name = tempfile.mkstemp(prefix="tiankong-engine-", suffix=".key")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(key + "\n")
+    return Path(name)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -180,14 +206,16 @@ class EngineProcess:
 
     def health(self, timeout_s: float = 2.0) -> bool:
         try:
-            return httpx.get(f"{self.url}/health", timeout=timeout_s).status_code == 200
+            return httpx.get(f"{self.url}/health", timeout=timeout_s,
+                             headers=self.config.auth_headers()).status_code == 200
         except httpx.HTTPError:
             return False
 
     def probe_slots(self, timeout_s: float = 5.0) -> bool:
         """True when ``/slots`` answers in time: the engine's request loop is alive."""
         try:
-            return httpx.get(f"{self.url}/slots", timeout=timeout_s).status_code == 200
+            return httpx.get(f"{self.url}/slots", timeout=timeout_s,
+                             headers=self.config.auth_headers()).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -249,16 +277,25 @@ class EngineProcess:
         self.port = explicit_port or free_port(self.config.host)
         argv = self.config.to_argv(self.binary)
         argv[argv.index("--port") + 1] = str(self.port)
-        paths.logs_dir().mkdir(parents=True, exist_ok=True)
-        self.log_path = paths.logs_dir() / f"llama-server-{os.getpid()}-{self.port}.log"
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent,
-            )
-        self.started_at = time.monotonic()
-        self.requests_since_start = 0
-        self._wait_ready(self.proc)
+        logs = paths.logs_dir()
+        logs.mkdir(parents=True, exist_ok=True)
+        prune_logs(logs)
+        self.log_path = logs / f"llama-server-{os.getpid()}-{self.port}.log"
+        key_file = write_key_file(self.config.api_key) if self.config.api_key else None
+        if key_file is not None:
+            argv += ["--api-key-file", str(key_file)]
+        try:
+            with open_private(self.log_path) as log:
+                self.proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=_die_with_parent,
+                )
+            self.started_at = time.monotonic()
+            self.requests_since_start = 0
+            self._wait_ready(self.proc)
+        finally:
+            if key_file is not None:  # read at start-up: a restart writes a new one
+                key_file.unlink(missing_ok=True)
         self.ready_seconds = time.monotonic() - self.started_at
         self.state = EngineState.READY
 

@@ -79,10 +79,10 @@ def spec_from_metrics(text: str) -> SpecStats:
                      steps=values.get("spec_decode_num_drafts", 0))
 
 
-def engine_spec_stats(url: str, timeout_s: float = 2.0) -> SpecStats:
+def engine_spec_stats(url: str, timeout_s: float = 2.0, headers: dict[str, str] | None = None) -> SpecStats:
     """``GET {url}/metrics`` of a llama-server started with ``--metrics`` (EngineConfig.metrics)."""
     try:
-        answer = httpx.get(f"{url.rstrip('/')}/metrics", timeout=timeout_s)
+        answer = httpx.get(f"{url.rstrip('/')}/metrics", timeout=timeout_s, headers=headers)
     except httpx.HTTPError as exc:
         raise EngineError(f"cannot read {url}/metrics: {type(exc).__name__}", hint="is the engine running?") from None
     if answer.status_code != 200:
@@ -153,7 +153,7 @@ class SpecMonitor:
         if self.disabled_reason is not None or not self.engine.alive():
             return False
         try:
-            window = self.rolling.observe(engine_spec_stats(self.engine.url))
+            window = self.rolling.observe(engine_spec_stats(self.engine.url, headers=self.engine.config.auth_headers()))
         except EngineError:
             return False
         if not self.rolling.below(self.min_acceptance):

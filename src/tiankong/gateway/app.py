@@ -78,6 +78,7 @@ class GatewayState:
     engine_url: Callable[[], str] | None = None  # default: upstream_url (fixed)
     engine_pid: Callable[[], int | None] | None = None
     engine_restarts: Callable[[], int] | None = None
+    engine_api_key: str | None = field(default=None, repr=False)  # the managed engine's own key (serve.py)
     count_request: Callable[[], bool] | None = None
     recycle: Callable[[], None] | None = None
     degradation: DegradationSettings | None = None
@@ -92,7 +93,7 @@ class GatewayState:
         handle = EngineHandle(name=self.model_name, url=self.engine_url or (lambda: self.upstream_url),
                               state=lambda: self.engine_state(),
                               admission=Admission(limit, queue, group_batching=self.adapter_batching),
-                              count_request=self.count_request, recycle=self.recycle)
+                              count_request=self.count_request, recycle=self.recycle, api_key=self.engine_api_key)
         if self.engine_pid is not None:
             handle.pid = self.engine_pid
         if self.engine_restarts is not None:
@@ -113,6 +114,7 @@ class GatewayState:
         return cls(upstream_url=engine.url, model_name=model_name, engine_state=lambda: engine.state.value,
                    engine_url=lambda: engine.url, engine_pid=lambda: engine.pid,
                    engine_restarts=lambda: engine.restarts, slots=engine.config.slots,
+                   engine_api_key=engine.config.api_key,
                    count_request=count, recycle=recycle, **settings)
 
     def engines(self) -> list[EngineHandle]:

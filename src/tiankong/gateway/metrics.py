@@ -194,7 +194,7 @@ class EngineCollector(Collector):
             if not handle.ready():
                 continue
             with contextlib.suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
-                answer = await http.get(handle.url() + "/slots", timeout=timeout_s)
+                answer = await http.get(handle.url() + "/slots", timeout=timeout_s, headers=handle.auth_headers())
                 if answer.status_code == 200:
                     slots = answer.json()
                     self.busy[handle.name] = (sum(1 for s in slots if s.get("is_processing")), len(slots))

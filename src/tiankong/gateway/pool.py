@@ -80,7 +80,7 @@ def local_replica(name: str, engine: EngineProcess, queue_size: int | None = Non
     handle = EngineHandle(name=name, url=lambda: engine.url, state=lambda: engine.state.value,
                           admission=Admission(slots, 2 * slots if queue_size is None else queue_size),
                           pid=lambda: engine.pid, restarts=lambda: engine.restarts,
-                          count_request=count, recycle=recycle)
+                          count_request=count, recycle=recycle, api_key=engine.config.api_key)
     return Replica(handle, engine)
 
 

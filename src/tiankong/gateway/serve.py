@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,13 +36,19 @@ def check_bind(config: TiankongConfig) -> None:
         raise PortInUse(server.host, server.port)
 
 
+def engine_key() -> str:
+    """A random key per engine that only this gateway knows: a local user cannot bypass the gateway's keys,
+    rate limits and validation by calling the engine's port directly."""
+    return secrets.token_urlsafe(32)
+
+
 def start_engine(config: TiankongConfig, log: Callable[[str], None] = print) -> tuple[EngineProcess, str]:
     settings = config.engine
     record = resolve_installed(settings.model)
     engine_config = EngineConfig(
         model=record.path, ctx=settings.ctx, slots=settings.slots, kv_type=settings.kv_type,
         cache_ram_mib=settings.cache_ram_mib, alias=record.name, extra_args=list(settings.extra_args),
-        embeddings=settings.embeddings, pooling="none", **speed_kwargs(settings),
+        embeddings=settings.embeddings, pooling="none", api_key=engine_key(), **speed_kwargs(settings),
     )
     if settings.threads:
         engine_config.threads = settings.threads
@@ -86,7 +93,7 @@ def build_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> En
             replicas = []
             for index in range(spec.replicas):
                 engine_config = EngineConfig(model=record.path, ctx=spec.ctx, slots=spec.slots, kv_type=spec.kv_type,
-                                             alias=spec.name, lora=adapters)
+                                             alias=spec.name, lora=adapters, api_key=engine_key())
                 if spec.threads:
                     engine_config.threads = spec.threads
                 engine = EngineProcess(engine_config, config.engine.llama_server,

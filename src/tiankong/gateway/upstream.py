@@ -37,7 +37,7 @@ class Upstream:
         self.timeout_s = timeout_s
         self.retry_wait_s = retry_wait_s
         self.pool = EnginePool(timeout_s)
-        self.http = httpx.AsyncClient(timeout=10.0)  # /health, /slots
+        self.http = httpx.AsyncClient(timeout=10.0, headers=handle.auth_headers())  # /health, /slots, /lora-…
         self._clients: dict[tuple[str, str | None], AsyncClient] = {}
 
     async def close(self) -> None:
