@@ -226,3 +226,28 @@ def test_keyless_gateway_refuses_rebinding_cross_site_and_non_json(gateway: str)
     preflight = httpx.options(f"{gateway}{CHAT}", headers={"origin": "http://attacker.example",
                                                            "access-control-request-method": "POST"}, timeout=30)
     assert preflight.status_code >= 400 and "access-control-allow-origin" not in preflight.headers
+
+
+# --- row 16: failed keys are throttled per client address ----------------------------------------------------
+
+
+def test_failed_api_keys_are_throttled_per_address(smol_engine: EngineProcess) -> None:
+    from tiankong.gateway.keys import ApiKey, hash_key
+
+    state = GatewayState.for_engine(smol_engine, TEST_MODEL, api_keys=[ApiKey(hash_key("right-key-123"), "a", None)])
+    with serve_app(state) as url:
+        statuses = [httpx.get(f"{url}/v1/models", headers={"authorization": f"Bearer wrong-{i}"}, timeout=10)
+                    for i in range(300)]
+        codes = [a.status_code for a in statuses]
+        assert codes[:20] == [401] * 20 and set(codes[20:]) == {429}
+        assert 1 <= int(statuses[-1].headers["Retry-After"]) <= 60
+        assert statuses[-1].json()["error"]["code"] == "auth_throttled"
+        # the throttled address is refused even with the right key (a correct guess must not get through) ...
+        assert httpx.get(f"{url}/v1/models", headers={"authorization": "Bearer right-key-123"},
+                         timeout=10).status_code == 429
+        # ... while another address is not affected, and /metrics counts both outcomes
+        with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as other:
+            answer = other.get(url + "/metrics", headers={"authorization": "Bearer right-key-123"})
+        assert answer.status_code == 200, answer.text
+        assert 'tiankong_auth_failures_total{outcome="unauthorized"} 20.0' in answer.text
+        assert 'tiankong_auth_failures_total{outcome="throttled"} 281.0' in answer.text

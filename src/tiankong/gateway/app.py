@@ -9,7 +9,6 @@ everything that goes wrong is an OpenAI-shaped error body (never a traceback, ne
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from .. import jsonsafe
 from ..client import validate_messages
 from ..client.assemble import MIN_TOKENS
 from ..config import DegradationSettings, key_from_env
@@ -29,10 +27,11 @@ from ..engine import EngineProcess
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
 from .admission import Admission, EngineHandle
+from .body import bad_token_budget, read_json
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
-from .keys import ApiKey, RateLimiter, bearer_token, find_key, hash_key
+from .keys import ApiKey, AuthThrottle, RateLimiter, bearer_token, find_key, hash_key
 from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .origin import OriginCheck
@@ -156,42 +155,6 @@ class GatewayState:
 ANONYMOUS = ApiKey("", "", None)
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any] | JSONResponse:
-    """The body as a JSON object, read no further than ``limit`` bytes."""
-    too_large = error_response(413, f"request body larger than {limit} bytes", "invalid_request_error",
-                               "body_too_large")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return too_large
-        chunks.append(chunk)
-    try:
-        body = jsonsafe.loads(b"".join(chunks).decode("utf-8"))
-    except UnicodeDecodeError:
-        return error_response(400, "request body is not valid UTF-8", "invalid_request_error", "invalid_utf8")
-    except jsonsafe.UnsafeJSON as exc:
-        return error_response(400, f"request body is refused: {exc}", "invalid_request_error", "invalid_json")
-    except ValueError as exc:
-        return error_response(400, f"request body is not valid JSON: {exc}", "invalid_request_error", "invalid_json")
-    if not isinstance(body, dict):
-        return error_response(400, "request body must be a JSON object", "invalid_request_error", "invalid_body")
-    return body
-
-
-def bad_token_budget(body: dict[str, Any]) -> JSONResponse | None:
-    """``max_tokens`` must be a positive integer (llama-server reads -1 or 0 as "until the context is full")."""
-    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
-        value = body.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            return error_response(400, f"{key} must be a positive integer, got {json.dumps(value)[:40]}",
-                                  "invalid_request_error", "invalid_max_tokens")
-    return None
-
-
 def unauthorized() -> JSONResponse:
     return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
 
@@ -201,6 +164,7 @@ def create_app(state: GatewayState) -> Starlette:
     pipes: dict[str, Pipeline] = {}
     openapi = build_openapi()
     limiter = RateLimiter()
+    auth_throttle = AuthThrottle()
     lora_tables = AdapterTables()
     policy = None
     if state.degradation is not None and state.degradation.enabled:
@@ -237,11 +201,26 @@ def create_app(state: GatewayState) -> Starlette:
             pipes[call.engine] = pipeline(handle)
         return pipes.get(call.engine, pipes["p"])
 
-    async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
-        """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route."""
+    def authenticate(request: Request) -> tuple[ApiKey | None, Response | None]:
+        """The caller's key, or the answer for a caller without one: 401, or 429 once its address failed too often."""
+        address = request.client.host if request.client else "?"
+        if state.keys and (wait := auth_throttle.retry_after(address)) is not None:
+            metrics.auth_failures.labels("throttled").inc()
+            return None, error_response(429, f"too many failed API keys from {address}; retry after {wait} s",
+                                        "rate_limit_exceeded", "auth_throttled", headers={"Retry-After": str(wait)})
         key = state.key_of(request)
         if key is None:
-            return unauthorized()
+            auth_throttle.failed(address)
+            metrics.auth_failures.labels("unauthorized").inc()
+            return None, unauthorized()
+        return key, None
+
+    async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
+        """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route."""
+        key, refusal = authenticate(request)
+        if refusal is not None or key is None:
+            assert refusal is not None
+            return refusal
         call.key, rpm = key.name, state.rpm_for(key)
         if (wait := limiter.admit(key.hash, rpm)) is not None:
             call.rejected = "key_rpm"
@@ -342,15 +321,15 @@ def create_app(state: GatewayState) -> Starlette:
                             status_code=200 if status == "ready" else 503)
 
     async def models(request: Request) -> Response:
-        if not state.authorized(request):
-            return unauthorized()
+        if (refusal := authenticate(request)[1]) is not None:
+            return refusal
         data = [{"id": name, "object": "model", "owned_by": "tiankong", "created": 0}
                 for name in (state.pool.names() if state.pool else [state.model_name, *state.aliases])]
         return JSONResponse({"object": "list", "data": data})
 
     async def metrics_route(request: Request) -> Response:
-        if not state.authorized(request):
-            return unauthorized()
+        if (refusal := authenticate(request)[1]) is not None:
+            return refusal
         return Response(await metrics.scrape(pipes["p"].upstream.http), media_type=PROMETHEUS_TYPE)
 
     async def openapi_route(_: Request) -> Response:
@@ -360,8 +339,8 @@ def create_app(state: GatewayState) -> Starlette:
         return HTMLResponse(PAGE, headers={"Cache-Control": "no-cache"})
 
     async def ui_stats(request: Request) -> Response:
-        if not state.authorized(request):
-            return unauthorized()
+        if (refusal := authenticate(request)[1]) is not None:
+            return refusal
         engines = state.served()
         if state.fallback is not None:
             engines.append((state.fallback, [state.fallback_model()]))

@@ -71,3 +71,40 @@ class RateLimiter:
             return max(1, math.ceil(starts[0] + WINDOW_S - now))
         starts.append(now)
         return None
+
+
+class AuthThrottle:
+    """Failed authentications per client address: after ``limit`` in a minute, that address gets 429 (with
+    ``Retry-After``) until the window passes — keys cannot be guessed at network speed. At most ``max_addresses``
+    addresses are remembered (the oldest are forgotten first), so a flood of addresses cannot grow memory."""
+
+    def __init__(self, limit: int = 20, clock: Callable[[], float] = time.monotonic,
+                 max_addresses: int = 10_000) -> None:
+        self.limit, self.clock, self.max_addresses = limit, clock, max_addresses
+        self._failures: dict[str, deque[float]] = {}
+
+    def _recent(self, address: str, now: float) -> deque[float] | None:
+        failures = self._failures.get(address)
+        while failures and failures[0] <= now - WINDOW_S:
+            failures.popleft()
+        if failures is not None and not failures:
+            del self._failures[address]
+            return None
+        return failures
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds ``address`` must wait before it may try a key again; None when it may now."""
+        now = self.clock()
+        failures = self._recent(address, now)
+        if failures is None or len(failures) < self.limit:
+            return None
+        return max(1, math.ceil(failures[0] + WINDOW_S - now))
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        failures = self._recent(address, now)
+        if failures is None:
+            if len(self._failures) >= self.max_addresses:
+                del self._failures[next(iter(self._failures))]
+            failures = self._failures[address] = deque()
+        failures.append(now)

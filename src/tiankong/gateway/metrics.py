@@ -94,6 +94,9 @@ class GatewayMetrics:
         self.spec_accepted = Counter("tiankong_spec_accepted_tokens", "Speculative decoding: drafted tokens accepted "
                                      "(timings.draft_n_accepted); acceptance = accepted / draft", ["model"], registry=r)
         self.rejections = Counter("tiankong_rejections", "Requests refused with 429", ["route", "reason"], registry=r)
+        self.auth_failures = Counter("tiankong_auth_failures", "Requests with a missing or wrong API key (401), and "
+                                     "those refused because their address failed too often (429)", ["outcome"],
+                                     registry=r)
         self.key_requests = Counter("tiankong_key_requests", "Requests by API key name and HTTP status",
                                     ["key", "status"], registry=r)
         self.schema_retries = Counter("tiankong_schema_retries", "Structured-output attempts beyond the first",
