@@ -105,3 +105,37 @@ def test_explicit_port_in_use_is_refused_before_starting(monkeypatch: pytest.Mon
         with pytest.raises(PortInUse, match=str(port)):
             engine.start()
         assert engine.proc is None
+
+
+def _kill_until(engine: EngineProcess, times: int) -> None:
+    for _ in range(times):
+        assert wait_until(lambda: engine.state == EngineState.READY and engine.alive(), timeout_s=90)
+        pid = engine.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        assert wait_until(lambda killed=pid: engine.pid != killed or engine.state != EngineState.READY, timeout_s=30)
+
+
+def test_after_the_restart_budget_the_engine_keeps_retrying_and_logs_each_crash(
+        engine_binary: EngineBinary, smol_path: Path) -> None:
+    """Issue 21 row 11: kill -9 more often than the budget allows; the engine still comes back."""
+    logs: list[str] = []
+    engine = EngineProcess(EngineConfig(model=smol_path, ctx=1024, slots=1), engine_binary, max_restarts=2,
+                           restart_window_s=120, max_backoff_s=1.0, log=logs.append)
+    with engine:
+        _kill_until(engine, 4)
+        assert wait_until(lambda: engine.state == EngineState.READY and engine.health(), timeout_s=90)
+        assert engine.restarts >= 3
+    crashes = [line for line in logs if "exited with status -9" in line]
+    assert len(crashes) == 4 and all("log tail:" in line for line in crashes)
+    assert any("budget spent; trying again" in line for line in logs)
+
+
+def test_after_the_restart_budget_exit_mode_gives_up(engine_binary: EngineBinary, smol_path: Path) -> None:
+    gave_up: list[bool] = []
+    engine = EngineProcess(EngineConfig(model=smol_path, ctx=1024, slots=1), engine_binary, max_restarts=1,
+                           restart_window_s=120, after_budget="exit", on_give_up=lambda: gave_up.append(True))
+    with engine:
+        _kill_until(engine, 2)
+        assert wait_until(lambda: bool(gave_up), timeout_s=60)
+        assert engine.state == EngineState.FAILED and engine.next_retry_s is None

@@ -29,6 +29,11 @@ class EngineSettings(_Strict):
     cache_ram_mib: int = Field(0, ge=0)
     startup_timeout_s: float = Field(180.0, gt=0)
     restart_after_requests: int | None = Field(None, ge=1)
+    max_restarts: int = Field(5, ge=1, description="crash restarts allowed within restart_window_s")
+    restart_window_s: float = Field(300.0, gt=0)
+    after_restart_budget: Literal["retry", "exit"] = Field(
+        "retry", description="when max_restarts is spent: keep retrying with a backoff up to 60 s (said in "
+        "/health), or exit non-zero so a supervisor (systemd, Docker) restarts tiankong")
     wedge_check_s: float = Field(10.0, ge=0, description="probe /slots this often; 0 turns wedge detection off")
     wedge_probe_timeout_s: float = Field(5.0, gt=0)
     wedge_failures: int = Field(3, ge=1, description="consecutive unanswered probes before a restart")

@@ -21,20 +21,19 @@ import os
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import BinaryIO
 
 import httpx
 
 from .. import paths
 from ..errors import EngineStartError, PortInUse
 from .build import EngineBinary, locate_engine
+from .files import open_private, prune_logs, write_key_file
 from .flags import EngineConfig
 from .spec import SpecMonitor
 from .spec_auto import SpecDecision, resolve_auto_spec
@@ -67,30 +66,6 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-#: engine logs kept in the logs folder (oldest removed first when a new engine starts)
-KEEP_LOGS = 20
-
-
-def open_private(path: Path) -> BinaryIO:
-    """``path`` opened for writing, readable by its owner only (0600): logs may hold prompts and paths."""
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
-
-
-def prune_logs(folder: Path, keep: int = KEEP_LOGS) -> None:
-    """Remove all but the newest ``keep - 1`` engine logs (room for the one about to be written)."""
-    found = sorted(folder.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
-    for old in found[: max(0, len(found) - (keep - 1))]:
-        old.unlink(missing_ok=True)
-
-
-def write_key_file(key: str) -> Path:
-    """The engine's API key in a new 0600 file (llama-server's ``--api-key-file``)."""
-    handle, name = tempfile.mkstemp(prefix="tiankong-engine-", suffix=".key")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(key + "\n")
-    return Path(name)
-
-
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -112,7 +87,19 @@ class EngineProcess:
         restart_after_requests: int | None = None,
         on_restart: Callable[[str], None] | None = None,
         log: Callable[[str], None] | None = None,
+        after_budget: str = "retry",
+        on_give_up: Callable[[], None] | None = None,
+        max_backoff_s: float = 60.0,
     ) -> None:
+        """``after_budget``: once ``max_restarts`` crashes fell within ``restart_window_s``, ``"retry"`` keeps
+        restarting with a backoff doubling up to ``max_backoff_s`` (``next_retry_s`` says when), ``"exit"``
+        leaves the engine failed and calls ``on_give_up`` (``tiankong serve`` then exits non-zero so a
+        supervisor restarts it). Every crash is logged with its exit status and the log's last lines."""
+        if after_budget not in ("retry", "exit"):
+            raise ValueError(f"after_budget must be 'retry' or 'exit', not {after_budget!r}")
+        self.after_budget, self.on_give_up, self.max_backoff_s = after_budget, on_give_up, max_backoff_s
+        self.retry_at: float | None = None  # monotonic time of the next restart attempt after a failed one
+        self._crash_logged: int | None = None
         config.validate()
         self.config = config
         self._binary_arg = binary
@@ -355,6 +342,19 @@ class EngineProcess:
         self._restart_times.append(now)
         self.restarts += 1
 
+    @property
+    def next_retry_s(self) -> float | None:
+        """Seconds until the watchdog tries to start a failed engine again (None: not waiting to)."""
+        return None if self.retry_at is None else max(0.0, round(self.retry_at - time.monotonic(), 1))
+
+    def _note_crash(self, proc: subprocess.Popen[bytes]) -> None:
+        if self._crash_logged == proc.pid:
+            return
+        self._crash_logged = proc.pid
+        tail = " | ".join(line for line in self.log_tail(8).splitlines() if line.strip())
+        if self.log:
+            self.log(f"engine pid {proc.pid} exited with status {proc.returncode}; log tail: {tail[-1500:]}")
+
     def _watch(self) -> None:
         backoff = 0.5
         while not self._stop_event.wait(0.2):
@@ -362,16 +362,37 @@ class EngineProcess:
             crashed = proc is not None and proc.poll() is not None
             if not crashed or self.state in (EngineState.STARTING, EngineState.STOPPING):
                 continue
-            if not self.restart_on_crash or self._gave_up:
+            assert proc is not None
+            self._note_crash(proc)
+            if not self.restart_on_crash:
                 self.state = EngineState.FAILED
                 return
-            try:
-                self.restart(f"exited with code {proc.returncode if proc else '?'}")
-                backoff = 0.5
-            except EngineStartError:
+            if self._gave_up:
+                if self.after_budget == "exit":
+                    self.state = EngineState.FAILED
+                    if self.log:
+                        self.log(f"engine restart budget spent ({self.max_restarts} in {self.restart_window_s:.0f} s): "
+                                 "giving up")
+                    if self.on_give_up:
+                        self.on_give_up()
+                    return
+                self.retry_at = time.monotonic() + backoff
+                if self.log:
+                    self.log(f"engine restart budget spent; trying again in {backoff:.1f} s")
                 if self._stop_event.wait(backoff):
                     return
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, self.max_backoff_s)
+                self._gave_up, self._restart_times = False, []
+            try:
+                self.restart(f"exited with code {proc.returncode}")
+                backoff, self.retry_at = 0.5, None
+            except EngineStartError:
+                if self._gave_up:
+                    continue  # the budget decides above
+                self.retry_at = time.monotonic() + backoff
+                if self._stop_event.wait(backoff):
+                    return
+                backoff = min(backoff * 2, self.max_backoff_s)
 
 
 @atexit.register

@@ -78,6 +78,7 @@ class GatewayState:
     engine_pid: Callable[[], int | None] | None = None
     engine_restarts: Callable[[], int] | None = None
     engine_api_key: str | None = field(default=None, repr=False)  # the managed engine's own key (serve.py)
+    engine_next_retry_s: Callable[[], float | None] | None = None  # a failed engine's next restart attempt
     count_request: Callable[[], bool] | None = None
     recycle: Callable[[], None] | None = None
     degradation: DegradationSettings | None = None
@@ -113,7 +114,7 @@ class GatewayState:
         return cls(upstream_url=engine.url, model_name=model_name, engine_state=lambda: engine.state.value,
                    engine_url=lambda: engine.url, engine_pid=lambda: engine.pid,
                    engine_restarts=lambda: engine.restarts, slots=engine.config.slots,
-                   engine_api_key=engine.config.api_key,
+                   engine_api_key=engine.config.api_key, engine_next_retry_s=lambda: engine.next_retry_s,
                    count_request=count, recycle=recycle, **settings)
 
     def engines(self) -> list[EngineHandle]:
@@ -315,9 +316,11 @@ def create_app(state: GatewayState) -> Starlette:
         level = policy.describe() if policy is not None else {"level": 0, "enabled": False}
         if state.pool is not None:  # engines start on demand: the gateway itself is what must be up
             return JSONResponse({"status": "ok", "pool": state.pool.describe(), "degradation": level})
+        retry = state.engine_next_retry_s() if state.engine_next_retry_s and status != "ready" else None
         return JSONResponse({"status": "ok" if status == "ready" else "unavailable", "engine": status,
                              "model": state.model_name, "in_flight": engine.admission.in_flight,
-                             "queued": engine.admission.waiting, "degradation": level},
+                             "queued": engine.admission.waiting, "degradation": level,
+                             **({"next_retry_s": retry} if retry is not None else {})},
                             status_code=200 if status == "ready" else 503)
 
     async def models(request: Request) -> Response:

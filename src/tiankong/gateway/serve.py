@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,9 +56,21 @@ def start_engine(config: TiankongConfig, log: Callable[[str], None] = print) -> 
         engine_config.threads = settings.threads
     engine = EngineProcess(
         engine_config, settings.llama_server, startup_timeout_s=settings.startup_timeout_s,
-        restart_after_requests=settings.restart_after_requests, log=log,
+        restart_after_requests=settings.restart_after_requests, log=log, max_restarts=settings.max_restarts,
+        restart_window_s=settings.restart_window_s, after_budget=settings.after_restart_budget,
+        on_give_up=stop_serving,
     )
     return engine.start(), record.name
+
+
+GAVE_UP = 3  # exit status of `tiankong serve` when the engine's restart budget is spent (after_restart_budget=exit)
+_gave_up: list[bool] = []
+
+
+def stop_serving() -> None:
+    """The engine gave up (``after_restart_budget = "exit"``): stop the gateway, so the process exits non-zero."""
+    _gave_up.append(True)
+    os.kill(os.getpid(), signal.SIGTERM)  # uvicorn shuts down gracefully on SIGTERM
 
 
 def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> GatewayState:
@@ -161,3 +175,5 @@ def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
             watch.stop()
         engine.stop()
         log("engine stopped")
+    if _gave_up:
+        raise SystemExit(GAVE_UP)
