@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, settings
 
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, locate_engine
 from tiankong.gateway import GatewayState, create_app
+from tiankong.gateway.listen import server_config
 from tiankong.models import DEFAULT_MODEL, TEST_MODEL, model_path
 
 # hypothesis' too_slow health check is a wall-clock limit in disguise: on shared cores (an engine busy beside the
@@ -102,11 +103,11 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0, step_s: f
 
 
 @contextmanager
-def serve_app(state: GatewayState) -> Iterator[str]:
+def serve_app(state: GatewayState, header_timeout_s: float = 10.0) -> Iterator[str]:
     """The gateway app in real uvicorn (a thread) on a free loopback port, stopped on exit."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="on"))
+    server = uvicorn.Server(server_config(create_app(state), "127.0.0.1", port, header_timeout_s=header_timeout_s,
+                                          log_level="error", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     assert wait_until(lambda: server.started, 30), "gateway did not start"

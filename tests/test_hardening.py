@@ -251,3 +251,35 @@ def test_failed_api_keys_are_throttled_per_address(smol_engine: EngineProcess) -
         assert answer.status_code == 200, answer.text
         assert 'tiankong_auth_failures_total{outcome="unauthorized"} 20.0' in answer.text
         assert 'tiankong_auth_failures_total{outcome="throttled"} 281.0' in answer.text
+
+
+# --- row 17: slow headers and slow bodies time out, with one log line each ------------------------------------
+
+
+def test_slow_headers_and_bodies_time_out(smol_engine: EngineProcess, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import socket
+    import time
+
+    state = GatewayState.for_engine(smol_engine, TEST_MODEL, body_timeout_s=1.0)
+    with caplog.at_level(logging.WARNING, logger="tiankong.gateway"), serve_app(state, header_timeout_s=1.0) as url:
+        port = int(url.rsplit(":", 1)[1])
+        slow_head, slow_body, silent = (socket.create_connection(("127.0.0.1", port)) for _ in range(3))
+        slow_head.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends its head
+        slow_body.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                          b"\r\nContent-Length: 100\r\n\r\n{\"messages\": ")  # never ends its body
+        for sock in (slow_head, slow_body, silent):
+            sock.settimeout(10)
+        started = time.monotonic()
+        assert slow_head.recv(4096) == b""  # closed by the gateway
+        answer = slow_body.recv(4096)
+        assert b" 408 " in answer.split(b"\r\n", 1)[0] and b"body_timeout" in answer
+        assert silent.recv(4096) == b""
+        assert time.monotonic() - started < 9  # closed by the deadlines, not by the test's own timeout
+        for sock in (slow_head, slow_body, silent):
+            sock.close()
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200  # and the gateway still serves
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiankong.gateway"]
+    assert sum("no complete request head" in m for m in lines) == 2
+    assert sum("body not received" in m for m in lines) == 1
+    assert not [r for r in caplog.records if r.exc_info]  # no tracebacks

@@ -79,6 +79,9 @@ class ServerSettings(_Strict):
     stream_idle_timeout_s: float = Field(120.0, gt=0, description="close a stream idle (either side) this long")
     engine_retry_wait_s: float = Field(30.0, ge=0, description="wait this long for a restarted engine to retry")
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    header_timeout_s: float = Field(10.0, gt=0, description="close a connection whose request head is not complete "
+                                    "this long after its first byte (slow-header clients)")
+    body_timeout_s: float = Field(30.0, gt=0, description="a request body must arrive within this long (408)")
     log_prompts: bool = False
 
     @field_validator("api_keys")

@@ -74,6 +74,7 @@ class GatewayState:
     stream_idle_timeout_s: float = 120.0
     engine_retry_wait_s: float = 30.0
     max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout_s: float = 30.0  # a request body must arrive within this long
     engine_url: Callable[[], str] | None = None  # default: upstream_url (fixed)
     engine_pid: Callable[[], int | None] | None = None
     engine_restarts: Callable[[], int] | None = None
@@ -226,7 +227,7 @@ def create_app(state: GatewayState) -> Starlette:
         if (wait := limiter.admit(key.hash, rpm)) is not None:
             call.rejected = "key_rpm"
             return rpm_exceeded(wait, rpm or 0)
-        body = await read_json(request, state.max_body_bytes)
+        body = await read_json(request, state.max_body_bytes, state.body_timeout_s)
         if isinstance(body, JSONResponse):
             return body
         if (bad := bad_token_budget(body)) is not None:

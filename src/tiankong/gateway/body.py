@@ -2,29 +2,48 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from .. import jsonsafe
 from .responses import error_response
 
+BODY_TIMEOUT_S = 30.0
+log = logging.getLogger("tiankong.gateway")
 
-async def read_json(request: Request, limit: int) -> dict[str, Any] | JSONResponse:
-    """The body as a JSON object, read no further than ``limit`` bytes."""
+
+async def read_json(request: Request, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> dict[str, Any] | JSONResponse:
+    """The body as a JSON object, read no further than ``limit`` bytes and for no longer than ``timeout_s``
+    (a client that trickles its body, or leaves mid-body, gets one log line, not a traceback)."""
     too_large = error_response(413, f"request body larger than {limit} bytes", "invalid_request_error",
                                "body_too_large")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         return too_large
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return too_large
-        chunks.append(chunk)
+    client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    return too_large
+                chunks.append(chunk)
+    except TimeoutError:
+        log.warning("%s %s from %s: body not received within %.0f s", request.method, request.url.path, client,
+                    timeout_s)
+        return error_response(408, f"the request body did not arrive within {timeout_s:g} s", "invalid_request_error",
+                              "body_timeout", headers={"Connection": "close"})
+    except ClientDisconnect:
+        log.warning("%s %s from %s: the client left before sending its whole body", request.method, request.url.path,
+                    client)
+        return error_response(400, "the client left before sending its body", "invalid_request_error",
+                              "client_disconnected")
     try:
         body = jsonsafe.loads(b"".join(chunks).decode("utf-8"))
     except UnicodeDecodeError:

@@ -7,6 +7,7 @@ import secrets
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -19,6 +20,7 @@ from ..errors import ConfigError, PortInUse
 from ..models import resolve_installed
 from .app import GatewayState, create_app
 from .keys import ApiKey, as_hash
+from .listen import server_config
 from .pool import EnginePool, PoolEntry, local_replica, remote_replica
 from .supervise import WedgeWatch
 
@@ -81,7 +83,7 @@ def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> G
         max_in_flight=server.max_in_flight, queue_size=server.queue_size, keepalive_s=server.keepalive_s,
         adapter_batching=server.adapter_batching, assemble_min_tokens=server.assemble_min_tokens,
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
-        max_body_bytes=server.max_body_bytes, degradation=config.degradation,
+        max_body_bytes=server.max_body_bytes, degradation=config.degradation, body_timeout_s=server.body_timeout_s,
     )
 
 
@@ -126,7 +128,7 @@ def pool_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
         request_timeout_s=server.request_timeout_s, keepalive_s=server.keepalive_s,
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation,
-        assemble_min_tokens=server.assemble_min_tokens,
+        assemble_min_tokens=server.assemble_min_tokens, body_timeout_s=server.body_timeout_s,
     )
 
 
@@ -141,13 +143,19 @@ def serve_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> No
     try:
         log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops it and the engines); "
             f"models: {', '.join(pool.names())}; engines start on first request")
-        uvicorn.run(create_app(pool_state(config, pool)), host=config.server.host, port=config.server.port,
-                    log_level="warning", access_log=config.server.log_prompts, timeout_graceful_shutdown=5)
+        run_server(create_app(pool_state(config, pool)), config)
     finally:
         for watch in watches:
             watch.stop()
         pool.stop_all()
         log("engines stopped")
+
+
+def run_server(app: Any, config: TiankongConfig) -> None:
+    server = config.server
+    uvicorn.Server(server_config(app, server.host, server.port, header_timeout_s=server.header_timeout_s,
+                                 log_level="warning", access_log=server.log_prompts,
+                                 timeout_graceful_shutdown=5)).run()
 
 
 def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
@@ -168,8 +176,7 @@ def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
         admission = state.engine.admission
         log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops both); "
             f"{admission.limit} in flight, queue {admission.queue_size}")
-        uvicorn.run(create_app(state), host=config.server.host, port=config.server.port,
-                    log_level="warning", access_log=config.server.log_prompts, timeout_graceful_shutdown=5)
+        run_server(create_app(state), config)
     finally:
         if settings.wedge_check_s > 0:
             watch.stop()
