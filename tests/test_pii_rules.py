@@ -72,7 +72,9 @@ def test_id_card_in_chinese_text() -> None:
 
 
 def test_id_card_negatives() -> None:
-    assert found("身份证号110101199003074515。") == []  # bad checksum
+    assert found("编号110101199003074515。") == []  # bad checksum and no ID keyword: not an ID
+    # next to its keyword a bad checksum is still redacted (fail safe), marked unvalidated (test_pii_near_misses)
+    assert found("身份证号110101199003074515。") == [("ID_CARD", "110101199003074515")]
     assert found("单号1101011990030745141。") == []  # 19 digits
 
 

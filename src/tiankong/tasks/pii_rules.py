@@ -40,9 +40,12 @@ class Entity:
     text: str
     source: str = "rule"
     score: float = 1.0
+    #: False for a number in an ID/card shape next to its keyword whose checksum or date fails: redacted anyway
+    #: (fail safe: a mistyped ID is still somebody's ID)
+    validated: bool = True
 
 
-Span = tuple[int, int, str, float]
+Span = tuple[int, int, str, float] | tuple[int, int, str, float, bool]  # (…, validated)
 _FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
 _L = r"(?<![0-9A-Za-z])"  # left boundary: no ASCII letter/digit before
 _R = r"(?![0-9A-Za-z])"  # right boundary: no ASCII letter/digit after
@@ -116,7 +119,7 @@ def _passports(text: str) -> Iterator[Span]:
 # --- phones ------------------------------------------------------------------------------------------------
 
 _CN_PREFIX = r"(?:(?:\+|00)86[ -]?|\(\+?86\)[ -]?|86[ -]?)?"
-_CN_MOBILE = re.compile(r"(?<![0-9A-Za-z+])" + _CN_PREFIX + r"(?:1[3-9][0-9]{9}|1[3-9][0-9]([ -])[0-9]{4}\1[0-9]{4})"
+_CN_MOBILE = re.compile(r"(?<![0-9A-Za-z+])" + _CN_PREFIX + r"(?:1[3-9][0-9]{9}|1[3-9][0-9]([ .-])[0-9]{4}\1[0-9]{4})"
                         + _R)
 _AREA = r"(?:010|02[0-9]|0[3-9][0-9]{2})"
 _CN_LANDLINE = re.compile(
@@ -168,9 +171,19 @@ def _cards(text: str) -> Iterator[Span]:
             yield match.start(), match.end(), "BANK_CARD", 1.0
 
 
+#: internationalised addresses (RFC 6531/IDNA: josé@exämple.com, 张三@例子.中国); ASCII ones are matched above
+_EMAIL_UNICODE = re.compile(r"(?<![\w.%+-])[^\W_][\w.%+-]*@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)*"
+                            r"\.[^\W\d_]{2,24}(?![\w-])")
+
+
 def _emails(text: str) -> Iterator[Span]:
+    ends = set()
     for match in _EMAIL.finditer(text):
+        ends.add(match.end())
         yield match.start(), match.end(), "EMAIL", 1.0
+    for match in _EMAIL_UNICODE.finditer(text):  # not where an ASCII address ends ("邮箱a@b.com" is "a@b.com")
+        if not match.group().isascii() and match.end() not in ends:
+            yield match.start(), match.end(), "EMAIL", 0.95
 
 
 def _trim_trailing(value: str, punctuation: str = ".,;:!?'\"([{") -> str:
@@ -277,10 +290,46 @@ def _secrets(text: str) -> Iterator[Span]:
         yield match.start("value"), match.end("value"), "SECRET", 1.0
 
 
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_AWS_ID = re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])")
+_AWS_WORDS = re.compile(r"(?i)aws|secret[ _-]?access[ _-]?key")
+
+
+def _aws_secrets(text: str) -> Iterator[Span]:
+    """A 40-character AWS secret access key near its access key id or an AWS keyword (within 200 characters)."""
+    for match in _AWS_SECRET.finditer(text):
+        around = text[max(0, match.start() - 200):match.end() + 200]
+        value = match.group()
+        if (_AWS_ID.search(around) or _AWS_WORDS.search(around)) and re.search(r"[0-9/+]", value) \
+                and re.search(r"[a-z]", value) and re.search(r"[A-Z]", value):
+            yield match.start(), match.end(), "SECRET", 0.9
+
+
+# --- near misses: fail safe ----------------------------------------------------------------------------------
+# A number in an ID or card shape right after its keyword is redacted even when its checksum or date fails
+# (``validated=False`` on the entity): a mistyped ID, a test card, an old 15-digit ID are still somebody's.
+
+_ID_WORDS = (r"(?:身份证(?:号码?)?|公民身份号码|证件号(?:码)?|ID[ _-]?card(?:[ _-]?(?:no\.?|number))?"
+             r"|ID[ _-]?(?:no\.?|number)|identity card(?:[ _-]?(?:no\.?|number))?)")
+_CARD_WORDS = (r"(?:(?:银行|信用|储蓄|借记)?卡号|银行卡|信用卡|账号|帐号|(?<!ID[ _-])card[ _-]?(?:no\.?|number|#)"
+               r"|account[ _-]?(?:no\.?|number))")
+_NEAR = r"[\s:：#是为号码=(（\[]{0,6}"
+_ID_NEAR = re.compile(r"(?i)" + _ID_WORDS + _NEAR + r"(?P<value>[0-9](?:[ -]?[0-9]){13,16}[ -]?[0-9Xx])" + _R)
+_CARD_NEAR = re.compile(r"(?i)" + _CARD_WORDS + _NEAR + r"(?P<value>[0-9](?:[ -]?[0-9]){11,22})" + _R)
+
+
+def _near_misses(text: str) -> Iterator[Span]:
+    for pattern, kind in ((_ID_NEAR, "ID_CARD"), (_CARD_NEAR, "BANK_CARD")):
+        for match in pattern.finditer(text):
+            digits = re.sub(r"[ -]", "", match.group("value"))
+            valid = id_card_valid(digits) if kind == "ID_CARD" else luhn_valid(digits)
+            yield match.start("value"), match.end("value"), kind, 1.0 if valid else 0.6, valid
+
+
 # --- entry point -------------------------------------------------------------------------------------------
 
 _DETECTORS: tuple[Callable[[str], Iterator[Span]], ...] = (
-    _secrets, _id_cards, _cards, _passports, _emails, _urls, _ips, _phones,
+    _secrets, _aws_secrets, _id_cards, _cards, _passports, _emails, _urls, _ips, _phones, _near_misses,
 )
 
 
@@ -299,6 +348,7 @@ def resolve_overlaps(entities: Iterable[Entity]) -> list[Entity]:
 def detect_rules(text: str) -> list[Entity]:
     """All rule-detected PII entities in ``text``, non-overlapping, in text order."""
     normal = text.translate(_FULLWIDTH)
-    found = [Entity(start, end, kind, text[start:end], "rule", score)
-             for detector in _DETECTORS for start, end, kind, score in detector(normal) if end > start]
+    found = [Entity(span[0], span[1], span[2], text[span[0]:span[1]], "rule", span[3],
+                    bool(span[4]) if len(span) > 4 else True)
+             for detector in _DETECTORS for span in detector(normal) if span[1] > span[0]]
     return resolve_overlaps(found)

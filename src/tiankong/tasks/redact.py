@@ -39,7 +39,7 @@ class Redaction:
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "style": self.style, "mapping": self.mapping,
                 "entities": [{"start": e.start, "end": e.end, "type": e.type, "text": e.text, "source": e.source,
-                              "score": e.score} for e in self.entities]}
+                              "score": e.score, "validated": e.validated} for e in self.entities]}
 
 
 def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True, types: list[str] | None = None,
