@@ -29,10 +29,11 @@ def gateway(smol_engine: EngineProcess) -> Iterator[str]:
         yield url
 
 
-def post(url: str, path: str, body: object = None, *, content: bytes | None = None) -> httpx.Response:
+def post(url: str, path: str, body: object = None, *, content: bytes | None = None,
+         timeout: float = 60) -> httpx.Response:
     if content is None:
         content = json.dumps(body).encode()
-    return httpx.post(f"{url}{path}", content=content, headers={"content-type": "application/json"}, timeout=60)
+    return httpx.post(f"{url}{path}", content=content, headers={"content-type": "application/json"}, timeout=timeout)
 
 
 def error_of(answer: httpx.Response, status: int = 400) -> dict[str, str]:
@@ -283,3 +284,82 @@ def test_slow_headers_and_bodies_time_out(smol_engine: EngineProcess, caplog: py
     assert sum("no complete request head" in m for m in lines) == 2
     assert sum("body not received" in m for m in lines) == 1
     assert not [r for r in caplog.records if r.exc_info]  # no tracebacks
+
+
+# --- rows 1 and 2: hostile patterns never stall the gateway -------------------------------------------------
+
+
+def test_patterns_are_checked_in_bounded_time_or_refused() -> None:
+    import time
+
+    from tiankong.structured.patterns import engine_pattern
+    from tiankong.structured.regex_safety import (
+        UnsafePattern,
+        ambiguous_nesting,
+        complex_repetition,
+        safe_search,
+    )
+
+    started = time.monotonic()
+    assert not safe_search("^((a|aa)*)*c$", "a" * 5000 + "!")  # RE2: linear; Python's re would never finish
+    assert safe_search("^((a|aa)*)*c$", "aaac") and safe_search(r"^\u4e2d+$", "中中")
+    assert time.monotonic() - started < 5
+    with pytest.raises(UnsafePattern):
+        safe_search("^(?=a)(a+)+$", "a" * 29 + "!")  # a lookahead (no RE2) around a repeated group: refused
+    assert safe_search("^(?=.*[A-Z]).{8,}$", "abcdefgH")  # lookahead over single characters: Python's re, safe
+    assert ambiguous_nesting("^((a|aa)*)*c$") and ambiguous_nesting("(a+)+") and not ambiguous_nesting(r"^([a-z]+\.)*$")
+    assert complex_repetition("(ab)+") and not complex_repetition(r"^\d{3}-[a-z]*$")
+    assert engine_pattern("^((a|aa)*)*c$") is None and engine_pattern(r"^([a-z]+\.)*[a-z]+$") is not None
+
+
+def _timed_health(url: str) -> float:
+    import time
+
+    started = time.monotonic()
+    assert httpx.get(f"{url}/health", timeout=60).status_code == 200
+    return time.monotonic() - started
+
+
+def test_hostile_patterns_do_not_stall_the_gateway(gateway: str) -> None:
+    import concurrent.futures
+
+    def structured(pattern: str, prompt: str) -> httpx.Response:
+        schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}, "required": ["s"]}
+        return post(gateway, CHAT, {"messages": [{"role": "user", "content": prompt}], "max_tokens": 40,
+                                    "response_format": {"type": "json_schema",
+                                                        "json_schema": {"name": "x", "schema": schema}}},
+                    timeout=600)
+
+    # row 1: cannot be checked in bounded time → refused before the engine sees it
+    refused = structured("^(?=a)(a+)+$", "Write 29 times the letter a, then !")
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "schema_not_supported", refused.text
+    # row 2: ambiguous nesting stays out of the grammar; the answer is checked by RE2; the gateway stays responsive
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        bad = pool.submit(structured, "^((a|aa)*)*c$", "Write many letters a.")
+        health = [_timed_health(gateway) for _ in range(5)]
+        chat = post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+        answer = bad.result(timeout=600)
+    assert max(health) < 5.0, health  # generous: the event loop is never blocked by a pattern
+    assert chat.status_code == 200
+    assert answer.status_code in (200, 422), answer.text  # valid, or fail-closed: never 5xx, never unvalidated
+    if answer.status_code == 200:
+        import re as python_re
+
+        value = json.loads(answer.json()["choices"][0]["message"]["content"])["s"]
+        assert python_re.fullmatch("(a|aa)*c", value)
+
+
+# --- log_prompts: off by default; on, one line per request with its prompt ------------------------------------
+
+
+def test_log_prompts_logs_prompts_only_when_asked(smol_engine: EngineProcess, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    body = {"messages": [{"role": "user", "content": "the secret plan"}], "max_tokens": 2}
+    with caplog.at_level(logging.INFO, logger="tiankong.prompts"):
+        for log_prompts in (False, True):
+            state = GatewayState.for_engine(smol_engine, TEST_MODEL, log_prompts=log_prompts)
+            with serve_app(state) as url:
+                assert post(url, CHAT, body).status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "tiankong.prompts"]
+    assert len(lines) == 1 and "the secret plan" in lines[0] and json.loads(lines[0])["route"] == CHAT

@@ -9,6 +9,8 @@ everything that goes wrong is an OpenAI-shaped error body (never a traceback, ne
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -75,6 +77,7 @@ class GatewayState:
     engine_retry_wait_s: float = 30.0
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout_s: float = 30.0  # a request body must arrive within this long
+    log_prompts: bool = False  # one line per request with its prompt fields (logger "tiankong.prompts")
     engine_url: Callable[[], str] | None = None  # default: upstream_url (fixed)
     engine_pid: Callable[[], int | None] | None = None
     engine_restarts: Callable[[], int] | None = None
@@ -157,6 +160,17 @@ class GatewayState:
 ANONYMOUS = ApiKey("", "", None)
 
 
+PROMPT_FIELDS = ("messages", "prompt", "input", "text", "query", "documents", "question", "questions")
+prompt_log = logging.getLogger("tiankong.prompts")
+
+
+def log_prompt(route: str, key: str, body: dict[str, Any]) -> None:
+    """``server.log_prompts``: the request's prompt fields as one JSON line (off by default; docs/security.md)."""
+    fields = {name: body[name] for name in PROMPT_FIELDS if name in body}
+    prompt_log.info(json.dumps({"route": route, "key": key or None, "model": body.get("model"), **fields},
+                               ensure_ascii=False, default=str)[:20000])
+
+
 def unauthorized() -> JSONResponse:
     return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
 
@@ -232,6 +246,8 @@ def create_app(state: GatewayState) -> Starlette:
             return body
         if (bad := bad_token_budget(body)) is not None:
             return bad
+        if state.log_prompts:
+            log_prompt(call.route, key.name, body)
         if state.pool is None and not state.serves(body.get("model")):
             return error_response(404, f"model {body.get('model')!r} is not served here; available: "
                                   f"{state.model_name}", "invalid_request_error", "model_not_found")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
@@ -84,6 +85,7 @@ def gateway_state(config: TiankongConfig, engine: EngineProcess, name: str) -> G
         adapter_batching=server.adapter_batching, assemble_min_tokens=server.assemble_min_tokens,
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation, body_timeout_s=server.body_timeout_s,
+        log_prompts=server.log_prompts,
     )
 
 
@@ -129,6 +131,7 @@ def pool_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation,
         assemble_min_tokens=server.assemble_min_tokens, body_timeout_s=server.body_timeout_s,
+        log_prompts=server.log_prompts,
     )
 
 
@@ -153,9 +156,23 @@ def serve_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> No
 
 def run_server(app: Any, config: TiankongConfig) -> None:
     server = config.server
+    configure_logging(server.log_prompts)
     uvicorn.Server(server_config(app, server.host, server.port, header_timeout_s=server.header_timeout_s,
                                  log_level="warning", access_log=server.log_prompts,
                                  timeout_graceful_shutdown=5)).run()
+
+
+def configure_logging(log_prompts: bool) -> None:
+    """The gateway's own warnings (slow clients, abandoned bodies) on stderr; prompts only with ``log_prompts``."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    gateway = logging.getLogger("tiankong.gateway")
+    gateway.addHandler(handler)
+    gateway.setLevel(logging.WARNING)
+    if log_prompts:
+        prompts = logging.getLogger("tiankong.prompts")
+        prompts.addHandler(handler)
+        prompts.setLevel(logging.INFO)
 
 
 def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:

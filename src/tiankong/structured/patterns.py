@@ -54,7 +54,12 @@ class _Unsupported(Exception):
 def engine_pattern(pattern: str, *, bound: int = REPEAT_BOUND) -> str | None:
     """The pattern rewritten for the engine's grammar, or ``None`` when it cannot be without widening.
 
-    ``bound`` caps ``*``, ``+`` and ``{m,}``."""
+    ``bound`` caps ``*``, ``+`` and ``{m,}``. Ambiguous nesting (``((a|aa)*)*``) is never given to the grammar:
+    llama.cpp's grammar sampler takes seconds per token on it (``regex_safety``)."""
+    from .regex_safety import ambiguous_nesting
+
+    if ambiguous_nesting(pattern):
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # "possible nested set": still a valid regex

@@ -36,6 +36,7 @@ from .combinators import MISSING as _MISSING
 from .combinators import drop_recursive_alternatives, flatten, name_root_refs
 from .combinators import resolve_ref as _resolve
 from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, fit_node_pattern, pattern_chars
+from .regex_safety import UnsafePattern, bounded_validator_class, check_pattern
 
 ENFORCED = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
@@ -118,8 +119,8 @@ def preflight(schema: Any, *, strict: bool = False, max_string: int = DEFAULT_MA
     if strict and unenforced:
         raise SchemaNotSupported("the grammar cannot enforce these keywords", unenforced,
                                  hint="drop strict to enforce them by validation and retry, or remove them")
-    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    base = validator_for(schema, default=jsonschema.Draft202012Validator)
+    validator = bounded_validator_class(base)(schema, format_checker=base.FORMAT_CHECKER)
     engine_schema = bound_schema(schema, max_string=max_string, max_items=max_items)
     budget = min(MAX_BUDGET_TOKENS, max(32, math.ceil(estimate_tokens(engine_schema, engine_schema) * 1.25) + 16))
     return SchemaPlan(schema, engine_schema, validator, unenforced, budget, minimal_schema(schema, engine_schema))
@@ -130,6 +131,9 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
         return
     for key, value in node.items():
         here = f"{ptr}/{key}"
+        if key == "patternProperties" and isinstance(value, dict):
+            fatal += [f"{here}/{name} (nested repetition with a lookaround or backreference)" for name in value
+                      if isinstance(name, str) and not _safe(name)]
         if key in FATAL:
             fatal.append(f"{here} ({key})")
         elif key == "$ref":
@@ -194,11 +198,25 @@ def _check_ref(ref: Any, here: str, root: dict[str, Any], fatal: list[str]) -> N
         fatal.append(f"{here} (unresolvable $ref {ref})")
 
 
+def _safe(pattern: str) -> bool:
+    try:
+        check_pattern(pattern)
+    except (UnsafePattern, re.error):
+        return False
+    return True
+
+
 def _check_pattern(pattern: str, here: str, fatal: list[str], unenforced: list[str]) -> None:
     try:
         re.compile(pattern)
     except re.error as exc:
         fatal.append(f"{here} (invalid regex: {exc})")
+        return
+    try:
+        check_pattern(pattern)
+    except UnsafePattern:
+        fatal.append(f"{here} (nested repetition with a lookaround or backreference: cannot be checked in bounded "
+                     "time)")
         return
     if engine_pattern(pattern) is None:
         unenforced.append(f"{here} (regex features the grammar does not support)")
