@@ -213,7 +213,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/deciders/run")
+    parser.add_argument("--guard-only", action="store_true",
+                        help="only score the shipped guard on the injection test set (no engine)")
     args = parser.parse_args()
+    if args.guard_only:
+        _, test = corpus("injection", args.test, args.seed)
+        guard = score_guard([t for t, _ in test], [lab for _, lab in test])
+        text = (f"$ {' '.join(sys.argv)}\nshipped guard on the injection test set: recall {guard['recall']:.3f} at "
+                f"FPR {guard['fpr']:.3f} (flag_at {guard['flag_at']}); {guard['injections']} injections of "
+                f"{guard['n']}\n{json.dumps(guard)}\n")
+        Path(f"{args.out}.txt").parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{args.out}.txt").write_text(text, encoding="utf-8")
+        print(text)
+        return
     results = []
     with Client(model=args.model, slots=args.slots, ctx=4096 * args.slots, embeddings=True) as client:
         for name in args.corpora.split(","):
