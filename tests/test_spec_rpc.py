@@ -205,7 +205,8 @@ def test_gateway_metrics_count_drafted_and_accepted_tokens(smol_path: Path) -> N
     from tiankong.gateway.app import GatewayState, create_app
 
     config = small(smol_path, draft_model=smol_path, spec_type="draft-simple", spec_draft_n_max=4, alias="smol")
-    with EngineProcess(config) as engine, TestClient(create_app(GatewayState.for_engine(engine, "smol"))) as http:
+    with EngineProcess(config) as engine, TestClient(create_app(GatewayState.for_engine(engine, "smol")),
+                                                     base_url="http://127.0.0.1") as http:
         body = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 16, "temperature": 0}
         answer = http.post("/v1/chat/completions", json=body)
         assert answer.status_code == 200

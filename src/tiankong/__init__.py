@@ -1,5 +1,7 @@
 """tiankong (填空): make a small local language model a deterministic, constrained part of a pipeline."""
 
+from importlib import metadata as _metadata
+
 from .api import AsyncClient, Client
 from .client import ChatResult, StreamChunk, Usage
 from .deciders import (
@@ -25,7 +27,10 @@ from .errors import (
 from .structured import Decision, Structured
 from .tasks import Classification, GuardVerdict
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("tiankong")  # one source: pyproject.toml's version
+except _metadata.PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0.0.0+unknown"
 
 __all__ = [
     "AsyncClient", "ChatResult", "Classification", "Client", "ConfigError", "Decider", "DeciderEngineError",

@@ -63,8 +63,15 @@ class RewriteBody(_Body):
 class RerankBody(_Body):
     query: str
     documents: list[str] = Field(max_length=1000)
+    top_n: int | None = Field(None, ge=1)  # DESIGN.md's name (Cohere/Jina rerank APIs); top_k is kept as an alias
     top_k: int | None = Field(None, ge=1)
     mode: str = "pointwise"
+
+    @model_validator(mode="after")
+    def _one_top(self) -> RerankBody:
+        if self.top_n is not None and self.top_k is not None and self.top_n != self.top_k:
+            raise ValueError("top_n and top_k are the same setting: give one")
+        return self
 
 
 class RedactBody(_Body):
@@ -129,6 +136,8 @@ async def run_task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict
     if task == "route":
         return (await method(first, args.pop("routes"), **args)).to_json()  # type: ignore[no-any-return]
     if task == "rerank":
+        top_n = args.pop("top_n")
+        args["top_k"] = top_n if top_n is not None else args["top_k"]
         return (await method(first, args.pop("documents"), **args)).to_json()  # type: ignore[no-any-return]
     result = await method(first, **args)
     if task == "tag":
