@@ -169,6 +169,22 @@ def score_guard(texts: list[str], truth: list[str]) -> dict[str, Any]:
             "recall_at_fpr_0.05": round(float((scores[actual] > at5).mean()), 4)}
 
 
+def guard_sources(test: list[tuple[str, str]]) -> str:
+    """The shipped guard's flag rate on each source of the injection test set."""
+    from tiankong.structured.drivers import run_sync
+
+    guard, sets = load_decider("guard"), datasets.injection_sets()
+    source = {t: f"pint-{lab}" for t, lab in sets["pint"]}
+    source.update({t: "benign-requests" for t, _ in datasets.benign_requests("test", n=600)})
+    counts: dict[str, list[int]] = {}
+    for text, _ in test:
+        verdict = run_sync(guard_flow(text, decider=guard), lambda *a: None).verdict
+        row = counts.setdefault(source.get(text, "gauntlet-holdout-injection"), [0, 0])
+        row[0] += verdict != "allow"
+        row[1] += 1
+    return "\n".join(f"  {name}: {hit}/{n}" for name, (hit, n) in sorted(counts.items()))
+
+
 def table(results: list[dict[str, Any]], model: str) -> str:
     lines = [f"model {model}; accuracy on each corpus' held-out test set (training sizes = labelled examples)", ""]
     for result in results:
@@ -221,7 +237,7 @@ def main() -> None:
         guard = score_guard([t for t, _ in test], [lab for _, lab in test])
         text = (f"$ {' '.join(sys.argv)}\nshipped guard on the injection test set: recall {guard['recall']:.3f} at "
                 f"FPR {guard['fpr']:.3f} (flag_at {guard['flag_at']}); {guard['injections']} injections of "
-                f"{guard['n']}\n{json.dumps(guard)}\n")
+                f"{guard['n']}\n{json.dumps(guard)}\nflagged or blocked, per source:\n{guard_sources(test)}\n")
         Path(f"{args.out}.txt").parent.mkdir(parents=True, exist_ok=True)
         Path(f"{args.out}.txt").write_text(text, encoding="utf-8")
         print(text)
