@@ -1,0 +1,171 @@
+"""A well-behaved client's latency while an abuser sends issue 21's hostile requests, against `tiankong serve`.
+
+One run, loopback only, bounded: `tiankong serve` (SmolLM2 by default, with an API key so row 16 applies) is
+started here and stopped at the end. Phase 1 (quiet): the well-behaved client sends short chats (8 tokens) one
+after another for ``--seconds``. Phase 2 (abuse): the same, while an abuser loops over rows 1–7 and 16–17 —
+a ReDoS pattern, an ambiguous-nesting pattern (enforced by validation), 10,000 guard policies, JSON nested
+100,000 deep, bad ``messages``, ``NaN`` temperature, a fake image, 300 wrong keys, and connections that send
+their head or body slowly. Printed: the well-behaved client's p50/p99 in each phase and their ratio, the status
+codes the abuser got (5xx must be 0), and ``/health`` availability during the abuse.
+
+    .venv/bin/python benchmarks/gateway_abuse.py --out benchmarks/results/gateway-abuse.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+KEY = "abuse-bench-key-0123"
+HEADERS = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(model: str, port: int) -> subprocess.Popen[bytes]:
+    tiankong = str(Path(sys.executable).with_name("tiankong"))
+    proc = subprocess.Popen([tiankong, "serve", "--model", model, "--port", str(port), "--slots", "2", "--ctx", "4096",
+                             "--api-key", KEY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise SystemExit("tiankong serve did not become healthy")
+
+
+def chat_latencies(url: str, seconds: float) -> list[float]:
+    body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8, "temperature": 0}
+    found, end = [], time.monotonic() + seconds
+    with httpx.Client(timeout=120) as client:
+        while time.monotonic() < end:
+            began = time.monotonic()
+            answer = client.post(f"{url}/v1/chat/completions", json=body, headers=HEADERS)
+            if answer.status_code == 200:
+                found.append(time.monotonic() - began)
+    return found
+
+
+def _schema_chat(pattern: str) -> dict[str, object]:
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}, "required": ["s"]}
+    return {"messages": [{"role": "user", "content": "Write many letters a."}], "max_tokens": 40,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+
+
+def _slow(port: int, data: bytes, hold_s: float) -> str:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(data)
+        sock.settimeout(hold_s)
+        try:
+            head = sock.recv(64)
+        except TimeoutError:
+            return "open"
+        return head.split(b" ")[1].decode() if head.startswith(b"HTTP/") else "closed"
+
+
+def abuse(url: str, port: int, stop: threading.Event, codes: Counter[str]) -> None:
+    png_lie = base64.b64encode(b"not an image at all").decode()
+    bodies: list[tuple[str, bytes]] = [
+        ("/v1/chat/completions", json.dumps(_schema_chat("^(?=a)(a+)+$")).encode()),
+        ("/v1/chat/completions", json.dumps(_schema_chat("^((a|aa)*)*c$")).encode()),
+        ("/v1/tasks/guard", json.dumps({"text": "hi", "policies": ["be nice"] * 10_000}).encode()),
+        ("/v1/chat/completions", b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+        ("/v1/chat/completions", b'{"messages": ["hi", null], "max_tokens": 4}'),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}'),
+        ("/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png_lie}"}}]}]}).encode()),
+    ]
+    with httpx.Client(timeout=300) as client:
+        while not stop.is_set():
+            for path, raw in bodies:
+                codes[str(client.post(f"{url}{path}", content=raw, headers=HEADERS).status_code)] += 1
+            # row 16, from another loopback address (the well-behaved client's own address is not throttled)
+            with httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as wrong:
+                for i in range(300):
+                    answer = wrong.get(f"{url}/v1/models", headers={"authorization": f"Bearer no-{i}"})
+                    codes[str(answer.status_code)] += 1
+            slow = [threading.Thread(target=lambda d=d: codes.update([f"slow:{_slow(port, d, 15)}"]))
+                    for d in (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                              b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                              b"application/json\r\nContent-Length: 100\r\n\r\n{")] * 10
+            for thread in slow:
+                thread.start()
+            for thread in slow:
+                thread.join()
+
+
+def health_watch(url: str, stop: threading.Event, seen: list[bool]) -> None:
+    while not stop.is_set():
+        try:
+            seen.append(httpx.get(f"{url}/health", timeout=2).status_code == 200)
+        except httpx.HTTPError:
+            seen.append(False)
+        time.sleep(0.5)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct:q4_1")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--out", default="benchmarks/results/gateway-abuse.txt")
+    args = parser.parse_args()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start(args.model, port)
+    try:
+        quiet = chat_latencies(url, args.seconds)
+        stop, codes, health = threading.Event(), Counter[str](), list[bool]()
+        threads = [threading.Thread(target=abuse, args=(url, port, stop, codes), daemon=True),
+                   threading.Thread(target=health_watch, args=(url, stop, health), daemon=True)]
+        for thread in threads:
+            thread.start()
+        loud = chat_latencies(url, args.seconds)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    fives = sum(n for code, n in codes.items() if code.startswith("5"))
+    lines = [f"$ {' '.join(sys.argv)}", f"model {args.model}, {args.seconds:.0f} s per phase",
+             f"well-behaved chats: quiet n={len(quiet)} p50 {statistics.median(quiet) * 1000:.0f} ms "
+             f"p99 {pct(quiet, 0.99) * 1000:.0f} ms; under abuse n={len(loud)} p50 "
+             f"{statistics.median(loud) * 1000:.0f} ms p99 {pct(loud, 0.99) * 1000:.0f} ms; "
+             f"p99 ratio {pct(loud, 0.99) / pct(quiet, 0.99):.2f} (target ≤ 2)",
+             f"abuser status codes: {dict(sorted(codes.items()))}; 5xx: {fives} (target 0)",
+             f"/health during abuse: {sum(health)}/{len(health)} answered 200"]
+    text = "\n".join(lines) + "\n"
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text, encoding="utf-8")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
