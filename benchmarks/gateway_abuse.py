@@ -106,10 +106,12 @@ def abuse(url: str, port: int, stop: threading.Event, codes: Counter[str]) -> No
                 for i in range(300):
                     answer = wrong.get(f"{url}/v1/models", headers={"authorization": f"Bearer no-{i}"})
                     codes[str(answer.status_code)] += 1
-            slow = [threading.Thread(target=lambda d=d: codes.update([f"slow:{_slow(port, d, 15)}"]))
-                    for d in (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
-                              b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
-                              b"application/json\r\nContent-Length: 100\r\n\r\n{")] * 10
+            auth = f"Authorization: Bearer {KEY}\r\n".encode()
+            heads = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth,  # never ends its head
+                     b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth +
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")  # nor its body
+            slow = [threading.Thread(target=lambda d=d: codes.update([f"slow:{_slow(port, d, 45)}"]))
+                    for d in heads for _ in range(25)]  # 50 slow connections
             for thread in slow:
                 thread.start()
             for thread in slow:
