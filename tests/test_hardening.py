@@ -365,3 +365,15 @@ def test_log_prompts_logs_prompts_only_when_asked(smol_engine: EngineProcess, ca
                 assert post(url, CHAT, body).status_code == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "tiankong.prompts"]
     assert len(lines) == 1 and "the secret plan" in lines[0] and json.loads(lines[0])["route"] == CHAT
+
+
+# --- issue 23 item 4: GET /v1/models/{id} (the openai SDK's models.retrieve) ----------------------------------
+
+
+def test_models_retrieve(gateway: str) -> None:
+    import openai
+
+    sdk = openai.OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0)
+    assert sdk.models.retrieve(TEST_MODEL).id == TEST_MODEL
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        sdk.models.retrieve("gpt-4")

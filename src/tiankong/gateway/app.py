@@ -171,6 +171,10 @@ def log_prompt(route: str, key: str, body: dict[str, Any]) -> None:
                                ensure_ascii=False, default=str)[:20000])
 
 
+def model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "owned_by": "tiankong", "created": 0}
+
+
 def unauthorized() -> JSONResponse:
     return error_response(401, "missing or invalid API key", "authentication_error", "invalid_api_key")
 
@@ -343,9 +347,19 @@ def create_app(state: GatewayState) -> Starlette:
     async def models(request: Request) -> Response:
         if (refusal := authenticate(request)[1]) is not None:
             return refusal
-        data = [{"id": name, "object": "model", "owned_by": "tiankong", "created": 0}
-                for name in (state.pool.names() if state.pool else [state.model_name, *state.aliases])]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [model_card(name) for name in served_names()]})
+
+    def served_names() -> list[str]:
+        return state.pool.names() if state.pool else [state.model_name, *state.aliases]
+
+    async def model_route(request: Request) -> Response:  # the openai SDK's models.retrieve
+        if (refusal := authenticate(request)[1]) is not None:
+            return refusal
+        name = request.path_params["model"]
+        if name not in served_names():
+            return error_response(404, f"model {name!r} is not served here; available: {', '.join(served_names())}",
+                                  "invalid_request_error", "model_not_found")
+        return JSONResponse(model_card(name))
 
     async def metrics_route(request: Request) -> Response:
         if (refusal := authenticate(request)[1]) is not None:
@@ -375,6 +389,7 @@ def create_app(state: GatewayState) -> Starlette:
         Route("/ui", ui, methods=["GET"]),
         Route("/ui/stats", ui_stats, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model:path}", model_route, methods=["GET"]),
         Route("/v1/chat/completions", proxy("/v1/chat/completions"), methods=["POST"]),
         Route("/v1/completions", proxy("/v1/completions"), methods=["POST"]),
         Route("/v1/embeddings", proxy("/v1/embeddings"), methods=["POST"]),

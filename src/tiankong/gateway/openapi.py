@@ -79,6 +79,8 @@ def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0") -> di
         "/ui/stats": _get("Dashboard data: windowed throughput, TTFT/latency percentiles, series, engines", obj,
                           "401"),
         "/v1/models": _get("Served models", obj, "401"),
+        "/v1/models/{model}": {"get": {**_get("One served model", obj, "401", "404")["get"], "parameters": [
+            {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}]}},
         "/v1/chat/completions": _post("OpenAI chat completions (streaming, validated structured output)",
                                       CHAT_BODY, obj, stream=True),
         "/v1/completions": _post("OpenAI text completions", COMPLETION_BODY, obj, stream=True),
