@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FAKE_SERVER, pid_alive, wait_until
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, EngineState
-from tiankong.errors import EngineStartError, PortInUse
+from tiankong.errors import ConfigError, EngineStartError, PortInUse
 
 
 def fake_engine(monkeypatch: pytest.MonkeyPatch, mode: str, **kw: object) -> EngineProcess:
@@ -102,9 +102,19 @@ def test_explicit_port_in_use_is_refused_before_starting(monkeypatch: pytest.Mon
         port = busy.getsockname()[1]
         monkeypatch.setenv("FAKE_MODE", "ok")
         engine = EngineProcess(EngineConfig(model=Path("/dev/null"), port=port), FAKE_SERVER)
-        with pytest.raises(PortInUse, match=str(port)):
+        with pytest.raises(PortInUse, match=str(port)) as caught:
             engine.start()
         assert engine.proc is None
+        assert isinstance(caught.value, ConfigError) and caught.value.http_status == 400  # the config's fault
+
+
+def test_engine_http_and_stream_errors_are_tiankong_errors() -> None:
+    from tiankong.client.assemble import StreamFailed
+    from tiankong.errors import TiankongError, TransportError
+    from tiankong.gateway.engine_http import EngineHTTPError, EngineTimeout
+
+    for error in (EngineHTTPError("closed"), EngineTimeout("slow"), StreamFailed({"message": "boom"})):
+        assert isinstance(error, TransportError) and isinstance(error, TiankongError) and error.one_line()
 
 
 def _kill_until(engine: EngineProcess, times: int) -> None:

@@ -101,8 +101,8 @@ class EngineStartError(EngineError):
     pass
 
 
-class PortInUse(EngineError):
-    type = "invalid_request_error"
+class PortInUse(ConfigError):
+    """A configuration error: the port the config or a flag names is taken (nothing about the engine failed)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port

@@ -27,13 +27,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import TransportError
+
 ASSEMBLED_PATHS = ("/v1/chat/completions", "/v1/completions")
 _KEEP_PLAIN = ("logprobs", "top_logprobs", "n_probs", "response_fields", "verbose", "post_sampling_probs")
 #: requests with a token budget at most this large are sent non-streamed (see the module docstring)
 MIN_TOKENS = 256
 
 
-class StreamFailed(Exception):
+class StreamFailed(TransportError):
     """The engine's stream carried an error event (its body is ``error``) or ended without a final chunk."""
 
     def __init__(self, error: dict[str, Any]) -> None:

@@ -15,10 +15,12 @@ import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
+from ..errors import TransportError
+
 HEAD_LIMIT = 64 * 1024
 
 
-class EngineHTTPError(Exception):
+class EngineHTTPError(TransportError):
     """The engine could not be reached, or closed the connection before answering completely."""
 
 
