@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -157,9 +158,11 @@ def serve_pool(config: TiankongConfig, log: Callable[[str], None] = print) -> No
 def run_server(app: Any, config: TiankongConfig) -> None:
     server = config.server
     configure_logging(server.log_prompts)
-    uvicorn.Server(server_config(app, server.host, server.port, header_timeout_s=server.header_timeout_s,
-                                 log_level="warning", access_log=server.log_prompts,
-                                 timeout_graceful_shutdown=5)).run()
+    gateway = uvicorn.Server(server_config(app, server.host, server.port, header_timeout_s=server.header_timeout_s,
+                                           log_level="warning", access_log=server.log_prompts,
+                                           timeout_graceful_shutdown=5))
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is the normal way to stop (as uvicorn.run treats it)
+        gateway.run()
 
 
 def configure_logging(log_prompts: bool) -> None:
