@@ -9,8 +9,6 @@ everything that goes wrong is an OpenAI-shaped error body (never a traceback, ne
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,7 +27,7 @@ from ..engine import EngineProcess
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
 from .admission import Admission, EngineHandle
-from .body import bad_token_budget, read_json
+from .body import bad_token_budget, log_prompt, read_json
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
@@ -158,17 +156,6 @@ class GatewayState:
 
 
 ANONYMOUS = ApiKey("", "", None)
-
-
-PROMPT_FIELDS = ("messages", "prompt", "input", "text", "query", "documents", "question", "questions")
-prompt_log = logging.getLogger("tiankong.prompts")
-
-
-def log_prompt(route: str, key: str, body: dict[str, Any]) -> None:
-    """``server.log_prompts``: the request's prompt fields as one JSON line (off by default; docs/security.md)."""
-    fields = {name: body[name] for name in PROMPT_FIELDS if name in body}
-    prompt_log.info(json.dumps({"route": route, "key": key or None, "model": body.get("model"), **fields},
-                               ensure_ascii=False, default=str)[:20000])
 
 
 def model_card(name: str) -> dict[str, Any]:

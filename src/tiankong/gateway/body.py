@@ -65,3 +65,14 @@ def bad_token_budget(body: dict[str, Any]) -> JSONResponse | None:
             return error_response(400, f"{key} must be a positive integer, got {json.dumps(value)[:40]}",
                                   "invalid_request_error", "invalid_max_tokens")
     return None
+
+
+PROMPT_FIELDS = ("messages", "prompt", "input", "text", "query", "documents", "question", "questions")
+prompt_log = logging.getLogger("tiankong.prompts")
+
+
+def log_prompt(route: str, key: str, body: dict[str, Any]) -> None:
+    """``server.log_prompts``: the request's prompt fields as one JSON line (off by default; docs/security.md)."""
+    fields = {name: body[name] for name in PROMPT_FIELDS if name in body}
+    prompt_log.info(json.dumps({"route": route, "key": key or None, "model": body.get("model"), **fields},
+                               ensure_ascii=False, default=str)[:20000])
