@@ -133,7 +133,7 @@ def test_redact_styles_and_type_filter(client: Client) -> None:
     assert "138-0013-8000" in masked.text and len(masked.text) == len(TICKET)
     hashed = client.redact(TICKET, style="hash", use_model=False, salt="s")
     assert hashed.text == client.redact(TICKET, style="hash", use_model=False, salt="s").text
-    with pytest.raises(ConfigError, match="unknown redaction style"):
+    with pytest.raises(ConfigError, match="style"):
         client.redact(TICKET, style="blur")
 
 
@@ -151,7 +151,7 @@ def test_guard_blocks_known_injection_and_scores_benign(client: Client) -> None:
     assert legacy.decider is None and legacy.model_probability is not None and legacy.verdict == "block"
     both = client.guard("What time does the Beijing office open tomorrow?", use_model=True)
     assert both.model_probability is not None and both.decider_probability is not None
-    with pytest.raises(ConfigError, match="at most 16 policies"):
+    with pytest.raises(ConfigError, match="policies: List should have at most 16"):
         client.guard("hello", policies=[f"rule {i}" for i in range(17)])
 
 

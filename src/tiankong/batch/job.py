@@ -12,13 +12,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .. import jsonsafe
 from ..errors import ConfigError
 from ..jsonsafe import read_limited
+from ..tasks.specs import SPECS, TaskArgs, TaskSpec
 
 if TYPE_CHECKING:
     from ..deciders.runtime import EngineNeeds
 
-Task = Literal["classify", "extract", "summarize", "tag", "redact", "rewrite", "chat"]
 InputFormat = Literal["auto", "jsonl", "csv", "folder", "openai"]
-TEXT_TASKS = ("classify", "extract", "summarize", "tag", "redact", "rewrite")
+#: registered tasks a job runs over one text field per record (rerank needs documents per record: not one)
+REGISTERED_TASKS = ("classify", "summarize", "tag", "redact", "rewrite", "guard", "compress", "route")
+TEXT_TASKS = ("extract", *REGISTERED_TASKS)
+TASKS = (*TEXT_TASKS, "chat")
+#: a spec argument stored under another job key
+JOB_KEYS = {"schema_": "json_schema"}
 
 
 class BatchJob(BaseModel):
@@ -32,23 +37,34 @@ class BatchJob(BaseModel):
     format: InputFormat = "auto"
     id_field: str = "id"
     text_field: str = "text"
-    # --- task ---
-    task: Task | None = None
+    # --- task --- (arguments of a registered task: unset = the task's own default, ``tiankong.tasks.specs``)
+    task: str | None = None
     labels: list[str] | None = None
     decider: str | None = None
     descriptions: dict[str, str] | None = None
     examples: list[dict[str, Any]] | None = None
-    multi_label: bool = False
-    threshold: float = 0.5
+    multi_label: bool | None = None
+    threshold: float | None = None
     calibrate: bool | None = None
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
     instructions: str | None = None
-    words: int = 80
-    style: Literal["placeholder", "mask", "hash"] = "placeholder"
-    use_model: bool = True
+    words: int | None = None
+    chunk_tokens: int | None = None
+    style: str | None = None
+    use_model: bool | None = None
     types: list[str] | None = None
-    mode: Literal["rewrite", "hyde", "both"] = "rewrite"
-    n: int = Field(default=3, ge=1, le=8)
+    salt: str | None = None
+    mode: str | None = None
+    n: int | None = None
+    flag_at: float | None = None
+    block_at: float | None = None
+    policies: list[str] | None = None
+    budget_tokens: int | None = None
+    question: str | None = None
+    max_keywords: int | None = None
+    routes: list[dict[str, Any]] | None = None
+    redline: bool | None = None
+    escalate_target: str | None = None
     template: str | None = None
     system: str | None = None
     max_tokens: int = Field(default=256, ge=1)
@@ -76,7 +92,9 @@ class BatchJob(BaseModel):
         if self.model and self.url:
             raise ValueError("give either model (a managed engine) or url (running servers), not both")
         if self.format not in ("auto", "openai") and self.task is None:
-            raise ValueError("no task: set task (classify, extract, summarize, tag, redact, rewrite or chat)")
+            raise ValueError(f"no task: set task ({', '.join(TASKS)})")
+        if self.task is not None and self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r} (tasks: {', '.join(TASKS)})")
         if self.task == "classify" and not self.decider and (not self.labels or len(set(self.labels)) < 2):
             raise ValueError("task classify needs at least two distinct labels (labels = [\"a\", \"b\"]) "
                              "or a decider (decider = \"NAME\")")
@@ -84,19 +102,36 @@ class BatchJob(BaseModel):
             raise ValueError("task extract needs a schema (schema = {...} or --schema FILE)")
         if self.task == "chat":
             template_fields(self.template)
+        if self.task in REGISTERED_TASKS:
+            try:
+                self.task_args("-")
+            except ConfigError as exc:
+                raise ValueError(exc.message.removeprefix(f"invalid {self.task} request: ")) from None
         return self
 
+    def task_args(self, text: str) -> TaskArgs:
+        """The arguments of a registered task for one record's text: the job's keys over the task's defaults."""
+        assert self.task in REGISTERED_TASKS, self.task
+        spec: TaskSpec[TaskArgs, Any] = SPECS[self.task]
+        given: dict[str, Any] = {spec.text: text}
+        for name, info in spec.args.model_fields.items():
+            value = getattr(self, JOB_KEYS.get(name, name), None) if name != spec.text else None
+            if value is not None:
+                given[info.alias or name] = value
+        return spec.parse(given)
+
     def decider_engine(self) -> EngineNeeds:
-        """What the job's engine must offer: for a classify job with a decider, what the decider reads."""
+        """What the job's engine must offer: for a job with a decider, what the decider reads."""
         from ..deciders import engine_needs, load_decider
 
-        return engine_needs(load_decider(self.decider) if self.task == "classify" and self.decider else None)
+        decider = getattr(self.task_args("-"), "decider", None) if self.task in REGISTERED_TASKS else None
+        return engine_needs(load_decider(decider) if decider else None)
 
     def check_task(self, fmt: str) -> None:
         """Once the input format is known: every format but OpenAI batch files needs a task."""
         if fmt != "openai" and self.task is None:
-            raise ConfigError("invalid batch job: no task: set task (classify, extract, summarize, tag, redact, "
-                              "rewrite or chat)", hint="or pass an OpenAI batch input file")
+            raise ConfigError(f"invalid batch job: no task: set task ({', '.join(TASKS)})",
+                              hint="or pass an OpenAI batch input file")
 
     @property
     def slot_ctx(self) -> int:

@@ -10,6 +10,8 @@ from typing import Any
 
 from ..api import AsyncClient
 from ..errors import ConfigError
+from ..structured.drivers import run_async
+from ..tasks.specs import SPECS
 from .job import BatchJob
 
 
@@ -79,23 +81,12 @@ async def run_task(client: AsyncClient, job: BatchJob, data: dict[str, Any]) -> 
     if job.task == "chat":
         return await _chat(client, job, data)
     text = field_text(data, job.text_field)
-    if job.task == "classify":
-        if job.decider:
-            return (await client.classify(text, job.labels, decider=job.decider)).to_json()
-        return (await client.classify(text, job.labels, descriptions=job.descriptions, examples=job.examples,
-                                      instructions=job.instructions, multi_label=job.multi_label,
-                                      threshold=job.threshold, calibrate=job.calibrate)).to_json()
     if job.task == "extract":
+        assert job.json_schema is not None
         return (await client.extract_result(text, job.json_schema, instructions=job.instructions)).data
-    if job.task == "summarize":
-        return (await client.summarize(text, words=job.words)).to_json()
-    if job.task == "tag":
-        return (await client.tag(text, schema=job.json_schema)).data
-    if job.task == "redact":
-        return (await client.redact(text, style=job.style, use_model=job.use_model, types=job.types)).to_json()
-    if job.task == "rewrite":
-        return (await client.rewrite(text, mode=job.mode, n=job.n)).to_json()
-    raise ConfigError(f"unknown task {job.task!r}")
+    spec = SPECS[str(job.task)]
+    answer = spec.to_json(await run_async(spec.flow(job.task_args(text), client.model), client._request))
+    return answer["data"] if job.task == "tag" else answer  # a tag line holds the metadata itself
 
 
 async def _chat(client: AsyncClient, job: BatchJob, data: dict[str, Any]) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..batch import build_job, read_report, read_schema, run, status
+from ..batch.job import TASKS
 from ..batch.progress import RichProgress
 from . import emit_json
 
@@ -25,8 +26,7 @@ def batch() -> None:
               "batch input file.")
 @click.option("--output", default=None, help="Output JSONL (appended to; ids already there are skipped).")
 @click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "csv", "folder", "openai"]), default=None)
-@click.option("--task", type=click.Choice(["classify", "extract", "summarize", "tag", "redact", "rewrite", "chat"]),
-              default=None)
+@click.option("--task", type=click.Choice(TASKS), default=None, help="The task each record goes through.")
 @click.option("--labels", default=None, help="classify: comma-separated labels, e.g. billing,bug,other.")
 @click.option("--decider", default=None, help="classify: answer with this tuned decider (`tiankong deciders list`).")
 @click.option("--multi-label", is_flag=True, default=None, help="classify: every label with P(yes) ≥ threshold.")

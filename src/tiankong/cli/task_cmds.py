@@ -24,6 +24,7 @@ from ..tasks import guard_flow, redact_flow
 from ..tasks.classify import decide_flow, decider_labels
 from . import emit_json
 from .run_cmds import _client
+from .spec_options import spec_option
 
 _options = [
     click.option("--model", default=None, help=f"Model (default: {DEFAULT_MODEL}; embedded engine)."),
@@ -99,16 +100,15 @@ def _scores(scores: dict[str, float]) -> str:
 @click.option("--decider", default=None, help="Answer with this tuned decider (`tiankong deciders list`).")
 @click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Describe a label (repeat).")
 @click.option("--examples", "examples_file", default=None, help="JSON file: [{text, label}, …] few-shot examples.")
-@click.option("--multi-label", is_flag=True, help="Every label with P(yes) ≥ --threshold.")
-@click.option("--threshold", type=float, default=None,
-              help="Multi-label: P(yes) needed (default 0.5); --decider: abstain below this confidence.")
-@click.option("--calibrate/--no-calibrate", default=None,
-              help="Contextual calibration (default: on when there are no examples).")
+@spec_option("classify", "instructions", "--instructions")
+@spec_option("classify", "multi_label", "--multi-label")
+@spec_option("classify", "threshold", "--threshold")
+@spec_option("classify", "calibrate", "--calibrate/--no-calibrate")
 @task_options
 def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], decider: str | None,
-             describe: tuple[str, ...], examples_file: str | None, multi_label: bool, threshold: float | None,
-             calibrate: bool | None, model: str | None, url: str | None, llama_server: str | None,
-             as_json: bool) -> None:
+             describe: tuple[str, ...], examples_file: str | None, instructions: str | None, multi_label: bool,
+             threshold: float | None, calibrate: bool | None, model: str | None, url: str | None,
+             llama_server: str | None, as_json: bool) -> None:
     """Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities."""
     names = [*labels, *(x.strip() for x in (label_list or "").split(",") if x.strip())]
     if not names and not decider:
@@ -123,8 +123,8 @@ def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], 
     else:
         with client_for(model, url, llama_server, decider) as client:
             result = client.classify(body, names or None, decider=decider, descriptions=descriptions,
-                                     examples=examples, multi_label=multi_label, threshold=threshold,
-                                     calibrate=calibrate)
+                                     examples=examples, instructions=instructions, multi_label=multi_label,
+                                     threshold=threshold, calibrate=calibrate)
     if result.warning:
         click.echo(f"warning: {result.warning}", err=True)
     render(result, as_json, lambda r: f"{','.join(r.labels) or '(abstain)'}\t{_scores(r.scores)}")
@@ -133,33 +133,34 @@ def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], 
 @click.command()
 @click.argument("text", required=False)
 @click.option("--routes", "routes_file", required=True, help="JSON file: [{name, description, target}, …].")
-@click.option("--threshold", type=float, default=0.6, show_default=True, help="Escalate below this confidence.")
-@click.option("--no-redline", is_flag=True, help="Do not escalate red-line requests (maths, reasoning, …).")
+@spec_option("route", "threshold", "--threshold")
+@spec_option("route", "redline", "--no-redline", help="Do not escalate red-line requests (maths, reasoning, …).")
+@spec_option("route", "escalate_target", "--escalate-target")
 @click.option("--upstream-url", default=None, help="Send escalated requests to this OpenAI-compatible server.")
 @click.option("--upstream-key-env", default=None, help="Environment variable holding the upstream's API key.")
 @click.option("--upstream-model", default=None, help="Model name at the upstream.")
 @click.option("--no-redact", is_flag=True, help="Send escalated text to the upstream without PII redaction.")
-@click.option("--decider", default=None, help="A tuned decider over the route names makes the local decision.")
+@spec_option("route", "decider", "--decider")
 @task_options
-def route(text: str | None, routes_file: str, threshold: float, no_redline: bool, upstream_url: str | None,
-          upstream_key_env: str | None, upstream_model: str | None, no_redact: bool, decider: str | None,
-          model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
+def route(text: str | None, routes_file: str, threshold: float, redline: bool, escalate_target: str,
+          upstream_url: str | None, upstream_key_env: str | None, upstream_model: str | None, no_redact: bool,
+          decider: str | None, model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
     """Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there)."""
     routes = read_json(routes_file)
     body = read_text(text)
     upstream = ({"url": upstream_url, "api_key_env": upstream_key_env, "model": upstream_model,
                  "redact": not no_redact} if upstream_url else None)
     with client_for(model, url, llama_server, decider) as client:
-        result = client.route(body, routes, threshold=threshold, redline=not no_redline, upstream=upstream,
-                              decider=decider)
+        result = client.route(body, routes, threshold=threshold, redline=redline, escalate_target=escalate_target,
+                              upstream=upstream, decider=decider)
     render(result, as_json, lambda r: f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t"
                                       f"{r.confidence:.3f}\t{r.reason}")
 
 
 @click.command()
 @click.argument("query", required=False)
-@click.option("--mode", type=click.Choice(["rewrite", "hyde", "both"]), default="rewrite", show_default=True)
-@click.option("-n", type=int, default=3, show_default=True, help="Most queries to write.")
+@spec_option("rewrite", "mode", "--mode")
+@spec_option("rewrite", "n", "-n")
 @task_options
 def rewrite(query: str | None, mode: str, n: int, model: str | None, url: str | None, llama_server: str | None,
             as_json: bool) -> None:
@@ -174,49 +175,50 @@ def rewrite(query: str | None, mode: str, n: int, model: str | None, url: str | 
 @click.argument("query")
 @click.option("-d", "--doc", "docs", multiple=True, help="A candidate text (repeat).")
 @click.option("--docs", "docs_file", default=None, help="File with one candidate per line.")
-@click.option("--top-k", type=int, default=None)
-@click.option("--mode", type=click.Choice(["pointwise", "listwise"]), default="pointwise", show_default=True)
+@spec_option("rerank", "top_n", "--top-n")
+@spec_option("rerank", "top_k", "--top-k")
+@spec_option("rerank", "mode", "--mode")
 @task_options
-def rerank(query: str, docs: tuple[str, ...], docs_file: str | None, top_k: int | None, mode: str,
-           model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Score candidate texts against QUERY; print the top-k, best first."""
+def rerank(query: str, docs: tuple[str, ...], docs_file: str | None, top_n: int | None, top_k: int | None,
+           mode: str, model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """Score candidate texts against QUERY; print the top-n, best first."""
     candidates = list(docs)
     if docs_file:
         candidates += [line for line in read_text(None, docs_file).splitlines() if line.strip()]
     with client_for(model, url, llama_server) as client:
-        result = client.rerank(query, candidates, top_k=top_k, mode=mode)
+        result = client.rerank(query, candidates, top_n=top_n, top_k=top_k, mode=mode)
     render(result, as_json, lambda r: "\n".join(f"{x.score:.3f}\t{x.index}\t{x.text[:80]}" for x in r.results))
 
 
 @click.command()
 @click.argument("text", required=False)
 @click.option("--file", default=None, help="Read the text from this file.")
-@click.option("--style", type=click.Choice(["placeholder", "mask", "hash"]), default="placeholder",
-              show_default=True)
-@click.option("--no-model", is_flag=True, help="Rules only (no names/addresses/organisations).")
+@spec_option("redact", "style", "--style")
+@spec_option("redact", "use_model", "--no-model", help="Rules only (no names/addresses/organisations).")
 @click.option("--type", "types", multiple=True, help="Only these entity types (repeat).")
+@spec_option("redact", "salt", "--salt")
 @task_options
-def redact(text: str | None, file: str | None, style: str, no_model: bool, types: tuple[str, ...],
+def redact(text: str | None, file: str | None, style: str, use_model: bool, types: tuple[str, ...], salt: str,
            model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
     """Find and redact PII in TEXT (Chinese and English)."""
     body = read_text(text, file)
-    if no_model and not (url or model):
-        result = run_sync(redact_flow(body, style=style, use_model=False, types=list(types) or None),
+    if not use_model and not (url or model):
+        result = run_sync(redact_flow(body, style=style, use_model=False, types=list(types) or None, salt=salt),
                           lambda *a: None)
     else:
         with client_for(model, url, llama_server) as client:
-            result = client.redact(body, style=style, use_model=not no_model, types=list(types) or None)
+            result = client.redact(body, style=style, use_model=use_model, types=list(types) or None, salt=salt)
     render(result, as_json, lambda r: r.text)
 
 
 @click.command()
 @click.argument("text", required=False)
 @click.option("--policy", "policies", multiple=True, help="A policy the text must not violate (repeat).")
-@click.option("--decider", default="guard", show_default=True, help="The screening decider.")
+@spec_option("guard", "decider", "--decider", help="The screening decider.")
 @click.option("--no-decider", is_flag=True, help="Heuristics + the chat model only (the old guard).")
-@click.option("--use-model", is_flag=True, help="Also ask the chat model (noisy-OR with the decider).")
-@click.option("--flag-at", type=float, default=None, help="Flag at this score (default: the decider's).")
-@click.option("--block-at", type=float, default=None, help="Block at this score (default: the decider's).")
+@spec_option("guard", "use_model", "--use-model")
+@spec_option("guard", "flag_at", "--flag-at")
+@spec_option("guard", "block_at", "--block-at")
 @task_options
 def guard(text: str | None, policies: tuple[str, ...], decider: str, no_decider: bool, use_model: bool,
           flag_at: float | None, block_at: float | None, model: str | None, url: str | None,
@@ -244,9 +246,9 @@ def _decider_needs_engine(ref: str) -> bool:
 @click.command()
 @click.argument("text", required=False)
 @click.option("--file", default=None, help="Read the text from this file.")
-@click.option("--budget", "budget_tokens", type=int, default=512, show_default=True, help="Output token budget.")
-@click.option("--chunk-tokens", type=int, default=1024, show_default=True)
-@click.option("--question", default=None, help="Keep the points that help answer this question.")
+@spec_option("compress", "budget_tokens", "--budget")
+@spec_option("compress", "chunk_tokens", "--chunk-tokens")
+@spec_option("compress", "question", "--question")
 @task_options
 def compress(text: str | None, file: str | None, budget_tokens: int, chunk_tokens: int, question: str | None,
              model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
@@ -260,14 +262,15 @@ def compress(text: str | None, file: str | None, budget_tokens: int, chunk_token
 @click.command()
 @click.argument("text", required=False)
 @click.option("--file", default=None, help="Read the text from this file.")
-@click.option("--words", type=int, default=80, show_default=True)
+@spec_option("summarize", "words", "--words")
+@spec_option("summarize", "chunk_tokens", "--chunk-tokens")
 @task_options
-def summarize(text: str | None, file: str | None, words: int, model: str | None, url: str | None,
-              llama_server: str | None, as_json: bool) -> None:
+def summarize(text: str | None, file: str | None, words: int, chunk_tokens: int, model: str | None,
+              url: str | None, llama_server: str | None, as_json: bool) -> None:
     """Summarize TEXT in at most --words words."""
     body = read_text(text, file)
     with client_for(model, url, llama_server) as client:
-        result = client.summarize(body, words=words)
+        result = client.summarize(body, words=words, chunk_tokens=chunk_tokens)
     render(result, as_json, lambda r: r.summary)
 
 
@@ -276,15 +279,26 @@ def summarize(text: str | None, file: str | None, words: int, model: str | None,
 @click.option("--file", default=None, help="Read the text from this file.")
 @click.option("--schema", "schema_file", default=None, help="JSON Schema for the metadata (default: keywords, "
               "topic, language).")
+@spec_option("tag", "max_keywords", "--max-keywords")
 @task_options
-def tag(text: str | None, file: str | None, schema_file: str | None, model: str | None, url: str | None,
-        llama_server: str | None, as_json: bool) -> None:
+def tag(text: str | None, file: str | None, schema_file: str | None, max_keywords: int, model: str | None,
+        url: str | None, llama_server: str | None, as_json: bool) -> None:
     """Keywords and metadata for TEXT as JSON."""
     schema = read_json(schema_file) if schema_file else None
     body = read_text(text, file)
     with client_for(model, url, llama_server) as client:
-        result = client.tag(body, schema=schema)
+        result = client.tag(body, schema=schema, max_keywords=max_keywords)
     emit_json({"data": result.data, "attempts": result.attempts} if as_json else result.data)
 
 
 COMMANDS = [classify, route, rewrite, rerank, redact, guard, compress, summarize, tag]
+
+#: task arguments the CLI reads under another name (files, repeated flags); every other argument is an option
+#: of the same name (``tiankong.cli.spec_options``) — a test holds both to the registry
+CLI_NAMES = {
+    "classify": {"text": "text", "labels": "labels", "descriptions": "describe", "examples": "examples_file"},
+    "route": {"text": "text", "routes": "routes_file"},
+    "rewrite": {"query": "query"}, "rerank": {"query": "query", "documents": "docs"},
+    "redact": {"text": "text"}, "guard": {"text": "text"}, "compress": {"text": "text"},
+    "summarize": {"text": "text"}, "tag": {"text": "text", "schema_": "schema_file"},
+}

@@ -1,0 +1,102 @@
+"""The task registry is the one declaration of every task: HTTP bodies, OpenAPI, CLI options, batch jobs and the
+clients' signatures all agree with it (names, defaults, limits)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tiankong import AsyncClient, Client
+from tiankong.batch import make_job
+from tiankong.batch.job import JOB_KEYS, REGISTERED_TASKS, BatchJob
+from tiankong.cli import main
+from tiankong.cli.task_cmds import CLI_NAMES, COMMANDS
+from tiankong.errors import ConfigError
+from tiankong.gateway.openapi import build_openapi
+from tiankong.tasks.specs import SPECS
+
+CLIENT_ONLY = {"route": {"upstream", "max_tokens"}}  # the client sends an escalated request itself
+
+
+def _key(task: str, field: str) -> str:
+    """The name a field has on the wire (its alias, e.g. tag's ``schema``)."""
+    return SPECS[task].args.model_fields[field].alias or field
+
+
+def _resolve(schema: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+@pytest.mark.parametrize("task", sorted(SPECS))
+def test_every_argument_is_in_the_openapi_body_with_its_default(task: str) -> None:
+    doc = build_openapi()
+    body = doc["paths"][f"/v1/tasks/{task}"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    props = _resolve(body, doc)["properties"]
+    for field, info in SPECS[task].args.model_fields.items():
+        key = _key(task, field)
+        assert key in props, f"{task}.{key} missing from OpenAPI"
+        if info.is_required():
+            assert key in _resolve(body, doc).get("required", []), f"{task}.{key} should be required"
+        elif info.default is not None:
+            assert props[key].get("default") == info.default, f"{task}.{key} default differs"
+    assert "model" in props
+
+
+@pytest.mark.parametrize("task", sorted(SPECS))
+def test_every_argument_is_a_cli_option_with_the_same_default(task: str) -> None:
+    command = next(c for c in COMMANDS if c.name == task)
+    params = {p.name: p for p in command.params}
+    renamed = CLI_NAMES.get(task, {})
+    for field, info in SPECS[task].args.model_fields.items():
+        name = renamed.get(field, field)
+        assert name in params, f"tiankong {task} has no option for {field}"
+        param = params[name]
+        if field in renamed or not isinstance(param, click.Option) or param.multiple:
+            continue  # read from a file, a repeated flag or the argument
+        assert param.default == info.default, f"tiankong {task} {param.opts}: default {param.default!r}, " \
+                                              f"spec {info.default!r}"
+
+
+@pytest.mark.parametrize("task", REGISTERED_TASKS)
+def test_batch_jobs_take_every_argument_and_default_to_the_spec(task: str) -> None:
+    spec = SPECS[task]
+    for field in spec.args.model_fields:
+        if field != spec.text:
+            assert JOB_KEYS.get(field, field) in BatchJob.model_fields, f"batch jobs cannot set {task}.{field}"
+    required = {"classify": {"labels": ["a", "b"]}, "route": {"routes": [{"name": "x", "target": "task:x"}]}}
+    job = make_job(input="in.jsonl", output="out.jsonl", task=task, **required.get(task, {}))
+    args = job.task_args("some text")
+    for field, default in spec.defaults().items():
+        if field not in required.get(task, {}):
+            assert getattr(args, field) == default, f"batch {task}.{field}"
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+@pytest.mark.parametrize("task", sorted(SPECS))
+def test_client_methods_have_the_specs_parameters_and_defaults(cls: type, task: str) -> None:
+    signature = inspect.signature(getattr(cls, task))
+    params = {name: p for name, p in signature.parameters.items() if name != "self"}
+    spec = SPECS[task]
+    wire = {_key(task, f): info for f, info in spec.args.model_fields.items()}
+    assert set(params) - CLIENT_ONLY.get(task, set()) == set(wire), f"{cls.__name__}.{task} parameters"
+    for name, info in wire.items():
+        if not info.is_required():
+            assert params[name].default == info.default, f"{cls.__name__}.{task}({name}=…) default"
+
+
+def test_a_limit_declared_once_holds_in_the_library_the_batch_job_and_the_cli() -> None:
+    assert SPECS["rewrite"].args.model_fields["n"].metadata  # the bound lives in the spec
+    with pytest.raises(ConfigError, match="n"):
+        SPECS["rewrite"].flow({"query": "q", "n": 9})
+    with pytest.raises(ConfigError, match="n"):
+        make_job(input="in.jsonl", output="out.jsonl", task="rewrite", n=9)
+    result = CliRunner().invoke(main, ["rewrite", "q", "-n", "9"])
+    assert result.exit_code == 2 and "1<=x<=8" in result.output
+    with pytest.raises(ConfigError, match="unknown field|Extra inputs"):
+        SPECS["summarize"].flow({"text": "t", "word": 10})
