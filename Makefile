@@ -11,7 +11,7 @@ DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
 TEST_MODEL    := smollm2-135m-instruct:q4_1
 PYTEST_ARGS ?=
 
-.PHONY: serve test setup engine models lint typecheck bench clean
+.PHONY: serve test setup engine models lint typecheck bench clean docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ serve: setup
 
 test: setup $(EXTRAS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+docs: $(STAMP)
+	$(BIN)/python -m tiankong.tasks.doc_tables docs/tasks.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

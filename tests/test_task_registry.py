@@ -100,3 +100,13 @@ def test_a_limit_declared_once_holds_in_the_library_the_batch_job_and_the_cli() 
     assert result.exit_code == 2 and "1<=x<=8" in result.output
     with pytest.raises(ConfigError, match="unknown field|Extra inputs"):
         SPECS["summarize"].flow({"text": "t", "word": 10})
+
+
+def test_the_docs_parameter_tables_are_the_registrys() -> None:
+    from pathlib import Path
+
+    from tiankong.tasks.doc_tables import update
+
+    doc = (Path(__file__).parent.parent / "docs" / "tasks.md").read_text(encoding="utf-8")
+    assert all(f"<!-- params:{task} -->" in doc for task in SPECS), "a task has no parameter table"
+    assert update(doc) == doc, "docs/tasks.md parameter tables are stale: run `make docs`"
