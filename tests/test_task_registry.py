@@ -110,3 +110,42 @@ def test_the_docs_parameter_tables_are_the_registrys() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "tasks.md").read_text(encoding="utf-8")
     assert all(f"<!-- params:{task} -->" in doc for task in SPECS), "a task has no parameter table"
     assert update(doc) == doc, "docs/tasks.md parameter tables are stale: run `make docs`"
+
+
+def test_every_library_error_and_task_result_is_exported_from_the_package() -> None:
+    import importlib
+    import pkgutil
+    import typing
+
+    import tiankong
+    from tiankong.errors import TiankongError
+
+    for module in pkgutil.walk_packages(tiankong.__path__, "tiankong."):
+        if not any(part in module.name for part in (".cli", ".gateway", "__main__")):
+            importlib.import_module(module.name)
+    found: set[type] = set()
+    todo = [TiankongError]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found and not sub.__module__.startswith(("tiankong.gateway", "tiankong.cli")):
+                found.add(sub)
+                todo.append(sub)
+    missing = sorted(c.__name__ for c in found if getattr(tiankong, c.__name__, None) is not c)
+    assert not missing, f"errors not exported from tiankong: {missing}"
+    for task in SPECS:
+        result = typing.get_type_hints(getattr(Client, task))["return"]
+        result = typing.get_origin(result) or result
+        assert getattr(tiankong, result.__name__, None) is result, f"{result.__name__} is not exported"
+
+
+def test_every_data_printing_command_accepts_json() -> None:
+    """Commands without --json print no data: an interactive chat, a server, a worker, a removal, a file writer."""
+    no_data = {"chat", "serve", "engine rpc-worker", "models rm", "eval init"}
+
+    def walk(command: click.Command, path: list[str]) -> list[str]:
+        if isinstance(command, click.Group):
+            return [p for name, sub in command.commands.items() for p in walk(sub, [*path, name])]
+        options = {o for p in command.params for o in getattr(p, "opts", [])}
+        return [] if "--json" in options else [" ".join(path)]
+
+    assert set(walk(main, [])) == no_data

@@ -88,6 +88,7 @@ def status_cmd(output: str, input_path: str | None, as_json: bool) -> None:
 
 @batch.command("report")
 @click.argument("output")
-def report_cmd(output: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the default: it is JSON).")
+def report_cmd(output: str, as_json: bool) -> None:
     """Print the JSON report of the last finished run on OUTPUT."""
     emit_json(read_report(output))

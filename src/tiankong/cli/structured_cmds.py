@@ -21,7 +21,8 @@ from .run_cmds import _client
 @click.option("--model", default=None, help="Model (embedded engine).")
 @click.option("--url", default=None, help="Use a running server (or TIANKONG_URL).")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
-@click.option("--evidence", is_flag=True, help="Print {data, attempts, usage, enforced_by_validation, minimal}.")
+@click.option("--json", "--evidence", "evidence", is_flag=True,
+              help="Print the full result: {data, attempts, usage, enforced_by_validation, minimal}.")
 def extract(text: str | None, schema_file: str, instructions: str | None, strict: bool, model: str | None,
             url: str | None, llama_server: str | None, evidence: bool) -> None:
     """Extract fields from TEXT ('-' or absent: stdin) as JSON valid against --schema."""
