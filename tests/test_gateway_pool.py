@@ -325,3 +325,21 @@ def test_structured_requests_to_a_remote_upstream_name_the_model() -> None:
             assert extract.status_code == 200, extract.text
             assert extract.json()["data"] == {"city": "Paris"}
     assert [body["model"] for body in CloudLike.seen] == ["far", "far"]  # the entry's name, also for an alias
+
+
+def test_pool_health_is_unavailable_once_every_replica_has_failed(engine_binary: EngineBinary,
+                                                                  tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)  # not a loadable model: the engine fails to start
+    engine = small_engine(engine_binary, broken, "broken")
+    pool = EnginePool([PoolEntry("broken", [local_replica("broken#0", engine)])])
+    try:
+        with serve_app(GatewayState(upstream_url="", model_name="broken", pool=pool)) as url:
+            assert httpx.get(f"{url}/health", timeout=30).status_code == 200  # not started yet: not failed
+            answer = post(url, {"model": "broken", "prompt": "1, 2,", "max_tokens": 2}, "/v1/completions")
+            assert answer.status_code == 503, answer.text
+            health = httpx.get(f"{url}/health", timeout=30)
+            assert health.status_code == 503 and health.json()["status"] == "unavailable"
+            assert health.json()["pool"][0]["replicas"][0]["state"] == "failed"
+    finally:
+        pool.stop_all()

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from helpers.cloud_like import CloudLike, cloud_like
 from tiankong import AsyncClient, Client, Decision
 from tiankong.engine import EngineConfig, EngineProcess
-from tiankong.errors import InvalidSchema, RetriesExhausted, SchemaNotSupported, TruncatedOutput
+from tiankong.errors import ConfigError, InvalidSchema, RetriesExhausted, SchemaNotSupported, TruncatedOutput
 from tiankong.models import DEFAULT_MODEL
 from tiankong.structured import constrained_flow, decide, preflight
 from tiankong.structured.constraints import schema_constraint
@@ -281,3 +281,16 @@ def test_prompt_only_mode_still_validates(smol_engine: EngineProcess) -> None:
             assert exc.attempts >= 2 and exc.last_raw
         else:
             Person.model_validate(result.data)
+
+
+def test_labels_of_byte_pieces_are_an_input_error_not_an_engine_failure(smol_engine: EngineProcess) -> None:
+    """Labels the tokenizer splits into partial UTF-8 pieces cannot be scored: a ConfigError (HTTP 400) that
+    says what to use instead, never a transport error (502)."""
+    from tiankong.structured.drivers import run_sync
+    from tiankong.structured.flow import UnscorableLabels, choose_flow
+
+    with Client(smol_engine.url) as client:
+        messages = [{"role": "user", "content": "Pick one."}]
+        with pytest.raises(UnscorableLabels) as caught:
+            run_sync(choose_flow(messages, ["\U0001f984\U0001f409", "\U0001f9a9\U0001f9ad"]), client._request)
+    assert isinstance(caught.value, ConfigError) and caught.value.http_status == 400

@@ -44,6 +44,7 @@ from .lora.meta import InvalidAdapter
 from .lora.registry import AdapterNotFound
 from .lora.train import MissingTrainingExtra
 from .structured import Decision, Structured
+from .structured.flow import UnscorableLabels
 from .structured.regex_safety import UnsafePattern
 from .tasks import (
     Classification,
@@ -80,6 +81,7 @@ __all__ = [
     "FlagError", "InputTooLong", "InvalidAdapter", "InvalidDecider", "InvalidImage", "InvalidMessages",
     "InvalidModelFile", "InvalidSchema", "MissingField", "MissingTrainingExtra", "ModelNotFound",
     "ModelNotInstalled", "OutputError", "PortInUse", "RetriesExhausted", "SchemaNotSupported", "ServerError",
-    "StreamFailed", "TiankongError", "TransportError", "TruncatedOutput", "UnsafePattern", "VocabMismatch",
+    "StreamFailed", "TiankongError", "TransportError", "TruncatedOutput", "UnsafePattern", "UnscorableLabels",
+    "VocabMismatch",
     "__version__",
 ]

@@ -322,8 +322,10 @@ def create_app(state: GatewayState) -> Starlette:
         engine = state.engine
         status = engine.state()
         level = policy.describe() if policy is not None else {"level": 0, "enabled": False}
-        if state.pool is not None:  # engines start on demand: the gateway itself is what must be up
-            return JSONResponse({"status": "ok", "pool": state.pool.describe(), "degradation": level})
+        if state.pool is not None:  # engines start on demand: up unless every replica has failed
+            alive = any(h.state() != "failed" for h in state.pool.handles())
+            return JSONResponse({"status": "ok" if alive else "unavailable", "pool": state.pool.describe(),
+                                 "degradation": level}, status_code=200 if alive else 503)
         retry = state.engine_next_retry_s() if state.engine_next_retry_s and status != "ready" else None
         return JSONResponse({"status": "ok" if status == "ready" else "unavailable", "engine": status,
                              "model": state.model_name, "in_flight": engine.admission.in_flight,

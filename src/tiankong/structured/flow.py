@@ -14,11 +14,23 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ..client._shared import ChatResult, Usage, chat_body, generation_options, parse_chat
-from ..errors import RetriesExhausted, SchemaNotSupported, ServerError, TransportError, TruncatedOutput
+from ..errors import (
+    ConfigError,
+    RetriesExhausted,
+    SchemaNotSupported,
+    ServerError,
+    TransportError,
+    TruncatedOutput,
+)
 from .prompts import repair_message
 
 T = TypeVar("T")
 MAX_TOKENS_CAP = 2048
+
+
+class UnscorableLabels(ConfigError):
+    """The labels tokenize into byte pieces whose probabilities the engine does not report (an input problem:
+    other labels work)."""
 
 
 @dataclass
@@ -156,7 +168,9 @@ def choose_flow(messages: list[dict[str, Any]], choices: list[str],
         messages, labels = indexed
         sequences, eos = yield from _tokenize_labels(labels, eos_text)
     if sequences is None:
-        raise TransportError("the labels split into partial UTF-8 tokens and cannot be scored")
+        raise UnscorableLabels(f"the labels {choices!r} split into partial UTF-8 tokens, whose probabilities the "
+                               "engine does not report", hint="use labels made of whole words (e.g. plain ASCII "
+                               "or common characters), or describe rare symbols in words")
     (template,) = yield [Call("POST", "/apply-template", {"messages": messages})]
     _raise(template)
     prompt = str(template["prompt"])
