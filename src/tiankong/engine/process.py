@@ -1,10 +1,11 @@
 """``EngineProcess``: one supervised llama-server.
 
-States: stopped → starting → ready → stopping → stopped (``failed`` when restarts are exhausted).
-The port comes from the OS, the bind address is 127.0.0.1, ``/health`` is polled with a deadline and
-start-up fails fast with the log tail when the process exits. Stopping sends SIGTERM to the process
-group, then SIGKILL after a grace period. A watchdog thread restarts a crashed engine with exponential
-backoff; :meth:`note_request` restarts after N requests when configured; :meth:`check_wedged` restarts
+States: stopped → starting → ready → stopping → stopped (``failed`` when restarts are exhausted), moved only
+through the checked transitions of ``SupervisedProcess`` (``engine/supervised.py``, with the diagram), whose
+subscribers hear every change. The port comes from the OS, the bind address is 127.0.0.1, ``/health`` is
+polled with a deadline and start-up fails fast with the log tail when the process exits. Stopping sends
+SIGTERM to the process group, then SIGKILL after a grace period. A watchdog thread restarts a crashed engine
+with exponential backoff; :meth:`note_request` restarts after N requests when configured; :meth:`check_wedged` restarts
 an engine whose ``/slots`` endpoint stops answering while ``/health`` may still say ok.
 
 Before the first spawn, :meth:`start` checks the files a flag names (draft vocabulary against the model,
@@ -16,16 +17,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 
 import httpx
@@ -33,21 +31,17 @@ import httpx
 from .. import paths
 from ..errors import EngineStartError, PortInUse
 from .build import EngineBinary, locate_engine
-from .files import open_private, prune_logs, write_key_file
+from .files import prune_logs, write_key_file
 from .flags import EngineConfig
 from .spec import SpecMonitor
 from .spec_auto import SpecDecision, resolve_auto_spec
+from .supervised import ProcessState, SupervisedProcess
 from .vocab import preflight_files
 
 _LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 
 
-class EngineState(StrEnum):
-    STOPPED = "stopped"
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-    FAILED = "failed"
+EngineState = ProcessState  # the engine's name for the shared state enum
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -66,12 +60,7 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class EngineProcess:
+class EngineProcess(SupervisedProcess):
     """A llama-server process with health checks, restart on crash and clean shutdown."""
 
     def __init__(
@@ -97,6 +86,7 @@ class EngineProcess:
         supervisor restarts it). Every crash is logged with its exit status and the log's last lines."""
         if after_budget not in ("retry", "exit"):
             raise ValueError(f"after_budget must be 'retry' or 'exit', not {after_budget!r}")
+        super().__init__(stop_grace_s=stop_grace_s)
         self.after_budget, self.on_give_up, self.max_backoff_s = after_budget, on_give_up, max_backoff_s
         self.retry_at: float | None = None  # monotonic time of the next restart attempt after a failed one
         self._crash_logged: int | None = None
@@ -106,7 +96,6 @@ class EngineProcess:
         self._binary: Path | None = None
         self._gave_up = False
         self.startup_timeout_s = startup_timeout_s
-        self.stop_grace_s = stop_grace_s
         self.restart_on_crash = restart_on_crash
         self.max_restarts = max_restarts
         self.restart_window_s = restart_window_s
@@ -115,12 +104,9 @@ class EngineProcess:
         self.log = log
         self.spec_decision: SpecDecision | None = None
         self.spec_monitor: SpecMonitor | None = None
-        self.state = EngineState.STOPPED
         self.restarts = 0
         self.requests_since_start = 0
         self.port = config.port
-        self.log_path: Path | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.ready_seconds = 0.0
         self._restart_times: list[float] = []
@@ -141,10 +127,6 @@ class EngineProcess:
     @property
     def url(self) -> str:
         return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
 
     def start(self) -> EngineProcess:
         with self._lock:
@@ -167,12 +149,12 @@ class EngineProcess:
             self.spec_monitor = None
         with self._lock:
             if self.proc is None:
-                self.state = EngineState.STOPPED
+                self._transition(EngineState.STOPPED, "stop", expected=frozenset({EngineState.FAILED}))
                 return
-            self.state = EngineState.STOPPING
+            self._transition(EngineState.STOPPING, "stop")
             self._terminate(self.proc)
             self.proc = None
-            self.state = EngineState.STOPPED
+            self._transition(EngineState.STOPPED, "stop")
         _LIVE.discard(self)
 
     def restart(self, reason: str) -> None:
@@ -187,9 +169,6 @@ class EngineProcess:
             if self.on_restart:
                 self.on_restart(reason)
             self._spawn_and_wait()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def health(self, timeout_s: float = 2.0) -> bool:
         try:
@@ -213,20 +192,21 @@ class EngineProcess:
         self.restart("wedged: /slots did not answer")
         return True
 
+    def count_request(self) -> bool:
+        """Count a finished request; True when ``restart_after_requests`` is reached (time to :meth:`recycle`)."""
+        with self._state_lock:
+            self.requests_since_start += 1
+            limit = self.restart_after_requests
+            return bool(limit and self.requests_since_start >= limit)
+
+    def recycle(self) -> None:
+        """The planned restart after ``restart_after_requests`` requests (blocking)."""
+        self.restart(f"restart after {self.restart_after_requests} requests")
+
     def note_request(self) -> None:
         """Count a finished request; restart when ``restart_after_requests`` is reached."""
-        self.requests_since_start += 1
-        limit = self.restart_after_requests
-        if limit and self.requests_since_start >= limit:
-            self.restart(f"restart after {limit} requests")
-
-    def log_tail(self, lines: int = 25) -> str:
-        if not self.log_path or not self.log_path.exists():
-            return ""
-        with self.log_path.open("rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 16384))
-            text = handle.read().decode("utf-8", "replace")
-        return "\n".join(text.splitlines()[-lines:])
+        if self.count_request():
+            self.recycle()
 
     def __enter__(self) -> EngineProcess:
         return self.start()
@@ -256,10 +236,10 @@ class EngineProcess:
                                             log=self.log).start()
 
     def _spawn_and_wait(self) -> None:
-        self.state = EngineState.STARTING
+        self._transition(EngineState.STARTING, "spawn")
         explicit_port = self.config.port
         if explicit_port and port_in_use(self.config.host, explicit_port):
-            self.state = EngineState.FAILED
+            self._transition(EngineState.FAILED, f"port {explicit_port} in use")
             raise PortInUse(self.config.host, explicit_port)
         self.port = explicit_port or free_port(self.config.host)
         argv = self.config.to_argv(self.binary)
@@ -267,16 +247,13 @@ class EngineProcess:
         logs = paths.logs_dir()
         logs.mkdir(parents=True, exist_ok=True)
         prune_logs(logs)
-        self.log_path = logs / f"llama-server-{os.getpid()}-{self.port}.log"
+        log_path = logs / f"llama-server-{os.getpid()}-{self.port}.log"
         key_file = write_key_file(self.config.api_key) if self.config.api_key else None
         if key_file is not None:
             argv += ["--api-key-file", str(key_file)]
         try:
-            with open_private(self.log_path) as log:
-                self.proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=_die_with_parent,
-                )
+            self._spawn_logged(argv, log_path)
+            assert self.proc is not None
             self.started_at = time.monotonic()
             self.requests_since_start = 0
             self._wait_ready(self.proc)
@@ -284,7 +261,7 @@ class EngineProcess:
             if key_file is not None:  # read at start-up: a restart writes a new one
                 key_file.unlink(missing_ok=True)
         self.ready_seconds = time.monotonic() - self.started_at
-        self.state = EngineState.READY
+        self._transition(EngineState.READY, "healthy")
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = self.started_at + self.startup_timeout_s
@@ -293,7 +270,7 @@ class EngineProcess:
             while time.monotonic() < deadline:
                 code = proc.poll()
                 if code is not None:
-                    self.state = EngineState.FAILED
+                    self._transition(EngineState.FAILED, f"exited with code {code} during start-up")
                     raise EngineStartError(
                         f"llama-server exited with code {code} during start-up",
                         hint=f"see the log tail below or {self.log_path}",
@@ -307,32 +284,18 @@ class EngineProcess:
                 time.sleep(delay)
                 delay = min(delay * 1.5, 0.5)
         self._terminate(proc)
-        self.state = EngineState.FAILED
+        self._transition(EngineState.FAILED, "not healthy in time")
         raise EngineStartError(
             f"llama-server was not healthy within {self.startup_timeout_s:.0f} s",
             hint="a large model on a slow disk may need a longer startup_timeout_s",
             log_tail=self.log_tail(),
         )
 
-    def _terminate(self, proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=self.stop_grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
     def _record_restart(self) -> None:
         now = time.monotonic()
         self._restart_times = [t for t in self._restart_times if now - t < self.restart_window_s]
         if len(self._restart_times) >= self.max_restarts:
-            self.state = EngineState.FAILED
+            self._transition(EngineState.FAILED, "restart budget spent")
             self._gave_up = True
             raise EngineStartError(
                 f"llama-server restarted {self.max_restarts} times within {self.restart_window_s:.0f} s; giving up",
@@ -365,11 +328,11 @@ class EngineProcess:
             assert proc is not None
             self._note_crash(proc)
             if not self.restart_on_crash:
-                self.state = EngineState.FAILED
+                self._transition(EngineState.FAILED, f"exited with code {proc.returncode}")
                 return
             if self._gave_up:
                 if self.after_budget == "exit":
-                    self.state = EngineState.FAILED
+                    self._transition(EngineState.FAILED, "restart budget spent: giving up")
                     if self.log:
                         self.log(f"engine restart budget spent ({self.max_restarts} in {self.restart_window_s:.0f} s): "
                                  "giving up")

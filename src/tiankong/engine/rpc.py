@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -28,7 +27,8 @@ from pathlib import Path
 from .. import paths
 from ..errors import ConfigError, EngineNotFound, EngineStartError, PortInUse
 from .build import EngineBinary, locate_engine
-from .process import _die_with_parent, free_port, port_in_use
+from .process import free_port, port_in_use
+from .supervised import ProcessState, SupervisedProcess
 
 RPC_BINARY = "ggml-rpc-server"
 
@@ -59,8 +59,9 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class RpcWorker:
-    """One ``ggml-rpc-server`` process; use ``endpoint`` in ``EngineConfig.rpc``."""
+class RpcWorker(SupervisedProcess):
+    """One ``ggml-rpc-server`` process; use ``endpoint`` in ``EngineConfig.rpc``. Its states are the engine's
+    (``SupervisedProcess``): ready once it listens; failed once its restarts are spent."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, threads: int = 1, cache: bool = False,
                  binary: EngineBinary | Path | str | None = None, allow_remote: bool = False,
@@ -72,13 +73,12 @@ class RpcWorker:
                                    "(allow_remote=True, CLI --allow-remote) on a private network you trust")
         if threads < 1:
             raise ConfigError(f"threads must be ≥ 1, not {threads}")
+        super().__init__(stop_grace_s=stop_grace_s)
         self.host, self.port, self.threads, self.cache = host, port, threads, cache
         self.binary = locate_rpc_server(binary)
-        self.startup_timeout_s, self.stop_grace_s = startup_timeout_s, stop_grace_s
+        self.startup_timeout_s = startup_timeout_s
         self.restart_on_crash, self.max_restarts = restart_on_crash, max_restarts
         self.restarts = 0
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path: Path | None = None
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
@@ -87,13 +87,6 @@ class RpcWorker:
     def endpoint(self) -> str:
         """``host:port`` for ``EngineConfig.rpc`` / ``--rpc``."""
         return f"{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> RpcWorker:
         with self._lock:
@@ -113,18 +106,17 @@ class RpcWorker:
         self._stop.set()
         with self._lock:
             if self.proc is not None:
-                _terminate(self.proc, self.stop_grace_s)
+                self._transition(ProcessState.STOPPING, "stop")
+                self._terminate(self.proc)
                 self.proc = None
+                self._transition(ProcessState.STOPPED, "stop")
+            else:
+                self._transition(ProcessState.STOPPED, "stop", expected=frozenset({ProcessState.FAILED}))
 
     def wait_down(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s``; True when the worker is down for good (restarts exhausted)."""
         self._stop.wait(timeout_s)
         return not self.alive() and (not self.restart_on_crash or self.restarts >= self.max_restarts)
-
-    def log_tail(self, lines: int = 20) -> str:
-        if not self.log_path or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text("utf-8", "replace").splitlines()[-lines:])
 
     def __enter__(self) -> RpcWorker:
         return self.start()
@@ -137,11 +129,14 @@ class RpcWorker:
         if self.cache:
             argv.append("-c")
         paths.logs_dir().mkdir(parents=True, exist_ok=True)
-        self.log_path = paths.logs_dir() / f"ggml-rpc-server-{os.getpid()}-{self.port}.log"
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
-        self._wait_listening(self.proc)
+        self._transition(ProcessState.STARTING, "spawn")
+        proc = self._spawn_logged(argv, paths.logs_dir() / f"ggml-rpc-server-{os.getpid()}-{self.port}.log")
+        try:
+            self._wait_listening(proc)
+        except EngineStartError as exc:
+            self._transition(ProcessState.FAILED, exc.message)
+            raise
+        self._transition(ProcessState.READY, "listening")
 
     def _wait_listening(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -152,7 +147,7 @@ class RpcWorker:
             with contextlib.suppress(OSError), socket.create_connection((self.host, self.port), timeout=1.0):
                 return
             time.sleep(0.1)
-        _terminate(proc, self.stop_grace_s)
+        self._terminate(proc)
         raise EngineStartError(f"{RPC_BINARY} did not listen on {self.endpoint} within {self.startup_timeout_s:.0f} s",
                                hint="see the log tail", log_tail=self.log_tail())
 
@@ -163,6 +158,7 @@ class RpcWorker:
             if proc is None or proc.poll() is None or not self.restart_on_crash:
                 continue
             if self.restarts >= self.max_restarts:
+                self._transition(ProcessState.FAILED, f"restarted {self.restarts} times: giving up")
                 return
             with self._lock:
                 if self._stop.is_set():
@@ -190,15 +186,3 @@ def run_rpc_worker(worker: RpcWorker, log: Callable[[str], None] = print) -> Non
         worker.stop()
         log("rpc worker stopped")
 
-
-def _terminate(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
