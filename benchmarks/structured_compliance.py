@@ -136,8 +136,7 @@ def start_gateway(engine: EngineProcess, name: str, slots: int) -> tuple[str, uv
     port = free_port()
     # the gateway admits as many requests as the engine has slots (what `tiankong serve` configures); its
     # deadline is raised from 600 s: three tries at a 2,048-token answer take longer on a 2-core machine
-    state = GatewayState(upstream_url=engine.url, model_name=name, engine_state=lambda: engine.state.value,
-                         slots=slots, request_timeout_s=GATEWAY_DEADLINE_S)
+    state = GatewayState.for_engine(engine, name, max_in_flight=slots, request_timeout_s=GATEWAY_DEADLINE_S)
     server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
     threading.Thread(target=server.run, daemon=True).start()
     url = f"http://127.0.0.1:{port}"

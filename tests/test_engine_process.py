@@ -33,6 +33,26 @@ def test_real_engine_serves_and_stops_cleanly(engine_binary: EngineBinary, smol_
     assert not pid_alive(pid)
 
 
+def test_state_changes_are_checked_transitions_heard_by_subscribers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiankong.engine.supervised import IllegalTransition, StateChange
+
+    engine = fake_engine(monkeypatch, "ok", stop_grace_s=1.0)
+    heard: list[StateChange] = []
+    unsubscribe = engine.subscribe(heard.append)
+    with pytest.raises(IllegalTransition, match="stopped → ready"):
+        engine._transition(EngineState.READY, "no start")  # an engine cannot be ready without starting
+    assert engine.state == EngineState.STOPPED and heard == []
+    with engine:
+        assert engine.state == EngineState.READY
+    assert [(c.old.value, c.new.value) for c in heard] == [
+        ("stopped", "starting"), ("starting", "ready"), ("ready", "stopping"), ("stopping", "stopped")]
+    assert all(c.process is engine for c in heard) and heard[1].reason == "healthy"
+    unsubscribe()
+    engine.start()
+    engine.stop()
+    assert len(heard) == 4  # unsubscribed: nothing more heard
+
+
 def test_crash_is_restarted(engine_binary: EngineBinary, smol_path: Path) -> None:
     reasons: list[str] = []
     engine = EngineProcess(EngineConfig(model=smol_path, ctx=1024, slots=1), engine_binary, on_restart=reasons.append)

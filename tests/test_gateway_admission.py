@@ -23,9 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import FAKE_SERVER, serve_app, wait_until
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
+from tiankong.engine.watch import WedgeWatch
 from tiankong.gateway import GatewayState, create_app
 from tiankong.gateway.admission import Admission, QueueFull
-from tiankong.gateway.supervise import WedgeWatch
 from tiankong.models import TEST_MODEL
 
 LONG = {"messages": [{"role": "user", "content": "Count from 1 to 1000, one number per line."}],
@@ -315,6 +315,9 @@ def test_engine_killed_under_load_fails_only_in_flight_and_comes_back(engine_bin
             assert engine.restarts == 1
             assert post(url, {**LONG, "max_tokens": 4}).status_code == 200
             assert total(metrics(url), "tiankong_engine_restarts_total") == 1
+            samples = metrics(url)  # the gateway hears the engine's state changes as events
+            assert total(samples, "tiankong_engine_transitions_total", state="starting") == 1
+            assert total(samples, "tiankong_engine_transitions_total", state="ready") == 1
     finally:
         engine.stop()
 

@@ -1,5 +1,6 @@
-"""The engine pool (``tiankong.gateway.pool``): routing by model and alias, least-outstanding replicas, on-demand
-start, the max-loaded cap and idle unloading — with real llama-servers, never more than one running at once.
+"""The engine pool (``tiankong.engine.pool``, with the gateway's ``ModelRouter``): routing by model and alias,
+least-outstanding replicas, on-demand start, the max-loaded cap and idle unloading — with real llama-servers,
+never more than one running at once.
 """
 
 from __future__ import annotations
@@ -20,13 +21,21 @@ from test_gateway import start_serve, stop_serve
 from test_gateway_admission import LONG, metrics, post, serve_app, total
 from tiankong.config import load_config
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
+from tiankong.engine.pool import EnginePool, PoolEntry, PoolFull, Replica, engine_pool
 from tiankong.errors import ConfigError, TiankongError
 from tiankong.gateway import GatewayState
-from tiankong.gateway.pool import EnginePool, PoolEntry, PoolFull, local_replica, remote_replica
-from tiankong.gateway.serve import build_pool
+from tiankong.gateway.router import ModelRouter
 from tiankong.models import TEST_MODEL
 
 SHORT = {"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 2, "temperature": 0}
+
+
+def remote_replica(name: str, url: str, max_in_flight: int = 4) -> Replica:
+    return Replica(name, remote_url=url, max_in_flight=max_in_flight)
+
+
+def local_replica(name: str, engine: EngineProcess) -> Replica:
+    return Replica(name, engine)
 
 
 def remote_entry(name: str, *urls: str, aliases: list[str] | None = None) -> PoolEntry:
@@ -39,21 +48,22 @@ def test_routing_by_name_alias_and_least_outstanding() -> None:
         pool = EnginePool([remote_entry("qwen:0.5b", "http://127.0.0.1:9001", "http://127.0.0.1:9002",
                                         aliases=["default"]),
                            remote_entry("smol:135m", "http://127.0.0.1:9003")])
+        router = ModelRouter(pool)  # the gateway's admission per replica is what the pool balances on
         assert pool.resolve(None).name == "qwen:0.5b" and pool.resolve("default").name == "qwen:0.5b"
         assert pool.resolve("smol").name == "smol:135m"  # a name:tag prefix, like the single-engine gateway
         with pytest.raises(ConfigError, match="not served here"):
             pool.resolve("gpt-4")
         entry, first = await pool.acquire("qwen")
         assert first.name == "qwen:0.5b@0"  # a tie goes to the first replica
-        await first.admission.acquire()  # one request in flight on replica 0
+        await router.handles[first.name].admission.acquire()  # one request in flight on replica 0
         _, second = await pool.acquire("default")
         assert second.name == "qwen:0.5b@1"
-        await second.admission.acquire()
-        await second.admission.acquire()  # replica 1 now has more outstanding than replica 0
+        await router.handles[second.name].admission.acquire()
+        await router.handles[second.name].admission.acquire()  # replica 1 now has more outstanding than 0
         _, third = await pool.acquire("qwen:0.5b")
         assert third.name == "qwen:0.5b@0"
         assert [r["outstanding"] for r in pool.describe()[0]["replicas"]] == [1, 2]  # type: ignore[index]
-        assert len(pool.handles()) == 3 and pool.loaded_entries() == []  # remote upstreams are never "loaded"
+        assert len(pool.replicas()) == 3 and pool.loaded_entries() == []  # remote upstreams are never "loaded"
 
     asyncio.run(scenario())
 
@@ -68,7 +78,7 @@ def small_engine(binary: EngineBinary, model: Path, alias: str) -> EngineProcess
 
 
 def running(pool: EnginePool) -> list[str]:
-    return [r.handle.name for e in pool.entries for r in e.replicas if r.engine is not None and r.engine.alive()]
+    return [r.name for e in pool.entries for r in e.replicas if r.engine is not None and r.engine.alive()]
 
 
 def test_on_demand_start_max_loaded_and_idle_ttl(engine_binary: EngineBinary, smol_path: Path) -> None:
@@ -78,29 +88,30 @@ def test_on_demand_start_max_loaded_and_idle_ttl(engine_binary: EngineBinary, sm
                PoolEntry("beta", [local_replica("beta#0", small_engine(engine_binary, smol_path, "beta"))],
                          aliases=["b"], idle_ttl_s=60.0)]
     pool = EnginePool(entries, max_loaded=1, clock=lambda: clock[0])
+    router = ModelRouter(pool)
 
     async def scenario() -> None:
         assert running(pool) == []  # nothing starts before it is asked for
         _, alpha = await pool.acquire("alpha")
-        assert running(pool) == ["alpha#0"] and alpha.ready()
+        assert running(pool) == ["alpha#0"] and alpha.state() == "ready"
         answer = httpx.post(alpha.url() + "/v1/completions", json={"prompt": "1, 2, 3,", "max_tokens": 2}, timeout=120)
         assert answer.status_code == 200
 
-        await alpha.admission.acquire()  # alpha busy: the cap forbids starting beta
+        await router.handles[alpha.name].admission.acquire()  # alpha busy: the cap forbids starting beta
         with pytest.raises(PoolFull) as full:
             await pool.acquire("b")
         assert full.value.http_status == 503 and running(pool) == ["alpha#0"]
-        alpha.admission.release()
+        router.handles[alpha.name].admission.release()
 
         clock[0] = 10.0
         _, beta = await pool.acquire("b")  # alpha idle now: stopped to make room, then beta started
-        assert running(pool) == ["beta#0"] and beta.ready()
+        assert running(pool) == ["beta#0"] and beta.state() == "ready"
         assert [e.name for e in pool.loaded_entries()] == ["beta"]
 
         assert pool.reap(now=69.0) == []  # used at 10 s, TTL 60 s
         assert pool.reap(now=70.0) == ["beta"] and running(pool) == []
         _, again = await pool.acquire("alpha")  # started again on demand
-        assert running(pool) == ["alpha#0"] and again.ready()
+        assert running(pool) == ["alpha#0"] and again.state() == "ready"
 
     try:
         asyncio.run(scenario())
@@ -210,11 +221,12 @@ url = "http://127.0.0.1:9/"
 max_in_flight = 3
 """, encoding="utf-8")
     config = load_config(config_file)
-    pool = build_pool(config)
+    pool = engine_pool(config)
+    handles = ModelRouter(pool).all()
     assert pool.names() == ["smol", "tiny", "remote"] and pool.max_loaded == 1
-    assert [h.name for h in pool.handles()] == ["smol#0", "smol#1", "remote@upstream"]
+    assert [h.name for h in handles] == ["smol#0", "smol#1", "remote@upstream"]
     assert running(pool) == [] and pool.loaded_entries() == []
-    assert pool.handles()[2].url() == "http://127.0.0.1:9" and pool.handles()[2].admission.limit == 3
+    assert handles[2].url() == "http://127.0.0.1:9" and handles[2].admission.limit == 3
     bad = tmp_path / "bad.toml"
     bad.write_text('[[pool.models]]\nname = "x"\nmodel = "m"\nurl = "http://127.0.0.1:9"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="pool.models.0"):
@@ -237,11 +249,12 @@ def test_remote_upstream_gets_its_api_key_from_the_environment(engine_binary: En
         config = load_config(config_file)
         monkeypatch.delenv("FAR_KEY", raising=False)
         with pytest.raises(ConfigError, match="FAR_KEY") as missing:
-            build_pool(config)
+            engine_pool(config)
         assert "export FAR_KEY" in (missing.value.hint or "")
         monkeypatch.setenv("FAR_KEY", "upstream-secret-1")
-        pool = build_pool(config)
-        assert "upstream-secret-1" not in repr(pool.handles()[0])  # the key is never shown
+        pool = engine_pool(config)
+        assert "upstream-secret-1" not in repr(pool.replicas()[0])  # the key is never shown
+        assert "upstream-secret-1" not in repr(ModelRouter(pool).all()[0])
         with serve_app(GatewayState(upstream_url="", model_name="far", pool=pool)) as url:
             good = post(url, {**SHORT, "model": "far"})
             assert good.status_code == 200, good.text
@@ -271,7 +284,7 @@ def test_pool_engine_restarts_after_n_requests(tmp_path: Path) -> None:
     config_file = tmp_path / "pool.toml"
     config_file.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\nctx = 512\nslots = 1\n'
                            'threads = 2\nrestart_after_requests = 2\n', encoding="utf-8")
-    pool = build_pool(load_config(config_file))
+    pool = engine_pool(load_config(config_file))
     engine = pool.entries[0].replicas[0].engine
     assert engine is not None
     try:
@@ -294,14 +307,14 @@ def test_pool_models_load_lora_adapters_checked_against_their_base(tmp_path: Pat
     config_file = tmp_path / "pool.toml"
     config_file.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\nlora = ["{adapter}"]\n',
                            encoding="utf-8")
-    pool = build_pool(load_config(config_file))
+    pool = engine_pool(load_config(config_file))
     engine = pool.entries[0].replicas[0].engine
     assert engine is not None and engine.config.lora == [adapter] and running(pool) == []
     missing = tmp_path / "missing.toml"
     missing.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\nlora = ["no-such-adapter"]\n',
                        encoding="utf-8")
     with pytest.raises(TiankongError, match="no-such-adapter"):
-        build_pool(load_config(missing))  # at start-up, not at the first request
+        engine_pool(load_config(missing))  # at start-up, not at the first request
     remote = tmp_path / "remote.toml"
     remote.write_text('[[pool.models]]\nname = "r"\nurl = "http://127.0.0.1:9"\nlora = ["x"]\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="lora"):
@@ -343,3 +356,20 @@ def test_pool_health_is_unavailable_once_every_replica_has_failed(engine_binary:
             assert health.json()["pool"][0]["replicas"][0]["state"] == "failed"
     finally:
         pool.stop_all()
+
+
+def test_pool_models_take_every_engine_key_the_single_engine_takes(tmp_path: Path) -> None:
+    config_file = tmp_path / "pool.toml"
+    config_file.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\ncache_ram_mib = 64\n'
+                           'extra_args = ["--no-warmup"]\nembeddings = true\nspec_type = "ngram-simple"\n'
+                           'spec_draft_n_max = 8\n', encoding="utf-8")
+    engine = engine_pool(load_config(config_file)).entries[0].replicas[0].engine
+    assert engine is not None
+    argv = engine.config.to_argv(Path("llama-server"))
+    assert argv[argv.index("--cache-ram") + 1] == "64" and "--no-warmup" in argv
+    assert "--embeddings" in argv and argv[argv.index("--spec-type") + 1] == "ngram-simple"
+    assert engine.config.api_key  # the gateway's own key, like the single engine's
+    remote = tmp_path / "remote.toml"
+    remote.write_text('[[pool.models]]\nname = "r"\nurl = "http://127.0.0.1:9"\nctx = 512\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match="ctx shape local engines"):
+        load_config(remote)

@@ -20,24 +20,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class EngineSettings(_Strict):
-    model: str = DEFAULT_MODEL
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+class EngineKeys(_Strict):
+    """The keys that shape one llama-server: the single ``[engine]`` and every local ``[[pool.models]]`` entry
+    take the same ones (``tiankong.engine.settings.engine_config`` maps them to flags for both)."""
+
     ctx: int = Field(4096, ge=64)
     slots: int = Field(2, ge=1, le=256)
     threads: int | None = Field(None, ge=1)
-    kv_type: Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"] = "f16"
+    kv_type: KvType = "f16"
     cache_ram_mib: int = Field(0, ge=0)
-    startup_timeout_s: float = Field(180.0, gt=0)
-    restart_after_requests: int | None = Field(None, ge=1)
-    max_restarts: int = Field(5, ge=1, description="crash restarts allowed within restart_window_s")
-    restart_window_s: float = Field(300.0, gt=0)
-    after_restart_budget: Literal["retry", "exit"] = Field(
-        "retry", description="when max_restarts is spent: keep retrying with a backoff up to 60 s (said in "
-        "/health), or exit non-zero so a supervisor (systemd, Docker) restarts tiankong")
-    wedge_check_s: float = Field(10.0, ge=0, description="probe /slots this often; 0 turns wedge detection off")
-    wedge_probe_timeout_s: float = Field(5.0, gt=0)
-    wedge_failures: int = Field(3, ge=1, description="consecutive unanswered probes before a restart")
-    llama_server: str | None = None
+    restart_after_requests: int | None = Field(None, ge=1, description="planned restart after N requests")
     embeddings: bool = Field(False, description="serve /v1/embeddings and decider probes (per-token vectors, "
                              "pooled by tiankong); off by default: it costs speculative decoding its batch")
     extra_args: list[str] = Field(default_factory=list)
@@ -52,6 +47,20 @@ class EngineSettings(_Strict):
     rpc: list[str] = Field(default_factory=list, description="ggml-rpc-server workers, host:port")
     lora: list[str] = Field(default_factory=list,
                             description="LoRA adapters (registry names or .gguf paths), chosen per request")
+
+
+class EngineSettings(EngineKeys):
+    model: str = DEFAULT_MODEL
+    startup_timeout_s: float = Field(180.0, gt=0)
+    max_restarts: int = Field(5, ge=1, description="crash restarts allowed within restart_window_s")
+    restart_window_s: float = Field(300.0, gt=0)
+    after_restart_budget: Literal["retry", "exit"] = Field(
+        "retry", description="when max_restarts is spent: keep retrying with a backoff up to 60 s (said in "
+        "/health), or exit non-zero so a supervisor (systemd, Docker) restarts tiankong")
+    wedge_check_s: float = Field(10.0, ge=0, description="probe /slots this often; 0 turns wedge detection off")
+    wedge_probe_timeout_s: float = Field(5.0, gt=0)
+    wedge_failures: int = Field(3, ge=1, description="consecutive unanswered probes before a restart")
+    llama_server: str | None = None
 
 
 class KeySettings(_Strict):
@@ -137,24 +146,19 @@ class DegradationSettings(_Strict):
     _check_queue = field_validator("queue_depth", "p99_latency_s", "engine_rss_mib")(_levels)
 
 
-class PoolModelSettings(_Strict):
-    """One model of the pool: local engines (``model``) or a remote OpenAI-compatible upstream (``url``)."""
+class PoolModelSettings(EngineKeys):
+    """One model of the pool: local engines (``model``, with every engine key of ``[engine]``; supervision —
+    start-up timeout, restart budget, wedge watch, binary — comes from ``[engine]``) or a remote
+    OpenAI-compatible upstream (``url``)."""
 
     name: str = Field(min_length=1, description="the name clients send as model")
     aliases: list[str] = Field(default_factory=list)
     model: str | None = Field(None, description="an installed model (local engines, started on demand)")
     url: str | None = Field(None, pattern=r"^http://", description="or: an OpenAI-compatible http:// upstream")
     replicas: int = Field(1, ge=1, le=16, description="local engines for this model")
-    ctx: int = Field(4096, ge=64)
-    slots: int = Field(2, ge=1, le=256)
-    threads: int | None = Field(None, ge=1)
-    kv_type: Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"] = "f16"
     max_in_flight: int = Field(4, ge=1, description="remote upstream: requests sent at once")
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                     description="remote upstream: environment variable holding its API key")
-    restart_after_requests: int | None = Field(None, ge=1, description="local engines: planned restart after N")
-    lora: list[str] = Field(default_factory=list,
-                            description="local engines: LoRA adapters (registry names or .gguf paths), per request")
     idle_ttl_s: float | None = Field(None, gt=0, description="stop the local engines after this long unused")
 
     @model_validator(mode="after")
@@ -165,6 +169,11 @@ class PoolModelSettings(_Strict):
             raise ValueError("api_key_env is for a remote upstream (url); local engines need no key")
         if self.lora and self.url is not None:
             raise ValueError("lora loads adapters into local engines (model); a remote upstream has its own")
+        if self.url is not None:
+            engine_keys = sorted(k for k in self.model_fields_set & set(EngineKeys.model_fields) if k != "lora")
+            if engine_keys:
+                raise ValueError(f"{', '.join(engine_keys)} shape local engines (model); a remote upstream (url) "
+                                 "runs its own: leave them out")
         return self
 
 

@@ -1,5 +1,5 @@
-"""The ``[engine]`` config-file keys for speculative decoding, vision, RPC workers and LoRA adapters →
-``EngineConfig`` fields."""
+"""Engine keys of the config file (``[engine]`` and each local ``[[pool.models]]``) → ``EngineConfig``: one
+mapping for every engine, so a pool model gets the keys the single engine gets."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..models import resolve_installed
-from .flags import SpecAuto
+from .flags import EngineConfig, SpecAuto
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import EngineSettings
+    from ..config import EngineKeys
 
 
 def model_file(name: str) -> Path:
@@ -21,8 +21,20 @@ def model_file(name: str) -> Path:
     return Path(resolve_installed(name).path)
 
 
-def speed_kwargs(settings: EngineSettings) -> dict[str, Any]:
-    """``EngineConfig`` keyword arguments for ``draft_model``, ``spec*``, ``mmproj``, ``rpc`` and ``lora``."""
+def engine_config(keys: EngineKeys, model: str, *, alias: str, api_key: str | None = None) -> EngineConfig:
+    """The ``EngineConfig`` of one engine running ``model`` (an installed name or a .gguf path)."""
+    config = EngineConfig(model=model_file(model), ctx=keys.ctx, slots=keys.slots, kv_type=keys.kv_type,
+                          cache_ram_mib=keys.cache_ram_mib, alias=alias, extra_args=list(keys.extra_args),
+                          embeddings=keys.embeddings, pooling="none", api_key=api_key,
+                          **speed_kwargs(keys, model))
+    if keys.threads:
+        config.threads = keys.threads
+    return config
+
+
+def speed_kwargs(settings: EngineKeys, model: str | None = None) -> dict[str, Any]:
+    """``EngineConfig`` keyword arguments for ``draft_model``, ``spec*``, ``mmproj``, ``rpc`` and ``lora``
+    (``model``: the base the adapters must fit; default ``settings.model``)."""
     kwargs: dict[str, Any] = {"spec_type": settings.spec_type, "spec_draft_n_max": settings.spec_draft_n_max,
                               "rpc": list(settings.rpc)}
     if settings.draft_model:
@@ -30,7 +42,7 @@ def speed_kwargs(settings: EngineSettings) -> dict[str, Any]:
     if settings.lora:
         from ..lora import adapter_file
 
-        base = model_file(settings.model)
+        base = model_file(model or str(getattr(settings, "model", "")))
         kwargs["lora"] = [adapter_file(name, base) for name in settings.lora]
     if settings.mmproj:
         kwargs["mmproj"] = Path(settings.mmproj).expanduser()

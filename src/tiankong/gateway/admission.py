@@ -15,6 +15,10 @@ import math
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine.pool import Replica
 
 
 class QueueFull(Exception):
@@ -182,3 +186,15 @@ class EngineHandle:
 
     def ready(self) -> bool:
         return self.state() == "ready"
+
+    def outstanding(self) -> int:
+        """Requests in flight plus those waiting in its queue (the pool routes to the replica with the fewest)."""
+        return self.admission.in_flight + self.admission.waiting
+
+    @classmethod
+    def for_replica(cls, replica: Replica, admission: Admission) -> EngineHandle:
+        """The gateway's handle on one replica of the engine pool: the replica answers where and how it is."""
+        recycles = replica.recycles()
+        return cls(name=replica.name, url=replica.url, state=replica.state, admission=admission, pid=replica.pid,
+                   restarts=replica.restarts, count_request=replica.count_request if recycles else None,
+                   recycle=replica.recycle if recycles else None, api_key=replica.api_key, remote=replica.remote)

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from ..client import validate_messages
 from ..client.assemble import MIN_TOKENS
 from ..config import DegradationSettings, key_from_env
-from ..engine import EngineProcess
+from ..engine.pool import EnginePool, EngineProcess
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
 from .admission import Admission, EngineHandle
@@ -36,8 +36,8 @@ from .metrics import Call, GatewayMetrics
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
-from .pool import EnginePool, recycler, route
 from .responses import error_for, error_response, rpm_exceeded
+from .router import ModelRouter
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
 from .task_routes import embeddings_answer, run_task
@@ -55,19 +55,19 @@ def _ready() -> str:
 
 @dataclass
 class GatewayState:
-    """What the routes need: where the engine is, what it serves, who may call, how much it may take."""
+    """What the routes need: the engines (a pool; a single engine is a pool of one), who may call, how much
+    they may take."""
 
-    upstream_url: str
+    upstream_url: str  # a llama-server tiankong does not run (when no pool is given)
     model_name: str
     aliases: list[str] = field(default_factory=list)
     api_key_hashes: list[str] = field(default_factory=list)
     api_keys: list[ApiKey] = field(default_factory=list)  # keys with a name and their own rpm
     key_rpm: int | None = None  # requests per minute for keys without their own rpm (None: unlimited)
-    engine_state: Callable[[], str] = _ready
     request_timeout_s: float = 600.0
-    slots: int = 2
-    max_in_flight: int | None = None  # default: slots
-    queue_size: int | None = None  # default: 2 x slots
+    slots: int = 2  # of the engine at upstream_url
+    max_in_flight: int | None = None  # per engine; default: its slots
+    queue_size: int | None = None  # per engine; default: 2 x its slots
     adapter_batching: bool = True  # let waiters with the running LoRA set in first (admission.py)
     assemble_min_tokens: int = MIN_TOKENS  # longer non-streamed generations are read as streams (assemble.py)
     keepalive_s: float = 10.0
@@ -76,31 +76,17 @@ class GatewayState:
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout_s: float = 30.0  # a request body must arrive within this long
     log_prompts: bool = False  # one line per request with its prompt fields (logger "tiankong.prompts")
-    engine_url: Callable[[], str] | None = None  # default: upstream_url (fixed)
-    engine_pid: Callable[[], int | None] | None = None
-    engine_restarts: Callable[[], int] | None = None
-    engine_api_key: str | None = field(default=None, repr=False)  # the managed engine's own key (serve.py)
-    engine_next_retry_s: Callable[[], float | None] | None = None  # a failed engine's next restart attempt
-    count_request: Callable[[], bool] | None = None
-    recycle: Callable[[], None] | None = None
     degradation: DegradationSettings | None = None
-    pool: EnginePool | None = None  # several models/engines routed by model; None: the single engine above
-    engine: EngineHandle = field(init=False)
+    pool: EnginePool | None = None  # the engines (engine/pool.py); None: a pool of one at upstream_url
+    router: ModelRouter = field(init=False)
     fallback: EngineHandle | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.keys = [ApiKey(h, h[7:15], None) for h in self.api_key_hashes] + list(self.api_keys)
-        limit = self.max_in_flight or self.slots
-        queue = 2 * self.slots if self.queue_size is None else self.queue_size
-        handle = EngineHandle(name=self.model_name, url=self.engine_url or (lambda: self.upstream_url),
-                              state=lambda: self.engine_state(),
-                              admission=Admission(limit, queue, group_batching=self.adapter_batching),
-                              count_request=self.count_request, recycle=self.recycle, api_key=self.engine_api_key)
-        if self.engine_pid is not None:
-            handle.pid = self.engine_pid
-        if self.engine_restarts is not None:
-            handle.restarts = self.engine_restarts
-        self.engine = handle if self.pool is None else self.pool.handles()[0]
+        if self.pool is None:
+            self.pool = EnginePool.of_url(self.upstream_url, self.model_name, self.aliases, slots=self.slots)
+        self.router = ModelRouter(self.pool, max_in_flight=self.max_in_flight, queue_size=self.queue_size,
+                                  group_batching=self.adapter_batching)
         settings = self.degradation
         if settings is not None and settings.fallback_url:
             url, limit = settings.fallback_url.rstrip("/"), settings.fallback_max_in_flight
@@ -111,33 +97,26 @@ class GatewayState:
 
     @classmethod
     def for_engine(cls, engine: EngineProcess, model_name: str, **settings: Any) -> GatewayState:
-        """State wired to a supervised engine: its current URL, state, pid, restarts and recycling."""
-        count, recycle = recycler(engine)
-        return cls(upstream_url=engine.url, model_name=model_name, engine_state=lambda: engine.state.value,
-                   engine_url=lambda: engine.url, engine_pid=lambda: engine.pid,
-                   engine_restarts=lambda: engine.restarts, slots=engine.config.slots,
-                   engine_api_key=engine.config.api_key, engine_next_retry_s=lambda: engine.next_retry_s,
-                   count_request=count, recycle=recycle, **settings)
+        """State for one supervised engine (a pool of one)."""
+        return cls(upstream_url=engine.url, model_name=model_name, pool=EnginePool.of_engine(engine, model_name),
+                   **settings)
+
+    @property
+    def engine(self) -> EngineHandle:
+        """The first engine (the only one without a pool)."""
+        return self.router.first
 
     def engines(self) -> list[EngineHandle]:
-        main = [self.engine] if self.pool is None else self.pool.handles()
+        main = self.router.all()
         return main if self.fallback is None else [*main, self.fallback]
 
     def served(self) -> list[tuple[EngineHandle, list[str]]]:
         """Each engine with the model names it serves."""
-        if self.pool is None:
-            return [(self.engine, [self.model_name, *self.aliases])]
-        return [(r.handle, e.names()) for e in self.pool.entries for r in e.replicas]
+        return self.router.served()
 
     def fallback_model(self) -> str:
         settings = self.degradation
         return (settings.fallback_model if settings else None) or self.model_name
-
-    def serves(self, model: Any) -> bool:
-        if model in (None, ""):
-            return True
-        names = [self.model_name, *self.aliases]
-        return isinstance(model, str) and any(model == n or n.startswith(model + ":") for n in names)
 
     def key_of(self, request: Request) -> ApiKey | None:
         """The caller's key; ANONYMOUS when no keys are configured; None when the key is missing or wrong."""
@@ -168,6 +147,8 @@ def unauthorized() -> JSONResponse:
 
 def create_app(state: GatewayState) -> Starlette:
     metrics = GatewayMetrics(state.engines)
+    state.router.pool.subscribe(lambda replica, change: metrics.engine_transitions.labels(
+        replica.name, change.new.value).inc())
     pipes: dict[str, Pipeline] = {}
     openapi = build_openapi()
     limiter = RateLimiter()
@@ -190,9 +171,8 @@ def create_app(state: GatewayState) -> Starlette:
         if state.fallback is not None:
             pipes["f"] = pipeline(state.fallback)
         background = [asyncio.ensure_future(sample_forever(metrics, state.engines,
-                                                           tick=policy.update if policy else None))]
-        if state.pool is not None:
-            background.append(asyncio.ensure_future(state.pool.reap_forever()))
+                                                           tick=policy.update if policy else None)),
+                      asyncio.ensure_future(state.router.pool.reap_forever())]
         yield
         for task in background:
             task.cancel()
@@ -203,9 +183,8 @@ def create_app(state: GatewayState) -> Starlette:
     def pipe_for(call: Call) -> Pipeline:
         if call.degraded == "fallback":
             return pipes["f"]
-        if state.pool is not None and call.engine and call.engine not in pipes:
-            handle = next(h for h in state.pool.handles() if h.name == call.engine)
-            pipes[call.engine] = pipeline(handle)
+        if call.engine and call.engine not in pipes:
+            pipes[call.engine] = pipeline(state.router.handles[call.engine])
         return pipes.get(call.engine, pipes["p"])
 
     def authenticate(request: Request) -> tuple[ApiKey | None, Response | None]:
@@ -239,23 +218,14 @@ def create_app(state: GatewayState) -> Starlette:
             return bad
         if state.log_prompts:
             log_prompt(call.route, key.name, body)
-        if state.pool is None and not state.serves(body.get("model")):
-            return error_response(404, f"model {body.get('model')!r} is not served here; available: "
-                                  f"{state.model_name}", "invalid_request_error", "model_not_found")
         if policy is not None and policy.update() >= 1 and (refused := cap_prompt(policy, body, call)):
             return refused
         if policy is not None and policy.routes_to_fallback:
             call.degraded = "fallback"
             body["model"] = call.model = state.fallback_model()
             return body
-        if state.pool is not None:
-            routed = await route(state.pool, body, call)
-            return routed if isinstance(routed, Response) else body
-        if state.engine.state() not in ("ready", "starting") and not state.engine.recycling:
-            return error_response(503, f"the engine is {state.engine.state()}; retry shortly", "engine_error",
-                                  "engine_unavailable", headers={"Retry-After": "2"})
-        body["model"] = call.model = state.model_name
-        return body
+        routed = await state.router.route(body, call)
+        return routed if isinstance(routed, Response) else body
 
     async def admitted(request: Request, call: Call,
                        work: Callable[[Pipeline, dict[str, Any]], Awaitable[Response]]) -> Response:
@@ -319,19 +289,7 @@ def create_app(state: GatewayState) -> Starlette:
         return handler
 
     async def health(_: Request) -> Response:
-        engine = state.engine
-        status = engine.state()
-        level = policy.describe() if policy is not None else {"level": 0, "enabled": False}
-        if state.pool is not None:  # engines start on demand: up unless every replica has failed
-            alive = any(h.state() != "failed" for h in state.pool.handles())
-            return JSONResponse({"status": "ok" if alive else "unavailable", "pool": state.pool.describe(),
-                                 "degradation": level}, status_code=200 if alive else 503)
-        retry = state.engine_next_retry_s() if state.engine_next_retry_s and status != "ready" else None
-        return JSONResponse({"status": "ok" if status == "ready" else "unavailable", "engine": status,
-                             "model": state.model_name, "in_flight": engine.admission.in_flight,
-                             "queued": engine.admission.waiting, "degradation": level,
-                             **({"next_retry_s": retry} if retry is not None else {})},
-                            status_code=200 if status == "ready" else 503)
+        return state.router.health(policy.describe() if policy is not None else {"level": 0, "enabled": False})
 
     async def models(request: Request) -> Response:
         if (refusal := authenticate(request)[1]) is not None:
@@ -339,7 +297,7 @@ def create_app(state: GatewayState) -> Starlette:
         return JSONResponse({"object": "list", "data": [model_card(name) for name in served_names()]})
 
     def served_names() -> list[str]:
-        return state.pool.names() if state.pool else [state.model_name, *state.aliases]
+        return state.router.pool.names()
 
     async def model_route(request: Request) -> Response:  # the openai SDK's models.retrieve
         if (refusal := authenticate(request)[1]) is not None:

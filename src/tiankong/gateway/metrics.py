@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..engine.spec import spec_from_timings
+from ..engine.pool import spec_from_timings
 from .admission import EngineHandle
 from .stats import LiveStats
 
@@ -111,6 +111,9 @@ class GatewayMetrics:
                                        "1: prompt cap, 2: + lower concurrency, 3: + fallback)", registry=r)
         self.degradation_actions = Counter("tiankong_degradation_actions", "Requests changed by degradation",
                                            ["action"], registry=r)
+        self.engine_transitions = Counter("tiankong_engine_transitions", "Engine state changes (the engine "
+                                          "pool's events), by engine and the state entered", ["engine", "state"],
+                                          registry=r)
         self.engines = EngineCollector(engines)
         r.register(self.engines)
         self.live = LiveStats()

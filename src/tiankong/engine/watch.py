@@ -1,4 +1,4 @@
-"""Wedge detection for ``tiankong serve``: restart an engine whose ``/slots`` stops answering.
+"""Wedge detection: restart an engine whose ``/slots`` stops answering (the pool starts one per local engine).
 
 llama-server can wedge with ``/health`` still OK. A background thread probes ``/slots`` every
 ``interval_s``; after ``failures`` consecutive unanswered probes (so one long prompt batch on a busy CPU is
@@ -11,9 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from ..engine import EngineProcess
-from ..engine.process import EngineState
 from ..errors import EngineError
+from .process import EngineProcess, EngineState
 
 
 class WedgeWatch:
