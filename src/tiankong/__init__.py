@@ -50,6 +50,7 @@ from .tasks import (
     Classification,
     Compression,
     Entity,
+    EscalationTarget,
     GuardVerdict,
     Ranked,
     Redaction,
@@ -58,7 +59,6 @@ from .tasks import (
     Route,
     RouteDecision,
     Summary,
-    Upstream,
 )
 from .tasks.specs import SPECS, TaskSpec
 
@@ -72,7 +72,7 @@ __all__ = [
     "AsyncClient", "ChatResult", "Client", "Decision", "StreamChunk", "Structured", "Usage",
     # task results and the task registry
     "SPECS", "Classification", "Compression", "Entity", "GuardVerdict", "Ranked", "Redaction", "Reranking",
-    "Rewrite", "Route", "RouteDecision", "Summary", "TaskSpec", "Upstream",
+    "Rewrite", "Route", "RouteDecision", "Summary", "TaskSpec", "EscalationTarget",
     # deciders
     "Decider", "TuneReport", "tune_classify",
     # errors: one root, branches by what the caller can do

@@ -32,7 +32,7 @@ from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
 from .keys import ApiKey, AuthThrottle, RateLimiter, bearer_token, find_key, hash_key
-from .metrics import Call, GatewayMetrics
+from .metrics import GatewayMetrics, RequestRecord
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
@@ -180,7 +180,7 @@ def create_app(state: GatewayState) -> Starlette:
         for pipe in set(pipes.values()):
             await pipe.close()
 
-    def pipe_for(call: Call) -> Pipeline:
+    def pipe_for(call: RequestRecord) -> Pipeline:
         if call.degraded == "fallback":
             return pipes["f"]
         if call.engine and call.engine not in pipes:
@@ -201,7 +201,7 @@ def create_app(state: GatewayState) -> Starlette:
             return None, unauthorized()
         return key, None
 
-    async def guarded(request: Request, call: Call) -> dict[str, Any] | Response:
+    async def guarded(request: Request, call: RequestRecord) -> dict[str, Any] | Response:
         """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route."""
         key, refusal = authenticate(request)
         if refusal is not None or key is None:
@@ -227,7 +227,7 @@ def create_app(state: GatewayState) -> Starlette:
         routed = await state.router.route(body, call)
         return routed if isinstance(routed, Response) else body
 
-    async def admitted(request: Request, call: Call,
+    async def admitted(request: Request, call: RequestRecord,
                        work: Callable[[Pipeline, dict[str, Any]], Awaitable[Response]]) -> Response:
         body = await guarded(request, call)
         pipe = pipe_for(call)
@@ -236,17 +236,17 @@ def create_app(state: GatewayState) -> Starlette:
         return await pipe.run(request, call, lambda: work(pipe, body))
 
     async def extract(request: Request) -> Response:
-        call = Call("/v1/tasks/extract")
+        call = RequestRecord("/v1/tasks/extract")
         return await admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
             call, lambda client: extract_task(client, body, call.note_answer)))
 
     async def task(request: Request) -> Response:
         name = request.path_params["task"]
         if name not in TASK_BODIES:
-            return pipes["p"].done(Call("/v1/tasks/{task}"), error_response(
+            return pipes["p"].done(RequestRecord("/v1/tasks/{task}"), error_response(
                 404, f"unknown task {name!r}; tasks: extract, {', '.join(TASK_BODIES)}", "invalid_request_error",
                 "not_found"))
-        call = Call(f"/v1/tasks/{name}")
+        call = RequestRecord(f"/v1/tasks/{name}")
 
         async def work(client: Any, body: dict[str, Any]) -> Response:
             return note_json(call, JSONResponse(await run_task(client, name, body)))
@@ -256,7 +256,7 @@ def create_app(state: GatewayState) -> Starlette:
 
     def proxy(path: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
-            call = Call(path)
+            call = RequestRecord(path)
             body = await guarded(request, call)
             pipe = pipe_for(call)
             if isinstance(body, Response):

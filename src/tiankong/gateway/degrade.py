@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 
 from ..config import DegradationSettings
 from .admission import EngineHandle
-from .metrics import Call, process_rss_bytes
+from .metrics import RequestRecord, process_rss_bytes
 from .responses import error_response
 from .stats import LiveStats
 
@@ -187,7 +187,7 @@ def truncate(body: dict[str, Any], limit: int) -> int:
     return before - prompt_chars(body)
 
 
-def cap_prompt(policy: Degradation, body: dict[str, Any], call: Call) -> JSONResponse | None:
+def cap_prompt(policy: Degradation, body: dict[str, Any], call: RequestRecord) -> JSONResponse | None:
     """L1 and above: refuse (413) or truncate a prompt longer than ``max_prompt_chars``; None when it may go."""
     limit = policy.settings.max_prompt_chars
     if policy.level < 1 or prompt_chars(body) <= limit:

@@ -42,7 +42,7 @@ class _Conn:
 class EngineResponse:
     """Status, headers and a body to read once (fully or as it arrives)."""
 
-    def __init__(self, pool: EnginePool, key: tuple[str, int], conn: _Conn, status: int,
+    def __init__(self, pool: ConnectionPool, key: tuple[str, int], conn: _Conn, status: int,
                  headers: dict[str, str]) -> None:
         self.status_code = status
         self.headers = headers
@@ -98,7 +98,7 @@ async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         yield data[:-2]
 
 
-class EnginePool:
+class ConnectionPool:
     """Keep-alive connections per engine address; idle ones expire before llama-server closes them (5 s)."""
 
     def __init__(self, timeout_s: float = 600.0, keepalive_expiry_s: float = 2.0, max_idle: int = 64) -> None:

@@ -1,6 +1,6 @@
 """Prometheus metrics for the gateway (``GET /metrics``), in a registry of the app's own.
 
-Request metrics are recorded when a request ends (:meth:`GatewayMetrics.finish` with its :class:`Call`);
+Request metrics are recorded when a request ends (:meth:`GatewayMetrics.finish` with its :class:`RequestRecord`);
 engine gauges (queue depth, in flight, busy slots, RSS, restarts) are read at scrape time from the engine
 handles, busy slots from llama-server's ``/slots`` with a short timeout.
 """
@@ -28,7 +28,7 @@ RATE_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 50
 
 
 @dataclass
-class Call:
+class RequestRecord:
     """One gateway request as the metrics see it."""
 
     route: str
@@ -118,7 +118,7 @@ class GatewayMetrics:
         r.register(self.engines)
         self.live = LiveStats()
 
-    def finish(self, call: Call, status: int) -> None:
+    def finish(self, call: RequestRecord, status: int) -> None:
         latency = time.perf_counter() - call.started
         self.requests.labels(call.route, call.model, str(status)).inc()
         self.latency.labels(call.route).observe(latency)
@@ -140,13 +140,13 @@ class GatewayMetrics:
         if status == 200:
             self._answer(call)
 
-    def _structured(self, call: Call) -> None:
+    def _structured(self, call: RequestRecord) -> None:
         if call.attempts is not None and call.attempts > 1:
             self.schema_retries.labels(call.route).inc(call.attempts - 1)
         if call.schema_failed:
             self.schema_failures.labels(call.route).inc()
 
-    def _answer(self, call: Call) -> None:
+    def _answer(self, call: RequestRecord) -> None:
         timings = call.timings or {}
         ttft = call_ttft(call)
         if ttft is not None:
@@ -170,7 +170,7 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
 
-def call_ttft(call: Call) -> float | None:
+def call_ttft(call: RequestRecord) -> float | None:
     """Streaming: the observed first token; otherwise queue wait + llama-server's ``timings.prompt_ms``."""
     timings = call.timings or {}
     if call.ttft_s is None and not call.stream and isinstance(timings.get("prompt_ms"), int | float):
@@ -178,7 +178,7 @@ def call_ttft(call: Call) -> float | None:
     return call.ttft_s
 
 
-def call_tokens(call: Call) -> int:
+def call_tokens(call: RequestRecord) -> int:
     """Completion tokens from ``usage``, else from llama-server's ``timings.predicted_n``."""
     for source, key in ((call.usage, "completion_tokens"), (call.timings, "predicted_n")):
         value = (source or {}).get(key)

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from .admission import EngineHandle, QueueFull
-from .metrics import Call, GatewayMetrics
+from .metrics import GatewayMetrics, RequestRecord
 from .responses import deadline_exceeded, queue_full
 from .streaming import DeferredSSE, Item, wait_disconnect
 from .upstream import Upstream
@@ -64,16 +64,16 @@ class Pipeline:
             task.cancel()
         await self.upstream.close()
 
-    def done(self, call: Call, response: Response) -> Response:
+    def done(self, call: RequestRecord, response: Response) -> Response:
         self.metrics.finish(call, response.status_code)
         return response
 
-    def reject(self, call: Call) -> Response:
+    def reject(self, call: RequestRecord) -> Response:
         call.rejected = "queue_full"
         admission = self.handle.admission
         return queue_full(admission.retry_after_s(), admission.waiting)
 
-    async def run(self, request: Request, call: Call, work: Callable[[], Awaitable[Response]]) -> Response:
+    async def run(self, request: Request, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
         """A request answered in one piece."""
         call.engine = self.handle.name
         if not self.handle.admission.has_room():
@@ -84,7 +84,7 @@ class Pipeline:
             return Response(status_code=CLIENT_GONE)
         return self.done(call, response)
 
-    def stream(self, call: Call, path: str, body: dict[str, object]) -> Response:
+    def stream(self, call: RequestRecord, path: str, body: dict[str, object]) -> Response:
         """A streamed request: admission now, the rest inside the SSE response."""
         call.engine, call.stream = self.handle.name, True
         if not self.handle.admission.has_room():
@@ -97,7 +97,7 @@ class Pipeline:
                            timeout_s=self.timeout_s, keepalive_s=self.keepalive_s,
                            idle_timeout_s=self.idle_timeout_s, on_close=on_close)
 
-    async def _deadlined(self, call: Call, work: Callable[[], Awaitable[Response]]) -> Response:
+    async def _deadlined(self, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await self._with_slot(call, work)
@@ -105,7 +105,7 @@ class Pipeline:
             return deadline_exceeded(self.timeout_s, "in the queue" if call.queue_wait_s is None else
                                      "while the engine worked")
 
-    async def _with_slot(self, call: Call, work: Callable[[], Awaitable[Response]]) -> Response:
+    async def _with_slot(self, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
         admission = self.handle.admission
         waited = time.perf_counter()
         try:
@@ -120,7 +120,8 @@ class Pipeline:
             admission.release(time.perf_counter() - held, call.group)
             self._after_request()
 
-    async def _stream_source(self, call: Call, path: str, body: dict[str, object]) -> AsyncGenerator[Item, None]:
+    async def _stream_source(self, call: RequestRecord, path: str,
+                             body: dict[str, object]) -> AsyncGenerator[Item, None]:
         admission = self.handle.admission
         waited = time.perf_counter()
         try:

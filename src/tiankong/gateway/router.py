@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from ..engine.pool import EnginePool, PoolFull, Replica
 from ..errors import ConfigError, EngineError
 from .admission import Admission, EngineHandle
-from .metrics import Call
+from .metrics import RequestRecord
 from .responses import engine_unavailable, error_response
 
 
@@ -45,7 +45,7 @@ class ModelRouter:
         """Each engine with the model names it serves."""
         return [(self.handles[r.name], e.names()) for e in self.pool.entries for r in e.replicas]
 
-    async def route(self, body: dict[str, Any], call: Call) -> EngineHandle | JSONResponse:
+    async def route(self, body: dict[str, Any], call: RequestRecord) -> EngineHandle | JSONResponse:
         """The replica for this request (started on demand), or the error response."""
         model = body.get("model")
         try:

@@ -1,8 +1,11 @@
-"""Talking to the engine: forward a request, relay a stream, survive an engine restart.
+"""Talking to an engine (a local llama-server or a remote upstream): forward a request, relay a stream, run a
+task client, survive an engine restart.
 
-When the engine fails under a request before anything reached the client (crash, wedge restart, closed
-connection), the request waits up to ``retry_wait_s`` for the engine to be ready again and is sent once more
-(generation requests have no side effects); otherwise the client gets a 503 ``engine_error``.
+One retry policy (``Upstream.retried``) for every path: when the engine fails under a request before anything
+reached the client (crash, wedge restart, closed connection), the request waits up to ``retry_wait_s`` for the
+engine to be ready again and is sent once more (generation requests have no side effects); otherwise the client
+gets a 503 ``engine_error``. (``ConnectionPool`` retries once more only a keep-alive connection that the engine
+had already closed: that is the connection's failure, not the engine's.)
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from starlette.responses import JSONResponse, Response
@@ -21,10 +24,12 @@ from ..api import AsyncClient
 from ..client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
 from ..errors import OutputError, ServerError, TiankongError, TransportError
 from .admission import EngineHandle
-from .engine_http import EngineHTTPError, EnginePool, EngineResponse, EngineTimeout
-from .metrics import Call
+from .engine_http import ConnectionPool, EngineHTTPError, EngineResponse, EngineTimeout
+from .metrics import RequestRecord
 from .responses import engine_unavailable, error_for, error_response, upstream_error
 from .streaming import Item, SSEInspector
+
+T = TypeVar("T")
 
 
 class Upstream:
@@ -36,7 +41,7 @@ class Upstream:
         self.assemble_min_tokens = assemble_min_tokens
         self.timeout_s = timeout_s
         self.retry_wait_s = retry_wait_s
-        self.pool = EnginePool(timeout_s)
+        self.pool = ConnectionPool(timeout_s)
         self.http = httpx.AsyncClient(timeout=10.0, headers=handle.auth_headers())  # /health, /slots, /lora-…
         self._clients: dict[tuple[str, str | None], AsyncClient] = {}
 
@@ -69,24 +74,39 @@ class Upstream:
             await asyncio.sleep(0.1)
         return False
 
-    async def send(self, call: Call, path: str, body: dict[str, Any], stream: bool) -> EngineResponse | Response:
-        """POST to the engine; once more after an engine failure. Errors come back as OpenAI-style responses."""
+    async def retried(self, call: RequestRecord, work: Callable[[], Awaitable[T]],
+                      unavailable: Callable[[TransportError], Response]) -> T | Response:
+        """The one retry policy: ``work`` once more when the engine failed under it (a ``TransportError`` that
+        is not an HTTP answer: crash, wedge restart, closed connection) and is ready again within
+        ``retry_wait_s``; otherwise ``unavailable(error)``. Nothing has reached the client when ``work`` raises."""
         if not self.handle.ready() and not await self.wait_for_engine():  # (re)starting: wait, bounded
             return engine_unavailable(f"engine {self.handle.state()}")
-        payload = json.dumps(body, ensure_ascii=False).encode()
         for attempt in (0, 1):
+            try:
+                return await work()
+            except ServerError:
+                raise  # the engine answered: not a failure of the engine
+            except TransportError as exc:
+                if attempt == 1 or not await self.wait_for_engine():
+                    return unavailable(exc)
+                call.retried = True
+        raise AssertionError("unreachable")
+
+    async def send(self, call: RequestRecord, path: str, body: dict[str, Any],
+                   stream: bool) -> EngineResponse | Response:
+        """POST to the engine (retried once). Errors come back as OpenAI-style responses."""
+        payload = json.dumps(body, ensure_ascii=False).encode()
+
+        async def post() -> EngineResponse | Response:
             try:
                 return await self.pool.post(self.handle.url() + path, payload, stream=stream,
                                             headers=self.handle.auth_headers())
             except EngineTimeout:
                 return error_response(504, "the engine did not answer in time", "timeout_error", "engine_timeout")
-            except EngineHTTPError as exc:
-                if attempt == 1 or not await self.wait_for_engine():
-                    return engine_unavailable(str(exc))
-                call.retried = True
-        raise AssertionError("unreachable")
 
-    async def forward(self, call: Call, path: str, body: dict[str, Any]) -> Response:
+        return await self.retried(call, post, lambda exc: engine_unavailable(str(exc)))
+
+    async def forward(self, call: RequestRecord, path: str, body: dict[str, Any]) -> Response:
         if assembles(path, body, self.assemble_min_tokens):
             return await self.forward_assembled(call, path, body)
         upstream = await self.send(call, path, body, stream=False)
@@ -98,13 +118,18 @@ class Upstream:
             call.note_answer(json.loads(upstream.content))
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
 
-    async def forward_assembled(self, call: Call, path: str, body: dict[str, Any]) -> Response:
+    async def forward_assembled(self, call: RequestRecord, path: str, body: dict[str, Any]) -> Response:
         """A non-streamed answer read from the engine as a stream (assemble.py says why); retried once when
         the engine fails mid-answer, since nothing has reached the client yet."""
-        for attempt in (0, 1):
-            upstream = await self.send(call, path, streamed_body(body), stream=True)
-            if isinstance(upstream, Response):
-                return upstream
+
+        payload = json.dumps(streamed_body(body), ensure_ascii=False).encode()
+
+        async def read() -> Response:
+            try:
+                upstream = await self.pool.post(self.handle.url() + path, payload, stream=True,
+                                                headers=self.handle.auth_headers())
+            except EngineTimeout:
+                return error_response(504, "the engine did not answer in time", "timeout_error", "engine_timeout")
             try:
                 if upstream.status_code >= 400:
                     return upstream_error(upstream.status_code, await upstream.aread())
@@ -118,18 +143,14 @@ class Upstream:
                 code = exc.error.get("code")
                 status = code if isinstance(code, int) and 400 <= code < 600 else 500
                 return upstream_error(status, json.dumps({"error": exc.error}).encode())
-            except EngineHTTPError as exc:
-                if attempt == 1 or not await self.wait_for_engine():
-                    return engine_unavailable(str(exc))
-                call.retried = True
-                continue
             finally:
                 await upstream.aclose()  # also when cancelled (client gone, deadline): the engine stops
             call.note_answer(answer)
             return JSONResponse(answer)
-        raise AssertionError("unreachable")
 
-    async def relay(self, call: Call, path: str, body: dict[str, Any]) -> AsyncGenerator[Item, None]:
+        return await self.retried(call, read, lambda exc: engine_unavailable(str(exc)))
+
+    async def relay(self, call: RequestRecord, path: str, body: dict[str, Any]) -> AsyncGenerator[Item, None]:
         """The engine's SSE bytes as they come; an error response instead when it fails."""
         upstream = await self.send(call, path, body, stream=True)
         if isinstance(upstream, Response):
@@ -149,28 +170,22 @@ class Upstream:
             await upstream.aclose()  # also on client disconnect: llama-server cancels the generation
             call.usage, call.timings = inspector.usage, inspector.timings
 
-    async def run_client(self, call: Call, work: Callable[[AsyncClient], Awaitable[Response]]) -> Response:
-        """A task or structured-output request through the library client, retried once after an engine failure."""
-        if not self.handle.ready() and not await self.wait_for_engine():
-            return engine_unavailable(f"engine {self.handle.state()}")
-        for attempt in (0, 1):
-            try:
-                return await work(self.client(call.model))
-            except ServerError as exc:
-                return error_for(exc)
-            except TransportError as exc:
-                if attempt == 1 or not await self.wait_for_engine():
-                    return engine_unavailable(exc.one_line()) if not self.handle.ready() else error_for(exc)
-                call.retried = True
-            except OutputError as exc:
-                call.schema_failed = True
-                return error_for(exc)
-            except TiankongError as exc:
-                return error_for(exc)
-        raise AssertionError("unreachable")
+    async def run_client(self, call: RequestRecord, work: Callable[[AsyncClient], Awaitable[Response]]) -> Response:
+        """A task or structured-output request through the library client (retried once)."""
+
+        def unavailable(exc: TransportError) -> Response:
+            return engine_unavailable(exc.one_line()) if not self.handle.ready() else error_for(exc)
+
+        try:
+            return await self.retried(call, lambda: work(self.client(call.model)), unavailable)
+        except OutputError as exc:
+            call.schema_failed = True
+            return error_for(exc)
+        except TiankongError as exc:
+            return error_for(exc)
 
 
-def note_json(call: Call, response: Response) -> Response:
+def note_json(call: RequestRecord, response: Response) -> Response:
     """Record usage and attempts from a JSON answer built here (structured chat, tasks)."""
     if isinstance(response, JSONResponse):
         with contextlib.suppress(ValueError):

@@ -10,14 +10,14 @@ from .pii_rules import Entity, detect_rules
 from .redact import Redaction, redact_flow, redact_rules
 from .rerank import Ranked, Reranking, rerank_flow
 from .rewrite import Rewrite, rewrite_flow
-from .route import Route, RouteDecision, RouteStats, Upstream, route_flow
+from .route import EscalationTarget, Route, RouteDecision, RouteStats, route_flow
 from .tag import tag_flow
 
 TASKS = ("classify", "route", "rewrite", "rerank", "redact", "guard", "compress", "summarize", "tag")
 
 __all__ = [
     "TASKS", "AsyncTaskMethods", "Classification", "Compression", "Entity", "GuardVerdict", "Ranked", "Redaction",
-    "Reranking", "Rewrite", "Route", "RouteDecision", "RouteStats", "Summary", "TaskMethods", "Upstream",
+    "Reranking", "Rewrite", "Route", "RouteDecision", "RouteStats", "Summary", "TaskMethods", "EscalationTarget",
     "classify_flow", "compress_flow", "detect_rules", "guard_flow", "redact_flow", "redact_rules", "rerank_flow",
     "rewrite_flow", "route_flow", "summarize_flow", "tag_flow",
 ]

@@ -19,7 +19,7 @@ from .guard import GuardVerdict
 from .redact import Redaction
 from .rerank import Reranking
 from .rewrite import Rewrite
-from .route import Route, RouteDecision, Upstream, check_upstream, escalation_text, upstream_key
+from .route import EscalationTarget, Route, RouteDecision, check_upstream, escalation_text, upstream_key
 from .specs import CLASSIFY, COMPRESS, GUARD, REDACT, RERANK, REWRITE, ROUTE, SUMMARIZE, TAG, TaskSpec
 
 T = TypeVar("T")
@@ -49,7 +49,7 @@ class TaskMethods:
 
     def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
               redline: bool = True, escalate_target: str = "upstream",
-              upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512,
+              upstream: EscalationTarget | dict[str, Any] | None = None, max_tokens: int = 512,
               decider: str | None = None) -> RouteDecision:
         """Local routing decision; escalates (``escalated=True``) on low confidence or red-line requests;
         ``decider``: a tuned decider over the route names makes the local decision.
@@ -126,7 +126,7 @@ class AsyncTaskMethods:
 
     async def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
                     redline: bool = True, escalate_target: str = "upstream",
-                    upstream: Upstream | dict[str, Any] | None = None, max_tokens: int = 512,
+                    upstream: EscalationTarget | dict[str, Any] | None = None, max_tokens: int = 512,
                     decider: str | None = None) -> RouteDecision:
         decision: RouteDecision = await self._task(ROUTE, text=text, routes=routes, threshold=threshold,
                                                    redline=redline, escalate_target=escalate_target,

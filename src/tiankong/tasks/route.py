@@ -41,7 +41,7 @@ class Route(BaseModel):
     target: str = Field(pattern=r"^(task|tool|upstream):\S+$")
 
 
-class Upstream(BaseModel):
+class EscalationTarget(BaseModel):
     """An OpenAI-compatible large model (cloud or a bigger local server)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -148,16 +148,16 @@ def _redline(text: str, kind: Classification) -> tuple[str, str]:
     return "simple", ""
 
 
-def check_upstream(upstream: Any) -> Upstream:
+def check_upstream(upstream: Any) -> EscalationTarget:
     try:
-        return upstream if isinstance(upstream, Upstream) else Upstream.model_validate(upstream)
+        return upstream if isinstance(upstream, EscalationTarget) else EscalationTarget.model_validate(upstream)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid upstream: {problems}", hint="an upstream is {url, api_key_env?, model?, "
                           "redact?}") from None
 
 
-def upstream_key(upstream: Upstream) -> str | None:
+def upstream_key(upstream: EscalationTarget) -> str | None:
     """The upstream's API key from its environment variable (missing variable → ConfigError)."""
     if not upstream.api_key_env:
         return None
@@ -168,7 +168,7 @@ def upstream_key(upstream: Upstream) -> str | None:
     return key
 
 
-def escalation_text(text: str, upstream: Upstream) -> tuple[str, list[dict[str, Any]]]:
+def escalation_text(text: str, upstream: EscalationTarget) -> tuple[str, list[dict[str, Any]]]:
     """What leaves the machine: the text with PII redacted by the deterministic rules (unless disabled)."""
     if not upstream.redact:
         return text, []
