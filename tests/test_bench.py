@@ -108,8 +108,9 @@ def assert_png(data: bytes) -> tuple[int, int]:
         assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
         chunks[kind] = chunks.get(kind, b"") + body
         pos += 12 + length
-    width, height = struct.unpack(">II", chunks[b"IHDR"][:8])
-    assert len(zlib.decompress(chunks[b"IDAT"])) == height * (1 + 3 * width)
+    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    channels = {2: 3, 6: 4}[color]  # RGB or RGBA, 8 bits each
+    assert depth == 8 and len(zlib.decompress(chunks[b"IDAT"])) == height * (1 + channels * width)
     assert b"IEND" in chunks
     return width, height
 

@@ -2,7 +2,7 @@
 
 * ``speed`` – prompt-processing / generation tokens/s and TTFT vs prompt length, threads and ctx size;
 * ``ladder`` – throughput and latency per concurrency level, the knee and a recommended cap;
-* ``chart``/``png``/``output`` – CSV, JSON, a PNG and a self-contained HTML page, no plotting library.
+* ``chart``/``output`` – CSV, JSON, a PNG (matplotlib, Agg) and a self-contained HTML page (inline SVG).
 
 See docs/bench.md for what is measured and the knee rule.
 """

@@ -1,24 +1,24 @@
-"""Benchmark charts without a plotting library: one list of shapes, rendered as SVG (HTML page) and PNG.
+"""Benchmark charts drawn by matplotlib (Agg, no display): PNG files and an SVG inside the HTML report.
 
 A ``Chart`` is a title and panels stacked vertically; a ``Panel`` has series of (x, y) points and vertical
-markers (the knee, the recommendation). The x axis is categorical (the measured levels, evenly spaced;
-a marker between two levels is placed on a log scale between them), the y axis starts at 0.
+markers (the knee, the recommendation). The x axis is categorical (the measured levels, evenly spaced; a marker
+between two levels is placed on a log scale between them), the y axis starts at 0. The figure is exactly
+``width`` × ``height(chart)`` pixels.
 """
 
 from __future__ import annotations
 
 import html
+import io
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .png import Canvas, Color
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-PALETTE: list[Color] = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (255, 127, 14), (148, 103, 189),
-                        (140, 86, 75), (227, 119, 194), (23, 190, 207)]
-INK: Color = (34, 34, 34)
-GRID: Color = (225, 225, 225)
-MARK: Color = (120, 120, 120)
+DPI = 100
+HEADER = 56  # pixels above the first panel: title and subtitle
 
 
 @dataclass
@@ -51,121 +51,8 @@ class Chart:
     panel_height: int = 300
 
 
-# --- shapes ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class Line:
-    x1: float
-    y1: float
-    x2: float
-    y2: float
-    color: Color
-    width: float = 1.0
-    dash: float = 0.0
-
-
-@dataclass
-class Box:
-    x: float
-    y: float
-    w: float
-    h: float
-    color: Color
-
-
-@dataclass
-class Dot:
-    x: float
-    y: float
-    r: float
-    color: Color
-
-
-@dataclass
-class Label:
-    x: float
-    y: float
-    text: str
-    color: Color = INK
-    scale: int = 1
-    anchor: str = "start"
-    vertical: bool = False
-
-
-Shape = Line | Box | Dot | Label
-_HEADER = 56
-
-
-def fmt_num(value: float) -> str:
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else "-"
-    size = abs(value)
-    if value == int(value) and size < 10000:
-        return str(int(value))
-    if size >= 10000:
-        return f"{value / 1000:.0f}k"
-    if size >= 1000:
-        return f"{value / 1000:.1f}k"
-    if size >= 10:
-        return f"{value:.0f}"
-    return f"{value:.1f}" if size >= 1 else f"{value:.2f}"
-
-
-def nice_max(value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        return 1.0
-    unit = 10.0 ** math.floor(math.log10(value))
-    return float(next(m * unit for m in (1, 2, 2.5, 5, 10) if m * unit >= value * 0.999))
-
-
 def height(chart: Chart) -> int:
-    return _HEADER + chart.panel_height * len(chart.panels)
-
-
-def draw(chart: Chart) -> list[Shape]:
-    shapes: list[Shape] = [Label(chart.width / 2, 26, chart.title, scale=2, anchor="middle"),
-                           Label(chart.width / 2, 44, chart.subtitle, color=MARK, anchor="middle")]
-    for index, panel in enumerate(chart.panels):
-        shapes += _panel(panel, chart.width, _HEADER + index * chart.panel_height, chart.panel_height)
-    return shapes
-
-
-def _panel(panel: Panel, width: int, top: float, panel_h: float) -> list[Shape]:
-    left, right, plot_top, bottom = 72.0, width - 24.0, top + 48.0, top + panel_h - 44.0
-    shapes: list[Shape] = [Label(left, top + 16, panel.title, scale=2)]
-    cats = sorted({x for s in panel.series for x, _ in s.points})
-    values = [y for s in panel.series for _, y in s.points if math.isfinite(y)]
-    y_max = nice_max(max(values, default=0.0))
-
-    def px(x: float) -> float:
-        return left + (right - left) * (_position(x, cats) + 0.5) / max(1, len(cats))
-
-    def py(y: float) -> float:
-        return bottom - (bottom - plot_top) * (y / y_max)
-
-    for tick in range(6):
-        value = y_max * tick / 5
-        shapes += [Line(left, py(value), right, py(value), GRID),
-                   Label(left - 6, py(value) + 3, fmt_num(value), anchor="end")]
-    shapes += [Line(left, bottom, right, bottom, INK), Line(left, plot_top, left, bottom, INK)]
-    for x in cats:
-        shapes += [Line(px(x), bottom, px(x), bottom + 4, INK), Label(px(x), bottom + 16, fmt_num(x), anchor="middle")]
-    shapes += [Label((left + right) / 2, bottom + 34, panel.x_label, anchor="middle"),
-               Label(18, (plot_top + bottom) / 2, panel.y_label, anchor="middle", vertical=True)]
-    for marker in panel.markers:
-        if cats:
-            shapes += [Line(px(marker.x), plot_top, px(marker.x), bottom, MARK, 1.0, 4.0),
-                       Label(px(marker.x) + 4, plot_top + 10, marker.label, color=MARK)]
-    legend_x = left
-    for number, series in enumerate(panel.series):
-        color = PALETTE[number % len(PALETTE)]
-        shapes += [Box(legend_x, top + 27, 10, 10, color), Label(legend_x + 14, top + 36, series.name)]
-        legend_x += 30 + 6 * len(series.name)
-        points = [(px(x), py(y)) for x, y in sorted(series.points) if math.isfinite(y)]
-        shapes += [Line(a[0], a[1], b[0], b[1], color, 2.0) for a, b in zip(points, points[1:], strict=False)]
-        shapes += [Dot(x, y, 3.0, color) for x, y in points]
-    return shapes
+    return HEADER + chart.panel_height * len(chart.panels)
 
 
 def _position(x: float, cats: list[float]) -> float:
@@ -184,47 +71,75 @@ def _position(x: float, cats: list[float]) -> float:
     return upper - 1 + fraction
 
 
-# --- renderers ------------------------------------------------------------------------------------
+def _label(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display), imported when a chart is drawn: it costs the CLI
+    about half a second of start-up otherwise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+def figure(chart: Chart) -> Figure:
+    pyplot = _pyplot()
+    total = height(chart)
+    fig = pyplot.figure(figsize=(chart.width / DPI, total / DPI), dpi=DPI)
+    fig.suptitle(chart.title, y=1 - 8 / total, fontsize=14)
+    fig.text(0.5, 1 - 48 / total, chart.subtitle, ha="center", color="#777777", fontsize=9)
+    for index, panel in enumerate(chart.panels):
+        top = HEADER + index * chart.panel_height
+        # panel box in figure fractions: room for its title, legend and axis labels
+        left, right = 72 / chart.width, 1 - 24 / chart.width
+        bottom_px, top_px = top + chart.panel_height - 44, top + 48
+        axes = fig.add_axes((left, 1 - bottom_px / total, right - left, (bottom_px - top_px) / total))
+        cats = sorted({x for s in panel.series for x, _ in s.points})
+        for series in panel.series:
+            points = sorted((_position(x, cats), y) for x, y in series.points if math.isfinite(y))
+            axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, linewidth=2,
+                      label=series.name)
+        for marker in panel.markers:
+            if cats:
+                where = _position(marker.x, cats)
+                axes.axvline(where, color="#787878", linestyle="--", linewidth=1)
+                axes.annotate(marker.label, (where, 1), xycoords=("data", "axes fraction"), xytext=(4, -12),
+                              textcoords="offset points", color="#787878", fontsize=8)
+        axes.set_xticks(range(len(cats)), [_label(c) for c in cats])
+        axes.set_xlim(-0.5, max(0, len(cats) - 1) + 0.5)
+        axes.set_ylim(bottom=0)
+        axes.grid(axis="y", color="#e1e1e1")
+        axes.set_xlabel(panel.x_label, fontsize=9)
+        axes.set_ylabel(panel.y_label, fontsize=9)
+        axes.set_title(panel.title, loc="left", fontsize=11, pad=18)
+        if panel.series:
+            axes.legend(loc="lower left", bbox_to_anchor=(0, 1), ncol=max(1, len(panel.series)), fontsize=8,
+                        frameon=False, borderaxespad=0.1)
+    return fig
+
+
+def _render(chart: Chart, kind: str) -> bytes:
+    fig = figure(chart)
+    try:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=kind, dpi=DPI, metadata={"Software": None} if kind == "png" else {"Date": None})
+        return buffer.getvalue()
+    finally:
+        _pyplot().close(fig)
 
 
 def to_png(chart: Chart) -> bytes:
-    canvas = Canvas(chart.width, height(chart))
-    for shape in draw(chart):
-        if isinstance(shape, Line):
-            canvas.line(shape.x1, shape.y1, shape.x2, shape.y2, shape.color, shape.width, shape.dash)
-        elif isinstance(shape, Box):
-            canvas.box(shape.x, shape.y, shape.w, shape.h, shape.color)
-        elif isinstance(shape, Dot):
-            canvas.disc(shape.x, shape.y, shape.r, shape.color)
-        else:
-            canvas.text(shape.x, shape.y, shape.text, shape.color, shape.scale, shape.anchor, shape.vertical)
-    return canvas.to_png()
-
-
-def _rgb(color: Color) -> str:
-    return "#{:02x}{:02x}{:02x}".format(*color)
+    return _render(chart, "png")
 
 
 def to_svg(chart: Chart) -> str:
-    w, h = chart.width, height(chart)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-             'font-family="sans-serif">', f'<rect width="{w}" height="{h}" fill="#ffffff"/>']
-    for shape in draw(chart):
-        if isinstance(shape, Line):
-            dash = f' stroke-dasharray="{shape.dash:g}"' if shape.dash else ""
-            parts.append(f'<line x1="{shape.x1:.1f}" y1="{shape.y1:.1f}" x2="{shape.x2:.1f}" y2="{shape.y2:.1f}" '
-                         f'stroke="{_rgb(shape.color)}" stroke-width="{shape.width:g}"{dash}/>')
-        elif isinstance(shape, Box):
-            parts.append(f'<rect x="{shape.x:.1f}" y="{shape.y:.1f}" width="{shape.w:.1f}" height="{shape.h:.1f}" '
-                         f'fill="{_rgb(shape.color)}"/>')
-        elif isinstance(shape, Dot):
-            parts.append(f'<circle cx="{shape.x:.1f}" cy="{shape.y:.1f}" r="{shape.r:g}" fill="{_rgb(shape.color)}"/>')
-        else:
-            anchor = {"start": "start", "middle": "middle", "end": "end"}.get(shape.anchor, "start")
-            turn = f' transform="rotate(-90 {shape.x:.1f} {shape.y:.1f})"' if shape.vertical else ""
-            parts.append(f'<text x="{shape.x:.1f}" y="{shape.y:.1f}" font-size="{6 + 5 * shape.scale}" '
-                         f'fill="{_rgb(shape.color)}" text-anchor="{anchor}"{turn}>{html.escape(shape.text)}</text>')
-    return "\n".join(parts + ["</svg>"])
+    """The chart as an ``<svg>`` element (no XML prolog: it is inlined into the HTML report)."""
+    text = _render(chart, "svg").decode("utf-8")
+    return text[text.index("<svg"):]
 
 
 def to_html(chart: Chart, rows: list[dict[str, Any]], notes: list[str]) -> str:
