@@ -89,7 +89,7 @@ def _pyplot() -> Any:
 def figure(chart: Chart) -> Figure:
     pyplot = _pyplot()
     total = height(chart)
-    fig = pyplot.figure(figsize=(chart.width / DPI, total / DPI), dpi=DPI)
+    fig: Figure = pyplot.figure(figsize=(chart.width / DPI, total / DPI), dpi=DPI)
     fig.suptitle(chart.title, y=1 - 8 / total, fontsize=14)
     fig.text(0.5, 1 - 48 / total, chart.subtitle, ha="center", color="#777777", fontsize=9)
     for index, panel in enumerate(chart.panels):
