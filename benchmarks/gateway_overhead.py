@@ -1,6 +1,7 @@
 """Gateway overhead: the same engine, the same prompts, direct to llama-server vs. through `tiankong serve`.
 
     .venv/bin/python benchmarks/gateway_overhead.py [--concurrency 1,4,8] [--requests 12] [--rounds 6] [--json]
+    .venv/bin/python benchmarks/gateway_overhead.py --clients 400 --rounds 6   # the hot-path HTTP client vs others
 
 One `tiankong serve` process (SmolLM2, 2 slots) is started; its engine is called directly and through the
 gateway, alternating direct/gateway cells of ``--requests`` requests for ``--rounds`` rounds (the order
@@ -276,6 +277,95 @@ def canned(requests: int) -> dict[str, float]:
             "added_p99_ms": (percentile(g, 0.99) - percentile(d, 0.99)) * 1000}
 
 
+def start_canned() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", CANNED_UPSTREAM, str(port)])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    return proc, url
+
+
+async def client_cells(url: str, requests: int, rounds: int, concurrency: int) -> dict[str, dict[str, float]]:
+    """The gateway's hot-path HTTP client against the alternatives, on the same canned upstream: per client the
+    p50 of sequential POSTs and the client process's CPU per request at ``concurrency``; rounds interleave the
+    clients so machine noise hits all alike."""
+    import aiohttp
+    import httpcore
+
+    from tiankong.gateway.engine_http import ConnectionPool
+
+    target = url + "/v1/chat/completions"
+    payload = json.dumps(body(0, 4)).encode()
+    headers = {"Content-Type": "application/json"}
+    lean = ConnectionPool(30.0)
+    core = httpcore.AsyncConnectionPool(max_connections=concurrency)
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
+    plain = httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=concurrency))
+
+    async def post_lean() -> None:
+        assert (await lean.post(target, payload, stream=False, headers=headers)).status_code == 200
+
+    async def post_httpcore() -> None:
+        answer = await core.request("POST", target, headers=list(headers.items()), content=payload)
+        assert answer.status == 200 and answer.content
+
+    async def post_aiohttp() -> None:
+        async with session.post(target, data=payload, headers=headers) as answer:
+            assert answer.status == 200 and await answer.read()
+
+    async def post_httpx() -> None:
+        assert (await plain.post(target, content=payload, headers=headers)).status_code == 200
+
+    clients = {"tiankong ConnectionPool": post_lean, "httpcore": post_httpcore, "aiohttp": post_aiohttp,
+               "httpx": post_httpx}
+    latency: dict[str, list[float]] = {name: [] for name in clients}
+    cpu: dict[str, float] = dict.fromkeys(clients, 0.0)
+    try:
+        for post in clients.values():  # warm-up: connections open, code paths hot
+            for _ in range(50):
+                await post()
+        for round_no in range(rounds):
+            order = list(clients.items())
+            for name, post in order if round_no % 2 == 0 else order[::-1]:
+                for _ in range(requests):
+                    started = time.perf_counter()
+                    await post()
+                    latency[name].append(time.perf_counter() - started)
+                counter = iter(range(requests))
+
+                async def worker(post: Any = post, counter: Any = counter) -> None:
+                    for _ in counter:
+                        await post()
+
+                started_cpu = time.process_time()
+                await asyncio.gather(*(worker() for _ in range(concurrency)))
+                cpu[name] += time.process_time() - started_cpu
+    finally:
+        await lean.close()
+        await core.aclose()
+        await session.close()
+        await plain.aclose()
+    total = requests * rounds
+    return {name: {"p50_ms": percentile(latency[name], 0.5) * 1000, "p99_ms": percentile(latency[name], 0.99) * 1000,
+                   "cpu_ms_per_request": cpu[name] / total * 1000} for name in clients}
+
+
+def client_report(rows: dict[str, dict[str, float]], requests: int, rounds: int, concurrency: int) -> None:
+    lean = rows["tiankong ConnectionPool"]
+    print(f"hot-path HTTP clients against the canned upstream ({requests} x {rounds} rounds sequential for the "
+          f"latency; the same at concurrency {concurrency} for the client's CPU):")
+    print(f"{'client':<24} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms/req':>10} {'cpu vs tiankong':>15}")
+    for name, row in rows.items():
+        print(f"{name:<24} {row['p50_ms']:>7.3f} {row['p99_ms']:>7.3f} {row['cpu_ms_per_request']:>10.3f} "
+              f"{row['cpu_ms_per_request'] / lean['cpu_ms_per_request']:>14.2f}x")
+
+
 def report(results: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"gateway process idle CPU (watchdogs, subtracted): {results['gateway_idle_cpu_ms_per_s']:.1f} ms/s")
     print(f"SmolLM2-135M, 2 slots, {args.requests} requests x {args.rounds} rounds per cell, "
@@ -303,10 +393,21 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=0, help="server.max_in_flight (default: slots)")
     parser.add_argument("--canned", type=int, default=500,
                         help="also measure against a canned upstream with this many requests (0: skip)")
+    parser.add_argument("--clients", type=int, default=0, help="compare the hot-path HTTP client with httpcore, "
+                        "aiohttp and httpx: this many requests per client and round on a canned upstream, then stop")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     levels = [int(x) for x in args.concurrency.split(",")]
     exit_on_sigterm()
+    if args.clients:
+        proc, url = start_canned()
+        try:
+            rows = asyncio.run(client_cells(url, args.clients, args.rounds, 4))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+        print(json.dumps(rows, indent=2)) if args.json else client_report(rows, args.clients, args.rounds, 4)
+        return
     fixed = canned(args.canned) if args.canned else None
     extra = f"max_in_flight = {args.max_in_flight}\n" if args.max_in_flight else ""
     served = start_serve(f"[server]\nqueue_size = {max(levels) * 2}\n{extra}")
