@@ -7,9 +7,10 @@ import re
 from typing import Any
 
 from ..errors import InvalidSchema, SchemaNotSupported
+from .budget import DEFAULT_MAX_STRING
 from .flow import Constraint, json_decode
 from .patterns import engine_pattern
-from .schema import DEFAULT_MAX_STRING, SchemaPlan, preflight
+from .schema import SchemaPlan, preflight
 
 
 def is_pydantic_model(schema: Any) -> bool:
