@@ -6,8 +6,9 @@ httpx costs about 1 ms of CPU per request on a small machine, which is most of w
 2 cores): CPU per request 0.18 ms here, aiohttp 0.25 ms (1.4×), httpcore 0.72 ms (4.1×), httpx 1.0 ms (5.8×);
 sequential p50 1.37 ms vs 1.63 / 1.87 / 2.12 ms. The margin over aiohttp, the closest, is 0.25 ms at p50 and
 0.07 ms of CPU per request — an eighth of the 2 ms budget, and one dependency tree (aiohttp, multidict, yarl,
-frozenlist, aiosignal) less — so this client stays; should aiohttp close the gap, switch to it. This client does only what the proxy needs: keep-alive connections pooled
-per engine address, ``Content-Length`` and ``chunked`` responses, streaming, and closing the connection
+frozenlist, aiosignal) less — so this client stays; should aiohttp close the gap, switch to it.
+
+It does only what the proxy needs: keep-alive connections pooled per engine address, ``Content-Length`` and ``chunked`` responses, streaming, and closing the connection
 when a request is abandoned (llama-server then cancels the generation). Everything else (health probes,
 ``/slots``, the task client) still uses httpx.
 """
