@@ -8,8 +8,8 @@ sequential p50 1.37 ms vs 1.63 / 1.87 / 2.12 ms. The margin over aiohttp, the cl
 0.07 ms of CPU per request — an eighth of the 2 ms budget, and one dependency tree (aiohttp, multidict, yarl,
 frozenlist, aiosignal) less — so this client stays; should aiohttp close the gap, switch to it.
 
-It does only what the proxy needs: keep-alive connections pooled per engine address, ``Content-Length`` and ``chunked`` responses, streaming, and closing the connection
-when a request is abandoned (llama-server then cancels the generation). Everything else (health probes,
+It does only what the proxy needs: keep-alive connections pooled per engine address, ``Content-Length`` and
+``chunked`` responses, streaming, and closing the connection when a request is abandoned (llama-server then cancels the generation). Everything else (health probes,
 ``/slots``, the task client) still uses httpx.
 """
 
