@@ -1,16 +1,16 @@
 """A lean HTTP/1.1 client for the hot path: JSON POSTs to our own llama-server over loopback.
 
-httpx costs about 1 ms of CPU per request on a small machine, which is most of what a gateway may add
-(the target is <= 2 ms at p50). Measured against the well-kept alternatives on the same canned upstream
-(``benchmarks/gateway_overhead.py --clients 300 --rounds 6``, ``benchmarks/results/gateway/http-clients.txt``,
-2 cores): CPU per request 0.18 ms here, aiohttp 0.25 ms (1.4×), httpcore 0.72 ms (4.1×), httpx 1.0 ms (5.8×);
+httpx costs about 1 ms of CPU per request on a small machine, which is most of what a gateway may add (the
+target is <= 2 ms at p50). Measured against the well-kept alternatives on the same canned upstream
+(``benchmarks/gateway_overhead.py --clients 300 --rounds 6``, ``benchmarks/results/gateway/http-clients.txt``, 2
+cores): CPU per request 0.18 ms here, aiohttp 0.25 ms (1.4×), httpcore 0.72 ms (4.1×), httpx 1.0 ms (5.8×);
 sequential p50 1.37 ms vs 1.63 / 1.87 / 2.12 ms. The margin over aiohttp, the closest, is 0.25 ms at p50 and
 0.07 ms of CPU per request — an eighth of the 2 ms budget, and one dependency tree (aiohttp, multidict, yarl,
 frozenlist, aiosignal) less — so this client stays; should aiohttp close the gap, switch to it.
 
 It does only what the proxy needs: keep-alive connections pooled per engine address, ``Content-Length`` and
-``chunked`` responses, streaming, and closing the connection when a request is abandoned (llama-server then cancels the generation). Everything else (health probes,
-``/slots``, the task client) still uses httpx.
+``chunked`` responses, streaming, and closing the connection when a request is abandoned (llama-server then
+cancels the generation). Everything else (health probes, ``/slots``, the task client) still uses httpx.
 """
 
 from __future__ import annotations
