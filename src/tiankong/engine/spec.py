@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ..errors import EngineError
+from .supervised import Watcher
 
 if TYPE_CHECKING:  # pragma: no cover
     from .flags import EngineConfig
@@ -125,28 +125,20 @@ def without_spec(config: EngineConfig) -> EngineConfig:
                                spec_draft_n_min=None, spec_draft_p_min=None, draft_gpu_layers=None)
 
 
-class SpecMonitor:
+class SpecMonitor(Watcher):
     """A daemon thread: poll the engine's counters, restart it without speculation when acceptance drops."""
+
+    thread_name = "tiankong-spec-monitor"
+    stop_after_action = True
 
     def __init__(self, engine: EngineProcess, *, min_acceptance: float = 0.6, window_tokens: int = 256,
                  interval_s: float = 5.0, log: Callable[[str], None] | None = None) -> None:
+        super().__init__(interval_s)
         self.engine = engine
         self.min_acceptance = min_acceptance
-        self.interval_s = interval_s
         self.rolling = RollingAcceptance(window_tokens)
         self.log = log
         self.disabled_reason: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tiankong-spec-monitor", daemon=True)
-
-    def start(self) -> SpecMonitor:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.interval_s + 5)
 
     def check_once(self) -> bool:
         """One reading; True when it turned speculation off (the engine restarted without it)."""
@@ -166,8 +158,3 @@ class SpecMonitor:
         with contextlib.suppress(EngineError):  # the watchdog keeps trying; the reason stays recorded
             self.engine.restart(f"speculative decoding off ({self.disabled_reason})")
         return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            if self.check_once():
-                return

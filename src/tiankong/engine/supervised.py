@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Self
 
 from ..errors import EngineError
 from .files import open_private
@@ -154,3 +155,34 @@ class SupervisedProcess:
             handle.seek(max(0, handle.seek(0, os.SEEK_END) - 16384))
             text = handle.read().decode("utf-8", "replace")
         return "\n".join(text.splitlines()[-lines:])
+
+
+class Watcher:
+    """A daemon thread calling :meth:`check_once` every ``interval_s`` until :meth:`stop` (the wedge watch, the
+    speculative-decoding monitor); with ``stop_after_action`` it also ends once ``check_once`` acted."""
+
+    thread_name = "tiankong-watcher"
+    stop_after_action = False
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.interval_s + 5)
+
+    def check_once(self) -> bool:
+        """One look; True when it acted (restarted the engine)."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if self.check_once() and self.stop_after_action:
+                return

@@ -8,35 +8,27 @@ Crashes are the engine watchdog's job; requests caught by either restart are ret
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from ..errors import EngineError
 from .process import EngineProcess, EngineState
+from .supervised import Watcher
 
 
-class WedgeWatch:
+class WedgeWatch(Watcher):
     """A daemon thread probing one engine; ``stop()`` ends it."""
+
+    thread_name = "tiankong-wedge-watch"
 
     def __init__(self, engine: EngineProcess, *, interval_s: float = 10.0, timeout_s: float = 5.0,
                  failures: int = 3, log: Callable[[str], None] = print) -> None:
+        super().__init__(interval_s)
         self.engine = engine
-        self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.failures = failures
         self.log = log
         self.misses = 0
         self.restarts = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tiankong-wedge-watch", daemon=True)
-
-    def start(self) -> WedgeWatch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.timeout_s + 1)
 
     def check_once(self) -> bool:
         """One probe; True when it restarted the engine."""
@@ -60,6 +52,3 @@ class WedgeWatch:
             self.log(f"engine wedged (/slots unanswered {self.failures}x); restarted, pid {self.engine.pid}")
         return restarted
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.check_once()
