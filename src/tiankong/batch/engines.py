@@ -69,7 +69,8 @@ class EnginePool:
         if not urls:
             raise ConfigError("no engine for the batch", hint="pass --model NAME (managed engine) or --url URL")
         model = engine.config.alias if engine else None
-        clients = [MeteredClient(url, model=model, timeout_s=job.timeout_s) for url in urls]
+        key = None if engine else (os.environ.get("TIANKONG_API_KEY") or None)  # a gateway's key, for its urls
+        clients = [MeteredClient(url, model=model, timeout_s=job.timeout_s, api_key=key) for url in urls]
         return cls(clients, engine)
 
     async def slots(self) -> int:

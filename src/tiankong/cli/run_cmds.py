@@ -49,10 +49,26 @@ def serve(model: str | None, host: str | None, port: int | None, slots: int | No
     serve_gateway(config, log=lambda msg: click.echo(msg, err=True))
 
 
+def remember_api_key(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    """``--api-key`` (or ``TIANKONG_API_KEY``): the Bearer key sent to ``--url`` / ``TIANKONG_URL``."""
+    if value:
+        ctx.meta["tiankong.api_key"] = value
+
+
+API_KEY_OPTION = click.option("--api-key", envvar="TIANKONG_API_KEY", default=None, expose_value=False,
+                              callback=remember_api_key, help="Bearer key for --url (or TIANKONG_API_KEY).")
+
+
+def _api_key() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    found = ctx.meta.get("tiankong.api_key") if ctx is not None else None
+    return str(found) if found else (os.environ.get("TIANKONG_API_KEY") or None)
+
+
 def _client(model: str | None, url: str | None, llama_server: str | None, embeddings: bool = False,
             adapters: list[str] | None = None) -> Client:
     if url or os.environ.get("TIANKONG_URL"):
-        return Client(url, model=model)
+        return Client(url, model=model, api_key=_api_key())
     return Client(model=model or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096, embeddings=embeddings,
                   adapters=adapters)
 
@@ -63,6 +79,7 @@ _common = [
     click.option("--system", default=None, help="System prompt."),
     click.option("--max-tokens", type=int, default=512, show_default=True),
     click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
+    API_KEY_OPTION,
 ]
 
 

@@ -9,7 +9,7 @@ import click
 
 from ..errors import ConfigError
 from . import emit_json
-from .run_cmds import _client
+from .run_cmds import API_KEY_OPTION, _client
 
 
 @click.command()
@@ -21,6 +21,7 @@ from .run_cmds import _client
 @click.option("--model", default=None, help="Model (embedded engine).")
 @click.option("--url", default=None, help="Use a running server (or TIANKONG_URL).")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
+@API_KEY_OPTION
 @click.option("--json", "--evidence", "evidence", is_flag=True,
               help="Print the full result: {data, attempts, usage, enforced_by_validation, minimal}.")
 def extract(text: str | None, schema_file: str, instructions: str | None, strict: bool, model: str | None,

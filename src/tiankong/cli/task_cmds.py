@@ -23,7 +23,7 @@ from ..structured.drivers import run_sync
 from ..tasks import guard_flow, redact_flow
 from ..tasks.classify import decide_flow, decider_labels
 from . import emit_json
-from .run_cmds import _client
+from .run_cmds import API_KEY_OPTION, _client
 from .spec_options import spec_option
 
 _options = [
@@ -31,6 +31,7 @@ _options = [
     click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
     click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
     click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON."),
+    API_KEY_OPTION,
 ]
 
 

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -36,7 +37,7 @@ from .metrics import GatewayMetrics, RequestRecord
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
-from .responses import error_for, error_response, rpm_exceeded
+from .responses import engine_unavailable, error_for, error_response, rpm_exceeded, upstream_error
 from .router import ModelRouter
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
@@ -46,6 +47,29 @@ from .upstream import note_json
 __all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+#: llama.cpp's own endpoints, passed through to the engine (auth, admission, deadline, metrics as every route):
+#: what tiankong's client flows call, so ``Client(url=<gateway>)`` and ``tiankong <task> --url`` work through a
+#: gateway. Not validated beyond what the engine's grammar enforces; a top-level json_schema is refused there.
+NATIVE_POST = {"/completion": ("prompt", (str, list)), "/tokenize": ("content", (str,)),
+               "/detokenize": ("tokens", (list,)), "/apply-template": ("messages", (list,)),
+               "/embeddings": ("content", (str, list))}  # path → the field it needs and its JSON types
+NATIVE_GET = ("/props", "/lora-adapters")
+
+
+def native_problem(path: str, body: dict[str, Any]) -> JSONResponse | None:
+    """A 400 when the field a native endpoint reads is missing or of the wrong type (llama-server would answer
+    an empty 200 for some)."""
+    name, types = NATIVE_POST[path]
+    if isinstance(body.get(name), types):
+        return None
+    kinds = " or ".join({"str": "a string", "list": "an array"}[t.__name__] for t in types)
+    return error_response(400, f"{path} needs {name!r} as {kinds}", "invalid_request_error", "invalid_value")
+
+
+def native_refused(path: str) -> JSONResponse:
+    return error_response(400, f"{path} is llama.cpp's own endpoint: this model is a remote OpenAI-compatible "
+                          "upstream (use /v1/chat/completions or /v1/tasks/*)", "invalid_request_error",
+                          "unsupported_endpoint")
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -261,6 +285,9 @@ def create_app(state: GatewayState) -> Starlette:
             pipe = pipe_for(call)
             if isinstance(body, Response):
                 return pipe.done(call, body)
+            if path in NATIVE_POST and (refused := native_refused(path) if pipe.upstream.handle.remote
+                                        else native_problem(path, body)):
+                return pipe.done(call, refused)
             if path != "/v1/chat/completions" and body.get("json_schema") is not None:  # never unvalidated
                 return pipe.done(call, error_response(
                     400, f"json_schema is not validated on {path}: send a chat request with response_format "
@@ -285,6 +312,30 @@ def create_app(state: GatewayState) -> Starlette:
             if body.get("stream"):
                 return pipe.stream(call, path, body)
             return await pipe.run(request, call, lambda: pipe.upstream.forward(call, path, body))
+
+        return handler
+
+    def native_get(path: str) -> Callable[[Request], Awaitable[Response]]:
+        """llama.cpp's read-only endpoints that tiankong's own flows read (``?model=`` picks the engine)."""
+        async def handler(request: Request) -> Response:
+            if (refusal := authenticate(request)[1]) is not None:
+                return refusal
+            call = RequestRecord(path)
+            routed = await state.router.route({"model": request.query_params.get("model")}, call)
+            if isinstance(routed, Response):
+                return routed
+            if routed.remote:
+                return native_refused(path)
+            try:
+                answer = await pipe_for(call).upstream.http.get(routed.url() + path, headers=routed.auth_headers())
+            except httpx.HTTPError as exc:
+                return engine_unavailable(f"the engine did not answer {path}: {type(exc).__name__}")
+            if answer.status_code >= 400:
+                return upstream_error(answer.status_code, answer.content)
+            data = answer.json()
+            if isinstance(data, dict):
+                data.pop("model_path", None)  # where the file lies on the gateway's machine is not the caller's
+            return JSONResponse(data)
 
         return handler
 
@@ -342,6 +393,8 @@ def create_app(state: GatewayState) -> Starlette:
         Route("/v1/embeddings", proxy("/v1/embeddings"), methods=["POST"]),
         Route("/v1/tasks/extract", extract, methods=["POST"]),
         Route("/v1/tasks/{task}", task, methods=["POST"]),
+        *(Route(path, proxy(path), methods=["POST"]) for path in NATIVE_POST),
+        *(Route(path, native_get(path), methods=["GET"]) for path in NATIVE_GET),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[
         Middleware(OriginCheck, keyless=lambda: not state.keys)], exception_handlers={

@@ -87,6 +87,15 @@ def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0") -> di
         "/v1/embeddings": _post("OpenAI embeddings", EMBEDDING_BODY, obj),
         "/v1/tasks/extract": _post("Schema-validated extraction", EXTRACT_BODY, EXTRACT_ANSWER),
     }
+    native = {"type": "object", "description": "llama.cpp's own request body (passed to the engine)",
+              "properties": {"model": {"type": "string"}}}
+    for path in ("/completion", "/tokenize", "/detokenize", "/apply-template", "/embeddings"):
+        paths[path] = _post(f"llama.cpp's {path} (passthrough for tiankong's client flows)", native, obj,
+                            stream=path == "/completion")
+    for path in ("/props", "/lora-adapters"):
+        paths[path] = {"get": {**_get(f"llama.cpp's {path} of the engine serving ?model=", obj, "401", "404")["get"],
+                               "parameters": [{"name": "model", "in": "query", "required": False,
+                                               "schema": {"type": "string"}}]}}
     for task, model in BODIES.items():
         paths[f"/v1/tasks/{task}"] = _post(f"The {task} task", dict(refs[(model, "validation")]), obj)
     components["Error"] = ERROR_SCHEMA
