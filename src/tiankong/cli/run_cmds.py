@@ -100,6 +100,8 @@ def run(prompt: str | None, model: str | None, url: str | None, system: str | No
         if sys.stdin.isatty():
             raise click.UsageError("give a PROMPT or pipe text on stdin")
         prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise click.UsageError("the prompt is empty: give the text to answer (an empty prompt only wastes a call)")
     with _client(model, url, llama_server) as client:
         if as_json:
             result = client.chat(prompt, system=system, max_tokens=max_tokens)
@@ -145,9 +147,11 @@ def doctor(as_json: bool) -> None:
     findings = diagnose()
     if as_json:
         emit_json([finding.to_json() for finding in findings])
-        return
-    for finding in findings:
-        mark = "ok " if finding.ok else "FIX"
-        click.echo(f"{mark} {finding.topic:<40} {finding.detail}")
-        if not finding.ok and finding.fix:
-            click.echo(f"    → {finding.fix}")
+    else:
+        for finding in findings:
+            mark = "ok " if finding.ok else "FIX"
+            click.echo(f"{mark} {finding.topic:<40} {finding.detail}")
+            if not finding.ok and finding.fix:
+                click.echo(f"    → {finding.fix}")
+    if not all(finding.ok for finding in findings):
+        sys.exit(1)  # something to fix: scripts and CI can tell

@@ -236,6 +236,11 @@ def guard(text: str | None, policies: tuple[str, ...], decider: str, no_decider:
             result = client.guard(body, decider=chosen, flag_at=flag_at, block_at=block_at,
                                   policies=list(policies) or None, use_model=use_model)
     render(result, as_json, lambda r: f"{r.verdict}\t{r.score:.3f}\t{'; '.join(r.reasons)}")
+    if result.verdict == "block":
+        sys.exit(EXIT_BLOCKED)  # a pipeline step can stop on it (`tiankong guard … && next-step`)
+
+
+EXIT_BLOCKED = 1  # `tiankong guard` exit status when the verdict is block (flag and allow: 0)
 
 
 def _decider_needs_engine(ref: str) -> bool:
