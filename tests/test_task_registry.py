@@ -149,3 +149,20 @@ def test_every_data_printing_command_accepts_json() -> None:
         return [] if "--json" in options else [" ".join(path)]
 
     assert set(walk(main, [])) == no_data
+
+
+def test_errors_over_http_name_the_field_at_fault() -> None:
+    from starlette.testclient import TestClient
+
+    from tiankong.gateway import GatewayState, create_app
+
+    app = create_app(GatewayState(upstream_url="http://127.0.0.1:9", model_name="m"))  # never reached
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        bad_n = http.post("/v1/tasks/rewrite", json={"query": "q", "n": 99}).json()["error"]
+        assert bad_n["param"] == "n" and bad_n["type"] == "invalid_request_error"
+        unknown = http.post("/v1/tasks/summarize", json={"text": "t", "word": 10}).json()["error"]
+        assert unknown["param"] == "word"
+        budget = http.post("/v1/chat/completions", json={"messages": [], "max_tokens": 0}).json()["error"]
+        assert budget["param"] == "max_tokens"
+        route = http.post("/v1/tasks/nope", json={}).json()["error"]
+        assert route["param"] is None and route["code"] == "not_found"

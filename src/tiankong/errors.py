@@ -22,6 +22,9 @@ class TiankongError(Exception):
     #: HTTP status the gateway answers with.
     http_status: int = 500
 
+    #: the request field at fault, when one is (OpenAI's ``error.param``)
+    param: str | None = None
+
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         self.message = message
         self.hint = hint

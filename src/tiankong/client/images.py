@@ -37,6 +37,7 @@ class InvalidMessages(ConfigError):
     """``messages`` is not a list of ``{role, content}`` objects."""
 
     type = "invalid_messages"
+    param = "messages"
 
 
 def image_part(source: str | Path | bytes, mime: str | None = None, *,

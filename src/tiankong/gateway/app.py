@@ -63,7 +63,8 @@ def native_problem(path: str, body: dict[str, Any]) -> JSONResponse | None:
     if isinstance(body.get(name), types):
         return None
     kinds = " or ".join({"str": "a string", "list": "an array"}[t.__name__] for t in types)
-    return error_response(400, f"{path} needs {name!r} as {kinds}", "invalid_request_error", "invalid_value")
+    return error_response(400, f"{path} needs {name!r} as {kinds}", "invalid_request_error", "invalid_value",
+                          param=name)
 
 
 def native_refused(path: str) -> JSONResponse:
@@ -401,7 +402,7 @@ def create_app(state: GatewayState) -> Starlette:
         404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),
         405: lambda r, e: error_response(405, f"method {r.method} not allowed on {r.url.path}",
                                          "invalid_request_error", "method_not_allowed"),
-        TiankongError: lambda r, e: error_response(e.http_status, e.one_line(), e.type),
+        TiankongError: lambda r, e: error_response(e.http_status, e.one_line(), e.type, param=e.param),
         Exception: lambda r, e: error_response(500, f"internal error: {type(e).__name__}", "server_error"),
     })
     app.state.metrics = metrics

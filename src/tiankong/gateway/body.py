@@ -63,7 +63,7 @@ def bad_token_budget(body: dict[str, Any]) -> JSONResponse | None:
         value = body.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             return error_response(400, f"{key} must be a positive integer, got {json.dumps(value)[:40]}",
-                                  "invalid_request_error", "invalid_max_tokens")
+                                  "invalid_request_error", "invalid_max_tokens", param=key)
     return None
 
 

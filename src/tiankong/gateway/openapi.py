@@ -21,6 +21,7 @@ ERROR_SCHEMA: dict[str, Any] = {
         "message": {"type": "string"},
         "type": {"type": "string", "examples": ["invalid_request_error", "rate_limit_exceeded", "engine_error"]},
         "code": {"type": "string", "examples": ["invalid_json", "queue_full", "deadline_exceeded"]},
+        "param": {"type": ["string", "null"], "description": "the request field at fault, if one is"},
     }}},
 }
 MESSAGES = {"type": "array", "items": {"type": "object", "required": ["role"], "properties": {

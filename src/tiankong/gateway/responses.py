@@ -1,4 +1,5 @@
-"""OpenAI-shaped error bodies: ``{"error": {"message", "type", "code"}}`` for every failure, on every route."""
+"""OpenAI-shaped error bodies: ``{"error": {"message", "type", "code", "param"}}`` for every failure, on every
+route (``param``: the request field at fault, else null)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from starlette.responses import JSONResponse
 from ..errors import ServerError, TiankongError
 
 
-def error_body(message: str, type_: str, code: str | None = None) -> dict[str, dict[str, str]]:
-    return {"error": {"message": message, "type": type_, "code": code or type_}}
+def error_body(message: str, type_: str, code: str | None = None,
+               param: str | None = None) -> dict[str, dict[str, str | None]]:
+    return {"error": {"message": message, "type": type_, "code": code or type_, "param": param}}
 
 
 def error_response(status: int, message: str, type_: str, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(message, type_, code), status_code=status, headers=headers)
+                   headers: dict[str, str] | None = None, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, type_, code, param), status_code=status, headers=headers)
 
 
 def sse_error(message: str, type_: str, code: str) -> bytes:
@@ -62,7 +64,7 @@ def upstream_error(status: int, content: bytes) -> JSONResponse:
 
 
 def tiankong_error_response(exc: TiankongError) -> JSONResponse:
-    return error_response(exc.http_status, exc.one_line(), exc.type, exc.type)
+    return error_response(exc.http_status, exc.one_line(), exc.type, exc.type, param=exc.param)
 
 
 def error_for(exc: TiankongError) -> JSONResponse:

@@ -17,7 +17,7 @@ from ..api import AsyncClient
 from ..client._shared import embeddings_items, embeddings_response, mean_pooled, per_token_refused
 from ..errors import ConfigError, ServerError
 from ..structured.drivers import run_async
-from ..tasks.specs import SPECS, TaskSpec, describe
+from ..tasks.specs import SPECS, TaskSpec, invalid_request
 
 
 def _body(spec: TaskSpec[Any, Any]) -> type[BaseModel]:
@@ -35,7 +35,7 @@ async def run_task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict
     try:
         args = BODIES[task].model_validate(body)
     except ValidationError as exc:
-        raise ConfigError(f"invalid {task} request: {describe(exc)}", hint=f"see docs/tasks.md#{task}") from None
+        raise invalid_request(task, exc) from None
     # the body model extends the task's arguments, so it is the flow's arguments as it is
     return spec.to_json(await run_async(spec.flow(args, client.model), client._request))
 

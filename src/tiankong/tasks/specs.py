@@ -199,8 +199,7 @@ class TaskSpec(Generic[A, R]):
         try:
             return self.args.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(f"invalid {self.name} request: {describe(exc)}",
-                              hint=f"see docs/tasks.md#{self.name}") from None
+            raise invalid_request(self.name, exc) from None
 
     def flow(self, args: A | dict[str, Any], model: str | None = None) -> Flow[R]:
         """The task's flow for ``args`` (validated first when given as a dict)."""
@@ -209,6 +208,14 @@ class TaskSpec(Generic[A, R]):
     def defaults(self) -> dict[str, Any]:
         """Every optional field with its default (the documented defaults)."""
         return {name: info.default for name, info in self.args.model_fields.items() if not info.is_required()}
+
+
+def invalid_request(task: str, exc: ValidationError) -> ConfigError:
+    """One ``ConfigError`` for every problem of a task's arguments; ``param`` names the first field at fault."""
+    error = ConfigError(f"invalid {task} request: {describe(exc)}", hint=f"see docs/tasks.md#{task}")
+    first = exc.errors()[0]["loc"] if exc.errors() else ()
+    error.param = str(first[0]) if first else None
+    return error
 
 
 def describe(exc: ValidationError) -> str:
