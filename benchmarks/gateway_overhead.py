@@ -47,6 +47,9 @@ import httpx
 from tiankong.models import TEST_MODEL
 
 TIANKONG = str(Path(sys.executable).parent / "tiankong")
+#: the managed engine's key, chosen here so that "direct" can call the engine (else a random one only the gateway
+#: knows: docs/security.md)
+ENGINE_KEY = "bench-" + os.urandom(12).hex()
 PROMPTS = [f"Write one short sentence about the number {n}." for n in range(16)]
 
 
@@ -87,7 +90,8 @@ def start_serve(config_toml: str, slots: int = 2, ctx: int = 2048) -> Served:
     port = free_port()
     proc = subprocess.Popen([TIANKONG, "serve", "--model", TEST_MODEL, "--port", str(port), "--slots", str(slots),
                              "--ctx", str(ctx), "--config", handle.name], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "TIANKONG_ENGINE_API_KEY": ENGINE_KEY})
     assert proc.stdout is not None
     served = Served(proc, f"http://127.0.0.1:{port}", "")
     deadline = time.monotonic() + 300
@@ -129,7 +133,8 @@ async def cell(url: str, concurrency: int, requests: int, max_tokens: int,
     statuses: dict[int, int] = {}
     counter = iter(range(requests))
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=2.0)
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as http:
+    headers = {"Authorization": f"Bearer {ENGINE_KEY}"}  # the engine's own key (the gateway ignores it: keyless)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits, headers=headers) as http:
 
         async def worker() -> None:
             for i in counter:

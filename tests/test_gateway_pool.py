@@ -373,3 +373,15 @@ def test_pool_models_take_every_engine_key_the_single_engine_takes(tmp_path: Pat
     remote.write_text('[[pool.models]]\nname = "r"\nurl = "http://127.0.0.1:9"\nctx = 512\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="ctx shape local engines"):
         load_config(remote)
+
+
+def test_the_engine_key_is_random_unless_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiankong.engine.pool import engine_key
+
+    monkeypatch.delenv("TIANKONG_ENGINE_API_KEY", raising=False)
+    assert engine_key() != engine_key() and len(engine_key()) >= 32
+    monkeypatch.setenv("TIANKONG_ENGINE_API_KEY", "chosen-by-the-bench-1")
+    assert engine_pool(load_config(None)).replicas()[0].api_key == "chosen-by-the-bench-1"
+    monkeypatch.setenv("TIANKONG_ENGINE_API_KEY", "short")
+    with pytest.raises(ConfigError, match="16 characters"):
+        engine_key()

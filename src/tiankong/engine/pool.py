@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -317,8 +318,15 @@ class EnginePool:
 
 def engine_key() -> str:
     """A random key per engine that only its gateway knows: a local user cannot bypass the gateway's keys,
-    rate limits and validation by calling the engine's port directly."""
-    return secrets.token_urlsafe(32)
+    rate limits and validation by calling the engine's port directly. ``TIANKONG_ENGINE_API_KEY`` sets it instead
+    (for tools that must call the engine itself, such as ``benchmarks/gateway_overhead.py``)."""
+    chosen = os.environ.get("TIANKONG_ENGINE_API_KEY", "")
+    if not chosen:
+        return secrets.token_urlsafe(32)
+    if len(chosen) < 16 or any(c.isspace() for c in chosen) or chosen.startswith("sha256:"):
+        raise ConfigError("TIANKONG_ENGINE_API_KEY must be a plain key of at least 16 characters without spaces",
+                          hint="unset it to let tiankong choose a random key per engine")
+    return chosen
 
 
 def engine_pool(config: TiankongConfig, log: Callable[[str], None] = print,
