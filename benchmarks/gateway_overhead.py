@@ -257,13 +257,7 @@ def canned(requests: int) -> dict[str, float]:
     urls = {"direct": f"http://127.0.0.1:{upstream_port}", "gateway": f"http://127.0.0.1:{gateway_port}"}
     try:
         for url in urls.values():
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(url + "/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+            wait_healthy(url)
         samples: dict[str, list[float]] = {"direct": [], "gateway": []}
         with httpx.Client(timeout=30) as http:
             for i in range(requests + 50):  # interleaved; the first 50 warm up
@@ -282,17 +276,21 @@ def canned(requests: int) -> dict[str, float]:
             "added_p99_ms": (percentile(g, 0.99) - percentile(d, 0.99)) * 1000}
 
 
+def wait_healthy(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
 def start_canned() -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", CANNED_UPSTREAM, str(port)])
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    wait_healthy(url)
     return proc, url
 
 
