@@ -363,11 +363,16 @@ def test_pool_models_take_every_engine_key_the_single_engine_takes(tmp_path: Pat
     config_file.write_text(f'[[pool.models]]\nname = "smol"\nmodel = "{TEST_MODEL}"\ncache_ram_mib = 64\n'
                            'extra_args = ["--no-warmup"]\nembeddings = true\nspec_type = "ngram-simple"\n'
                            'spec_draft_n_max = 8\n', encoding="utf-8")
+    pooled = tmp_path / "pooled.toml"
+    pooled.write_text('[engine]\nembeddings = true\npooling = "mean"\n', encoding="utf-8")
+    single = engine_pool(load_config(pooled)).replicas()[0].engine
+    assert single is not None and single.config.pooling == "mean"
     engine = engine_pool(load_config(config_file)).entries[0].replicas[0].engine
     assert engine is not None
     argv = engine.config.to_argv(Path("llama-server"))
     assert argv[argv.index("--cache-ram") + 1] == "64" and "--no-warmup" in argv
     assert "--embeddings" in argv and argv[argv.index("--spec-type") + 1] == "ngram-simple"
+    assert argv[argv.index("--pooling") + 1] == "none"  # per-token vectors: tiankong pools them
     assert engine.config.api_key  # the gateway's own key, like the single engine's
     remote = tmp_path / "remote.toml"
     remote.write_text('[[pool.models]]\nname = "r"\nurl = "http://127.0.0.1:9"\nctx = 512\n', encoding="utf-8")

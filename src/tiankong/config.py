@@ -35,6 +35,9 @@ class EngineKeys(_Strict):
     restart_after_requests: int | None = Field(None, ge=1, description="planned restart after N requests")
     embeddings: bool = Field(False, description="serve /v1/embeddings and decider probes (per-token vectors, "
                              "pooled by tiankong); off by default: it costs speculative decoding its batch")
+    pooling: Literal["none", "mean", "last", "cls"] = Field(
+        "none", description="embeddings: 'none' keeps per-token vectors (tiankong mean-pools them for "
+        "/v1/embeddings; decider probes need them), or let llama-server pool")
     extra_args: list[str] = Field(default_factory=list)
     # speed plays (docs/speed.md): speculative decoding, vision projector, RPC workers
     draft_model: str | None = Field(None, description="installed model name or .gguf path, same tokenizer as model")

@@ -25,7 +25,7 @@ def engine_config(keys: EngineKeys, model: str, *, alias: str, api_key: str | No
     """The ``EngineConfig`` of one engine running ``model`` (an installed name or a .gguf path)."""
     config = EngineConfig(model=model_file(model), ctx=keys.ctx, slots=keys.slots, kv_type=keys.kv_type,
                           cache_ram_mib=keys.cache_ram_mib, alias=alias, extra_args=list(keys.extra_args),
-                          embeddings=keys.embeddings, pooling="none", api_key=api_key,
+                          embeddings=keys.embeddings, pooling=keys.pooling, api_key=api_key,
                           **speed_kwargs(keys, model))
     if keys.threads:
         config.threads = keys.threads
