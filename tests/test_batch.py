@@ -24,16 +24,8 @@ from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError
 from tiankong.models import TEST_MODEL
 
-# Until `batch` is registered in tiankong.cli._register(), run the same CLI group with it added.
-_LAUNCHER = ("from tiankong.cli import main\nif 'batch' not in main.commands:\n"
-             "    from tiankong.cli.batch_cmds import batch\n    main.add_command(batch)\nmain()")
-
-
 def _argv(*args: str) -> list[str]:
-    from tiankong.cli import main
-    if "batch" in main.commands:
-        return [TIANKONG, *args]
-    return [sys.executable, "-c", _LAUNCHER, *args]
+    return [TIANKONG, *args]
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

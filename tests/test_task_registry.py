@@ -144,7 +144,9 @@ def test_every_data_printing_command_accepts_json() -> None:
 
     def walk(command: click.Command, path: list[str]) -> list[str]:
         if isinstance(command, click.Group):
-            return [p for name, sub in command.commands.items() for p in walk(sub, [*path, name])]
+            ctx = click.Context(command)
+            subs = [(name, command.get_command(ctx, name)) for name in command.list_commands(ctx)]
+            return [p for name, sub in subs if sub is not None for p in walk(sub, [*path, name])]
         options = {o for p in command.params for o in getattr(p, "opts", [])}
         return [] if "--json" in options else [" ".join(path)]
 
@@ -166,3 +168,30 @@ def test_errors_over_http_name_the_field_at_fault() -> None:
         assert budget["param"] == "max_tokens"
         route = http.post("/v1/tasks/nope", json={}).json()["error"]
         assert route["param"] is None and route["code"] == "not_found"
+
+
+def test_tiankong_help_loads_no_command_and_no_heavy_library() -> None:
+    """``tiankong --help`` lists every command from the table of short helps (the same as the commands' own)
+    without importing them, scikit-learn, jsonschema or the HTTP stack (start-up time: benchmarks/cli_startup.py)."""
+    import subprocess
+    import sys
+
+    from tiankong.cli import COMMANDS as TOP
+
+    probe = ("import sys; from tiankong.cli import main\n"
+             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print([m for m in ('sklearn', 'jsonschema', 'httpx', 'numpy', 'tiankong.api', 'tiankong.cli.task_cmds')"
+             " if m in sys.modules])")
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert shown.strip().endswith("[]"), shown[-300:]
+    assert all(name in shown for name in TOP)
+    for name, (_, _, short) in TOP.items():
+        command = main.get_command(click.Context(main), name)
+        assert command is not None and command.get_short_help_str(limit=150) == short, name
+
+
+def test_the_package_exports_are_lazy_and_complete() -> None:
+    import tiankong
+
+    assert set(tiankong.__all__) == {*tiankong._EXPORTS, "__version__"}
+    assert all(getattr(tiankong, name) is not None for name in tiankong.__all__)

@@ -1,87 +1,168 @@
-"""tiankong (填空): make a small local language model a deterministic, constrained part of a pipeline."""
+"""tiankong (填空): make a small local language model a deterministic, constrained part of a pipeline.
 
+The public names below are imported on first use (PEP 562): ``import tiankong`` and the CLI's start-up do not
+pay for scikit-learn, jsonschema's format checkers or the HTTP stack until something needs them."""
+
+import importlib as _importlib
 from importlib import metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
-from .api import AsyncClient, Client
-from .batch.tasks import MissingField
-from .client import ChatResult, StreamChunk, Usage
-from .client.assemble import StreamFailed
-from .client.images import InvalidImage, InvalidMessages
-from .deciders import (
-    Decider,
-    DeciderEngineError,
-    DeciderModelMismatch,
-    DeciderNotFound,
-    ExamplesError,
-    TuneReport,
-    tune_classify,
-)
-from .deciders.registry import InvalidDecider
-from .engine.vocab import VocabMismatch
-from .errors import (
-    ConfigError,
-    EngineBuildError,
-    EngineError,
-    EngineNotFound,
-    EngineStartError,
-    FlagError,
-    InputTooLong,
-    InvalidModelFile,
-    InvalidSchema,
-    ModelNotFound,
-    ModelNotInstalled,
-    OutputError,
-    PortInUse,
-    RetriesExhausted,
-    SchemaNotSupported,
-    ServerError,
-    TiankongError,
-    TransportError,
-    TruncatedOutput,
-)
-from .lora.convert import ConversionError
-from .lora.meta import InvalidAdapter
-from .lora.registry import AdapterNotFound
-from .lora.train import MissingTrainingExtra
-from .structured import Decision, Structured
-from .structured.flow import UnscorableLabels
-from .structured.regex_safety import UnsafePattern
-from .tasks import (
-    Classification,
-    Compression,
-    Entity,
-    EscalationTarget,
-    GuardVerdict,
-    Ranked,
-    Redaction,
-    Reranking,
-    Rewrite,
-    Route,
-    RouteDecision,
-    Summary,
-)
-from .tasks.specs import SPECS, TaskSpec
+if TYPE_CHECKING:
+    from .api import AsyncClient, Client
+    from .batch.tasks import MissingField
+    from .client import ChatResult, StreamChunk, Usage
+    from .client.assemble import StreamFailed
+    from .client.images import InvalidImage, InvalidMessages
+    from .deciders import (
+        Decider,
+        DeciderEngineError,
+        DeciderModelMismatch,
+        DeciderNotFound,
+        ExamplesError,
+        TuneReport,
+        tune_classify,
+    )
+    from .deciders.registry import InvalidDecider
+    from .engine.pool import PoolFull
+    from .engine.supervised import IllegalTransition
+    from .engine.vocab import VocabMismatch
+    from .errors import (
+        ConfigError,
+        EngineBuildError,
+        EngineError,
+        EngineNotFound,
+        EngineStartError,
+        FlagError,
+        InputTooLong,
+        InvalidModelFile,
+        InvalidSchema,
+        ModelNotFound,
+        ModelNotInstalled,
+        OutputError,
+        PortInUse,
+        RetriesExhausted,
+        SchemaNotSupported,
+        ServerError,
+        TiankongError,
+        TransportError,
+        TruncatedOutput,
+    )
+    from .lora.convert import ConversionError
+    from .lora.meta import InvalidAdapter
+    from .lora.registry import AdapterNotFound
+    from .lora.train import MissingTrainingExtra
+    from .structured import Decision, Structured
+    from .structured.flow import UnscorableLabels
+    from .structured.regex_safety import UnsafePattern
+    from .tasks import (
+        Classification,
+        Compression,
+        Entity,
+        EscalationTarget,
+        GuardVerdict,
+        Ranked,
+        Redaction,
+        Reranking,
+        Rewrite,
+        Route,
+        RouteDecision,
+        Summary,
+    )
+    from .tasks.specs import SPECS, TaskSpec
+
+#: public name → the module that defines it
+_EXPORTS = {
+    "AdapterNotFound": ".lora.registry",
+    "AsyncClient": ".api",
+    "ChatResult": ".client",
+    "Classification": ".tasks",
+    "Client": ".api",
+    "Compression": ".tasks",
+    "ConfigError": ".errors",
+    "ConversionError": ".lora.convert",
+    "Decider": ".deciders",
+    "DeciderEngineError": ".deciders",
+    "DeciderModelMismatch": ".deciders",
+    "DeciderNotFound": ".deciders",
+    "Decision": ".structured",
+    "EngineBuildError": ".errors",
+    "EngineError": ".errors",
+    "EngineNotFound": ".errors",
+    "EngineStartError": ".errors",
+    "Entity": ".tasks",
+    "EscalationTarget": ".tasks",
+    "ExamplesError": ".deciders",
+    "FlagError": ".errors",
+    "GuardVerdict": ".tasks",
+    "IllegalTransition": ".engine.supervised",
+    "InputTooLong": ".errors",
+    "InvalidAdapter": ".lora.meta",
+    "InvalidDecider": ".deciders.registry",
+    "InvalidImage": ".client.images",
+    "InvalidMessages": ".client.images",
+    "InvalidModelFile": ".errors",
+    "InvalidSchema": ".errors",
+    "MissingField": ".batch.tasks",
+    "MissingTrainingExtra": ".lora.train",
+    "ModelNotFound": ".errors",
+    "ModelNotInstalled": ".errors",
+    "OutputError": ".errors",
+    "PoolFull": ".engine.pool",
+    "PortInUse": ".errors",
+    "Ranked": ".tasks",
+    "Redaction": ".tasks",
+    "Reranking": ".tasks",
+    "RetriesExhausted": ".errors",
+    "Rewrite": ".tasks",
+    "Route": ".tasks",
+    "RouteDecision": ".tasks",
+    "SPECS": ".tasks.specs",
+    "SchemaNotSupported": ".errors",
+    "ServerError": ".errors",
+    "StreamChunk": ".client",
+    "StreamFailed": ".client.assemble",
+    "Structured": ".structured",
+    "Summary": ".tasks",
+    "TaskSpec": ".tasks.specs",
+    "TiankongError": ".errors",
+    "TransportError": ".errors",
+    "TruncatedOutput": ".errors",
+    "TuneReport": ".deciders",
+    "UnsafePattern": ".structured.regex_safety",
+    "UnscorableLabels": ".structured.flow",
+    "Usage": ".client",
+    "VocabMismatch": ".engine.vocab",
+    "tune_classify": ".deciders",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tiankong' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
 
 try:
     __version__ = _metadata.version("tiankong")  # one source: pyproject.toml's version
 except _metadata.PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = [
-    # clients and their answers
-    "AsyncClient", "ChatResult", "Client", "Decision", "StreamChunk", "Structured", "Usage",
-    # task results and the task registry
-    "SPECS", "Classification", "Compression", "Entity", "GuardVerdict", "Ranked", "Redaction", "Reranking",
-    "Rewrite", "Route", "RouteDecision", "Summary", "TaskSpec", "EscalationTarget",
-    # deciders
-    "Decider", "TuneReport", "tune_classify",
-    # errors: one root, branches by what the caller can do
-    "AdapterNotFound", "ConfigError", "ConversionError", "DeciderEngineError", "DeciderModelMismatch",
-    "DeciderNotFound", "EngineBuildError", "EngineError", "EngineNotFound", "EngineStartError", "ExamplesError",
-    "FlagError", "InputTooLong", "InvalidAdapter", "InvalidDecider", "InvalidImage", "InvalidMessages",
-    "InvalidModelFile", "InvalidSchema", "MissingField", "MissingTrainingExtra", "ModelNotFound",
-    "ModelNotInstalled", "OutputError", "PortInUse", "RetriesExhausted", "SchemaNotSupported", "ServerError",
-    "StreamFailed", "TiankongError", "TransportError", "TruncatedOutput", "UnsafePattern", "UnscorableLabels",
-    "VocabMismatch",
-    "__version__",
+__all__ = [  # every public name (a test holds it to _EXPORTS)
+    "AdapterNotFound", "AsyncClient", "ChatResult", "Classification", "Client", "Compression", "ConfigError",
+    "ConversionError", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound", "Decision",
+    "EngineBuildError", "EngineError", "EngineNotFound", "EngineStartError", "Entity", "EscalationTarget",
+    "ExamplesError", "FlagError", "GuardVerdict", "IllegalTransition", "InputTooLong", "InvalidAdapter",
+    "InvalidDecider", "InvalidImage", "InvalidMessages", "InvalidModelFile", "InvalidSchema", "MissingField",
+    "MissingTrainingExtra", "ModelNotFound", "ModelNotInstalled", "OutputError", "PoolFull", "PortInUse",
+    "Ranked", "Redaction", "Reranking", "RetriesExhausted", "Rewrite", "Route", "RouteDecision", "SPECS",
+    "SchemaNotSupported", "ServerError", "StreamChunk", "StreamFailed", "Structured", "Summary", "TaskSpec",
+    "TiankongError", "TransportError", "TruncatedOutput", "TuneReport", "UnsafePattern", "UnscorableLabels",
+    "Usage", "VocabMismatch", "__version__", "tune_classify",
 ]

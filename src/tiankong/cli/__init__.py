@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from typing import Any
@@ -40,45 +41,64 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
-@click.group(cls=TiankongGroup, context_settings={"help_option_names": ["-h", "--help"]})
+#: command name → (module in tiankong.cli, attribute, the short help ``tiankong --help`` lists); a command's
+#: module is imported only when the command runs or shows its own help (a test holds the helps to the commands)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "engine": ("engine_cmds", "engine", 'Build, locate and describe the llama-server engine.'),
+    "models": ("models_cmds", "models", 'The model catalog and local registry.'),
+    "plan": ("plan_cmds", "plan",
+        'Memory plan: weights, KV cache, compute buffers and total for a llama-server configuration.'),
+    "batch": ("batch_cmds", "batch",
+        'Resumable batch jobs: every input exactly once in the output, even after a crash.'),
+    "eval": ("eval_cmds", "eval_group", 'Eval sets: run models greedily on fixed items, compare them, report.'),
+    "bench": ("bench_cmds", "bench", 'Speed and capacity benchmarks (managed engine or any OpenAI-compatible URL).'),
+    "lora": ("lora_cmds", "lora", 'LoRA adapters: registry, training, per-request selection (docs/lora.md).'),
+    "tune": ("decider_cmds", "tune",
+        'Learn a decision from labelled examples (cross-validated; the best method is registered).'),
+    "deciders": ("decider_cmds", "deciders", 'Registered deciders (made by `tiankong tune`) and the built-in ones.'),
+    "serve": ("run_cmds", "serve", 'Run the gateway on 127.0.0.1:8080 in front of a managed llama-server.'),
+    "chat": ("run_cmds", "chat", 'Interactive chat (empty line or /exit quits, /reset clears history).'),
+    "run": ("run_cmds", "run", 'One-shot generation.'),
+    "doctor": ("run_cmds", "doctor", 'Check the engine, models, CPU, memory and directories; say what to fix.'),
+    "extract": ("structured_cmds", "extract",
+        "Extract fields from TEXT ('-' or absent: stdin) as JSON valid against --schema."),
+    "classify": ("task_cmds", "classify",
+        'Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities.'),
+    "route": ("task_cmds", "route",
+        'Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there).'),
+    "rewrite": ("task_cmds", "rewrite", 'Rewrite QUERY for retrieval (and/or write a hypothetical answer passage).'),
+    "rerank": ("task_cmds", "rerank", 'Score candidate texts against QUERY; print the top-n, best first.'),
+    "redact": ("task_cmds", "redact", 'Find and redact PII in TEXT (Chinese and English).'),
+    "guard": ("task_cmds", "guard", 'Screen TEXT for prompt injection (and policies): allow, flag or block.'),
+    "compress": ("task_cmds", "compress", 'Key points of a long TEXT within a token budget (map-reduce over chunks).'),
+    "summarize": ("task_cmds", "summarize", 'Summarize TEXT in at most --words words.'),
+    "tag": ("task_cmds", "tag", 'Keywords and metadata for TEXT as JSON.'),
+}
+
+
+class LazyGroup(TiankongGroup):
+    """The top-level group: commands are loaded on use, so ``tiankong --help`` imports none of them."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[cmd_name]
+        command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, short) for name, (_, _, short) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tiankong")
 @click.option("-v", "--verbose", is_flag=True, help="Show log tails and details on errors.")
 @click.pass_context
 def main(ctx: click.Context, verbose: bool) -> None:
     """tiankong (填空): a small local model as a constrained, measured part of your pipeline."""
     ctx.meta["verbose"] = verbose
-
-
-def _register() -> None:
-    from . import (
-        batch_cmds,
-        bench_cmds,
-        decider_cmds,
-        engine_cmds,
-        models_cmds,
-        plan_cmds,
-        run_cmds,
-        structured_cmds,
-        task_cmds,
-    )
-    from .eval_cmds import eval_group
-    from .lora_cmds import lora
-    from .rpc_cmds import rpc_worker
-
-    main.add_command(engine_cmds.engine)
-    engine_cmds.engine.add_command(rpc_worker)
-    main.add_command(models_cmds.models)
-    main.add_command(plan_cmds.plan)
-    main.add_command(batch_cmds.batch)
-    main.add_command(eval_group)
-    main.add_command(bench_cmds.bench)
-    main.add_command(lora)
-    main.add_command(decider_cmds.tune)
-    main.add_command(decider_cmds.deciders)
-    for command in (run_cmds.serve, run_cmds.chat, run_cmds.run, run_cmds.doctor, structured_cmds.extract):
-        main.add_command(command)
-    for command in task_cmds.COMMANDS:
-        main.add_command(command)
-
-
-_register()

@@ -43,3 +43,12 @@ def info(llama_server: str | None, as_json: bool) -> None:
     click.echo(f"cpu:       {' '.join(found.cpu_features or cpu_features())}")
     if found.cmake_flags:
         click.echo(f"flags:     {' '.join(found.cmake_flags)}")
+
+
+def _add_rpc_worker() -> None:
+    from .rpc_cmds import rpc_worker
+
+    engine.add_command(rpc_worker)
+
+
+_add_rpc_worker()
