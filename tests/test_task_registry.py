@@ -195,3 +195,26 @@ def test_the_package_exports_are_lazy_and_complete() -> None:
 
     assert set(tiankong.__all__) == {*tiankong._EXPORTS, "__version__"}
     assert all(getattr(tiankong, name) is not None for name in tiankong.__all__)
+
+
+def test_classify_and_batch_take_labels_the_same_way() -> None:
+    from tiankong.cli.batch_cmds import parse_labels
+
+    assert parse_labels("billing, bug", ("other",)) == ["other", "billing", "bug"]
+    assert parse_labels(None, ()) is None
+    batch = main.get_command(click.Context(main), "batch")
+    assert isinstance(batch, click.Group)
+    run = batch.get_command(click.Context(batch), "run")
+    classify = main.get_command(click.Context(main), "classify")
+    assert run is not None and classify is not None
+    for command in (run, classify):
+        options = {o for p in command.params for o in getattr(p, "opts", [])}
+        assert {"-l", "--label", "--labels"} <= options, command.name
+
+
+def test_models_list_never_cuts_a_name_on_a_narrow_terminal() -> None:
+    from tiankong.models import list_models
+
+    shown = CliRunner(env={"COLUMNS": "50"}).invoke(main, ["models", "list"])
+    assert shown.exit_code == 0, shown.output
+    assert all(record.name in shown.output for record in list_models())

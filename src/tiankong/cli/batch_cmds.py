@@ -15,6 +15,12 @@ from . import emit_json
 EXIT_ITEMS_FAILED = 3
 
 
+def parse_labels(joined: str | None, repeated: tuple[str, ...] = ()) -> list[str] | None:
+    """Labels as ``classify`` takes them: ``--labels a,b`` and/or ``-l a -l b`` (None: none given)."""
+    names = [*repeated, *(x.strip() for x in (joined or "").split(",") if x.strip())]
+    return names or None
+
+
 @click.group()
 def batch() -> None:
     """Resumable batch jobs: every input exactly once in the output, even after a crash."""
@@ -28,6 +34,7 @@ def batch() -> None:
 @click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "csv", "folder", "openai"]), default=None)
 @click.option("--task", type=click.Choice(TASKS), default=None, help="The task each record goes through.")
 @click.option("--labels", default=None, help="classify: comma-separated labels, e.g. billing,bug,other.")
+@click.option("-l", "--label", "label_items", multiple=True, help="classify: a label (repeat; or --labels a,b).")
 @click.option("--decider", default=None, help="classify: answer with this tuned decider (`tiankong deciders list`).")
 @click.option("--multi-label", is_flag=True, default=None, help="classify: every label with P(yes) ≥ threshold.")
 @click.option("--schema", "schema_file", default=None, help="extract/tag: JSON Schema file.")
@@ -53,11 +60,11 @@ def batch() -> None:
               help="Live progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def run_cmd(job_file: str | None, input_path: str | None, output: str | None, fmt: str | None, labels: str | None,
-            schema_file: str | None, no_model: bool | None, urls: tuple[str, ...], show_progress: bool | None,
-            as_json: bool, **keys: Any) -> None:
+            label_items: tuple[str, ...], schema_file: str | None, no_model: bool | None, urls: tuple[str, ...],
+            show_progress: bool | None, as_json: bool, **keys: Any) -> None:
     """Run (or resume) a batch job; prints the report (also written to OUTPUT.report.json)."""
     keys.update(input=input_path, output=output, format=fmt, url=list(urls) or None,
-                labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
+                labels=parse_labels(labels, label_items),
                 schema=read_schema(schema_file) if schema_file else None,
                 use_model=False if no_model else None)
     job = build_job(job_file, **keys)

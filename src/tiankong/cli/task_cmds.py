@@ -23,6 +23,7 @@ from ..structured.drivers import run_sync
 from ..tasks import guard_flow, redact_flow
 from ..tasks.classify import decide_flow, decider_labels
 from . import emit_json
+from .batch_cmds import parse_labels
 from .run_cmds import API_KEY_OPTION, _client
 from .spec_options import spec_option
 
@@ -111,7 +112,7 @@ def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], 
              threshold: float | None, calibrate: bool | None, model: str | None, url: str | None,
              llama_server: str | None, as_json: bool) -> None:
     """Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities."""
-    names = [*labels, *(x.strip() for x in (label_list or "").split(",") if x.strip())]
+    names = parse_labels(label_list, labels) or []
     if not names and not decider:
         raise click.UsageError("give --labels a,b (or -l a -l b), or --decider NAME")
     descriptions = dict(d.split("=", 1) for d in describe if "=" in d) or None
