@@ -85,3 +85,14 @@ def test_help_everywhere() -> None:
                  ["extract", "--help"]):
         proc = run_cli(*args)
         assert proc.returncode == 0 and "Usage:" in proc.stdout, args
+
+
+def test_default_model_and_config_come_from_the_environment(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(run_cli("run", "hi", env={"TIANKONG_MODEL": "no-such-model-xyz"}), "no-such-model-xyz")
+    config = tmp_path / "config.toml"
+    config.write_text('[server]\nport = "not a port"\n', encoding="utf-8")
+    assert_one_line_error(run_cli("serve", env={"TIANKONG_CONFIG": str(config)}), str(config), "server.port")
+    home = tmp_path / "xdg"
+    (home / "tiankong").mkdir(parents=True)
+    (home / "tiankong" / "config.toml").write_text("[nonsense]\n", encoding="utf-8")
+    assert_one_line_error(run_cli("serve", env={"XDG_CONFIG_HOME": str(home)}), "nonsense")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import click
 
+from .. import paths
 from ..api import Client
 from ..config import check_api_key, load_config
 from ..doctor import diagnose
@@ -18,12 +19,13 @@ from . import emit_json
 
 
 @click.command()
-@click.option("--model", default=None, help=f"Model name (default: {DEFAULT_MODEL}).")
+@click.option("--model", default=None, help=f"Model name (default: TIANKONG_MODEL, else {DEFAULT_MODEL}).")
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Gateway port (default 8080).")
 @click.option("--slots", type=int, default=None, help="Parallel slots in the engine.")
 @click.option("--ctx", type=int, default=None, help="Total context (split evenly between slots).")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None, help="TOML config file.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="TOML config file (default: TIANKONG_CONFIG, else config.toml in the user config dir, if there).")
 @click.option("--api-key", envvar="TIANKONG_API_KEY", default=None, help="Require this key (env TIANKONG_API_KEY).")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
 @click.option("--embeddings", is_flag=True, default=None,
@@ -31,8 +33,11 @@ from . import emit_json
 def serve(model: str | None, host: str | None, port: int | None, slots: int | None, ctx: int | None,
           config_file: str | None, api_key: str | None, llama_server: str | None, embeddings: bool | None) -> None:
     """Run the gateway on 127.0.0.1:8080 in front of a managed llama-server."""
+    if config_file is None and paths.config_file().is_file():
+        config_file = str(paths.config_file())  # the default config file, when there is one (errors name it)
     config = load_config(config_file)
-    overrides = {"model": model, "slots": slots, "ctx": ctx, "llama_server": llama_server, "embeddings": embeddings}
+    overrides = {"model": paths.default_model(model), "slots": slots, "ctx": ctx, "llama_server": llama_server,
+                 "embeddings": embeddings}
     for key, value in overrides.items():
         if value is not None:
             setattr(config.engine, key, value)
@@ -69,12 +74,14 @@ def _client(model: str | None, url: str | None, llama_server: str | None, embedd
             adapters: list[str] | None = None) -> Client:
     if url or os.environ.get("TIANKONG_URL"):
         return Client(url, model=model, api_key=_api_key())
-    return Client(model=model or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096, embeddings=embeddings,
+    return Client(model=paths.default_model(model) or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096,
+                  embeddings=embeddings,
                   adapters=adapters)
 
 
 _common = [
-    click.option("--model", default=None, help=f"Model (default: {DEFAULT_MODEL}; embedded engine)."),
+    click.option("--model", default=None, help=f"Model (default: TIANKONG_MODEL, else {DEFAULT_MODEL}; embedded "
+                 "engine)."),
     click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
     click.option("--system", default=None, help="System prompt."),
     click.option("--max-tokens", type=int, default=512, show_default=True),

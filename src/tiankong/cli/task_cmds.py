@@ -28,7 +28,8 @@ from .run_cmds import API_KEY_OPTION, _client
 from .spec_options import spec_option
 
 _options = [
-    click.option("--model", default=None, help=f"Model (default: {DEFAULT_MODEL}; embedded engine)."),
+    click.option("--model", default=None, help=f"Model (default: TIANKONG_MODEL, else {DEFAULT_MODEL}; embedded "
+                 "engine)."),
     click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
     click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
     click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON."),
