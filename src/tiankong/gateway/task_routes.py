@@ -8,6 +8,8 @@ JSON (``spec.to_json``), the same shape the CLI prints with ``--json``.
 
 from __future__ import annotations
 
+import base64
+import struct
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, create_model
@@ -45,18 +47,19 @@ EMBEDDING_FIELDS = {"input", "model", "encoding_format", "user", "dimensions"}
 
 async def embeddings_answer(client: AsyncClient, body: dict[str, Any]) -> JSONResponse:
     """``/v1/embeddings``: passed through to a pooling engine; for a per-token engine (tiankong's engines with
-    embeddings on, ``--pooling none``) the client's mean pooling gives the OpenAI answer."""
+    embeddings on, ``--pooling none``) the client's mean pooling gives the OpenAI answer. ``encoding_format``
+    ``base64`` (the openai SDK's default) is little-endian float32, as OpenAI sends it."""
     unknown = sorted(set(body) - EMBEDDING_FIELDS)
     if unknown:
         raise ConfigError(f"unknown embeddings field(s) {unknown}",
                           hint=f"fields: {', '.join(sorted(EMBEDDING_FIELDS))}")
-    if body.get("encoding_format", "float") != "float" or body.get("dimensions") is not None:
-        raise ConfigError("only encoding_format float at the model's own dimensions is served",
-                          hint="leave encoding_format and dimensions out")
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ("float", "base64") or body.get("dimensions") is not None:
+        raise ConfigError("encoding_format float or base64 at the model's own dimensions is served",
+                          hint="leave dimensions out; encoding_format: float or base64")
     items = embeddings_items(body.get("input"))
     try:
-        return JSONResponse(await client._request("POST", "/v1/embeddings", {"input": items,
-                                                                             "model": body.get("model")}))
+        answer = await client._request("POST", "/v1/embeddings", {"input": items, "model": body.get("model")})
     except ServerError as exc:
         if exc.status == 501:
             raise ConfigError("embeddings are off on this engine",
@@ -64,5 +67,15 @@ async def embeddings_answer(client: AsyncClient, body: dict[str, Any]) -> JSONRe
                                    "(or engine.embeddings = true in the config)") from None
         if not per_token_refused(exc):
             raise
-    vectors, tokens = mean_pooled(await client._request("POST", "/embeddings", {"content": items}))
-    return JSONResponse(embeddings_response(vectors, tokens, body.get("model")))
+        vectors, tokens = mean_pooled(await client._request("POST", "/embeddings", {"content": items}))
+        answer = embeddings_response(vectors, tokens, body.get("model"))
+    return JSONResponse(as_base64(answer) if encoding == "base64" else answer)
+
+
+def as_base64(answer: Any) -> Any:
+    """Every ``embedding`` list as base64 of little-endian float32 (OpenAI's ``encoding_format=base64``)."""
+    for item in answer.get("data", []) if isinstance(answer, dict) else []:
+        vector = item.get("embedding")
+        if isinstance(vector, list):
+            item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+    return answer
