@@ -218,3 +218,24 @@ def test_models_list_never_cuts_a_name_on_a_narrow_terminal() -> None:
     shown = CliRunner(env={"COLUMNS": "50"}).invoke(main, ["models", "list"])
     assert shown.exit_code == 0, shown.output
     assert all(record.name in shown.output for record in list_models())
+
+
+def test_fields_a_local_engine_would_drop_are_refused_by_name() -> None:
+    from starlette.testclient import TestClient
+
+    from tiankong.gateway import GatewayState, create_app
+    from tiankong.gateway.body import UNHONOURED
+
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    app = create_app(GatewayState(upstream_url="http://127.0.0.1:9", model_name="m"))  # never reached
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        for field, value in (("tools", [tool]), ("tool_choice", "required"), ("n", 2), ("audio", {"voice": "x"}),
+                             ("modalities", ["text", "audio"]), ("store", True)):
+            answer = http.post("/v1/chat/completions", json={**chat, field: value})
+            error = answer.json()["error"]
+            assert answer.status_code == 400 and error["param"] == field and error["code"] == "unsupported_field"
+        for field, value in (("best_of", 3), ("echo", True), ("suffix", "end")):
+            answer = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, field: value})
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == field
+    assert {"tools", "n"} <= set(UNHONOURED["/v1/chat/completions"])

@@ -28,12 +28,13 @@ from ..engine.pool import EnginePool, EngineProcess
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
 from .admission import Admission, EngineHandle
-from .body import bad_token_budget, log_prompt, read_json
+from .body import bad_token_budget, log_prompt, read_json, unhonoured_field
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
 from .keys import ApiKey, AuthThrottle, RateLimiter, bearer_token, find_key, hash_key
 from .metrics import GatewayMetrics, RequestRecord
+from .native import NATIVE_GET, NATIVE_POST, native_problem, native_refused
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
@@ -47,33 +48,7 @@ from .upstream import note_json
 __all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-#: llama.cpp's own endpoints, passed through to the engine (auth, admission, deadline, metrics as every route):
-#: what tiankong's client flows call, so ``Client(url=<gateway>)`` and ``tiankong <task> --url`` work through a
-#: gateway. Not validated beyond what the engine's grammar enforces; a top-level json_schema is refused there.
-NATIVE_POST = {"/completion": ("prompt", (str, list)), "/tokenize": ("content", (str,)),
-               "/detokenize": ("tokens", (list,)), "/apply-template": ("messages", (list,)),
-               "/embeddings": ("content", (str, list))}  # path → the field it needs and its JSON types
-NATIVE_GET = ("/props", "/lora-adapters")
-
-
-def native_problem(path: str, body: dict[str, Any]) -> JSONResponse | None:
-    """A 400 when the field a native endpoint reads is missing or of the wrong type (llama-server would answer
-    an empty 200 for some)."""
-    name, types = NATIVE_POST[path]
-    if isinstance(body.get(name), types):
-        return None
-    kinds = " or ".join({"str": "a string", "list": "an array"}[t.__name__] for t in types)
-    return error_response(400, f"{path} needs {name!r} as {kinds}", "invalid_request_error", "invalid_value",
-                          param=name)
-
-
-def native_refused(path: str) -> JSONResponse:
-    return error_response(400, f"{path} is llama.cpp's own endpoint: this model is a remote OpenAI-compatible "
-                          "upstream (use /v1/chat/completions or /v1/tasks/*)", "invalid_request_error",
-                          "unsupported_endpoint")
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
 def _ready() -> str:
     return "ready"
 
@@ -289,6 +264,8 @@ def create_app(state: GatewayState) -> Starlette:
             if path in NATIVE_POST and (refused := native_refused(path) if pipe.upstream.handle.remote
                                         else native_problem(path, body)):
                 return pipe.done(call, refused)
+            if not pipe.upstream.handle.remote and (refused := unhonoured_field(path, body)):
+                return pipe.done(call, refused)  # nothing a client asked for is dropped without a word
             if path != "/v1/chat/completions" and body.get("json_schema") is not None:  # never unvalidated
                 return pipe.done(call, error_response(
                     400, f"json_schema is not validated on {path}: send a chat request with response_format "

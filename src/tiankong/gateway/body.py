@@ -76,3 +76,37 @@ def log_prompt(route: str, key: str, body: dict[str, Any]) -> None:
     fields = {name: body[name] for name in PROMPT_FIELDS if name in body}
     prompt_log.info(json.dumps({"route": route, "key": key or None, "model": body.get("model"), **fields},
                                ensure_ascii=False, default=str)[:20000])
+
+
+TOOLS_LATER = ("tool calls are not served by this gateway yet: the tools would never reach the model (describe "
+               "them in the prompt, or ask for one structured answer with response_format json_schema)")
+#: OpenAI request fields a local llama-server would drop without a word: refused, naming the field, so nothing a
+#: client asked for is silently ignored (a remote upstream gets them: it may honour them). value → still fine.
+UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
+    "/v1/chat/completions": {
+        "tools": (TOOLS_LATER, lambda v: v in (None, [])),
+        "functions": (TOOLS_LATER, lambda v: v in (None, [])),
+        "tool_choice": (TOOLS_LATER, lambda v: v in (None, "none", "auto")),
+        "function_call": (TOOLS_LATER, lambda v: v in (None, "none", "auto")),
+        "n": ("one choice per request is served: send n requests (seeds differ) instead", lambda v: v in (None, 1)),
+        "audio": ("audio output is not served", lambda v: v is None),
+        "modalities": ("only text output is served", lambda v: v in (None, ["text"])),
+        "prediction": ("predicted outputs are not served", lambda v: v is None),
+        "store": ("answers are not stored here", lambda v: v in (None, False)),
+        "web_search_options": ("web search is not served", lambda v: v is None),
+    },
+    "/v1/completions": {
+        "n": ("one choice per request is served: send n requests instead", lambda v: v in (None, 1)),
+        "best_of": ("best_of is not served: send several requests and pick", lambda v: v in (None, 1)),
+        "echo": ("echo is not served", lambda v: v in (None, False)),
+        "suffix": ("suffix (insertion) is not served on /v1/completions", lambda v: v in (None, "")),
+    },
+}
+
+
+def unhonoured_field(path: str, body: dict[str, Any]) -> JSONResponse | None:
+    """A 400 naming the first field of ``body`` a local engine would silently ignore (see ``UNHONOURED``)."""
+    for field, (why, fine) in UNHONOURED.get(path, {}).items():
+        if field in body and not fine(body[field]):
+            return error_response(400, f"{field}: {why}", "invalid_request_error", "unsupported_field", param=field)
+    return None
