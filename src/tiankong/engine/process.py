@@ -163,6 +163,8 @@ class EngineProcess(SupervisedProcess):
             if self._stop_event.is_set():
                 return
             self._record_restart()
+            # starting before the old process goes: the watchdog must not read this planned stop as a crash
+            self._transition(EngineState.STARTING, reason)
             if self.proc is not None:
                 self._terminate(self.proc)
                 self.proc = None
@@ -236,7 +238,8 @@ class EngineProcess(SupervisedProcess):
                                             log=self.log).start()
 
     def _spawn_and_wait(self) -> None:
-        self._transition(EngineState.STARTING, "spawn")
+        if self.state != EngineState.STARTING:  # a restart already said so
+            self._transition(EngineState.STARTING, "spawn")
         explicit_port = self.config.port
         if explicit_port and port_in_use(self.config.host, explicit_port):
             self._transition(EngineState.FAILED, f"port {explicit_port} in use")
@@ -347,7 +350,10 @@ class EngineProcess(SupervisedProcess):
                 backoff = min(backoff * 2, self.max_backoff_s)
                 self._gave_up, self._restart_times = False, []
             try:
-                self.restart(f"exited with code {proc.returncode}")
+                with self._lock:
+                    if self.proc is not proc or self._stop_event.is_set():
+                        continue  # restarted (or stopped) meanwhile: that process's exit was planned
+                    self.restart(f"exited with code {proc.returncode}")
                 backoff, self.retry_at = 0.5, None
             except EngineStartError:
                 if self._gave_up:
