@@ -11,9 +11,10 @@ from .redact import Redaction, redact_flow, redact_rules
 from .rerank import Ranked, Reranking, rerank_flow
 from .rewrite import Rewrite, rewrite_flow
 from .route import EscalationTarget, Route, RouteDecision, RouteStats, route_flow
+from .specs import SPECS
 from .tag import tag_flow
 
-TASKS = ("classify", "route", "rewrite", "rerank", "redact", "guard", "compress", "summarize", "tag")
+TASKS = tuple(SPECS)  # the registered tasks (tasks/specs.py), in their order
 
 __all__ = [
     "TASKS", "AsyncTaskMethods", "Classification", "Compression", "Entity", "GuardVerdict", "Ranked", "Redaction",
