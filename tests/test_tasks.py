@@ -218,9 +218,13 @@ def test_async_twin_runs_candidates_concurrently(smol_engine: EngineProcess) -> 
         expected = sync.rerank("cats", ["cats purr", "bonds yield", "a cat"]).scores
     got = asyncio.run(go())
     # concurrent candidates share llama.cpp batches, whose float sums differ slightly from one-at-a-time
-    # evaluation (seen: 0.025): the ranking must agree, the scores closely
-    assert sorted(range(3), key=lambda i: -got[i]) == sorted(range(3), key=lambda i: -expected[i])
+    # evaluation (seen: 0.025; CI once swapped two candidates whose scores were that close): the scores must
+    # agree closely, and any two candidates the sync client separates by more than that keep their order
     assert got == pytest.approx(expected, abs=0.05)
+    for i in range(3):
+        for j in range(3):
+            if expected[i] - expected[j] > 0.05:
+                assert got[i] > got[j], (i, j, got, expected)
 
 
 # --- HTTP ---------------------------------------------------------------------------------------------------
