@@ -201,11 +201,26 @@ class PoolSettings(_Strict):
     models: list[PoolModelSettings] = Field(default_factory=list)
 
 
+class BatchesSettings(_Strict):
+    """The OpenAI Batch API (``/v1/files``, ``/v1/batches``): batches run on slots nobody interactive wants."""
+
+    enabled: bool = True
+    dir: str | None = Field(None, description="where files and batches are kept (default: <data dir>/batches)")
+    max_file_bytes: int = Field(200 * 1024 * 1024, ge=1024, description="largest upload")
+    max_requests: int = Field(50_000, ge=1, description="most request lines in one batch input")
+    slots: int | None = Field(None, ge=1, description="slots of each engine batch lines may hold at once "
+                              "(default: every slot no interactive request is waiting for)")
+    concurrency: int | None = Field(None, ge=1, description="lines of a batch in flight (default: the engines' "
+                                    "slots)")
+    engine_wait_s: float = Field(3600.0, ge=0, description="an engine down this long fails the running batch")
+
+
 class TiankongConfig(_Strict):
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
     engine: EngineSettings = Field(default_factory=lambda: EngineSettings())
     degradation: DegradationSettings = Field(default_factory=lambda: DegradationSettings())
     pool: PoolSettings = Field(default_factory=lambda: PoolSettings())
+    batches: BatchesSettings = Field(default_factory=lambda: BatchesSettings())
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:

@@ -41,18 +41,25 @@ def start_managed(job: BatchJob) -> EngineProcess:
     return EngineProcess(config, job.llama_server).start()
 
 
-class EnginePool:
-    """Clients for the job's servers, least-busy selection, and the managed engine (if any)."""
+class BatchEngines:
+    """Clients for the job's servers, least-busy selection, and the managed engine (if any).
+
+    ``passthrough``: the one client is a tiankong gateway running the batch itself (its Batch API), which
+    takes every request line's body on the route of its URL; ``slot_count`` is then how many items it wants in
+    flight.
+    """
 
     def __init__(self, clients: list[MeteredClient], engine: EngineProcess | None = None,
-                 engine_free: bool = False) -> None:
+                 engine_free: bool = False, *, passthrough: bool = False, slot_count: int | None = None) -> None:
         self.clients = clients
         self.engine = engine
         self.engine_free = engine_free
+        self.passthrough = passthrough
+        self.slot_count = slot_count
         self.inflight = [0] * len(clients)
 
     @classmethod
-    async def open(cls, job: BatchJob) -> EnginePool:
+    async def open(cls, job: BatchJob) -> BatchEngines:
         engine = None
         urls = list(job.url)
         needs = job.decider_engine()
@@ -75,6 +82,8 @@ class EnginePool:
 
     async def slots(self) -> int:
         """Total parallel slots of all servers (``/props`` ``total_slots``; 1 for a server that does not say)."""
+        if self.slot_count is not None:
+            return self.slot_count
         if self.engine is not None:
             return self.engine.config.slots
         if self.engine_free:

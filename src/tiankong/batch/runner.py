@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from ..errors import EngineError, TiankongError, TransportError
 from . import openai_fmt
-from .engines import EnginePool, unreachable
+from .engines import BatchEngines, unreachable
 from .inputs import Item, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
 from .report import BatchReport, RunStats, build_report
@@ -38,7 +38,10 @@ def run(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchReport:
     return asyncio.run(arun(job, progress=progress))
 
 
-async def arun(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchReport:
+async def arun(job: BatchJob, *, progress: ProgressSink | None = None,
+               engines: BatchEngines | None = None) -> BatchReport:
+    """``run`` in a running event loop; ``engines``: run on these (the caller opens and closes them) instead of
+    the job's own. Cancelling it keeps every finished item (whole lines are flushed on the way out)."""
     paths = OutputPaths(Path(job.output))
     paths.check_input(job.input)
     fmt = detect_format(job.input, job.format)
@@ -51,13 +54,14 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchR
     failed_before = written_keys(paths.errors) - done
     write_json(paths.job, {**job.model_dump(mode="json", by_alias=True), "format": fmt})
     batch = _Batch(job, fmt, paths, done, failed_before, progress)
-    pool = await EnginePool.open(job)
+    pool = engines or await BatchEngines.open(job)
     try:
         concurrency = job.concurrency or await pool.slots()
         await batch.go(pool, concurrency, scan.unique)
     finally:
         batch.close()
-        await pool.close()
+        if engines is None:
+            await pool.close()
     failed = compact_errors(paths.errors, batch.done)
     report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.task or "openai",
                           total=scan.unique, done=len(batch.done), failed=failed, repaired=repaired,
@@ -102,7 +106,7 @@ class _Batch:
 
     # --- orchestration ------------------------------------------------------------------------
 
-    async def go(self, pool: EnginePool, concurrency: int, total: int) -> None:
+    async def go(self, pool: BatchEngines, concurrency: int, total: int) -> None:
         self.stats = RunStats(total=total)
         if self.progress:
             self.progress.start(total, 0)
@@ -150,7 +154,7 @@ class _Batch:
         self._tick()
         return False
 
-    async def _worker(self, pool: EnginePool, queue: asyncio.Queue[Item | None]) -> None:
+    async def _worker(self, pool: BatchEngines, queue: asyncio.Queue[Item | None]) -> None:
         while (item := await queue.get()) is not None:
             await self._process(pool, item)
 
@@ -169,7 +173,7 @@ class _Batch:
 
     # --- one item -----------------------------------------------------------------------------
 
-    async def _process(self, pool: EnginePool, item: Item) -> None:
+    async def _process(self, pool: BatchEngines, item: Item) -> None:
         meter = Meter()
         METER.set(meter)
         started = time.monotonic()
@@ -177,7 +181,7 @@ class _Batch:
         while True:
             index = pool.acquire()
             try:
-                result = await self._execute(pool.clients[index], item)
+                result = await self._execute(pool, pool.clients[index], item)
             except Exception as exc:
                 if not unreachable(exc):
                     self._fail(item, exc)
@@ -193,13 +197,13 @@ class _Batch:
             self._succeed(item, result, meter, time.monotonic() - started)
             return
 
-    async def _execute(self, client: MeteredClient, item: Item) -> Any:
+    async def _execute(self, pool: BatchEngines, client: MeteredClient, item: Item) -> Any:
         assert item.data is not None
         if self.fmt == "openai":
-            return await openai_fmt.run_request(client, item.data)
+            return await openai_fmt.run_request(client, item.data, passthrough=pool.passthrough)
         return await run_task(client, self.job, item.data)
 
-    def _check_outage(self, pool: EnginePool, exc: Exception) -> None:
+    def _check_outage(self, pool: BatchEngines, exc: Exception) -> None:
         if pool.engine_gave_up():
             raise EngineError("the managed engine kept crashing and was given up",
                               hint="finished items are kept; see the engine log, then re-run the same command")

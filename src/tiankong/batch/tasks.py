@@ -49,11 +49,17 @@ class MeteredClient(AsyncClient):
     """``AsyncClient`` that adds every answer's token counts to the current item's ``Meter``."""
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        answer = await super()._request(method, path, body)
-        meter = METER.get()
-        if meter is not None and isinstance(answer, dict):
-            meter.add(answer)
-        return answer
+        return _metered(await super()._request(method, path, body))
+
+    async def _forward(self, path: str, body: dict[str, Any]) -> Any:
+        return _metered(await super()._forward(path, body))
+
+
+def _metered(answer: Any) -> Any:
+    meter = METER.get()
+    if meter is not None and isinstance(answer, dict):
+        meter.add(answer)
+    return answer
 
 
 def field_text(data: dict[str, Any], name: str) -> str:

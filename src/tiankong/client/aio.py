@@ -31,6 +31,7 @@ class AsyncBaseClient:
         max_connections: int = 64,
         adapters: list[str] | None = None,
         embeddings: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.engine: EngineProcess | None = None
         self.url = S.base_url(url)
@@ -44,6 +45,7 @@ class AsyncBaseClient:
                              "embeddings": embeddings}
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout_s = timeout_s
+        self._transport = transport
         self._limits = S.http_limits(max_connections)
         self._http: httpx.AsyncClient | None = None
         self._start_lock = asyncio.Lock()
@@ -59,7 +61,8 @@ class AsyncBaseClient:
                     engine = await asyncio.to_thread(start_embedded, self.model, **self._engine_args)  # type: ignore[arg-type]
                     self.engine, self.url = engine, engine.url
                 self._http = httpx.AsyncClient(
-                    base_url=self.url, timeout=self._timeout_s, headers=self._headers, limits=self._limits
+                    base_url=self.url, timeout=self._timeout_s, headers=self._headers, limits=self._limits,
+                    transport=self._transport,
                 )
         return self._http
 
@@ -96,6 +99,16 @@ class AsyncBaseClient:
             return await self._assembled(path, body)
         try:
             response = await self._send(method, path, body)
+        except httpx.HTTPError as exc:
+            raise S.connect_error(str(self.url), exc) from None
+        S.check_response(response.status_code, response.text)
+        return response.json()
+
+    async def _forward(self, path: str, body: dict[str, Any]) -> Any:
+        """POST a body exactly as it is (adapter names and long generations left to the server): for a tiankong
+        gateway, which maps and assembles them itself."""
+        try:
+            response = await self._send("POST", path, body)
         except httpx.HTTPError as exc:
             raise S.connect_error(str(self.url), exc) from None
         S.check_response(response.status_code, response.text)

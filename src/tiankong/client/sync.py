@@ -34,6 +34,7 @@ class BaseClient:
         llama_server: str | None = None,
         adapters: list[str] | None = None,
         embeddings: bool = False,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.engine: EngineProcess | None = None
         resolved = S.base_url(url)
@@ -49,7 +50,8 @@ class BaseClient:
         self.url = resolved
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits())
+        self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits(),
+                                  transport=transport)
         self._lora: Any = S.UNKNOWN
 
     # --- plumbing -------------------------------------------------------------------------------

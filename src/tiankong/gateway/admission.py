@@ -4,6 +4,10 @@ llama-server queues without bound; the gateway does not. At most ``limit`` reque
 are sent to the engine at once, at most ``queue_size`` wait for a slot, and everything beyond that is
 refused at once (HTTP 429 with ``Retry-After``), so a burst costs the client a retry, not an unbounded wait.
 
+Batch items (the gateway's own Batch API, ``batch_api.py``) wait in a second line that is served only when
+nobody is waiting in the first and a slot is free, and they hold at most ``batch_limit`` slots at once: an
+interactive request never waits behind a queued batch item, only (at most) for one running batch item to end.
+
 :class:`EngineHandle` is what the gateway knows about one engine, as callables (so a restarted engine's new
 port and pid are always current). A future engine pool is a list of handles, each with its own admission.
 """
@@ -47,9 +51,13 @@ class Admission:
     waiter (nobody starves). With one group (no adapters) this is plain FIFO.
     """
 
-    def __init__(self, limit: int, queue_size: int, *, group_batching: bool = True) -> None:
-        if limit < 1 or queue_size < 0:
-            raise ValueError("limit must be >= 1 and queue_size >= 0")
+    def __init__(self, limit: int, queue_size: int, *, group_batching: bool = True,
+                 batch_limit: int | None = None) -> None:
+        if limit < 1 or queue_size < 0 or (batch_limit is not None and batch_limit < 0):
+            raise ValueError("limit must be >= 1, queue_size and batch_limit >= 0")
+        self.batch_limit = batch_limit  # slots batch items may hold at once (None: every free one)
+        self.batch_in_flight = 0
+        self._batch_waiting: deque[_Waiter] = deque()
         self.limit = limit
         self.base_limit = limit  # the configured limit; degradation (L2) may lower ``limit`` for a while
         self.queue_size = queue_size
@@ -64,7 +72,12 @@ class Admission:
 
     @property
     def waiting(self) -> int:
+        """Interactive requests waiting for a slot (batch items wait in a line of their own)."""
         return len(self._waiting)
+
+    @property
+    def batch_waiting(self) -> int:
+        return len(self._batch_waiting)
 
     def has_room(self) -> bool:
         return self._free() or len(self._waiting) < self.queue_size
@@ -74,26 +87,36 @@ class Admission:
         estimate = self._service_s * (len(self._waiting) + 1) / self.limit
         return max(1, min(60, math.ceil(estimate)))
 
-    async def acquire(self, group: Group = ()) -> None:
-        """Take a slot, waiting in line if needed; :class:`QueueFull` when the line is full."""
-        if self._free() and not self._waiting:
+    async def acquire(self, group: Group = (), *, batch: bool = False) -> None:
+        """Take a slot, waiting in line if needed; :class:`QueueFull` when the line is full. A ``batch`` item
+        waits (without bound: its runner limits how many it sends) until no interactive request is waiting."""
+        if batch:
+            if self._batch_free():
+                self._enter(group, batch=True)
+                return
+            line = self._batch_waiting
+        elif self._free() and not self._waiting:
             self._enter(group)
             return
-        if len(self._waiting) >= self.queue_size:
+        elif len(self._waiting) >= self.queue_size:
             raise QueueFull
+        else:
+            line = self._waiting
         waiter = _Waiter(asyncio.get_running_loop().create_future(), group)
-        self._waiting.append(waiter)
+        line.append(waiter)
         try:
             await waiter.future  # the releasing request counts us in before waking us
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
-                self.release(group=group)  # a slot was handed over just as we gave up: pass it on
+                self.release(group=group, batch=batch)  # a slot was handed over just as we gave up: pass it on
             else:
-                self._waiting.remove(waiter)
+                line.remove(waiter)
             raise
 
-    def release(self, held_s: float | None = None, group: Group = ()) -> None:
+    def release(self, held_s: float | None = None, group: Group = (), *, batch: bool = False) -> None:
         self.in_flight -= 1
+        if batch:
+            self.batch_in_flight -= 1
         self._running[group] -= 1
         if self._running[group] <= 0:
             del self._running[group]
@@ -123,9 +146,15 @@ class Admission:
     def _free(self) -> bool:
         return self.in_flight < self.limit and not self._paused
 
-    def _enter(self, group: Group) -> None:
+    def _batch_free(self) -> bool:
+        share = self.limit if self.batch_limit is None else min(self.batch_limit, self.limit)
+        return self._free() and not self._waiting and self.batch_in_flight < share
+
+    def _enter(self, group: Group, *, batch: bool = False) -> None:
         self.in_flight += 1
         self._running[group] += 1
+        if batch:
+            self.batch_in_flight += 1
 
     def _next(self) -> _Waiter:
         """The head of the line, or the first waiter that batches with the running requests (bounded skips)."""
@@ -150,6 +179,11 @@ class Admission:
             waiter = self._next()
             if not waiter.future.done():
                 self._enter(waiter.group)
+                waiter.future.set_result(None)
+        while self._batch_waiting and self._batch_free():
+            waiter = self._batch_waiting.popleft()
+            if not waiter.future.done():
+                self._enter(waiter.group, batch=True)
                 waiter.future.set_result(None)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -22,24 +21,22 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..client import validate_messages
-from ..client.assemble import MIN_TOKENS
-from ..config import DegradationSettings, key_from_env
-from ..engine.pool import EnginePool, EngineProcess
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
-from .admission import Admission, EngineHandle
+from .admission import EngineHandle
+from .batch_routes import BatchApi, BatchCollector
 from .body import bad_token_budget, log_prompt, read_json, unhonoured_field
 from .dashboard import sample_forever, stats_payload
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
-from .keys import ApiKey, AuthThrottle, RateLimiter, bearer_token, find_key, hash_key
+from .keys import ApiKey, AuthThrottle, RateLimiter, hash_key
 from .metrics import GatewayMetrics, RequestRecord
 from .native import NATIVE_GET, NATIVE_POST, native_problem, native_refused
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
 from .responses import engine_unavailable, error_for, error_response, rpm_exceeded, upstream_error
-from .router import ModelRouter
+from .state import GatewayState
 from .structured_routes import extract_task, structured_chat, wants_structured
 from .task_routes import BODIES as TASK_BODIES
 from .task_routes import embeddings_answer, run_task
@@ -47,94 +44,7 @@ from .upstream import note_json
 
 __all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-def _ready() -> str:
-    return "ready"
-
-
-@dataclass
-class GatewayState:
-    """What the routes need: the engines (a pool; a single engine is a pool of one), who may call, how much
-    they may take."""
-
-    upstream_url: str  # a llama-server tiankong does not run (when no pool is given)
-    model_name: str
-    aliases: list[str] = field(default_factory=list)
-    api_key_hashes: list[str] = field(default_factory=list)
-    api_keys: list[ApiKey] = field(default_factory=list)  # keys with a name and their own rpm
-    key_rpm: int | None = None  # requests per minute for keys without their own rpm (None: unlimited)
-    request_timeout_s: float = 600.0
-    slots: int = 2  # of the engine at upstream_url
-    max_in_flight: int | None = None  # per engine; default: its slots
-    queue_size: int | None = None  # per engine; default: 2 x its slots
-    adapter_batching: bool = True  # let waiters with the running LoRA set in first (admission.py)
-    assemble_min_tokens: int = MIN_TOKENS  # longer non-streamed generations are read as streams (assemble.py)
-    keepalive_s: float = 10.0
-    stream_idle_timeout_s: float = 120.0
-    engine_retry_wait_s: float = 30.0
-    max_body_bytes: int = MAX_BODY_BYTES
-    body_timeout_s: float = 30.0  # a request body must arrive within this long
-    log_prompts: bool = False  # one line per request with its prompt fields (logger "tiankong.prompts")
-    degradation: DegradationSettings | None = None
-    pool: EnginePool | None = None  # the engines (engine/pool.py); None: a pool of one at upstream_url
-    router: ModelRouter = field(init=False)
-    fallback: EngineHandle | None = field(init=False, default=None)
-
-    def __post_init__(self) -> None:
-        self.keys = [ApiKey(h, h[7:15], None) for h in self.api_key_hashes] + list(self.api_keys)
-        if self.pool is None:
-            self.pool = EnginePool.of_url(self.upstream_url, self.model_name, self.aliases, slots=self.slots)
-        self.router = ModelRouter(self.pool, max_in_flight=self.max_in_flight, queue_size=self.queue_size,
-                                  group_batching=self.adapter_batching)
-        settings = self.degradation
-        if settings is not None and settings.fallback_url:
-            url, limit = settings.fallback_url.rstrip("/"), settings.fallback_max_in_flight
-            self.fallback = EngineHandle(name="fallback", url=lambda: url, state=_ready,
-                                         admission=Admission(limit, 2 * limit),
-                                         api_key=key_from_env(settings.fallback_api_key_env, "degradation.fallback"),
-                                         remote=True)
-
-    @classmethod
-    def for_engine(cls, engine: EngineProcess, model_name: str, **settings: Any) -> GatewayState:
-        """State for one supervised engine (a pool of one)."""
-        return cls(upstream_url=engine.url, model_name=model_name, pool=EnginePool.of_engine(engine, model_name),
-                   **settings)
-
-    @property
-    def engine(self) -> EngineHandle:
-        """The first engine (the only one without a pool)."""
-        return self.router.first
-
-    def engines(self) -> list[EngineHandle]:
-        main = self.router.all()
-        return main if self.fallback is None else [*main, self.fallback]
-
-    def served(self) -> list[tuple[EngineHandle, list[str]]]:
-        """Each engine with the model names it serves."""
-        return self.router.served()
-
-    def fallback_model(self) -> str:
-        settings = self.degradation
-        return (settings.fallback_model if settings else None) or self.model_name
-
-    def key_of(self, request: Request) -> ApiKey | None:
-        """The caller's key; ANONYMOUS when no keys are configured; None when the key is missing or wrong."""
-        if not self.keys:
-            return ANONYMOUS
-        headers = request.headers
-        return find_key(self.keys, bearer_token(headers.get("authorization", ""), headers.get("x-api-key", "")))
-
-    def authorized(self, request: Request) -> bool:
-        return self.key_of(request) is not None
-
-    def rpm_for(self, key: ApiKey) -> int | None:
-        if key is ANONYMOUS:
-            return None
-        return key.rpm if key.rpm is not None else self.key_rpm
-
-
-ANONYMOUS = ApiKey("", "", None)
 
 
 def model_card(name: str) -> dict[str, Any]:
@@ -173,6 +83,8 @@ def create_app(state: GatewayState) -> Starlette:
         background = [asyncio.ensure_future(sample_forever(metrics, state.engines,
                                                            tick=policy.update if policy else None)),
                       asyncio.ensure_future(state.router.pool.reap_forever())]
+        if batch_api is not None:
+            background.append(asyncio.ensure_future(batch_api.runner.forever()))
         yield
         for task in background:
             task.cancel()
@@ -207,8 +119,8 @@ def create_app(state: GatewayState) -> Starlette:
         if refusal is not None or key is None:
             assert refusal is not None
             return refusal
-        call.key, rpm = key.name, state.rpm_for(key)
-        if (wait := limiter.admit(key.hash, rpm)) is not None:
+        call.key, rpm, call.batch = key.name, state.rpm_for(key), key.batch
+        if not key.batch and (wait := limiter.admit(key.hash, rpm)) is not None:
             call.rejected = "key_rpm"
             return rpm_exceeded(wait, rpm or 0)
         body = await read_json(request, state.max_body_bytes, state.body_timeout_s)
@@ -374,6 +286,13 @@ def create_app(state: GatewayState) -> Starlette:
         *(Route(path, proxy(path), methods=["POST"]) for path in NATIVE_POST),
         *(Route(path, native_get(path), methods=["GET"]) for path in NATIVE_GET),
     ]
+    batch_api = None
+    if state.batches is not None and state.batches.enabled:
+        batch_api = BatchApi(state.batches, state.batch_callers, concurrency=lambda: state.router.batch_concurrency(
+            state.batches.concurrency if state.batches else None), timeout_s=state.request_timeout_s,
+            max_body_bytes=state.max_body_bytes)
+        routes.extend(batch_api.routes(authenticate))
+        metrics.registry.register(BatchCollector(batch_api))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[
         Middleware(OriginCheck, keyless=lambda: not state.keys)], exception_handlers={
         404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),
@@ -383,4 +302,6 @@ def create_app(state: GatewayState) -> Starlette:
         Exception: lambda r, e: error_response(500, f"internal error: {type(e).__name__}", "server_error"),
     })
     app.state.metrics = metrics
+    if batch_api is not None:
+        batch_api.runner.app = app
     return app

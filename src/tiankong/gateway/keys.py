@@ -32,6 +32,7 @@ class ApiKey:
     hash: str
     name: str
     rpm: int | None = None  # None: no per-key limit
+    batch: bool = False  # a line of a Batch API batch, sent by the gateway itself on behalf of the key ``hash``
 
 
 def bearer_token(authorization: str, x_api_key: str) -> str:

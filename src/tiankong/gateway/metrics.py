@@ -47,6 +47,7 @@ class RequestRecord:
     degraded: str | None = None  # what degradation did to it: truncated | rejected | fallback
     key: str = ""  # the API key's name ("" without keys)
     group: tuple[tuple[int, float], ...] = ()  # the LoRA adapters applied (id, scale); () = the base model
+    batch: bool = False  # a line of a Batch API batch (second in line for a slot; kept out of the latency stats)
 
     def first_token(self) -> None:
         if self.ttft_s is None:
@@ -114,11 +115,20 @@ class GatewayMetrics:
         self.engine_transitions = Counter("tiankong_engine_transitions", "Engine state changes (the engine "
                                           "pool's events), by engine and the state entered", ["engine", "state"],
                                           registry=r)
+        self.batch_requests = Counter("tiankong_batch_requests", "Batch API request lines run, by route and HTTP "
+                                      "status (kept out of the interactive latency metrics)", ["route", "status"],
+                                      registry=r)
         self.engines = EngineCollector(engines)
         r.register(self.engines)
         self.live = LiveStats()
 
     def finish(self, call: RequestRecord, status: int) -> None:
+        if call.batch:
+            self.batch_requests.labels(call.route, str(status)).inc()
+            self._structured(call)
+            if status == 200:
+                self._answer(call)
+            return
         latency = time.perf_counter() - call.started
         self.requests.labels(call.route, call.model, str(status)).inc()
         self.latency.labels(call.route).observe(latency)
@@ -218,6 +228,10 @@ class EngineCollector(Collector):
                                            labels=["engine"]),
             "limit": GaugeMetricFamily("tiankong_in_flight_limit", "Requests sent to the engine at once",
                                        labels=["engine"]),
+            "batch_in_flight": GaugeMetricFamily("tiankong_batch_in_flight", "Batch API lines being served by the "
+                                                 "engine (part of tiankong_in_flight)", labels=["engine"]),
+            "batch_queue": GaugeMetricFamily("tiankong_batch_queue_depth", "Batch API lines waiting for a slot "
+                                             "nobody interactive wants", labels=["engine"]),
             "up": GaugeMetricFamily("tiankong_engine_up", "1 when the engine is ready", labels=["engine", "state"]),
             "busy": GaugeMetricFamily("tiankong_engine_busy_slots", "llama-server slots processing (from /slots)",
                                       labels=["engine"]),
@@ -239,6 +253,8 @@ class EngineCollector(Collector):
         families["capacity"].add_metric(name, admission.queue_size)
         families["in_flight"].add_metric(name, admission.in_flight)
         families["limit"].add_metric(name, admission.limit)
+        families["batch_in_flight"].add_metric(name, admission.batch_in_flight)
+        families["batch_queue"].add_metric(name, admission.batch_waiting)
         state = handle.state()
         families["up"].add_metric([handle.name, state], 1.0 if state == "ready" else 0.0)
         if handle.name in self.busy:

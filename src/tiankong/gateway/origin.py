@@ -5,7 +5,10 @@ too: by a "simple" cross-site POST (``Content-Type: text/plain`` or a form, no C
 own domain name to 127.0.0.1 (the request then carries ``Host: attacker.example``). So:
 
 * every POST body must be declared JSON (``application/json`` or ``…+json``): a browser cannot send that
-  cross-site without a CORS preflight, and the gateway answers no preflight (no CORS unless configured);
+  cross-site without a CORS preflight, and the gateway answers no preflight (no CORS unless configured).
+  The one exception is the Batch API's upload (``POST /v1/files``, ``multipart/form-data`` as OpenAI's API
+  takes it): a browser sends ``Origin`` with every cross-site form POST, which the next rule refuses, and an
+  uploaded file does nothing until a JSON request starts a batch on it;
 * without API keys, the ``Host`` must be a loopback name or address, and an ``Origin`` header, when a browser
   sends one, must be loopback too (the gateway's own ``/ui`` page is same-origin).
 
@@ -29,6 +32,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+UPLOAD_PATH = "/v1/files"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -81,7 +85,9 @@ class OriginCheck:
                 return 403, (f"cross-site request from {origin} refused: this gateway has no API keys, so only "
                              "pages on loopback may call it (configure server.api_keys to serve others)"), \
                     "origin_not_allowed"
-        if scope.get("method") == "POST" and not _is_json(headers.get("content-type", "")):
+        content_type = headers.get("content-type", "")
+        if scope.get("method") == "POST" and not _is_json(content_type) and not (
+                scope.get("path") == UPLOAD_PATH and content_type.lower().startswith("multipart/form-data")):
             return 415, (f"POST bodies must be JSON with Content-Type: application/json (got "
                          f"{headers.get('content-type') or 'none'!r})"), "unsupported_media_type"
         return None

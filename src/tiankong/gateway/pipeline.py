@@ -76,7 +76,7 @@ class Pipeline:
     async def run(self, request: Request, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
         """A request answered in one piece."""
         call.engine = self.handle.name
-        if not self.handle.admission.has_room():
+        if not call.batch and not self.handle.admission.has_room():
             return self.done(call, self.reject(call))
         response = await until_disconnect(request.receive, self._deadlined(call, work))
         if response is None:
@@ -87,7 +87,7 @@ class Pipeline:
     def stream(self, call: RequestRecord, path: str, body: dict[str, object]) -> Response:
         """A streamed request: admission now, the rest inside the SSE response."""
         call.engine, call.stream = self.handle.name, True
-        if not self.handle.admission.has_room():
+        if not call.batch and not self.handle.admission.has_room():
             return self.done(call, self.reject(call))
 
         def on_close(status: int, outcome: str) -> None:
@@ -98,26 +98,31 @@ class Pipeline:
                            idle_timeout_s=self.idle_timeout_s, on_close=on_close)
 
     async def _deadlined(self, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
+        """The deadline covers the queue wait and the work; a batch line's (it waits for idle slots, as long
+        as interactive traffic keeps them busy) starts when it gets its slot."""
         try:
-            async with asyncio.timeout(self.timeout_s):
-                return await self._with_slot(call, work)
+            async with asyncio.timeout(None if call.batch else self.timeout_s) as deadline:
+                return await self._with_slot(call, work, deadline)
         except TimeoutError:
             return deadline_exceeded(self.timeout_s, "in the queue" if call.queue_wait_s is None else
                                      "while the engine worked")
 
-    async def _with_slot(self, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
+    async def _with_slot(self, call: RequestRecord, work: Callable[[], Awaitable[Response]],
+                         deadline: asyncio.Timeout) -> Response:
         admission = self.handle.admission
         waited = time.perf_counter()
         try:
-            await admission.acquire(call.group)
+            await admission.acquire(call.group, batch=call.batch)
         except QueueFull:
             return self.reject(call)
         held = time.perf_counter()
         call.queue_wait_s = held - waited
+        if call.batch:
+            deadline.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
         try:
             return await work()
         finally:
-            admission.release(time.perf_counter() - held, call.group)
+            admission.release(time.perf_counter() - held, call.group, batch=call.batch)
             self._after_request()
 
     async def _stream_source(self, call: RequestRecord, path: str,
@@ -125,7 +130,7 @@ class Pipeline:
         admission = self.handle.admission
         waited = time.perf_counter()
         try:
-            await admission.acquire(call.group)
+            await admission.acquire(call.group, batch=call.batch)
         except QueueFull:
             yield self.reject(call)
             return
@@ -136,7 +141,7 @@ class Pipeline:
                 async for item in items:
                     yield item
         finally:
-            admission.release(time.perf_counter() - held, call.group)
+            admission.release(time.perf_counter() - held, call.group, batch=call.batch)
             self._after_request()
 
     # --- planned restarts ------------------------------------------------------------------------------

@@ -21,15 +21,21 @@ from .responses import engine_unavailable, error_response
 
 class ModelRouter:
     def __init__(self, pool: EnginePool, *, max_in_flight: int | None = None, queue_size: int | None = None,
-                 group_batching: bool = True) -> None:
+                 group_batching: bool = True, batch_slots: int | None = None) -> None:
         self.pool = pool
         self.handles: dict[str, EngineHandle] = {}
         for replica in pool.replicas():
             limit = max_in_flight or replica.slots
             queue = 2 * replica.slots if queue_size is None else queue_size
             self.handles[replica.name] = EngineHandle.for_replica(
-                replica, Admission(limit, queue, group_batching=group_batching))
+                replica, Admission(limit, queue, group_batching=group_batching, batch_limit=batch_slots))
         pool.load = self.outstanding
+
+    def batch_concurrency(self, configured: int | None = None) -> int:
+        """Lines a Batch API batch keeps in flight: ``configured``, else every slot batch lines may hold."""
+        if configured is not None:
+            return configured
+        return sum(min(h.admission.batch_limit or h.admission.limit, h.admission.limit) for h in self.handles.values())
 
     def outstanding(self, replica: Replica) -> int:
         return self.handles[replica.name].outstanding()

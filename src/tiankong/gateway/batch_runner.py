@@ -1,0 +1,254 @@
+"""``BatchRunner``: the gateway runs its Batch API batches on the batch worker, in the gaps of interactive work.
+
+One batch runs at a time, oldest first. Its lines go through ``tiankong.batch.arun`` (one output line per
+``custom_id``, whole lines fsynced, ids already written skipped on a re-run) with the gateway itself as the
+engine: each line is sent in-process (``httpx.ASGITransport``, no socket) to the gateway's route of its URL,
+with a token that exists only for this run and marks it as a batch line. Such a line passes the same checks as
+any request, but waits in admission's second line (``admission.py``): it takes a slot only when no interactive
+request is waiting, and never more than ``batches.slots`` of an engine.
+
+The batch's status moves along ``batch.batches.TRANSITIONS``; a gateway killed at any moment finds its
+unfinished batches on disk at the next start and carries on (``validating``/``in_progress`` run again from
+where the output stops, ``finalizing`` finishes, ``cancelling`` becomes ``cancelled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..batch.batches import BatchState, BatchStore
+from ..batch.engines import BatchEngines
+from ..batch.files import FileNotFound, FileStore
+from ..batch.job import make_job
+from ..batch.openai_fmt import error_line
+from ..batch.report import RunStats
+from ..batch.runner import arun
+from ..batch.store import Appender, iter_lines, record_key, written_keys
+from ..batch.tasks import MeteredClient
+from ..errors import TiankongError
+from .keys import ApiKey
+
+log = logging.getLogger("tiankong.gateway")
+S = BatchState
+SAVE_EVERY_S = 2.0
+SELF_URL = "http://127.0.0.1"  # in-process (ASGI): never connected to; a loopback Host passes the origin check
+
+
+@dataclass
+class LiveCounts:
+    """Progress of the running batch (``request_counts``), written to its record every few seconds."""
+
+    total: int
+    completed: int = 0
+    failed: int = 0
+    saved: float = 0.0
+
+
+class _Progress:
+    def __init__(self, runner: BatchRunner, batch_id: str, total: int) -> None:
+        self.runner, self.batch_id = runner, batch_id
+        self.counts = runner.live[batch_id] = LiveCounts(total)
+
+    def start(self, total: int, completed: int) -> None:
+        self.counts.total = total
+
+    def update(self, stats: RunStats, completed: int) -> None:
+        counts = self.counts
+        counts.completed = stats.skipped_done + stats.processed
+        counts.failed = stats.failed + stats.skipped_failed
+        if time.monotonic() - counts.saved >= SAVE_EVERY_S:
+            counts.saved = time.monotonic()
+            self.runner.store.update(self.batch_id, request_counts=self.runner.counts_of(self.batch_id))
+
+    def stop(self) -> None:
+        pass
+
+
+class BatchRunner:
+    """Runs the batches of ``store`` one after another against ``app`` (the gateway's own ASGI app)."""
+
+    def __init__(self, files: FileStore, store: BatchStore, callers: dict[str, ApiKey], *,
+                 concurrency: Callable[[], int], engine_wait_s: float, timeout_s: float) -> None:
+        self.files, self.store, self.callers = files, store, callers
+        self.concurrency, self.engine_wait_s, self.timeout_s = concurrency, engine_wait_s, timeout_s
+        self.app: Any = None
+        self.live: dict[str, LiveCounts] = {}
+        self.running: str | None = None
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._work: asyncio.Task[None] | None = None
+        self._cancelled: set[str] = set()
+
+    # --- what the routes call ---------------------------------------------------------------------------------
+
+    def submit(self, batch_id: str) -> None:
+        self._queue.put_nowait(batch_id)
+
+    def counts_of(self, batch_id: str) -> dict[str, int]:
+        counts = self.live.get(batch_id)
+        if counts is None:
+            return dict(self.store.get(batch_id, None)["request_counts"])
+        return {"total": counts.total, "completed": counts.completed, "failed": counts.failed}
+
+    def describe(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A batch object with the running batch's live counts."""
+        if record["id"] in self.live and record["status"] == S.IN_PROGRESS:
+            record = {**record, "request_counts": self.counts_of(record["id"])}
+        return record
+
+    async def cancel(self, batch_id: str, owner: str) -> dict[str, Any]:
+        record = self.store.get(batch_id, owner)
+        if record["status"] in (S.CANCELLING, S.CANCELLED):
+            return record
+        self.store.move(batch_id, S.CANCELLING)
+        if self.running == batch_id and self._work is not None:
+            self._cancelled.add(batch_id)
+            self._work.cancel()  # the run keeps every finished line and ends as cancelled
+        else:
+            await asyncio.to_thread(self._finish, batch_id, S.CANCELLED)
+        return self.describe(self.store.get(batch_id, owner))
+
+    def pending(self) -> int:
+        """Lines of unfinished batches not yet answered (for /metrics and /ui)."""
+        left = 0
+        for record in self.store.unfinished():
+            counts = self.counts_of(record["id"])
+            left += max(0, counts["total"] - counts["completed"] - counts["failed"])
+        return left
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+
+    async def forever(self) -> None:
+        for record in self.store.unfinished():
+            self.submit(record["id"])
+        while True:
+            batch_id = await self._queue.get()
+            try:
+                await self._run(batch_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug must not stop every later batch: this one fails, with the reason
+                log.warning("batch %s failed: %s: %s", batch_id, type(exc).__name__, exc)
+                with contextlib.suppress(TiankongError):
+                    await asyncio.to_thread(self._finish, batch_id, S.FAILED,
+                                            error=("internal_error", f"{type(exc).__name__}: {exc}"))
+            finally:
+                self.running = None
+                self.live.pop(batch_id, None)
+
+    async def _run(self, batch_id: str) -> None:
+        record = self.store.get(batch_id, None)
+        status = S(record["status"])
+        if status == S.CANCELLING:
+            await asyncio.to_thread(self._finish, batch_id, S.CANCELLED)
+            return
+        if status == S.FINALIZING:
+            await asyncio.to_thread(self._finish, batch_id, S.COMPLETED)
+            return
+        if status not in (S.VALIDATING, S.IN_PROGRESS):
+            return
+        try:
+            source = self.files.path(record["input_file_id"], record["owner"])
+        except FileNotFound:
+            self.store.move(batch_id, S.FAILED, errors=_errors("invalid_file", "the input file was deleted"))
+            return
+        if status == S.VALIDATING:
+            self.store.move(batch_id, S.IN_PROGRESS)
+        remaining = record["expires_at"] - time.time()
+        if remaining <= 0:
+            await asyncio.to_thread(self._expire, batch_id, source)
+            return
+        self.running = batch_id
+        self._work = asyncio.ensure_future(self._execute(batch_id, source, record["owner"]))
+        try:
+            async with asyncio.timeout(remaining):
+                await self._work
+        except TimeoutError:
+            await asyncio.to_thread(self._expire, batch_id, source)
+            return
+        except asyncio.CancelledError:
+            if batch_id not in self._cancelled:
+                raise  # the gateway is stopping: the batch stays in progress and resumes at the next start
+            self._cancelled.discard(batch_id)
+            await asyncio.to_thread(self._finish, batch_id, S.CANCELLED)
+            return
+        except TiankongError as exc:  # the engines stayed down past batches.engine_wait_s
+            await asyncio.to_thread(self._finish, batch_id, S.FAILED, error=(exc.type, exc.one_line()))
+            return
+        finally:
+            self._work = None
+        self.store.move(batch_id, S.FINALIZING, expected=(S.IN_PROGRESS,))
+        await asyncio.to_thread(self._finish, batch_id, S.COMPLETED)
+
+    async def _execute(self, batch_id: str, source: Path, owner: str) -> None:
+        paths = self.store.paths(batch_id)
+        job = make_job(input=str(source), output=str(paths.output), format="openai", engine_wait_s=self.engine_wait_s,
+                       timeout_s=self.timeout_s, fsync_every=8)
+        token = secrets.token_urlsafe(32)
+        self.callers[token] = ApiKey(owner, f"batch:{batch_id}", None, batch=True)
+        concurrency = max(1, self.concurrency())
+        client = MeteredClient(SELF_URL, api_key=token, timeout_s=self.timeout_s, max_connections=concurrency,
+                               transport=httpx.ASGITransport(app=self.app))
+        total = self.store.get(batch_id, None)["request_counts"]["total"]
+        try:
+            await arun(job, progress=_Progress(self, batch_id, total),
+                       engines=BatchEngines([client], passthrough=True, slot_count=concurrency))
+        finally:
+            self.callers.pop(token, None)
+            await client.close()
+
+    # --- endings (blocking: run in a thread) ---------------------------------------------------------------------
+
+    def _expire(self, batch_id: str, source: Path) -> None:
+        """Every line not answered in time gets an error line ``batch_expired`` (as OpenAI writes them)."""
+        paths = self.store.paths(batch_id)
+        done = written_keys(paths.output) | written_keys(paths.errors)
+        errors = Appender(paths.errors, 64)
+        try:
+            for number, data in enumerate(iter_lines(source), start=1):
+                if record_key(data) not in done:
+                    line = error_line(data.get("custom_id"), number, "the batch expired before this request ran")
+                    line["error"] = {"code": "batch_expired", "message": "this request could not be executed "
+                                     "before the completion window expired"}
+                    errors.add(line)
+        finally:
+            errors.close()
+        self._finish(batch_id, S.EXPIRED)
+
+    def _finish(self, batch_id: str, final: BatchState, error: tuple[str, str] | None = None) -> None:
+        """Register what the batch wrote as its output and error files, then enter ``final``."""
+        record = self.store.get(batch_id, None)
+        paths, owner, short = self.store.paths(batch_id), record["owner"], batch_id.removeprefix("batch_")
+        if not paths.output.exists():
+            paths.output.touch()
+        output_id = self.files.adopt(paths.output, f"file-{short}out", filename=f"{batch_id}_output.jsonl",
+                                     owner=owner)
+        error_id = None
+        if paths.errors.exists() and paths.errors.stat().st_size > 0:
+            error_id = self.files.adopt(paths.errors, f"file-{short}err", filename=f"{batch_id}_error.jsonl",
+                                        owner=owner)
+        counts = {"total": record["request_counts"]["total"],
+                  "completed": _lines(self.files.path(output_id, None)),
+                  "failed": _lines(self.files.path(error_id, None)) if error_id else 0}
+        fields: dict[str, Any] = {"output_file_id": output_id, "error_file_id": error_id, "request_counts": counts}
+        if error is not None:
+            fields["errors"] = _errors(*error)
+        self.store.move(batch_id, final, **fields)
+
+
+def _errors(code: str, message: str) -> dict[str, Any]:
+    return {"object": "list", "data": [{"code": code, "message": message, "param": None, "line": None}]}
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as handle:
+        return sum(1 for raw in handle if raw.strip())
