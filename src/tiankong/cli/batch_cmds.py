@@ -1,4 +1,5 @@
-"""``tiankong batch run|status|report``: offline batch jobs over JSONL, CSV, folders and OpenAI batch files."""
+"""``tiankong batch run|status|report``: offline batch jobs over JSONL, CSV, folders and OpenAI batch files;
+``batch submit|status|fetch|cancel --url URL``: the same OpenAI batch files on a gateway's Batch API."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import click
 from ..batch import build_job, read_report, read_schema, run, status
 from ..batch.job import TASKS
 from ..batch.progress import RichProgress
+from ..batch.remote import BatchService
 from . import emit_json
+from .run_cmds import API_KEY_OPTION, cli_api_key
 
 EXIT_ITEMS_FAILED = 3
 
@@ -81,16 +84,104 @@ def run_cmd(job_file: str | None, input_path: str | None, output: str | None, fm
 
 
 @batch.command("status")
-@click.argument("output")
+@click.argument("target", metavar="OUTPUT|BATCH_ID")
 @click.option("--input", "input_path", default=None, help="Count against this input (default: the job's).")
+@click.option("--url", default=None, help="A gateway: TARGET is the id of a batch submitted there.")
+@click.option("--wait", is_flag=True, help="With --url: poll until the batch is finished.")
 @click.option("--json", "as_json", is_flag=True)
-def status_cmd(output: str, input_path: str | None, as_json: bool) -> None:
-    """Done / failed / pending ids of OUTPUT against its input (safe while a run is going on)."""
-    result = status(output, input_path)
+@API_KEY_OPTION
+def status_cmd(target: str, input_path: str | None, url: str | None, wait: bool, as_json: bool) -> None:
+    """Done / failed / pending ids of OUTPUT against its input (safe while a run is going on); with --url, the
+    status of a batch on a gateway."""
+    if url is not None:
+        with BatchService(url, cli_api_key()) as service:
+            batch = service.wait(target, on_poll=None if as_json else _echo_progress) if wait else \
+                service.status(target)
+        if as_json:
+            emit_json(batch)
+        elif not wait:
+            _echo_progress(batch)
+        return
+    if wait:
+        raise click.UsageError("--wait needs --url (a local run's status is already current)")
+    result = status(target, input_path)
     if as_json:
         emit_json(result.model_dump(mode="json"))
     else:
         click.echo(result.summary())
+
+
+def _echo_progress(batch: dict[str, Any]) -> None:
+    counts = batch.get("request_counts") or {}
+    click.echo(f"{batch['id']}: {batch['status']}, {counts.get('completed', 0)} done, {counts.get('failed', 0)} "
+               f"failed of {counts.get('total', 0)}")
+
+
+@batch.command("submit")
+@click.option("--input", "input_path", required=True, help="OpenAI batch lines {custom_id, method, url, body}.")
+@click.option("--url", required=True, help="The gateway (or any OpenAI-compatible Batch API).")
+@click.option("--endpoint", default=None, help="The batch's endpoint (default: the first line's url).")
+@click.option("--window", default="24h", show_default=True, help="completion_window.")
+@click.option("--metadata", "metadata_items", multiple=True, metavar="KEY=VALUE", help="Batch metadata (repeat).")
+@click.option("--wait", is_flag=True, help="Poll until the batch is finished.")
+@click.option("--json", "as_json", is_flag=True)
+@API_KEY_OPTION
+def submit_cmd(input_path: str, url: str, endpoint: str | None, window: str, metadata_items: tuple[str, ...],
+               wait: bool, as_json: bool) -> None:
+    """Upload INPUT to a gateway and start a batch on it; prints the batch id (fetch the results with
+    `tiankong batch fetch ID --url URL --output OUT.jsonl`)."""
+    metadata = dict(_pair(item) for item in metadata_items) or None
+    with BatchService(url, cli_api_key()) as service:
+        batch = service.submit(input_path, endpoint=endpoint, window=window, metadata=metadata)
+        if wait:
+            batch = service.wait(batch["id"], on_poll=None if as_json else _echo_progress)
+    if as_json:
+        emit_json(batch)
+    elif not wait:
+        click.echo(batch["id"])
+
+
+def _pair(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--metadata")
+    return key, value
+
+
+@batch.command("fetch")
+@click.argument("batch_id")
+@click.option("--url", required=True, help="The gateway the batch was submitted to.")
+@click.option("--output", required=True, help="Where the output lines go.")
+@click.option("--errors", default=None, help="Where the error lines go (default: OUTPUT.errors.jsonl).")
+@click.option("--json", "as_json", is_flag=True)
+@API_KEY_OPTION
+def fetch_cmd(batch_id: str, url: str, output: str, errors: str | None, as_json: bool) -> None:
+    """Download a finished batch's output and error files."""
+    with BatchService(url, cli_api_key()) as service:
+        written = service.fetch(batch_id, output, errors)
+    if as_json:
+        emit_json(written)
+    else:
+        counts = written.get("request_counts") or {}
+        errors_part = f", {counts.get('failed', 0)} errors → {written['error_file']}" \
+            if written.get("error_file") else ""
+        click.echo(f"{batch_id} ({written['status']}): {counts.get('completed', 0)} lines → "
+                   f"{written.get('output_file')}{errors_part}")
+
+
+@batch.command("cancel")
+@click.argument("batch_id")
+@click.option("--url", required=True, help="The gateway the batch was submitted to.")
+@click.option("--json", "as_json", is_flag=True)
+@API_KEY_OPTION
+def cancel_cmd(batch_id: str, url: str, as_json: bool) -> None:
+    """Cancel a batch on a gateway (the lines already answered stay in its output file)."""
+    with BatchService(url, cli_api_key()) as service:
+        batch = service.cancel(batch_id)
+    if as_json:
+        emit_json(batch)
+    else:
+        _echo_progress(batch)
 
 
 @batch.command("report")

@@ -64,7 +64,7 @@ API_KEY_OPTION = click.option("--api-key", envvar="TIANKONG_API_KEY", default=No
                               callback=remember_api_key, help="Bearer key for --url (or TIANKONG_API_KEY).")
 
 
-def _api_key() -> str | None:
+def cli_api_key() -> str | None:
     ctx = click.get_current_context(silent=True)
     found = ctx.meta.get("tiankong.api_key") if ctx is not None else None
     return str(found) if found else (os.environ.get("TIANKONG_API_KEY") or None)
@@ -73,7 +73,7 @@ def _api_key() -> str | None:
 def _client(model: str | None, url: str | None, llama_server: str | None, embeddings: bool = False,
             adapters: list[str] | None = None) -> Client:
     if url or os.environ.get("TIANKONG_URL"):
-        return Client(url, model=model, api_key=_api_key())
+        return Client(url, model=model, api_key=cli_api_key())
     return Client(model=paths.default_model(model) or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096,
                   embeddings=embeddings,
                   adapters=adapters)

@@ -1,0 +1,352 @@
+"""The OpenAI Batch API on the gateway (/v1/files, /v1/batches): the official openai SDK against a real gateway
+on SmolLM2, key isolation, cancel, kill -9 and resume, idle-first admission, and bad input as OpenAI-shaped 4xx."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from starlette.testclient import TestClient
+
+from conftest import TIANKONG, assert_one_line_error, free_port, pid_alive, run_cli, serve_app, wait_until
+from tiankong.config import BatchesSettings
+from tiankong.engine import EngineProcess
+from tiankong.gateway import GatewayState, create_app
+from tiankong.gateway.admission import Admission
+from tiankong.gateway.keys import ApiKey, hash_key
+from tiankong.models import TEST_MODEL
+
+KEY_ONE, KEY_TWO = "batch-key-one-0123456789", "batch-key-two-0123456789"
+FINAL = ("completed", "failed", "cancelled", "expired")
+
+
+def chat_line(i: int, max_tokens: int = 4, **extra: Any) -> dict[str, Any]:
+    body = {"model": TEST_MODEL, "messages": [{"role": "user", "content": f"Count to {i}."}], "max_tokens": max_tokens,
+            "temperature": 0, **extra}
+    return {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+
+def jsonl(lines: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+
+def poll(client: openai.OpenAI, batch_id: str, done: Any = lambda b: b.status in FINAL,
+         timeout_s: float = 300) -> Any:
+    batch = client.batches.retrieve(batch_id)
+    deadline = time.monotonic() + timeout_s
+    while not done(batch) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        batch = client.batches.retrieve(batch_id)
+    return batch
+
+
+def lines_of(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture()
+def keyed_gateway(smol_engine: EngineProcess, tmp_path: Path) -> Any:
+    state = GatewayState.for_engine(
+        smol_engine, TEST_MODEL, batches=BatchesSettings(dir=str(tmp_path / "batches")),
+        api_keys=[ApiKey(hash_key(KEY_ONE), "one"), ApiKey(hash_key(KEY_TWO), "two")])
+    with serve_app(state) as url:
+        yield url
+
+
+def test_openai_sdk_drives_the_whole_cycle(keyed_gateway: str) -> None:
+    one = openai.OpenAI(base_url=keyed_gateway + "/v1", api_key=KEY_ONE, max_retries=0)
+    two = openai.OpenAI(base_url=keyed_gateway + "/v1", api_key=KEY_TWO, max_retries=0)
+    lines = [chat_line(i) for i in range(50)]
+    lines[7]["body"]["messages"] = ["not a message"]  # runs, fails: a line of the error file
+    lines[31]["body"]["temperature"] = "hot"
+    uploaded = one.files.create(file=("requests.jsonl", jsonl(lines)), purpose="batch")
+    assert uploaded.purpose == "batch" and uploaded.bytes == len(jsonl(lines))
+    assert one.files.retrieve(uploaded.id).id == uploaded.id
+    batch = one.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                               completion_window="24h", metadata={"run": "nightly"})
+    assert batch.status == "validating" and batch.metadata == {"run": "nightly"}
+
+    # a second key sees none of it
+    with pytest.raises(openai.NotFoundError):
+        two.batches.retrieve(batch.id)
+    with pytest.raises(openai.NotFoundError):
+        two.files.content(uploaded.id)
+    with pytest.raises(openai.NotFoundError):
+        two.batches.cancel(batch.id)
+    with pytest.raises(openai.NotFoundError):
+        two.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert two.batches.list().data == [] and two.files.list().data == []
+
+    finished = poll(one, batch.id)
+    assert finished.status == "completed", finished
+    assert finished.request_counts.total == 50
+    assert (finished.request_counts.completed, finished.request_counts.failed) == (48, 2)
+    assert finished.in_progress_at and finished.finalizing_at and finished.completed_at
+    output = lines_of(one.files.content(finished.output_file_id).text)
+    errors = lines_of(one.files.content(finished.error_file_id).text)
+    assert sorted(o["custom_id"] for o in output) == sorted(f"req-{i}" for i in range(50) if i not in (7, 31))
+    for line in output:
+        assert line["response"]["status_code"] == 200 and line["error"] is None
+        assert line["response"]["body"]["object"] == "chat.completion"
+        assert line["response"]["body"]["choices"][0]["message"]["role"] == "assistant"
+    assert {e["custom_id"]: e["line"] for e in errors} == {"req-7": 8, "req-31": 32}
+    assert all(e["response"]["status_code"] == 400 and e["response"]["body"]["error"]["message"] for e in errors)
+    with pytest.raises(openai.NotFoundError):
+        two.files.content(finished.output_file_id)
+    assert [b.id for b in one.batches.list().data] == [batch.id]
+    assert one.files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        one.files.retrieve(uploaded.id)
+
+
+def test_cancel_mid_way_keeps_what_was_answered(keyed_gateway: str) -> None:
+    one = openai.OpenAI(base_url=keyed_gateway + "/v1", api_key=KEY_ONE, max_retries=0)
+    uploaded = one.files.create(file=("long.jsonl", jsonl([chat_line(i, max_tokens=48) for i in range(60)])),
+                                purpose="batch")
+    batch = one.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    running = poll(one, batch.id, lambda b: b.status in FINAL or b.request_counts.completed >= 2)
+    assert running.status == "in_progress", running
+    assert one.batches.cancel(batch.id).status in ("cancelling", "cancelled")
+    cancelled = poll(one, batch.id)
+    assert cancelled.status == "cancelled" and cancelled.cancelled_at
+    output = lines_of(one.files.content(cancelled.output_file_id).text)
+    ids = [line["custom_id"] for line in output]
+    assert 2 <= len(ids) < 60 and len(ids) == len(set(ids)) == cancelled.request_counts.completed
+    assert one.batches.cancel(batch.id).status == "cancelled"  # cancelling again changes nothing
+    small = one.files.create(file=("one.jsonl", jsonl([chat_line(1)])), purpose="batch")
+    completed = poll(one, one.batches.create(input_file_id=small.id, endpoint="/v1/chat/completions",
+                                             completion_window="24h").id)
+    assert completed.status == "completed"
+    with pytest.raises(openai.ConflictError):  # a finished batch cannot be cancelled
+        one.batches.cancel(completed.id)
+
+
+def test_task_lines_and_the_cli_against_a_gateway(smol_engine: EngineProcess, tmp_path: Path) -> None:
+    state = GatewayState.for_engine(smol_engine, TEST_MODEL, batches=BatchesSettings(dir=str(tmp_path / "b")))
+    lines = [{"custom_id": f"t{i}", "method": "POST", "url": "/v1/tasks/classify",
+              "body": {"text": text, "labels": ["billing", "bug"]}}
+             for i, text in enumerate(["refund my invoice", "the app crashes on start", "charged twice"])]
+    lines.append({"custom_id": "bad", "method": "POST", "url": "/v1/tasks/classify",
+                  "body": {"text": "x", "labels": ["only"], "colour": "red"}})
+    source = tmp_path / "tasks.jsonl"
+    source.write_bytes(jsonl(lines))
+    with serve_app(state) as url:
+        submitted = run_cli("batch", "submit", "--input", str(source), "--url", url, "--wait", "--json")
+        assert submitted.returncode == 0, submitted.stderr
+        batch = json.loads(submitted.stdout)
+        assert batch["status"] == "completed" and batch["endpoint"] == "/v1/tasks/classify"
+        out = tmp_path / "out.jsonl"
+        fetched = run_cli("batch", "fetch", batch["id"], "--url", url, "--output", str(out), "--json")
+        assert fetched.returncode == 0, fetched.stderr
+        status = run_cli("batch", "status", batch["id"], "--url", url, "--json")
+        assert json.loads(status.stdout)["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
+        missing = run_cli("batch", "status", "batch_0000", "--url", url)
+        assert_one_line_error(missing, "404", "no batch")
+    answers = {line["custom_id"]: line["response"]["body"] for line in lines_of(out.read_text())}
+    assert set(answers) == {"t0", "t1", "t2"} and all(a["label"] in ("billing", "bug") for a in answers.values())
+    errors = lines_of((tmp_path / "out.jsonl.errors.jsonl").read_text())
+    assert [(e["custom_id"], e["line"], e["response"]["status_code"]) for e in errors] == [("bad", 4, 400)]
+
+    # the same file runs locally on the engine (tiankong batch run reads the same lines)
+    local = run_cli("batch", "run", "--input", str(source), "--output", str(tmp_path / "local.jsonl"),
+                    "--url", smol_engine.url, "--json")
+    assert local.returncode == 3, local.stderr  # one line failed
+    local_answers = {line["custom_id"]: line["response"]["body"]
+                     for line in lines_of((tmp_path / "local.jsonl").read_text())}
+    assert {k: v["label"] for k, v in local_answers.items()} == {k: v["label"] for k, v in answers.items()}
+
+
+# --- kill -9 and resume ---------------------------------------------------------------------------------------
+
+
+def _serve(config: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([TIANKONG, "serve", "--model", TEST_MODEL, "--config", str(config), "--port", str(port),
+                             "--slots", "2", "--ctx", "2048"], stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in found]
+
+
+def test_kill_9_mid_batch_resumes_every_line_exactly_once(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'[batches]\ndir = "{tmp_path / "batches"}"\n')
+    log = tmp_path / "gateway.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        port = free_port()
+        procs.append(_serve(config, port, log))
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            try:
+                return httpx.get(url + "/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        assert wait_until(up, 120), log.read_text()[-2000:]
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        lines = [chat_line(i, max_tokens=24) for i in range(60)]
+        uploaded = client.files.create(file=("r.jsonl", jsonl(lines)), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        running = poll(client, batch.id, lambda b: b.status in FINAL or b.request_counts.completed >= 6)
+        assert running.status == "in_progress", running
+        engines = _children(procs[0].pid)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        procs[0].wait(30)
+        assert wait_until(lambda: not any(pid_alive(p) for p in engines), 30), "the engine outlived its gateway"
+
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        procs.append(_serve(config, port, log))
+        assert wait_until(up, 120), log.read_text()[-2000:]
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        finished = poll(client, batch.id)
+        assert finished.status == "completed", finished
+        output = lines_of(client.files.content(finished.output_file_id).text)
+        ids = [line["custom_id"] for line in output]
+        assert sorted(ids) == sorted(f"req-{i}" for i in range(60))  # every line, none twice
+        assert finished.error_file_id is None and finished.request_counts.completed == 60
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+
+
+# --- idle capacity first ------------------------------------------------------------------------------------
+
+
+def test_batch_lines_take_only_slots_nobody_interactive_waits_for() -> None:
+    async def go() -> list[str]:
+        admission = Admission(2, 4, batch_limit=2)
+        order: list[str] = []
+        await admission.acquire(batch=True)
+        await admission.acquire(batch=True)  # batch holds both slots of an idle engine
+        assert admission.batch_in_flight == 2
+
+        async def take(name: str, batch: bool) -> None:
+            await admission.acquire(batch=batch)
+            order.append(name)
+
+        waiting = [asyncio.ensure_future(take("batch-3", True)), asyncio.ensure_future(take("chat-1", False)),
+                   asyncio.ensure_future(take("batch-4", True)), asyncio.ensure_future(take("chat-2", False))]
+        await asyncio.sleep(0)
+        assert admission.waiting == 2 and admission.batch_waiting == 2
+        admission.release(batch=True)  # one batch line ends: the first interactive request gets its slot
+        await asyncio.sleep(0)
+        admission.release(batch=True)
+        await asyncio.sleep(0)
+        assert order == ["chat-1", "chat-2"]
+        admission.release()
+        admission.release()
+        await asyncio.gather(*waiting)
+        return order
+
+    assert asyncio.run(go()) == ["chat-1", "chat-2", "batch-3", "batch-4"]
+
+    async def share() -> int:
+        admission = Admission(4, 8, batch_limit=1)  # batches.slots = 1: three slots stay free for interactive work
+        await admission.acquire(batch=True)
+        blocked = asyncio.ensure_future(admission.acquire(batch=True))
+        await asyncio.sleep(0)
+        await admission.acquire()  # interactive still gets in at once
+        assert not blocked.done()
+        blocked.cancel()
+        return admission.in_flight
+
+    assert asyncio.run(share()) == 2
+
+
+# --- bad input ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def offline(tmp_path: Path) -> Any:
+    """A gateway whose engine is a closed port: uploads and batch creation never reach it."""
+    state = GatewayState(upstream_url="http://127.0.0.1:9", model_name="m", engine_retry_wait_s=0,
+                         batches=BatchesSettings(dir=str(tmp_path), max_file_bytes=4096, max_requests=5,
+                                                 engine_wait_s=0),
+                         api_keys=[ApiKey(hash_key(KEY_ONE), "one"), ApiKey(hash_key(KEY_TWO), "two")])
+    with TestClient(create_app(state), base_url="http://127.0.0.1") as http:
+        yield http
+
+
+def _upload(http: TestClient, data: bytes, key: str = KEY_ONE) -> httpx.Response:
+    return http.post("/v1/files", files={"file": ("r.jsonl", data)}, data={"purpose": "batch"},
+                     headers={"Authorization": f"Bearer {key}"})
+
+
+def _error(answer: httpx.Response, status: int, *needles: str) -> dict[str, Any]:
+    assert answer.status_code == status, answer.text
+    error = answer.json()["error"]
+    assert error["message"] and error["type"]
+    for needle in needles:
+        assert needle in error["message"], error
+    return dict(error)
+
+
+def test_bad_uploads_name_their_lines(offline: TestClient) -> None:
+    good = chat_line(1)
+    bad = jsonl([good])[:-1] + b"\n{not json\n" + jsonl([{**chat_line(2), "url": "/v1/images"}])
+    error = _error(_upload(offline, bad), 400, "line 2", "line 3", "/v1/images")
+    assert error["param"] == "file"
+    _error(_upload(offline, jsonl([chat_line(1), chat_line(2), chat_line(1)])), 400, "line 3", "line 1", "req-1")
+    _error(_upload(offline, jsonl([{**chat_line(1), "method": "GET"}])), 400, "line 1", "POST")
+    _error(_upload(offline, jsonl([chat_line(1, stream=True)])), 400, "stream")
+    _error(_upload(offline, jsonl([chat_line(i) for i in range(6)])), 400, "at most 5")
+    _error(_upload(offline, b"x" * 5000), 413, "4096")
+    _error(_upload(offline, b"\n\n"), 400, "no request lines")
+    refused = offline.post("/v1/files", files={"file": ("r.jsonl", jsonl([good]))}, data={"purpose": "fine-tune"},
+                           headers={"Authorization": f"Bearer {KEY_ONE}"})
+    _error(refused, 400, "purpose")
+    _error(offline.post("/v1/files", files={"file": ("r.jsonl", jsonl([good]))}), 401)
+
+
+def test_bad_batches_are_openai_shaped_4xx(offline: TestClient) -> None:
+    auth = {"Authorization": f"Bearer {KEY_ONE}"}
+    file_id = _upload(offline, jsonl([chat_line(1), chat_line(2)])).json()["id"]
+    create = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    assert _error(offline.post("/v1/batches", json={**create, "endpoint": "/v1/images"}, headers=auth), 400,
+                  "/v1/images")["param"] == "endpoint"
+    _error(offline.post("/v1/batches", json={**create, "endpoint": "/v1/embeddings"}, headers=auth), 400,
+           "/v1/chat/completions")
+    _error(offline.post("/v1/batches", json={**create, "completion_window": "2d"}, headers=auth), 400, "2d")
+    _error(offline.post("/v1/batches", json={**create, "priority": "high"}, headers=auth), 400, "priority")
+    _error(offline.post("/v1/batches", json={**create, "metadata": {"k": 1}}, headers=auth), 400, "metadata")
+    _error(offline.post("/v1/batches", json={**create, "input_file_id": "file-nope"}, headers=auth), 404)
+    _error(offline.post("/v1/batches", json=create, headers={"Authorization": f"Bearer {KEY_TWO}"}), 404, file_id)
+    _error(offline.get("/v1/batches/batch_nope", headers=auth), 404)
+    _error(offline.get("/v1/batches?limit=500", headers=auth), 400, "limit")
+    _error(offline.get("/v1/files/../../etc/passwd", headers=auth), 404)
+
+    pages = [offline.post("/v1/batches", json=create, headers=auth).json()["id"] for _ in range(3)]
+    first = offline.get("/v1/batches?limit=2", headers=auth).json()
+    assert first["has_more"] and [b["id"] for b in first["data"]] == pages[::-1][:2]
+    rest = offline.get(f"/v1/batches?limit=2&after={first['last_id']}", headers=auth).json()
+    assert not rest["has_more"] and [b["id"] for b in rest["data"]] == pages[:1]
+
+
+def test_cli_submit_errors_are_one_line(tmp_path: Path) -> None:
+    missing = run_cli("batch", "submit", "--input", str(tmp_path / "none.jsonl"), "--url", "http://127.0.0.1:9")
+    assert_one_line_error(missing, "no input file")
+    source = tmp_path / "r.jsonl"
+    source.write_bytes(jsonl([chat_line(1)]))
+    unreachable = run_cli("batch", "submit", "--input", str(source), "--url", "http://127.0.0.1:9")
+    assert_one_line_error(unreachable, "cannot reach")
