@@ -273,6 +273,18 @@ def test_batch_lines_take_only_slots_nobody_interactive_waits_for() -> None:
 
     assert asyncio.run(share()) == 2
 
+    async def yields() -> bool:
+        admission = Admission(4, 8, batch_yields=True)  # batches.yield_to_interactive
+        await admission.acquire()
+        blocked = asyncio.ensure_future(admission.acquire(batch=True))
+        await asyncio.sleep(0)
+        held_back = not blocked.done()  # three slots free, but an interactive request is being served
+        admission.release()
+        await asyncio.sleep(0)
+        return held_back and blocked.done() and admission.batch_in_flight == 1
+
+    assert asyncio.run(yields())
+
 
 # --- bad input ------------------------------------------------------------------------------------------------
 

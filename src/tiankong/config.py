@@ -210,6 +210,8 @@ class BatchesSettings(_Strict):
     max_requests: int = Field(50_000, ge=1, description="most request lines in one batch input")
     slots: int | None = Field(None, ge=1, description="slots of each engine batch lines may hold at once "
                               "(default: every slot no interactive request is waiting for)")
+    yield_to_interactive: bool = Field(False, description="start no batch line while an interactive request is "
+                                       "being served (fewer engine steps shared; less batch throughput)")
     concurrency: int | None = Field(None, ge=1, description="lines of a batch in flight (default: the engines' "
                                     "slots)")
     engine_wait_s: float = Field(3600.0, ge=0, description="an engine down this long fails the running batch")

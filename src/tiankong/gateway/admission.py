@@ -52,10 +52,11 @@ class Admission:
     """
 
     def __init__(self, limit: int, queue_size: int, *, group_batching: bool = True,
-                 batch_limit: int | None = None) -> None:
+                 batch_limit: int | None = None, batch_yields: bool = False) -> None:
         if limit < 1 or queue_size < 0 or (batch_limit is not None and batch_limit < 0):
             raise ValueError("limit must be >= 1, queue_size and batch_limit >= 0")
         self.batch_limit = batch_limit  # slots batch items may hold at once (None: every free one)
+        self.batch_yields = batch_yields  # no new batch line while an interactive request is being served
         self.batch_in_flight = 0
         self._batch_waiting: deque[_Waiter] = deque()
         self.limit = limit
@@ -148,7 +149,9 @@ class Admission:
 
     def _batch_free(self) -> bool:
         share = self.limit if self.batch_limit is None else min(self.batch_limit, self.limit)
-        return self._free() and not self._waiting and self.batch_in_flight < share
+        interactive = self.in_flight - self.batch_in_flight
+        return (self._free() and not self._waiting and self.batch_in_flight < share and
+                not (self.batch_yields and interactive > 0))
 
     def _enter(self, group: Group, *, batch: bool = False) -> None:
         self.in_flight += 1
