@@ -103,6 +103,12 @@ def test_openai_sdk_drives_the_whole_cycle(keyed_gateway: str) -> None:
     with pytest.raises(openai.NotFoundError):
         two.files.content(finished.output_file_id)
     assert [b.id for b in one.batches.list().data] == [batch.id]
+    auth = {"Authorization": f"Bearer {KEY_ONE}"}
+    scraped = httpx.get(keyed_gateway + "/metrics", headers=auth).text
+    assert 'tiankong_batches{status="completed"} 1.0' in scraped and "tiankong_batch_pending_requests 0.0" in scraped
+    assert 'tiankong_batch_requests_total{route="/v1/chat/completions",status="200"} 48.0' in scraped
+    shown = httpx.get(keyed_gateway + "/ui/stats", headers=auth).json()["batches"]
+    assert shown["by_status"] == {"completed": 1} and shown["pending"] == 0 and shown["running"] is None
     assert one.files.delete(uploaded.id).deleted
     with pytest.raises(openai.NotFoundError):
         one.files.retrieve(uploaded.id)

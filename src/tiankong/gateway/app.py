@@ -267,6 +267,8 @@ def create_app(state: GatewayState) -> Starlette:
         if state.fallback is not None:
             engines.append((state.fallback, [state.fallback_model()]))
         level = {"degradation": policy.describe() if policy is not None else {"level": 0, "enabled": False}}
+        if batch_api is not None:
+            level["batches"] = batch_api.summary(state.router.all())
         return JSONResponse(await stats_payload(metrics, engines, pipes["p"].upstream.http, level),
                             headers={"Cache-Control": "no-store"})
 

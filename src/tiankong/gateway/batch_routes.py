@@ -54,6 +54,14 @@ class BatchApi:
                                   engine_wait_s=settings.engine_wait_s, timeout_s=timeout_s)
         self.max_body_bytes = max_body_bytes
 
+    def summary(self, handles: list[Any]) -> dict[str, Any]:
+        """What ``/ui`` shows: lines in flight and waiting on the engines, lines pending, the running batch."""
+        running = self.runner.running
+        return {"in_flight": sum(h.admission.batch_in_flight for h in handles),
+                "waiting": sum(h.admission.batch_waiting for h in handles), "pending": self.runner.pending(),
+                "by_status": self.store.status_counts(),
+                "running": {"id": running, "request_counts": self.runner.counts_of(running)} if running else None}
+
     def routes(self, authenticate: Authenticate) -> list[Route]:
         def owned(handler: Callable[[Request, str], Any]) -> Callable[[Request], Any]:
             async def endpoint(request: Request) -> Response:

@@ -63,6 +63,9 @@ PAGE = """<!doctype html>
   <div class="card"><div class="v" id="stat-tokens">-</div><div class="k">tokens (total)</div></div>
   <div class="card"><div class="v" id="stat-rejected">-</div><div class="k">429 (total)</div></div>
   <div class="card"><div class="v" id="stat-errors">-</div><div class="k">5xx (total)</div></div>
+  <div class="card"><div class="v" id="stat-batch">-</div><div class="k">batch lines in flight / waiting</div></div>
+  <div class="card"><div class="v" id="stat-batch-pending">-</div><div class="k">batch lines pending</div></div>
+  <div class="card"><div class="v" id="stat-batch-running">-</div><div class="k">running batch</div></div>
 </section>
 <section class="charts">
   <div class="chart"><h2>Throughput</h2><canvas id="chart-throughput"></canvas>
@@ -168,6 +171,11 @@ function render(data) {
   $("stat-tokens").textContent = String(t.tokens);
   $("stat-rejected").textContent = String(t.rejected);
   $("stat-errors").textContent = String(t.errors);
+  const b = data.batches;
+  $("stat-batch").textContent = b ? b.in_flight + " / " + b.waiting : "off";
+  $("stat-batch-pending").textContent = b ? String(b.pending) : "-";
+  $("stat-batch-running").textContent = b && b.running ? b.running.id.slice(0, 14) + "… " +
+    b.running.request_counts.completed + " / " + b.running.request_counts.total : "-";
   const s = data.series, pick = (k) => s.map((p) => [p.t, p[k]]);
   drawChart($("chart-throughput"), [pick("tokens_per_s")], [A]);
   drawChart($("chart-ttft"), [pick("ttft_p50_s"), pick("ttft_p99_s")], [A, B]);
