@@ -9,6 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .api import AsyncClient, Client
+    from .batch.batches import BatchNotFound, IllegalBatchTransition
+    from .batch.engines import EngineGone
+    from .batch.files import FileNotFound, FileTooLarge, InvalidFile
+    from .batch.ray_exec import RemoteItemError
     from .batch.tasks import MissingField
     from .client import ChatResult, StreamChunk, Usage
     from .client.assemble import StreamFailed
@@ -74,6 +78,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "AdapterNotFound": ".lora.registry",
     "AsyncClient": ".api",
+    "BatchNotFound": ".batch.batches",
     "ChatResult": ".client",
     "Classification": ".tasks",
     "Client": ".api",
@@ -87,17 +92,22 @@ _EXPORTS = {
     "Decision": ".structured",
     "EngineBuildError": ".errors",
     "EngineError": ".errors",
+    "EngineGone": ".batch.engines",
     "EngineNotFound": ".errors",
     "EngineStartError": ".errors",
     "Entity": ".tasks",
     "EscalationTarget": ".tasks",
     "ExamplesError": ".deciders",
+    "FileNotFound": ".batch.files",
+    "FileTooLarge": ".batch.files",
     "FlagError": ".errors",
     "GuardVerdict": ".tasks",
+    "IllegalBatchTransition": ".batch.batches",
     "IllegalTransition": ".engine.supervised",
     "InputTooLong": ".errors",
     "InvalidAdapter": ".lora.meta",
     "InvalidDecider": ".deciders.registry",
+    "InvalidFile": ".batch.files",
     "InvalidImage": ".client.images",
     "InvalidMessages": ".client.images",
     "InvalidModelFile": ".errors",
@@ -111,6 +121,7 @@ _EXPORTS = {
     "PortInUse": ".errors",
     "Ranked": ".tasks",
     "Redaction": ".tasks",
+    "RemoteItemError": ".batch.ray_exec",
     "Reranking": ".tasks",
     "RetriesExhausted": ".errors",
     "Rewrite": ".tasks",
@@ -155,13 +166,14 @@ except _metadata.PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [  # every public name (a test holds it to _EXPORTS)
-    "AdapterNotFound", "AsyncClient", "ChatResult", "Classification", "Client", "Compression", "ConfigError",
-    "ConversionError", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound", "Decision",
-    "EngineBuildError", "EngineError", "EngineNotFound", "EngineStartError", "Entity", "EscalationTarget",
-    "ExamplesError", "FlagError", "GuardVerdict", "IllegalTransition", "InputTooLong", "InvalidAdapter",
-    "InvalidDecider", "InvalidImage", "InvalidMessages", "InvalidModelFile", "InvalidSchema", "MissingField",
-    "MissingTrainingExtra", "ModelNotFound", "ModelNotInstalled", "OutputError", "PoolFull", "PortInUse",
-    "Ranked", "Redaction", "Reranking", "RetriesExhausted", "Rewrite", "Route", "RouteDecision", "SPECS",
+    "AdapterNotFound", "AsyncClient", "BatchNotFound", "ChatResult", "Classification", "Client", "Compression",
+    "ConfigError", "ConversionError", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
+    "Decision", "EngineBuildError", "EngineError", "EngineGone", "EngineNotFound", "EngineStartError", "Entity",
+    "EscalationTarget", "ExamplesError", "FileNotFound", "FileTooLarge", "FlagError", "GuardVerdict",
+    "IllegalBatchTransition", "IllegalTransition", "InputTooLong", "InvalidAdapter", "InvalidDecider",
+    "InvalidFile", "InvalidImage", "InvalidMessages", "InvalidModelFile", "InvalidSchema", "MissingField",
+    "MissingTrainingExtra", "ModelNotFound", "ModelNotInstalled", "OutputError", "PoolFull", "PortInUse", "Ranked",
+    "Redaction", "RemoteItemError", "Reranking", "RetriesExhausted", "Rewrite", "Route", "RouteDecision", "SPECS",
     "SchemaNotSupported", "ServerError", "StreamChunk", "StreamFailed", "Structured", "Summary", "TaskSpec",
     "TiankongError", "TransportError", "TruncatedOutput", "TuneReport", "UnsafePattern", "UnscorableLabels",
     "Usage", "VocabMismatch", "__version__", "tune_classify",

@@ -111,7 +111,8 @@ class BatchStore:
         record.update(id=batch_id, object="batch", endpoint=endpoint, input_file_id=input_file_id,
                       completion_window=completion_window, status=S.VALIDATING.value, created_at=now,
                       expires_at=now + int(window_s(completion_window)), metadata=metadata,
-                      request_counts={"total": total, "completed": 0, "failed": 0}, owner=owner)
+                      request_counts={"total": total, "completed": 0, "failed": 0}, owner=owner,
+                      created_ns=time.time_ns())
         with self._lock:
             self.folder(batch_id).mkdir(parents=True, exist_ok=True)
             self._save(record)
@@ -132,7 +133,7 @@ class BatchStore:
             raise ConfigError("limit must be between 1 and 100")
         with self._lock:
             mine = sorted((r for r in self._records.values() if r.get("owner", "") == owner),
-                          key=lambda r: (-r["created_at"], r["id"]))
+                          key=lambda r: (-r.get("created_ns", r["created_at"] * 10**9), r["id"]))
         ids = [r["id"] for r in mine]
         start = 0
         if after is not None:
@@ -154,7 +155,8 @@ class BatchStore:
         """Batches a restarted gateway carries on with, oldest first."""
         with self._lock:
             return sorted((json.loads(json.dumps(r)) for r in self._records.values()
-                           if BatchState(r["status"]) in UNFINISHED), key=lambda r: (r["created_at"], r["id"]))
+                           if BatchState(r["status"]) in UNFINISHED),
+                          key=lambda r: (r.get("created_ns", r["created_at"] * 10**9), r["id"]))
 
     def move(self, batch_id: str, new: BatchState, *, expected: tuple[BatchState, ...] | None = None,
              **fields: Any) -> dict[str, Any]:

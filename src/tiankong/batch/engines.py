@@ -120,10 +120,16 @@ class BatchEngines:
             self.engine = None
 
 
+class EngineGone(TransportError):
+    """The engine (or the Ray actor that runs it) went away with the item in flight: send it again."""
+
+
 def unreachable(exc: BaseException) -> bool:
     """A server that could not be reached or dropped the connection (not an HTTP error answer)."""
     from ..errors import ServerError
 
+    if isinstance(exc, EngineGone):
+        return True
     if isinstance(exc, ServerError):
         return exc.status in (502, 503, 504)  # loading, restarting, a proxy in front of a dead engine
     if not isinstance(exc, TransportError):

@@ -77,6 +77,9 @@ class BatchJob(BaseModel):
     concurrency: int | None = Field(default=None, ge=1)
     timeout_s: float = Field(default=300.0, gt=0)
     engine_wait_s: float = Field(default=300.0, ge=0)
+    #: run on a Ray cluster (``batch/ray_exec.py``): its address (``host:6379``), ``auto`` (the one ``ray start``
+    #: started here) or ``local`` (a one-machine cluster of this process); None: this machine only
+    ray: str | None = None
     # --- run behaviour ---
     dedupe: bool = False
     retry_failed: bool = False
@@ -91,6 +94,8 @@ class BatchJob(BaseModel):
     def _check(self) -> BatchJob:
         if self.model and self.url:
             raise ValueError("give either model (a managed engine) or url (running servers), not both")
+        if self.ray is not None and self.url:
+            raise ValueError("ray starts the model on every node: give model, not url")
         if self.format not in ("auto", "openai") and self.task is None:
             raise ValueError(f"no task: set task ({', '.join(TASKS)})")
         if self.task is not None and self.task not in TASKS:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, EngineError, TiankongError, TransportError
+from .engines import EngineGone
 from .job import BatchJob
 
 MIN_RAY = (2, 9)
@@ -49,10 +50,18 @@ def import_ray() -> Any:
 def connect(address: str | None) -> Any:
     """Join the cluster at ``address`` (``host:port`` of the head's GCS; ``auto``: the one ``ray start`` started;
     empty: a one-machine cluster of this process)."""
+    target = None if address in (None, "", "local") else address
+    host = (target or "127.0.0.1").removeprefix("ray://").rpartition(":")[0] or "127.0.0.1"
+    loopback = host in ("127.0.0.1", "localhost") or target == "auto"
+    if loopback:  # Ray rewrites a loopback address to this host's network IP, which a loopback-bound cluster
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # does not listen on: keep loopback
     ray = import_ray()
+    if loopback:
+        with contextlib.suppress(AttributeError):
+            ray._private.ray_constants.ENABLE_RAY_CLUSTER = os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] != "0"
     if ray.is_initialized():
         return ray
-    if address and address != "auto":
+    if address and address not in ("auto", "local"):
         host, _, port = address.removeprefix("ray://").rpartition(":")
         try:
             with socket.create_connection((host or "127.0.0.1", int(port)), timeout=CONNECT_TIMEOUT_S):
@@ -62,8 +71,8 @@ def connect(address: str | None) -> Any:
                                  hint="start it with `ray start --head` and pass the address it prints "
                                       "(host:6379)") from None
     try:
-        ray.init(address=address or None, namespace="tiankong", include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        ray.init(address=target, namespace="tiankong", include_dashboard=False, log_to_driver=False,
+                 configure_logging=False, **({"_node_ip_address": "127.0.0.1"} if loopback else {}))
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise TransportError(f"cannot join the Ray cluster at {address or 'a new local cluster'}: "
                              f"{str(exc).splitlines()[0][:200]}", hint="check the address and the Ray versions "
@@ -178,10 +187,6 @@ class RemoteItemError(TiankongError):
         self.http_status = int(error.get("http_status", 500))
 
 
-class ActorGone(TransportError):
-    """The actor (or its node) died with the item in flight: it is sent again to another actor."""
-
-
 class RayEngines:
     """The runner's engines on a Ray cluster: one actor per node, least-busy selection, dead actors skipped."""
 
@@ -257,16 +262,16 @@ class RayEngines:
             answer = await self.actors[index].run.remote(data)
         except self.ray.exceptions.ActorDiedError as exc:
             self.dead.add(index)
-            raise ActorGone(f"the Ray actor on {self.nodes[index].node} died: {type(exc).__name__}") from None
+            raise EngineGone(f"the Ray actor on {self.nodes[index].node} died: {type(exc).__name__}") from None
         except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError) as exc:
-            raise ActorGone(f"the Ray actor on {self.nodes[index].node} is unavailable: {type(exc).__name__}") \
+            raise EngineGone(f"the Ray actor on {self.nodes[index].node} is unavailable: {type(exc).__name__}") \
                 from None
         finally:
             self.nodes[index].busy_s += time.monotonic() - started
         if "error" in answer:
             self.nodes[index].failed += 1
             if answer.get("unreachable"):
-                raise ActorGone(f"the engine on {self.nodes[index].node}: {answer['error']['message']}")
+                raise EngineGone(f"the engine on {self.nodes[index].node}: {answer['error']['message']}")
             raise RemoteItemError(answer["error"])
         self.nodes[index].processed += 1
         return answer["result"], answer["usage"]

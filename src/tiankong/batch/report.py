@@ -52,6 +52,8 @@ class BatchReport(BaseModel):
     started_at: str
     finished_at: str
     errors_file: str | None = None
+    #: a Ray run: per node (actor) its CPUs, slots, items processed and failed, items/s
+    nodes: list[dict[str, Any]] | None = None
 
     def summary(self) -> str:
         return (f"done {self.done}/{self.total} · failed {self.failed} · {self.processed} processed in "
@@ -107,7 +109,8 @@ class RunStats:
 
 
 def build_report(stats: RunStats, *, input: str, output: Path, fmt: str, task: str, total: int, done: int,
-                 failed: int, repaired: int, concurrency: int) -> BatchReport:
+                 failed: int, repaired: int, concurrency: int,
+                 nodes: list[dict[str, Any]] | None = None) -> BatchReport:
     elapsed = max(stats.elapsed, 1e-9)
     errors = OutputPaths(output).errors
     return BatchReport(
@@ -120,6 +123,7 @@ def build_report(stats: RunStats, *, input: str, output: Path, fmt: str, task: s
         tokens={"prompt": stats.prompt_tokens, "completion": stats.completion_tokens, "total": stats.tokens},
         tokens_per_s=round(stats.tokens / elapsed, 2), latency_s=stats.percentiles(),
         started_at=stats.started_at, finished_at=_now(), errors_file=str(errors) if errors.exists() else None,
+        nodes=nodes,
     )
 
 

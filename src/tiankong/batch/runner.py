@@ -15,11 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import EngineError, TiankongError, TransportError
+from ..errors import ConfigError, EngineError, TiankongError, TransportError
 from . import openai_fmt
 from .engines import BatchEngines, unreachable
 from .inputs import Item, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
+from .ray_exec import RayEngines
 from .report import BatchReport, RunStats, build_report
 from .store import Appender, OutputPaths, compact_errors, repair, write_json, written_keys
 from .tasks import METER, Meter, MeteredClient, run_task
@@ -33,8 +34,13 @@ class ProgressSink(Protocol):
     def stop(self) -> None: ...
 
 
-def run(job: BatchJob, *, progress: ProgressSink | None = None) -> BatchReport:
-    """Run (or resume) a batch job to the end; returns the report (also written to ``OUT.report.json``)."""
+def run(job: BatchJob, *, progress: ProgressSink | None = None, executor: str = "local") -> BatchReport:
+    """Run (or resume) a batch job to the end; returns the report (also written to ``OUT.report.json``).
+    ``executor="ray"``: on the Ray cluster of ``job.ray`` (default: a one-machine cluster; ``ray_exec.py``)."""
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"unknown executor {executor!r}", hint="use executor=\"local\" or \"ray\"")
+    if executor == "ray" and job.ray is None:
+        job = job.model_copy(update={"ray": "local"})
     return asyncio.run(arun(job, progress=progress))
 
 
@@ -54,7 +60,13 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None,
     failed_before = written_keys(paths.errors) - done
     write_json(paths.job, {**job.model_dump(mode="json", by_alias=True), "format": fmt})
     batch = _Batch(job, fmt, paths, done, failed_before, progress)
-    pool = engines or await BatchEngines.open(job)
+    pool: BatchEngines | RayEngines
+    if engines is not None:
+        pool = engines
+    elif job.ray is not None:
+        pool = await RayEngines.open(job, fmt)
+    else:
+        pool = await BatchEngines.open(job)
     try:
         concurrency = job.concurrency or await pool.slots()
         await batch.go(pool, concurrency, scan.unique)
@@ -65,7 +77,7 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None,
     failed = compact_errors(paths.errors, batch.done)
     report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.task or "openai",
                           total=scan.unique, done=len(batch.done), failed=failed, repaired=repaired,
-                          concurrency=concurrency)
+                          concurrency=concurrency, nodes=pool.describe() if isinstance(pool, RayEngines) else None)
     write_json(paths.report, report.model_dump(mode="json"))
     return report
 
@@ -106,7 +118,7 @@ class _Batch:
 
     # --- orchestration ------------------------------------------------------------------------
 
-    async def go(self, pool: BatchEngines, concurrency: int, total: int) -> None:
+    async def go(self, pool: BatchEngines | RayEngines, concurrency: int, total: int) -> None:
         self.stats = RunStats(total=total)
         if self.progress:
             self.progress.start(total, 0)
@@ -154,7 +166,7 @@ class _Batch:
         self._tick()
         return False
 
-    async def _worker(self, pool: BatchEngines, queue: asyncio.Queue[Item | None]) -> None:
+    async def _worker(self, pool: BatchEngines | RayEngines, queue: asyncio.Queue[Item | None]) -> None:
         while (item := await queue.get()) is not None:
             await self._process(pool, item)
 
@@ -173,7 +185,7 @@ class _Batch:
 
     # --- one item -----------------------------------------------------------------------------
 
-    async def _process(self, pool: BatchEngines, item: Item) -> None:
+    async def _process(self, pool: BatchEngines | RayEngines, item: Item) -> None:
         meter = Meter()
         METER.set(meter)
         started = time.monotonic()
@@ -181,7 +193,7 @@ class _Batch:
         while True:
             index = pool.acquire()
             try:
-                result = await self._execute(pool, pool.clients[index], item)
+                result = await self._execute(pool, index, item, meter)
             except Exception as exc:
                 if not unreachable(exc):
                     self._fail(item, exc)
@@ -197,13 +209,18 @@ class _Batch:
             self._succeed(item, result, meter, time.monotonic() - started)
             return
 
-    async def _execute(self, pool: BatchEngines, client: MeteredClient, item: Item) -> Any:
+    async def _execute(self, pool: BatchEngines | RayEngines, index: int, item: Item, meter: Meter) -> Any:
         assert item.data is not None
+        if isinstance(pool, RayEngines):
+            result, usage = await pool.run_item(index, item.data)
+            meter.add({"usage": usage})
+            return result
+        client: MeteredClient = pool.clients[index]
         if self.fmt == "openai":
             return await openai_fmt.run_request(client, item.data, passthrough=pool.passthrough)
         return await run_task(client, self.job, item.data)
 
-    def _check_outage(self, pool: BatchEngines, exc: Exception) -> None:
+    def _check_outage(self, pool: BatchEngines | RayEngines, exc: Exception) -> None:
         if pool.engine_gave_up():
             raise EngineError("the managed engine kept crashing and was given up",
                               hint="finished items are kept; see the engine log, then re-run the same command")

@@ -51,6 +51,9 @@ def batch() -> None:
 @click.option("--text-field", default=None, help="Record field holding the text (default: text).")
 @click.option("--model", default=None, help="Start this model as a managed engine.")
 @click.option("--url", "urls", multiple=True, help="Use running server(s) (repeat for a pool).")
+@click.option("--ray", "ray", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Run on a Ray cluster: HEAD:6379, auto (the one `ray start` started here), or no value: a "
+                   "one-machine cluster; every node starts --model (the [ray] extra).")
 @click.option("--slots", type=int, default=None, help="Managed engine: parallel slots (default 4).")
 @click.option("--ctx", type=int, default=None, help="Managed engine: total context (default 2048 × slots).")
 @click.option("--llama-server", "llama_server", default=None, help="Managed engine: this llama-server binary.")
