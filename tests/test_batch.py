@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from tiankong.batch import BatchJob, build_job, make_job, repair, run
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError
 from tiankong.models import TEST_MODEL
+
 
 def _argv(*args: str) -> list[str]:
     return [TIANKONG, *args]

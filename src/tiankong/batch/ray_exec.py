@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -70,6 +71,7 @@ def connect(address: str | None) -> Any:
             raise TransportError(f"cannot reach the Ray cluster at {address} ({type(exc).__name__})",
                                  hint="start it with `ray start --head` and pass the address it prints "
                                       "(host:6379)") from None
+    logging.getLogger("ray").setLevel(logging.ERROR)  # Ray's notices (auth mode, …) would break one-line output
     try:
         ray.init(address=target, namespace="tiankong", include_dashboard=False, log_to_driver=False,
                  configure_logging=False, **({"_node_ip_address": "127.0.0.1"} if loopback else {}))
@@ -117,21 +119,28 @@ class EngineActor:
         from ..lora import adapter_file
         from .tasks import MeteredClient
 
-        job = BatchJob.model_validate(job_data)
-        record = ensure_model(str(job.model))
-        needs = job.decider_engine()
-        lora = [adapter_file(name, record.path) for name in needs.adapters]
-        config = EngineConfig(model=Path(record.path), ctx=2048 * slots, slots=slots, threads=threads,
-                              alias=record.name, port=free_port(), embeddings=needs.embeddings, pooling="none",
-                              lora=lora)
-        self.engine = EngineProcess(config, job.llama_server).start()
+        self.engine: Any = None
+        self.failure: str | None = None  # why this node cannot run the job (told by ``where``, not raised:
+        try:  # Ray would wrap a raised error in a multi-line creation-task report)
+            job = BatchJob.model_validate(job_data)
+            record = ensure_model(str(job.model))
+            needs = job.decider_engine()
+            lora = [adapter_file(name, record.path) for name in needs.adapters]
+            config = EngineConfig(model=Path(record.path), ctx=2048 * slots, slots=slots, threads=threads,
+                                  alias=record.name, port=free_port(), embeddings=needs.embeddings, pooling="none",
+                                  lora=lora)
+            self.engine = EngineProcess(config, job.llama_server).start()
+        except TiankongError as exc:
+            self.failure = exc.one_line()
+            return
         self.client = MeteredClient(self.engine.url, model=record.name, timeout_s=job.timeout_s)
         self.job, self.fmt = job, fmt
 
     def where(self) -> dict[str, Any]:
         import ray
 
-        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "engine_pid": self.engine.pid}
+        return {"node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "failure": self.failure,
+                "engine_pid": self.engine.pid if self.engine is not None else None}
 
     async def run(self, data: dict[str, Any]) -> dict[str, Any]:
         """One item: ``{"result", "usage"}`` or ``{"error": {type, message, http_status}, "unreachable"}``."""
@@ -155,8 +164,9 @@ class EngineActor:
         return {"result": result, "usage": meter.to_json()}
 
     def stop(self) -> None:
-        with contextlib.suppress(Exception):
-            self.engine.stop()
+        if self.engine is not None:
+            with contextlib.suppress(Exception):
+                self.engine.stop()
 
 
 def ensure_model(name: str) -> Any:
@@ -233,12 +243,14 @@ class RayEngines:
         """Wait for every actor's engine; a node that cannot start one is a one-line error."""
         for index, actor in enumerate(self.actors):
             try:
-                await actor.where.remote()
-            except Exception as exc:  # noqa: BLE001 - Ray wraps the actor's own error
-                cause = getattr(exc, "cause", None) or exc
-                message = cause.one_line() if isinstance(cause, TiankongError) else str(cause).splitlines()[0]
-                raise EngineError(f"the engine on Ray node {self.nodes[index].node} did not start: {message[:300]}",
-                                  hint="fix that node (tiankong doctor there) and re-run the same command") from None
+                where = await actor.where.remote()
+                failure = where["failure"]
+            except Exception as exc:  # noqa: BLE001 - the actor's process died while it started
+                failure = str(exc).splitlines()[0][:300]
+            if failure:
+                await self.close()
+                raise EngineError(f"the engine on Ray node {self.nodes[index].node} did not start: {failure}",
+                                  hint="fix that node and re-run the same command")
 
     async def slots(self) -> int:
         return sum(stat.slots for stat in self.nodes)
