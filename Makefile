@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tiankong-installed
-EXTRAS := $(VENV)/.tiankong-extras
+EXTRAS := $(VENV)/.tiankong-extras-lora-ray
 DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
 TEST_MODEL    := smollm2-135m-instruct:q4_1
 PYTEST_ARGS ?=
@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) engine models
 
-# the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft)
+# the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft;
+# [ray]: the Ray executor of batch jobs)
 $(EXTRAS): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray]'
 	touch $(EXTRAS)
 
 engine: $(STAMP)
