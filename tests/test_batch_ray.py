@@ -156,3 +156,18 @@ def test_a_node_without_the_model_or_network_is_a_one_line_error(tmp_path: Path)
     proc = run_cli("batch", "run", "--task", "classify", "--labels", "a,b", "--input", str(source), "--output",
                    str(tmp_path / "o.jsonl"), "--model", TEST_MODEL, "--ray", env=env, timeout=300)
     assert_one_line_error(proc, "could not install", f"tiankong models pull {TEST_MODEL}")
+
+
+def test_node_slots_follow_the_memory_plan() -> None:
+    from tiankong.batch.ray_exec import GIB, node_slots
+    from tiankong.errors import ConfigError
+    from tiankong.plan import PlanConfig, load_spec, plan_memory
+
+    spec = load_spec(TEST_MODEL)
+    job = make_job(input="x.jsonl", output="y.jsonl", task="classify", labels=LABELS, model=TEST_MODEL, slots=4)
+    assert node_slots(64 * GIB, job, spec, 0) == 4
+    two = plan_memory(spec, PlanConfig(ctx=4096, slots=2)).total_bytes
+    three = plan_memory(spec, PlanConfig(ctx=6144, slots=3)).total_bytes
+    assert node_slots((two + three) / 2 / 0.8, job, spec, 0) == 2  # room for two slots' plan, not three
+    with pytest.raises(ConfigError, match="too little"):
+        node_slots(1024 * 1024, job, spec, 0)

@@ -100,14 +100,22 @@ class NodeStats:
                 "failed": self.failed, "items_per_s": round(self.processed / elapsed, 4)}
 
 
-def node_slots(cpus: int, memory_bytes: float, job: BatchJob, model_bytes: int) -> int:
-    """Slots for a node: the job's ``slots`` (default 4) at most, fewer when its memory cannot hold them
-    (model + 2048 tokens of KV per slot, counted generously as 64 MiB each, plus 1 GiB for the process)."""
-    slots = job.slots
-    per_slot = 64 * 1024 * 1024
-    while slots > 1 and model_bytes + slots * per_slot + GIB > memory_bytes:
-        slots -= 1
-    return max(1, slots)
+def node_slots(memory_bytes: float, job: BatchJob, spec: Any | None, model_bytes: int) -> int:
+    """Slots for a node: the job's ``slots`` (default 4) at most, fewer when the memory plan (``tiankong.plan``:
+    weights, KV cache, compute buffers) of 2048 tokens per slot does not fit 80 % of the node's memory. Without
+    the model's GGUF on the driver (``spec`` None) the plan is the file size plus 64 MiB per slot."""
+    from ..plan import PlanConfig, plan_memory
+
+    budget = 0.8 * memory_bytes
+    for slots in range(job.slots, 0, -1):
+        if spec is not None:
+            needed = plan_memory(spec, PlanConfig(ctx=2048 * slots, slots=slots)).total_bytes
+        else:
+            needed = model_bytes + slots * 64 * 1024 * 1024 + GIB // 4
+        if needed <= budget:
+            return slots
+    raise ConfigError(f"a Ray node has {memory_bytes / GIB:.1f} GiB for tasks: too little for one slot of "
+                      f"{job.model}", hint="add memory to the node, or use a smaller model")
 
 
 class EngineActor:
@@ -218,6 +226,12 @@ class RayEngines:
         record = resolve(job.model)  # an unknown name fails here, before any actor starts
         model_bytes = int(record.catalog.bytes) if record.catalog is not None else (
             Path(record.path).stat().st_size if record.installed else 0)
+        spec = None
+        if record.installed:
+            from ..plan import load_spec
+
+            with contextlib.suppress(TiankongError, OSError, ValueError):
+                spec = load_spec(record.name)
         scheduling = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
         remote = ray.remote(EngineActor)
         actors, stats = [], []
@@ -225,7 +239,7 @@ class RayEngines:
             cpus = int(node["Resources"].get("CPU", 0))
             if cpus < 1:
                 continue
-            slots = node_slots(cpus, float(node["Resources"].get("memory", 8 * GIB)), job, model_bytes)
+            slots = node_slots(float(node["Resources"].get("memory", 8 * GIB)), job, spec, model_bytes)
             actor = remote.options(num_cpus=cpus, max_concurrency=4 * slots, max_restarts=ACTOR_RESTARTS,
                                    scheduling_strategy=scheduling(node_id=node["NodeID"], soft=False)).remote(
                 job.model_dump(mode="json", by_alias=True), fmt, slots, cpus)
