@@ -265,6 +265,8 @@ class RayEngines:
                 await self.close()
                 raise EngineError(f"the engine on Ray node {self.nodes[index].node} did not start: {failure}",
                                   hint="fix that node and re-run the same command")
+        for stat in self.nodes:
+            stat.started = time.monotonic()  # per-node items/s count from when every engine is up
 
     async def slots(self) -> int:
         return sum(stat.slots for stat in self.nodes)
