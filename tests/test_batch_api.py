@@ -368,3 +368,33 @@ def test_cli_submit_errors_are_one_line(tmp_path: Path) -> None:
     source.write_bytes(jsonl([chat_line(1)]))
     unreachable = run_cli("batch", "submit", "--input", str(source), "--url", "http://127.0.0.1:9")
     assert_one_line_error(unreachable, "cannot reach")
+
+
+def test_a_batch_past_its_window_expires_with_an_error_line_per_request(tmp_path: Path) -> None:
+    """A gateway that comes back after a batch's completion window ended: the batch becomes expired, and every
+    request that never ran gets an error line ``batch_expired`` (as OpenAI writes them)."""
+    def gateway() -> TestClient:
+        state = GatewayState(upstream_url="http://127.0.0.1:9", model_name="m",
+                             batches=BatchesSettings(dir=str(tmp_path), engine_wait_s=3600))
+        return TestClient(create_app(state), base_url="http://127.0.0.1")
+
+    with gateway() as http:  # the engine is down: the batch waits in progress
+        lines = [chat_line(i) for i in range(3)]
+        for line in lines:
+            line["body"]["model"] = "m"  # the served model, whose engine is down
+        file_id = _upload(http, jsonl(lines)).json()["id"]
+        batch = http.post("/v1/batches", json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                               "completion_window": "1h"}).json()
+        assert wait_until(lambda: http.get(f"/v1/batches/{batch['id']}").json()["status"] == "in_progress", 30)
+    record_file = tmp_path / "batches" / batch["id"] / "batch.json"
+    record = json.loads(record_file.read_text())
+    record["expires_at"] = int(time.time()) - 1  # the gateway stayed down past the window
+    record_file.write_text(json.dumps(record))
+    with gateway() as http:
+        assert wait_until(lambda: http.get(f"/v1/batches/{batch['id']}").json()["status"] == "expired", 30)
+        expired = http.get(f"/v1/batches/{batch['id']}").json()
+        assert expired["expired_at"] and expired["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
+        errors = lines_of(http.get(f"/v1/files/{expired['error_file_id']}/content").text)
+        assert sorted(e["custom_id"] for e in errors) == ["req-0", "req-1", "req-2"]
+        assert {e["error"]["code"] for e in errors} == {"batch_expired"}
+        assert http.get(f"/v1/files/{expired['output_file_id']}/content").text == ""

@@ -171,3 +171,15 @@ def test_node_slots_follow_the_memory_plan() -> None:
     assert node_slots((two + three) / 2 / 0.8, job, spec, 0) == 2  # room for two slots' plan, not three
     with pytest.raises(ConfigError, match="too little"):
         node_slots(1024 * 1024, job, spec, 0)
+
+
+def test_an_incompatible_ray_is_a_one_line_error(tmp_path: Path) -> None:
+    """A Ray the executor does not support (a stand-in package reporting 1.13) is named, with the one to install."""
+    fake = tmp_path / "site" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('__version__ = "1.13.0"\n', encoding="utf-8")
+    source = records(tmp_path / "in.jsonl", 2)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    proc = run_cli("batch", "run", "--task", "classify", "--labels", "a,b", "--input", str(source), "--output",
+                   str(tmp_path / "o.jsonl"), "--model", TEST_MODEL, "--ray", env=env)
+    assert_one_line_error(proc, "ray 1.13.0 is not supported", "ray>=2.9")
