@@ -386,6 +386,8 @@ def test_a_batch_past_its_window_expires_with_an_error_line_per_request(tmp_path
         batch = http.post("/v1/batches", json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
                                                "completion_window": "1h"}).json()
         assert wait_until(lambda: http.get(f"/v1/batches/{batch['id']}").json()["status"] == "in_progress", 30)
+        refused = http.delete(f"/v1/files/{file_id}")  # its batch still reads it
+        assert refused.status_code == 409 and batch["id"] in refused.json()["error"]["message"]
     record_file = tmp_path / "batches" / batch["id"] / "batch.json"
     record = json.loads(record_file.read_text())
     record["expires_at"] = int(time.time()) - 1  # the gateway stayed down past the window
@@ -398,3 +400,24 @@ def test_a_batch_past_its_window_expires_with_an_error_line_per_request(tmp_path
         assert sorted(e["custom_id"] for e in errors) == ["req-0", "req-1", "req-2"]
         assert {e["error"]["code"] for e in errors} == {"batch_expired"}
         assert http.get(f"/v1/files/{expired['output_file_id']}/content").text == ""
+
+
+def test_a_keyless_gateway_refuses_uploads_from_web_pages(tmp_path: Path) -> None:
+    state = GatewayState(upstream_url="http://127.0.0.1:9", model_name="m", batches=BatchesSettings(dir=str(tmp_path)))
+    with TestClient(create_app(state), base_url="http://127.0.0.1") as http:
+        for origin in ("null", "http://127.0.0.1:3000", "https://evil.example"):  # a form POST needs no preflight
+            answer = http.post("/v1/files", files={"file": ("r.jsonl", jsonl([chat_line(1)]))},
+                               data={"purpose": "batch"}, headers={"Origin": origin})
+            assert answer.status_code == 403 and answer.json()["error"]["code"] == "origin_not_allowed", origin
+        assert _upload(http, jsonl([chat_line(1)])).status_code == 200  # a client (no Origin) may upload
+
+
+def test_a_gateway_deadline_is_a_line_error_not_an_outage() -> None:
+    from tiankong.batch.engines import unreachable
+    from tiankong.errors import ServerError
+
+    deadline = ServerError(504, "request deadline of 600 s passed", body=json.dumps(
+        {"error": {"message": "request deadline of 600 s passed", "code": "deadline_exceeded"}}))
+    assert not unreachable(deadline)  # the line fails with its answer instead of being retried for ever
+    assert unreachable(ServerError(504, "gateway timeout", body="<html>proxy</html>"))
+    assert unreachable(ServerError(503, "loading", body=json.dumps({"error": {"code": "engine_unavailable"}})))

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .api import AsyncClient, Client
     from .batch.batches import BatchNotFound, IllegalBatchTransition
     from .batch.engines import EngineGone
-    from .batch.files import FileNotFound, FileTooLarge, InvalidFile
+    from .batch.files import FileInUse, FileNotFound, FileTooLarge, InvalidFile
     from .batch.ray_exec import RemoteItemError
     from .batch.tasks import MissingField
     from .client import ChatResult, StreamChunk, Usage
@@ -99,6 +99,7 @@ _EXPORTS = {
     "EscalationTarget": ".tasks",
     "ExamplesError": ".deciders",
     "FileNotFound": ".batch.files",
+    "FileInUse": ".batch.files",
     "FileTooLarge": ".batch.files",
     "FlagError": ".errors",
     "GuardVerdict": ".tasks",
@@ -169,7 +170,7 @@ __all__ = [  # every public name (a test holds it to _EXPORTS)
     "AdapterNotFound", "AsyncClient", "BatchNotFound", "ChatResult", "Classification", "Client", "Compression",
     "ConfigError", "ConversionError", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
     "Decision", "EngineBuildError", "EngineError", "EngineGone", "EngineNotFound", "EngineStartError", "Entity",
-    "EscalationTarget", "ExamplesError", "FileNotFound", "FileTooLarge", "FlagError", "GuardVerdict",
+    "EscalationTarget", "ExamplesError", "FileInUse", "FileNotFound", "FileTooLarge", "FlagError", "GuardVerdict",
     "IllegalBatchTransition", "IllegalTransition", "InputTooLong", "InvalidAdapter", "InvalidDecider",
     "InvalidFile", "InvalidImage", "InvalidMessages", "InvalidModelFile", "InvalidSchema", "MissingField",
     "MissingTrainingExtra", "ModelNotFound", "ModelNotInstalled", "OutputError", "PoolFull", "PortInUse", "Ranked",

@@ -131,6 +131,8 @@ def unreachable(exc: BaseException) -> bool:
     if isinstance(exc, EngineGone):
         return True
     if isinstance(exc, ServerError):
+        if exc.status == 504 and '"deadline_exceeded"' in exc.body:
+            return False  # a tiankong gateway's deadline for this one request: its answer, not an outage
         return exc.status in (502, 503, 504)  # loading, restarting, a proxy in front of a dead engine
     if not isinstance(exc, TransportError):
         return False

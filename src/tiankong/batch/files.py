@@ -53,6 +53,13 @@ class FileTooLarge(ConfigError):
     http_status = 413
 
 
+class FileInUse(TiankongError):
+    """A batch input that an unfinished batch still reads."""
+
+    type = "invalid_request_error"
+    http_status = 409
+
+
 @dataclass(frozen=True)
 class BatchInput:
     """What a valid batch input holds: the request lines and the URLs they go to."""
@@ -72,6 +79,9 @@ def check_batch_input(path: Path, max_requests: int) -> BatchInput:
             if not raw.strip():
                 continue
             requests += 1
+            if requests > max_requests:
+                raise InvalidFile(f"the file holds more than {max_requests} requests; at most {max_requests} per "
+                                  "batch (split it, or raise batches.max_requests)")
             try:
                 data = jsonsafe.loads(raw.decode("utf-8"))
                 urls.add(check_line(data))
@@ -89,8 +99,6 @@ def check_batch_input(path: Path, max_requests: int) -> BatchInput:
                 seen[custom_id] = number
             if len(problems) > 100:
                 break
-    if requests > max_requests:
-        raise InvalidFile(f"the file holds {requests} requests; at most {max_requests} per batch")
     if problems:
         raise InvalidFile("the batch input has invalid lines", problems)
     if requests == 0:
@@ -136,16 +144,28 @@ class FileStore:
         """Register a file a batch wrote (its output or errors) as ``file_id``; doing it again after a crash
         half-way through is safe (the move and the record each happen once)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            os.replace(path, self._data(file_id))
-        elif not self._data(file_id).exists():
-            self._data(file_id).touch()
+        stored = self._data(file_id)
+        if not stored.exists():
+            if path.exists():
+                os.replace(path, stored)
+            else:
+                stored.touch()
         if not self._meta(file_id).exists():
             write_json(self._meta(file_id), {
                 "id": file_id, "object": "file", "bytes": self._data(file_id).stat().st_size,
                 "created_at": int(time.time()), "filename": filename, "purpose": "batch_output",
                 "status": "processed", "expires_at": None, "status_details": None, "owner": owner})
         return file_id
+
+    def has(self, file_id: str) -> bool:
+        return self._data(file_id).exists()
+
+    def reclaim(self, file_id: str, path: Path) -> None:
+        """Undo an ``adopt`` whose batch did not end (a crash between the move and the status change)."""
+        if self._data(file_id).exists() and not path.exists():
+            os.replace(self._data(file_id), path)
+        if not self._data(file_id).exists():
+            self._meta(file_id).unlink(missing_ok=True)
 
     def record(self, file_id: str, owner: str | None) -> dict[str, Any]:
         """The stored record (``owner`` None: any owner, for the gateway's own use)."""

@@ -31,6 +31,7 @@ from .job import BatchJob
 
 MIN_RAY = (2, 9)
 ACTOR_RESTARTS = 2
+READY_TIMEOUT_S = 1800.0  # an actor may install its model (hundreds of MB) before its engine starts
 CONNECT_TIMEOUT_S = 5.0
 GIB = 1024 ** 3
 
@@ -53,7 +54,7 @@ def connect(address: str | None) -> Any:
     empty: a one-machine cluster of this process)."""
     target = None if address in (None, "", "local") else address
     host = (target or "127.0.0.1").removeprefix("ray://").rpartition(":")[0] or "127.0.0.1"
-    loopback = host in ("127.0.0.1", "localhost") or target == "auto"
+    loopback = target != "auto" and host in ("127.0.0.1", "localhost")
     if loopback:  # Ray rewrites a loopback address to this host's network IP, which a loopback-bound cluster
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # does not listen on: keep loopback
     ray = import_ray()
@@ -156,6 +157,10 @@ class EngineActor:
         from .engines import unreachable
         from .tasks import METER, Meter, run_task
 
+        if self.engine is None or self.engine.state.value == "failed":  # restarted actor: no engine came up
+            why = self.failure or "its engine kept crashing and was given up"
+            return {"error": {"type": "engine_error", "message": why, "http_status": 503}, "unreachable": True,
+                    "gave_up": True}
         meter = Meter()
         METER.set(meter)
         try:
@@ -213,6 +218,7 @@ class RayEngines:
     def __init__(self, ray: Any, actors: list[Any], stats: list[NodeStats]) -> None:
         self.ray, self.actors, self.nodes = ray, actors, stats
         self.inflight = [0] * len(actors)
+        self.failures = [0] * len(actors)  # consecutive calls that found the actor gone
         self.dead: set[int] = set()
         self.clients = actors  # the runner indexes engines by position
 
@@ -234,12 +240,14 @@ class RayEngines:
                 spec = load_spec(record.name)
         scheduling = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
         remote = ray.remote(EngineActor)
-        actors, stats = [], []
+        plans = []  # every node's size first: a node too small fails the run before any actor starts
         for node in [n for n in ray.nodes() if n.get("Alive")]:
             cpus = int(node["Resources"].get("CPU", 0))
-            if cpus < 1:
-                continue
-            slots = node_slots(float(node["Resources"].get("memory", 8 * GIB)), job, spec, model_bytes)
+            if cpus >= 1:
+                plans.append((node, cpus, node_slots(float(node["Resources"].get("memory", 8 * GIB)), job, spec,
+                                                     model_bytes)))
+        actors, stats = [], []
+        for node, cpus, slots in plans:
             actor = remote.options(num_cpus=cpus, max_concurrency=4 * slots, max_restarts=ACTOR_RESTARTS,
                                    scheduling_strategy=scheduling(node_id=node["NodeID"], soft=False)).remote(
                 job.model_dump(mode="json", by_alias=True), fmt, slots, cpus)
@@ -257,8 +265,11 @@ class RayEngines:
         """Wait for every actor's engine; a node that cannot start one is a one-line error."""
         for index, actor in enumerate(self.actors):
             try:
-                where = await actor.where.remote()
+                where = await asyncio.wait_for(actor.where.remote(), READY_TIMEOUT_S)
                 failure = where["failure"]
+            except TimeoutError:
+                failure = (f"not up within {READY_TIMEOUT_S:.0f} s (are the node's CPUs taken by other Ray work, "
+                           "or is the model still being installed there?)")
             except Exception as exc:  # noqa: BLE001 - the actor's process died while it started
                 failure = str(exc).splitlines()[0][:300]
             if failure:
@@ -286,20 +297,24 @@ class RayEngines:
     async def run_item(self, index: int, data: dict[str, Any]) -> tuple[Any, dict[str, int]]:
         """Run one item on actor ``index``: its result and token usage, or the error it raised."""
         started = time.monotonic()
+        errors = self.ray.exceptions
+        gone = (errors.RayActorError, getattr(errors, "ActorUnavailableError", errors.RayActorError))
         try:
             answer = await self.actors[index].run.remote(data)
-        except self.ray.exceptions.ActorDiedError as exc:
-            self.dead.add(index)
-            raise EngineGone(f"the Ray actor on {self.nodes[index].node} died: {type(exc).__name__}") from None
-        except (self.ray.exceptions.RayActorError, self.ray.exceptions.ActorUnavailableError) as exc:
-            raise EngineGone(f"the Ray actor on {self.nodes[index].node} is unavailable: {type(exc).__name__}") \
-                from None
+        except gone as exc:  # died (Ray restarts it, ACTOR_RESTARTS times) or unreachable for now
+            self.failures[index] += 1
+            if self.failures[index] > ACTOR_RESTARTS + 1:
+                self.dead.add(index)
+            raise EngineGone(f"the Ray actor on {self.nodes[index].node} is gone: {type(exc).__name__}") from None
         finally:
             self.nodes[index].busy_s += time.monotonic() - started
+        self.failures[index] = 0
         if "error" in answer:
-            self.nodes[index].failed += 1
+            if answer.get("gave_up"):
+                self.dead.add(index)
             if answer.get("unreachable"):
                 raise EngineGone(f"the engine on {self.nodes[index].node}: {answer['error']['message']}")
+            self.nodes[index].failed += 1
             raise RemoteItemError(answer["error"])
         self.nodes[index].processed += 1
         return answer["result"], answer["usage"]

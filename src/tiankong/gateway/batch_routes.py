@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from ..batch.batches import BatchStore, check_metadata, window_s
 from ..batch.batches import public as batch_object
-from ..batch.files import FileStore
+from ..batch.files import FileInUse, FileStore
 from ..batch.files import public as file_object
 from ..batch.openai_fmt import ENDPOINTS
 from ..config import BatchesSettings
@@ -127,7 +127,7 @@ class BatchApi:
         return JSONResponse(record)
 
     async def list_files(self, request: Request, owner: str) -> Response:
-        data = self.files.listing(owner, request.query_params.get("purpose"))
+        data = await asyncio.to_thread(self.files.listing, owner, request.query_params.get("purpose"))
         return JSONResponse({"object": "list", "data": data, "has_more": False,
                              "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None})
 
@@ -136,6 +136,11 @@ class BatchApi:
 
     async def delete_file(self, request: Request, owner: str) -> Response:
         file_id = request.path_params["file_id"]
+        self.files.record(file_id, owner)
+        for batch in self.store.unfinished():
+            if batch["input_file_id"] == file_id:
+                raise FileInUse(f"file {file_id} is the input of batch {batch['id']}, which is {batch['status']}",
+                                hint=f"cancel it first (POST /v1/batches/{batch['id']}/cancel) or let it finish")
         self.files.delete(file_id, owner)
         return JSONResponse({"id": file_id, "object": "file", "deleted": True})
 

@@ -26,14 +26,14 @@ from typing import Any
 
 import httpx
 
-from ..batch.batches import BatchState, BatchStore
+from ..batch.batches import UNFINISHED, BatchState, BatchStore
 from ..batch.engines import BatchEngines
 from ..batch.files import FileNotFound, FileStore
 from ..batch.job import make_job
 from ..batch.openai_fmt import error_line
 from ..batch.report import RunStats
 from ..batch.runner import arun
-from ..batch.store import Appender, iter_lines, record_key, written_keys
+from ..batch.store import Appender, iter_lines, record_key, repair, written_keys
 from ..batch.tasks import MeteredClient
 from ..errors import TiankongError
 from .keys import ApiKey
@@ -87,6 +87,7 @@ class BatchRunner:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._work: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
 
     # --- what the routes call ---------------------------------------------------------------------------------
 
@@ -106,16 +107,24 @@ class BatchRunner:
         return record
 
     async def cancel(self, batch_id: str, owner: str) -> dict[str, Any]:
+        """Cancel a batch: the running one stops (its finished lines are kept); any other ends at once."""
         record = self.store.get(batch_id, owner)
         if record["status"] in (S.CANCELLING, S.CANCELLED):
             return record
-        self.store.move(batch_id, S.CANCELLING)
-        if self.running == batch_id and self._work is not None:
+        work = self._work
+        if self.running == batch_id and work is not None and not work.done():
+            self.store.move(batch_id, S.CANCELLING)
             self._cancelled.add(batch_id)
-            self._work.cancel()  # the run keeps every finished line and ends as cancelled
-        else:
-            await asyncio.to_thread(self._finish, batch_id, S.CANCELLED)
+            work.cancel()  # the run (which holds the batch's lock) ends it as cancelled
+            return self.describe(self.store.get(batch_id, owner))
+        async with self._lock(batch_id):  # not running, or in its endings: after them, or instead of a run
+            if self.store.get(batch_id, owner)["status"] not in (S.CANCELLING, S.CANCELLED):
+                self.store.move(batch_id, S.CANCELLING)  # 409 for a batch that has finished meanwhile
+                await asyncio.to_thread(self._finish, batch_id, S.CANCELLED)
         return self.describe(self.store.get(batch_id, owner))
+
+    def _lock(self, batch_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(batch_id, asyncio.Lock())
 
     def pending(self) -> int:
         """Lines of unfinished batches not yet answered (for /metrics and /ui)."""
@@ -144,8 +153,14 @@ class BatchRunner:
             finally:
                 self.running = None
                 self.live.pop(batch_id, None)
+                self._cancelled.discard(batch_id)
+                self._locks.pop(batch_id, None)
 
     async def _run(self, batch_id: str) -> None:
+        async with self._lock(batch_id):
+            await self._run_locked(batch_id)
+
+    async def _run_locked(self, batch_id: str) -> None:
         record = self.store.get(batch_id, None)
         status = S(record["status"])
         if status == S.CANCELLING:
@@ -159,8 +174,10 @@ class BatchRunner:
         try:
             source = self.files.path(record["input_file_id"], record["owner"])
         except FileNotFound:
-            self.store.move(batch_id, S.FAILED, errors=_errors("invalid_file", "the input file was deleted"))
+            await asyncio.to_thread(self._finish, batch_id, S.FAILED,
+                                    error=("invalid_file", "the input file was deleted"))
             return
+        await asyncio.to_thread(self._reclaim, batch_id)
         if status == S.VALIDATING:
             self.store.move(batch_id, S.IN_PROGRESS)
         remaining = record["expires_at"] - time.time()
@@ -176,9 +193,9 @@ class BatchRunner:
             await asyncio.to_thread(self._expire, batch_id, source)
             return
         except asyncio.CancelledError:
-            if batch_id not in self._cancelled:
+            current = asyncio.current_task()
+            if batch_id not in self._cancelled or (current is not None and current.cancelling()):
                 raise  # the gateway is stopping: the batch stays in progress and resumes at the next start
-            self._cancelled.discard(batch_id)
             await asyncio.to_thread(self._finish, batch_id, S.CANCELLED)
             return
         except TiankongError as exc:  # the engines stayed down past batches.engine_wait_s
@@ -188,6 +205,13 @@ class BatchRunner:
             self._work = None
         self.store.move(batch_id, S.FINALIZING, expected=(S.IN_PROGRESS,))
         await asyncio.to_thread(self._finish, batch_id, S.COMPLETED)
+
+    def _reclaim(self, batch_id: str) -> None:
+        """Files a crash left half-registered by an ending (moved, status not yet changed) go back to the batch
+        folder, so the run resumes from them instead of starting over."""
+        paths, short = self.store.paths(batch_id), batch_id.removeprefix("batch_")
+        for file_id, path in ((f"file-{short}out", paths.output), (f"file-{short}err", paths.errors)):
+            self.files.reclaim(file_id, path)
 
     async def _execute(self, batch_id: str, source: Path, owner: str) -> None:
         paths = self.store.paths(batch_id)
@@ -211,6 +235,8 @@ class BatchRunner:
     def _expire(self, batch_id: str, source: Path) -> None:
         """Every line not answered in time gets an error line ``batch_expired`` (as OpenAI writes them)."""
         paths = self.store.paths(batch_id)
+        repair(paths.output)
+        repair(paths.errors)
         done = written_keys(paths.output) | written_keys(paths.errors)
         errors = Appender(paths.errors, 64)
         try:
@@ -225,15 +251,21 @@ class BatchRunner:
         self._finish(batch_id, S.EXPIRED)
 
     def _finish(self, batch_id: str, final: BatchState, error: tuple[str, str] | None = None) -> None:
-        """Register what the batch wrote as its output and error files, then enter ``final``."""
+        """Register what the batch wrote as its output and error files, then enter ``final`` (``cancelled``
+        for a batch cancelled meanwhile). Safe to repeat after a crash half-way: each file moves once."""
         record = self.store.get(batch_id, None)
+        status = S(record["status"])
+        if status not in UNFINISHED:
+            return  # already ended
+        if status == S.CANCELLING:
+            final = S.CANCELLED
         paths, owner, short = self.store.paths(batch_id), record["owner"], batch_id.removeprefix("batch_")
-        if not paths.output.exists():
-            paths.output.touch()
+        repair(paths.output)
+        repair(paths.errors)
         output_id = self.files.adopt(paths.output, f"file-{short}out", filename=f"{batch_id}_output.jsonl",
                                      owner=owner)
         error_id = None
-        if paths.errors.exists() and paths.errors.stat().st_size > 0:
+        if (paths.errors.exists() and paths.errors.stat().st_size > 0) or self.files.has(f"file-{short}err"):
             error_id = self.files.adopt(paths.errors, f"file-{short}err", filename=f"{batch_id}_error.jsonl",
                                         owner=owner)
         counts = {"total": record["request_counts"]["total"],

@@ -7,8 +7,9 @@ own domain name to 127.0.0.1 (the request then carries ``Host: attacker.example`
 * every POST body must be declared JSON (``application/json`` or ``…+json``): a browser cannot send that
   cross-site without a CORS preflight, and the gateway answers no preflight (no CORS unless configured).
   The one exception is the Batch API's upload (``POST /v1/files``, ``multipart/form-data`` as OpenAI's API
-  takes it): a browser sends ``Origin`` with every cross-site form POST, which the next rule refuses, and an
-  uploaded file does nothing until a JSON request starts a batch on it;
+  takes it): a browser sends ``Origin`` with every form POST, and a keyless gateway refuses an upload with any
+  ``Origin`` (``null`` from a sandboxed frame included); an uploaded file does nothing until a JSON request
+  starts a batch on it;
 * without API keys, the ``Host`` must be a loopback name or address, and an ``Origin`` header, when a browser
   sends one, must be loopback too (the gateway's own ``/ui`` page is same-origin).
 
@@ -81,6 +82,10 @@ class OriginCheck:
                 return 403, (f"Host {host!r} is not this gateway's loopback address: a gateway without API keys "
                              "answers loopback names only (DNS rebinding)"), "host_not_allowed"
             origin = headers.get("origin")
+            if origin and scope.get("path") == UPLOAD_PATH and scope.get("method") == "POST":
+                return 403, (f"an upload from a web page ({origin}) is refused: this gateway has no API keys "
+                             "(upload with a client, which sends no Origin, or configure server.api_keys)"), \
+                    "origin_not_allowed"
             if origin and origin != "null" and not is_loopback_host(urlsplit(origin).hostname or ""):
                 return 403, (f"cross-site request from {origin} refused: this gateway has no API keys, so only "
                              "pages on loopback may call it (configure server.api_keys to serve others)"), \
