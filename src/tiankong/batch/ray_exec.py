@@ -52,7 +52,8 @@ def import_ray() -> Any:
 def connect(address: str | None) -> Any:
     """Join the cluster at ``address`` (``host:port`` of the head's GCS; ``auto``: the one ``ray start`` started;
     empty: a one-machine cluster of this process)."""
-    target = None if address in (None, "", "local") else address
+    target = "local" if address in (None, "", "local") else address  # "local": always a new cluster of its own,
+    # never one that ray.init(None) would find on this machine (a `ray start` cluster, another job's)
     host = (target or "127.0.0.1").removeprefix("ray://").rpartition(":")[0] or "127.0.0.1"
     loopback = target != "auto" and host in ("127.0.0.1", "localhost")
     if loopback:  # Ray rewrites a loopback address to this host's network IP, which a loopback-bound cluster
