@@ -17,13 +17,11 @@ import time
 import uuid
 from typing import Any
 
-from pydantic import ValidationError
-
 from ..api import AsyncClient
-from ..errors import ConfigError, InvalidSchema, ServerError, TiankongError
-from ..structured.drivers import run_async
+from ..errors import ConfigError, ServerError, TiankongError
 from ..structured.flow import Structured
-from ..tasks.specs import SPECS, invalid_request
+from ..tasks.bodies import extract_answer, task_answer, usage_json
+from ..tasks.specs import SPECS
 
 OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
 TASK_ENDPOINTS = tuple(f"/v1/tasks/{name}" for name in ("extract", *SPECS))
@@ -64,12 +62,6 @@ def _json_schema(body: dict[str, Any]) -> dict[str, Any] | None:
     return schema
 
 
-def _usage(result: Structured[Any]) -> dict[str, int]:
-    usage = result.usage
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens}
-
-
 def _completion(result: Structured[Any], model: str | None) -> dict[str, Any]:
     content = json.dumps(result.data, ensure_ascii=False)
     return {
@@ -77,7 +69,7 @@ def _completion(result: Structured[Any], model: str | None) -> dict[str, Any]:
         "model": model or "default",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                      "finish_reason": result.finish_reason or "stop"}],
-        "usage": _usage(result),
+        "usage": usage_json(result),
     }
 
 
@@ -123,25 +115,13 @@ async def _post(client: AsyncClient, url: str, body: dict[str, Any]) -> dict[str
 
 
 async def _task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict[str, Any]:
-    """A ``/v1/tasks/<task>`` line on an engine: the body the gateway's route takes, run by the task's flow."""
+    """A ``/v1/tasks/<task>`` line on an engine: the body the gateway's route takes, the answer it gives."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise ConfigError("model must be a string")
-    args = {key: value for key, value in body.items() if key != "model"}
     if task == "extract":
-        text, schema = args.get("text"), args.get("schema")
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError("'text' must be a non-empty string")
-        if not isinstance(schema, dict):
-            raise InvalidSchema("'schema' must be a JSON Schema object")
-        result = await client.extract_result(text, schema, instructions=args.get("instructions"))
-        return {"data": result.data, "attempts": result.attempts, "usage": _usage(result)}
-    spec = SPECS[task]
-    try:
-        parsed = spec.args.model_validate(args)
-    except ValidationError as exc:
-        raise invalid_request(task, exc) from None
-    return spec.to_json(await run_async(spec.flow(parsed, model or client.model), client._request))
+        return (await extract_answer(client, body))[0]
+    return await task_answer(client, task, body, model)
 
 
 def output_line(custom_id: Any, body: dict[str, Any]) -> dict[str, Any]:

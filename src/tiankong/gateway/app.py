@@ -23,6 +23,7 @@ from starlette.routing import Route
 from ..client import validate_messages
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
+from ..tasks.bodies import BODIES as TASK_BODIES
 from .admission import EngineHandle
 from .batch_routes import BatchApi, BatchCollector
 from .body import bad_token_budget, log_prompt, read_json, unhonoured_field
@@ -38,7 +39,6 @@ from .pipeline import Pipeline
 from .responses import engine_unavailable, error_for, error_response, rpm_exceeded, upstream_error
 from .state import GatewayState
 from .structured_routes import extract_task, structured_chat, wants_structured
-from .task_routes import BODIES as TASK_BODIES
 from .task_routes import embeddings_answer, run_task
 from .upstream import note_json
 

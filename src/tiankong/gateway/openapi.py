@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from .task_routes import BODIES
+from ..tasks.bodies import BODIES
 
 REF = "#/components/schemas/{model}"
 JSON = "application/json"

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..api import AsyncClient
 from ..errors import ConfigError, InvalidSchema
 from ..structured import Structured
+from ..tasks.bodies import extract_answer, usage_json
 from .responses import tiankong_error_response
 
 __all__ = ["extract_task", "structured_chat", "tiankong_error_response", "wants_structured"]
@@ -72,14 +73,9 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     return sampling
 
 
-def _usage(result: Structured[Any]) -> dict[str, int]:
-    return {"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
-            "total_tokens": result.usage.total_tokens}
-
-
 def _observe(observe: Observer | None, result: Structured[Any]) -> None:
     if observe is not None:
-        observe({"usage": _usage(result), "attempts": result.attempts})
+        observe({"usage": usage_json(result), "attempts": result.attempts})
 
 
 async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
@@ -99,12 +95,12 @@ async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name:
     extension = {"attempts": result.attempts, "validated": True, "enforced_by_validation": result.unenforced,
                  "minimal": result.minimal}
     if body.get("stream"):
-        return _stream_once(completion_id, created, model_name, content, _usage(result), extension)
+        return _stream_once(completion_id, created, model_name, content, usage_json(result), extension)
     return JSONResponse({
         "id": completion_id, "object": "chat.completion", "created": created, "model": model_name,
         "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
                      "message": {"role": "assistant", "content": content, "refusal": None}}],
-        "usage": _usage(result), "tiankong": extension,
+        "usage": usage_json(result), "tiankong": extension,
     })
 
 
@@ -126,16 +122,7 @@ def _stream_once(completion_id: str, created: int, model: str, content: str, usa
 
 
 async def extract_task(client: AsyncClient, body: dict[str, Any], observe: Observer | None = None) -> Response:
-    text, schema = body.get("text"), body.get("schema")
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("'text' must be a non-empty string")
-    if schema is None:
-        raise InvalidSchema("'schema' is required", hint="pass a JSON Schema object")
-    instructions = body.get("instructions")
-    if instructions is not None and not isinstance(instructions, str):
-        raise ConfigError("'instructions' must be a string")
-    result = await client.extract_result(text, schema, instructions=instructions)
+    answer, result = await extract_answer(client, body)
     _observe(observe, result)
-    return JSONResponse({"data": result.data, "attempts": result.attempts, "usage": _usage(result),
-                         "enforced_by_validation": result.unenforced, "minimal": result.minimal})
+    return JSONResponse(answer)
 

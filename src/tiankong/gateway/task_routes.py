@@ -1,9 +1,10 @@
 """``POST /v1/tasks/<task>``: every pipeline task over HTTP, with validated request bodies.
 
-Each body is the task's registered arguments model (``tiankong.tasks.specs``, ``extra="forbid"``) plus
-``model``: a wrong type or an unknown field is a 400 naming the field. Counts that drive the engine's work
-(rewrites, summary words, documents, labels, token budgets) are bounded there. The answer is the task result's
-JSON (``spec.to_json``), the same shape the CLI prints with ``--json``.
+Each body is the task's registered arguments model (``extra="forbid"``) plus ``model``; the bodies and their
+answers live in ``tiankong.tasks.bodies``, shared with OpenAI-batch lines. A wrong type or an unknown field is a
+400 naming the field. Counts that drive the engine's work (rewrites, summary words, documents, labels, token
+budgets) are bounded there. The answer is the task result's JSON (``spec.to_json``), the same shape the CLI
+prints with ``--json``.
 """
 
 from __future__ import annotations
@@ -12,34 +13,17 @@ import base64
 import struct
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, create_model
 from starlette.responses import JSONResponse
 
 from ..api import AsyncClient
 from ..client._shared import embeddings_items, embeddings_response, mean_pooled, per_token_refused
 from ..errors import ConfigError, ServerError
-from ..structured.drivers import run_async
-from ..tasks.specs import SPECS, TaskSpec, invalid_request
-
-
-def _body(spec: TaskSpec[Any, Any]) -> type[BaseModel]:
-    """The HTTP body of a task: its arguments and the model to run it on."""
-    return create_model(f"{spec.name.capitalize()}Body", __base__=spec.args,
-                        model=(str | None, Field(None, description="A served model (default: the first).")))
-
-
-BODIES: dict[str, type[BaseModel]] = {name: _body(spec) for name, spec in SPECS.items()}
+from ..tasks.bodies import task_answer
 
 
 async def run_task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict[str, Any]:
     """Validate the body, run the task's flow on the client's engine, return its JSON."""
-    spec = SPECS[task]
-    try:
-        args = BODIES[task].model_validate(body)
-    except ValidationError as exc:
-        raise invalid_request(task, exc) from None
-    # the body model extends the task's arguments, so it is the flow's arguments as it is
-    return spec.to_json(await run_async(spec.flow(args, client.model), client._request))
+    return await task_answer(client, task, body)
 
 
 EMBEDDING_FIELDS = {"input", "model", "encoding_format", "user", "dimensions"}
