@@ -204,6 +204,9 @@ def test_json_schema_response_format_is_validated(gateway: Served) -> None:
     data = answer.json()
     assert isinstance(json.loads(data["choices"][0]["message"]["content"])["ok"], bool)
     assert data["tiankong"]["validated"] is True
+    # one boolean property: the keys and braces are forced, one token is decoded
+    assert data["tiankong"]["path"] == "fast_forward", data["tiankong"]
+    assert data["tiankong"]["decoded_tokens"] >= 1 and data["tiankong"]["fast_forwarded_tokens"] >= 3
     streamed = httpx.post(f"{gateway.url}/v1/chat/completions", json={**body, "stream": True}, timeout=120)
     events = [line for line in streamed.text.splitlines() if line.startswith("data: {")]
     assert streamed.status_code == 200 and len(events) == 2

@@ -41,7 +41,8 @@ M = TypeVar("M")
 
 
 def _extract_flow(client_model: str | None, text: str, schema: Any, instructions: str | None, strict: bool,
-                  max_tokens: int | None, max_attempts: int, grammar_support: bool = True) -> Flow[Structured[Any]]:
+                  max_tokens: int | None, max_attempts: int, grammar_support: bool = True,
+                  fast_forward: bool = True) -> Flow[Structured[Any]]:
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("text is empty", hint="pass the text to extract from")
     if grammar_support:
@@ -52,7 +53,7 @@ def _extract_flow(client_model: str | None, text: str, schema: Any, instructions
         messages = extract_messages(text, plan.schema, instructions)
         messages[0]["content"] += "\n" + delimited_instruction(plan.schema, text)
     return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
-                            max_attempts=max_attempts)
+                            max_attempts=max_attempts, fast_forward=fast_forward)
 
 
 def _finish_extract(result: Structured[Any], schema: Any) -> Any:
@@ -61,7 +62,8 @@ def _finish_extract(result: Structured[Any], schema: Any) -> Any:
 
 def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]], schema: Any, grammar: str | None,
                    regex: str | None, system: str | None, max_tokens: int | None, max_attempts: int,
-                   strict: bool, sampling: dict[str, Any] | None = None) -> Flow[Structured[Any]]:
+                   strict: bool, sampling: dict[str, Any] | None = None,
+                   fast_forward: bool = True) -> Flow[Structured[Any]]:
     modes = [name for name, value in (("schema", schema), ("grammar", grammar), ("regex", regex)) if value is not None]
     if len(modes) != 1:
         raise ConfigError("generate needs exactly one of schema=, grammar=, regex=",
@@ -78,7 +80,7 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
     else:
         constraint = regex_constraint(str(regex))
     return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
-                            max_attempts=max_attempts, options=sampling)
+                            max_attempts=max_attempts, options=sampling, fast_forward=fast_forward)
 
 
 def _choose_flow(text: str, choices: list[str], instructions: str | None,
@@ -98,9 +100,12 @@ class Client(TaskMethods, BaseClient):
 
     Set ``grammar_support = False`` for an OpenAI-compatible upstream that ignores grammars (a cloud model):
     ``extract`` then puts a filled-in example and ``<json>`` delimiters in the prompt and still validates.
+    ``fast_forward = False`` decodes every answer whole (for a server without llama.cpp's ``/completion``).
     """
 
     grammar_support: bool = True
+    #: fast-forward the text a JSON Schema forces (``structured/fastforward.py``); False: decode whole answers
+    fast_forward: bool = True
 
     @overload
     def extract(self, text: str, schema: type[M], *, instructions: str | None = ..., strict: bool = ...,
@@ -119,7 +124,7 @@ class Client(TaskMethods, BaseClient):
                        max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
         """Like ``extract`` with the evidence: raw text, attempts, usage, keywords enforced by validation."""
         flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
-                             self.grammar_support)
+                             self.grammar_support, self.fast_forward)
         return run_sync(flow, self._request)
 
     def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
@@ -128,7 +133,7 @@ class Client(TaskMethods, BaseClient):
                  seed: int | None = DEFAULT_SEED) -> Structured[Any]:
         """Constrained generation by JSON Schema/Pydantic, GBNF grammar or regex; validated."""
         flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict,
-                              {"temperature": temperature, "seed": seed})
+                              {"temperature": temperature, "seed": seed}, self.fast_forward)
         return run_sync(flow, self._request)
 
     def choose(self, text: str, choices: list[str], *, instructions: str | None = None,
@@ -142,6 +147,8 @@ class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
     """Asynchronous twin of ``Client`` (same method names and parameters)."""
 
     grammar_support: bool = True
+    #: fast-forward the text a JSON Schema forces (``structured/fastforward.py``); False: decode whole answers
+    fast_forward: bool = True
 
     async def extract(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                       max_tokens: int | None = None, max_attempts: int = 2) -> Any:
@@ -151,7 +158,7 @@ class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
     async def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                              max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
         flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
-                             self.grammar_support)
+                             self.grammar_support, self.fast_forward)
         return await run_async(flow, self._request)
 
     async def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
@@ -159,7 +166,7 @@ class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
                        max_attempts: int = 2, strict: bool = False, temperature: float = 0.0,
                        seed: int | None = DEFAULT_SEED) -> Structured[Any]:
         flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict,
-                              {"temperature": temperature, "seed": seed})
+                              {"temperature": temperature, "seed": seed}, self.fast_forward)
         return await run_async(flow, self._request)
 
     async def choose(self, text: str, choices: list[str], *, instructions: str | None = None,

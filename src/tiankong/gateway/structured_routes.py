@@ -93,7 +93,7 @@ async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name:
     created = int(time.time())
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     extension = {"attempts": result.attempts, "validated": True, "enforced_by_validation": result.unenforced,
-                 "minimal": result.minimal}
+                 "minimal": result.minimal, **result.evidence()}
     if body.get("stream"):
         return _stream_once(completion_id, created, model_name, content, usage_json(result), extension)
     return JSONResponse({

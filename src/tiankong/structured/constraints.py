@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import InvalidSchema, SchemaNotSupported
 from .budget import DEFAULT_MAX_STRING
 from .flow import Constraint, json_decode
+from .forced import plan_forced
 from .patterns import engine_pattern
 from .schema import SchemaPlan, preflight
 
@@ -39,6 +40,7 @@ def schema_constraint(schema: Any, *, strict: bool = False, max_string: int | No
         engine_fields=_schema_fields(plan.engine_schema), decode=json_decode, check=check,
         budget_tokens=plan.budget_tokens, unenforced=plan.unenforced,
         minimal_fields=_schema_fields(plan.minimal_schema) if plan.minimal_schema is not None else None,
+        forced=plan_forced(plan.engine_schema),
     )
     return constraint, plan
 
@@ -53,6 +55,7 @@ def delimited_constraint(schema: Any, *, strict: bool = False) -> tuple[Constrai
     constraint, plan = schema_constraint(schema, strict=strict)
     constraint.engine_fields = {"stop": ["</json>"]}
     constraint.minimal_fields = None
+    constraint.forced = None  # no grammar: nothing can be forced
     constraint.decode = decode_delimited
     constraint.budget_tokens = min(2048, constraint.budget_tokens * 2)
     return constraint, plan

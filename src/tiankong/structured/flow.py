@@ -55,6 +55,21 @@ class Structured(Generic[T]):
     finish_reason: str | None = None
     #: the answer came from the last try after truncation, which allowed only required properties
     minimal: bool = False
+    #: "fast_forward" (forced text prefilled, free values decoded) or "grammar" (the whole answer decoded)
+    path: str = "grammar"
+    #: tokens the engine decoded, and forced tokens it read as prompt instead (fast-forward)
+    decoded_tokens: int = 0
+    forced_tokens: int = 0
+    #: why fast-forward did not give the answer ("" when it did, or when it was not tried)
+    fallback_reason: str = ""
+
+    def evidence(self) -> dict[str, Any]:
+        """The path taken, for the ``tiankong`` extension of an answer."""
+        found: dict[str, Any] = {"path": self.path, "decoded_tokens": self.decoded_tokens,
+                                 "fast_forwarded_tokens": self.forced_tokens}
+        if self.fallback_reason:
+            found["fallback_reason"] = self.fallback_reason
+        return found
 
 
 @dataclass
@@ -68,6 +83,8 @@ class Constraint:
     unenforced: list[str] = field(default_factory=list)
     #: engine fields for a last try after a truncation (smaller answers only); None: no such try
     minimal_fields: dict[str, Any] | None = None
+    #: the schema's forced-segment plan (``forced.ForcedPlan``); None: not a JSON Schema constraint
+    forced: Any = None
 
 
 def _compile_failure(error: Exception) -> SchemaNotSupported | None:
@@ -81,12 +98,54 @@ def _compile_failure(error: Exception) -> SchemaNotSupported | None:
 
 def constrained_flow(
     messages: list[dict[str, Any]], constraint: Constraint, *, model: str | None, max_tokens: int | None = None,
-    max_attempts: int = 2, options: dict[str, Any] | None = None,
+    max_attempts: int = 2, options: dict[str, Any] | None = None, fast_forward: bool = True,
 ) -> Flow[Structured[Any]]:
-    """Generate → decode → validate; retry once with the validator's message; retry a truncation once with a
+    """Fast-forward when the schema's plan pays (``fastforward.py``); else, or when that answer is not valid:
+    generate → decode → validate; retry once with the validator's message; retry a truncation once with a
     larger budget, then once more with the schema's smallest answers (required properties, fewest items)."""
     budget = max_tokens or constraint.budget_tokens
-    usage, attempts, grown, minimal = Usage(), 0, False, False
+    usage, attempts, reason = Usage(), 0, ""
+    if fast_forward and constraint.forced is not None:
+        quick = yield from _fast_forward(messages, constraint, budget, options or {})
+        if isinstance(quick, Structured):
+            return quick
+        usage, attempts, reason = quick
+    result = yield from _grammar_flow(messages, constraint, model, budget, max_attempts, options, attempts, usage)
+    result.fallback_reason = reason
+    return result
+
+
+def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget: int,
+                  options: dict[str, Any]) -> Flow[Structured[Any] | tuple[Usage, int, str]]:
+    """The fast-forwarded answer, or (its cost, attempts, why not) for the grammar path to go on from."""
+    from .fastforward import fast_forward_flow  # noqa: PLC0415 (fastforward imports this module)
+
+    plan = constraint.forced
+    if plan.root is None:
+        return Usage(), 0, str(plan.reason)
+    if float(options.get("temperature") or 0.0) > 0.0:
+        return Usage(), 0, "sampling (temperature > 0) decodes the whole answer"
+    progress, reason = yield from fast_forward_flow(messages, plan.root, budget=budget, seed=options.get("seed"))
+    usage = Usage(progress.prompt_tokens, progress.decoded + progress.forced)
+    if not reason:
+        try:
+            data = constraint.decode(progress.text)
+        except ValueError as exc:
+            reason = f"not valid JSON: {exc}"
+        else:
+            errors = constraint.check(data)
+            if not errors:
+                return Structured(data, progress.text, 1, usage, constraint.unenforced, "stop", path="fast_forward",
+                                  decoded_tokens=progress.decoded, forced_tokens=progress.forced)
+            reason = "not valid: " + "; ".join(errors)[:300]
+    return usage, 1 if progress.calls else 0, reason
+
+
+def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model: str | None, budget: int,
+                  max_attempts: int, options: dict[str, Any] | None, tried: int, usage: Usage
+                  ) -> Flow[Structured[Any]]:
+    attempts, grown, minimal = 0, False, False
+    decoded = 0
     engine_fields = constraint.engine_fields
     convo = list(messages)
     last_raw, errors = "", []
@@ -99,6 +158,7 @@ def constrained_flow(
             raise _compile_failure(answer) or answer
         result: ChatResult = parse_chat(answer)
         usage = usage + result.usage
+        decoded += result.usage.completion_tokens
         last_raw = result.text
         if result.truncated:
             if not grown and budget < MAX_TOKENS_CAP:
@@ -108,7 +168,7 @@ def constrained_flow(
                 minimal, engine_fields = True, constraint.minimal_fields
                 continue
             raise TruncatedOutput(f"the answer was cut off at {budget} tokens after {attempts} attempts",
-                                  attempts=attempts, last_raw=last_raw, usage=usage)
+                                  attempts=tried + attempts, last_raw=last_raw, usage=usage)
         try:
             data = constraint.decode(result.text)
         except ValueError as exc:
@@ -116,11 +176,11 @@ def constrained_flow(
         else:
             errors = constraint.check(data)
             if not errors:
-                return Structured(data, result.text, attempts, usage, constraint.unenforced, result.finish_reason,
-                                  minimal)
+                return Structured(data, result.text, tried + attempts, usage, constraint.unenforced,
+                                  result.finish_reason, minimal, decoded_tokens=decoded)
         if attempts >= max_attempts + grown + minimal:
             raise RetriesExhausted(f"no valid answer after {attempts} attempts: {'; '.join(errors)[:300]}",
-                                   attempts=attempts, last_raw=last_raw, errors=errors, usage=usage)
+                                   attempts=tried + attempts, last_raw=last_raw, errors=errors, usage=usage)
         sample = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
         convo = [*messages, {"role": "assistant", "content": result.text}, repair_message(errors, str(sample))]
 

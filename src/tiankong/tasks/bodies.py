@@ -45,7 +45,8 @@ async def task_answer(client: AsyncBaseClient, task: str, body: dict[str, Any],
 
 
 async def extract_answer(client: Any, body: dict[str, Any]) -> tuple[dict[str, Any], Structured[Any]]:
-    """An extract body's answer ``{data, attempts, usage, enforced_by_validation, minimal}`` and its result."""
+    """An extract body's answer ``{data, attempts, usage, enforced_by_validation, minimal, tiankong}`` and its
+    result (``tiankong``: the decoding path, tokens decoded and fast-forwarded)."""
     text, schema = body.get("text"), body.get("schema")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("'text' must be a non-empty string")
@@ -56,7 +57,8 @@ async def extract_answer(client: Any, body: dict[str, Any]) -> tuple[dict[str, A
         raise ConfigError("'instructions' must be a string")
     result = await client.extract_result(text, schema, instructions=instructions)
     return {"data": result.data, "attempts": result.attempts, "usage": usage_json(result),
-            "enforced_by_validation": result.unenforced, "minimal": result.minimal}, result
+            "enforced_by_validation": result.unenforced, "minimal": result.minimal,
+            "tiankong": result.evidence()}, result
 
 
 def usage_json(result: Structured[Any]) -> dict[str, int]:

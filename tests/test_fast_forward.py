@@ -1,0 +1,92 @@
+"""Fast-forward decoding end to end on SmolLM2: forced text is prompt, free values are decoded, the answer is
+validated like every other; schemas where it cannot help take the whole-answer grammar."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import jsonschema
+import pytest
+
+from tiankong import AsyncClient, Client
+from tiankong.engine import EngineProcess
+from tiankong.errors import TruncatedOutput
+
+LOG_EVENT = {"type": "object", "properties": {
+    "level": {"type": "string", "enum": ["DEBUG", "INFO", "WARN", "ERROR"]}, "service": {"type": "string"},
+    "message": {"type": "string", "maxLength": 80}, "duration_ms": {"type": "integer"}},
+    "required": ["level", "service", "message", "duration_ms"]}
+LINE = "2026-11-03T10:04:00Z ERROR billing: invoice batch finished in 57ms"
+ORDER = {"type": "object", "properties": {
+    "customer": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
+                                                  "vip": {"type": "boolean"}}, "required": ["name", "vip"]},
+    "lines": {"type": "array", "minItems": 1, "maxItems": 3, "items": {"type": "object", "properties": {
+        "sku": {"type": "string", "maxLength": 20}, "qty": {"type": "integer"}}, "required": ["sku", "qty"]}},
+    "tags": {"type": "array", "maxItems": 3, "items": {"enum": ["gift", "express", "fragile"]}},
+    "total": {"type": "number"}, "note": {"type": "string", "maxLength": 40}},
+    "required": ["customer", "lines", "tags", "total"]}
+ORDER_TEXT = "Order from Ann Lee (VIP): 2 x SKU-1 and 1 x SKU-9, express, gift wrapped; total 41.50 EUR."
+
+
+@pytest.fixture(scope="module")
+def client(smol_engine: EngineProcess) -> Iterator[Client]:
+    with Client(smol_engine.url) as c:
+        yield c
+
+
+def test_log_event_is_fast_forwarded_and_decodes_fewer_tokens(client: Client) -> None:
+    quick = client.extract_result(LINE, LOG_EVENT)
+    jsonschema.validate(quick.data, LOG_EVENT)
+    assert quick.path == "fast_forward" and not quick.fallback_reason
+    assert quick.forced_tokens >= 8 and quick.attempts == 1
+    assert quick.usage.completion_tokens == quick.decoded_tokens + quick.forced_tokens
+    client.fast_forward = False
+    try:
+        whole = client.extract_result(LINE, LOG_EVENT)
+    finally:
+        client.fast_forward = True
+    jsonschema.validate(whole.data, LOG_EVENT)
+    assert whole.path == "grammar" and whole.forced_tokens == 0 and not whole.fallback_reason
+    assert quick.decoded_tokens < whole.decoded_tokens
+    assert quick.data["level"] == whole.data["level"]  # the same one-token choice under the same prompt
+
+
+def test_nested_objects_arrays_enums_and_optional_keys(client: Client) -> None:
+    result = client.extract_result(ORDER_TEXT, ORDER)
+    jsonschema.validate(result.data, ORDER)
+    assert result.path == "fast_forward", result.fallback_reason
+    assert 1 <= len(result.data["lines"]) <= 3
+    assert result.raw.startswith('{"customer":{"name":"')  # compact, in the schema's property order
+
+
+def test_async_twin_gives_the_same_answer(client: Client, smol_engine: EngineProcess) -> None:
+    async def run() -> object:
+        async with AsyncClient(smol_engine.url) as aclient:
+            return await aclient.extract_result(LINE, LOG_EVENT)
+
+    sync, aio = client.extract_result(LINE, LOG_EVENT), asyncio.run(run())
+    assert aio.path == sync.path == "fast_forward"  # type: ignore[attr-defined]
+    assert set(aio.data) == set(sync.data)  # type: ignore[attr-defined]
+    assert aio.data["level"] == sync.data["level"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("schema", "why"), [
+    ({"type": "array", "items": {"type": "string", "maxLength": 20}, "maxItems": 3}, "forced structure"),
+    ({"type": "string", "maxLength": 30}, "single value"),
+])
+def test_a_schema_where_fast_forward_cannot_help_takes_the_grammar(client: Client, schema: dict, why: str) -> None:
+    result = client.generate("List three fruits.", schema=schema)
+    jsonschema.validate(result.data, schema)
+    assert result.path == "grammar" and why in result.fallback_reason
+
+
+def test_sampling_decodes_the_whole_answer(client: Client) -> None:
+    result = client.generate("A log line.", schema=LOG_EVENT, temperature=0.7, seed=3)
+    jsonschema.validate(result.data, LOG_EVENT)
+    assert result.path == "grammar" and "temperature" in result.fallback_reason
+
+
+def test_a_budget_too_small_abandons_then_fails_closed(client: Client) -> None:
+    with pytest.raises(TruncatedOutput):
+        client.extract_result(LINE, LOG_EVENT, max_tokens=4)
