@@ -31,9 +31,10 @@ from .structured.prompts import (
     GENERATE_JSON,
     choose_indexed_messages,
     choose_messages,
-    compact,
     delimited_instruction,
+    extract_prompt,
     language,
+    schema_prompt,
 )
 from .tasks.methods import AsyncTaskMethods, TaskMethods
 
@@ -47,13 +48,20 @@ def _extract_flow(client_model: str | None, text: str, schema: Any, instructions
         raise ConfigError("text is empty", hint="pass the text to extract from")
     if grammar_support:
         constraint, plan = schema_constraint(schema, strict=strict)
-        messages = extract_messages(text, plan.schema, instructions)
+        messages, form = extract_prompt(text, plan.schema, instructions)
     else:  # the three-layer insurance for backends that ignore grammars: example, delimiters, validation
         constraint, plan = delimited_constraint(schema, strict=strict)
-        messages = extract_messages(text, plan.schema, instructions)
+        messages, form = extract_messages(text, plan.schema, instructions), "schema"
         messages[0]["content"] += "\n" + delimited_instruction(plan.schema, text)
-    return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
-                            max_attempts=max_attempts, fast_forward=fast_forward)
+    return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
+                                    max_attempts=max_attempts, fast_forward=fast_forward), form)
+
+
+def _noting(flow: Flow[Structured[Any]], form: str) -> Flow[Structured[Any]]:
+    """The flow's result, noting how the schema appeared in the prompt (``prompts.schema_prompt``)."""
+    result = yield from flow
+    result.schema_in_prompt = form
+    return result
 
 
 def _finish_extract(result: Structured[Any], schema: Any) -> Any:
@@ -72,13 +80,13 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
     constraint: Constraint
     if schema is not None:
         constraint, plan = schema_constraint(schema, strict=strict)
-        sample = str(messages[-1].get("content", ""))
-        messages = [{"role": "system", "content": GENERATE_JSON[language(sample)].format(schema=compact(plan.schema))},
-                    *messages]
-    elif grammar is not None:
-        constraint = grammar_constraint(grammar)
-    else:
-        constraint = regex_constraint(str(regex))
+        lang = language(str(messages[-1].get("content", "")))
+        line, form = schema_prompt(plan.schema, lang)
+        messages = [{"role": "system", "content": GENERATE_JSON[lang].format(schema=line)}, *messages]
+        return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
+                                        max_attempts=max_attempts, options=sampling, fast_forward=fast_forward),
+                       form)
+    constraint = grammar_constraint(grammar) if grammar is not None else regex_constraint(str(regex))
     return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
                             max_attempts=max_attempts, options=sampling, fast_forward=fast_forward)
 

@@ -42,7 +42,29 @@ def schema_constraint(schema: Any, *, strict: bool = False, max_string: int | No
         minimal_fields=_schema_fields(plan.minimal_schema) if plan.minimal_schema is not None else None,
         forced=plan_forced(plan.engine_schema),
     )
+    simpler = simplify_schema(plan.engine_schema)
+    if simpler != plan.engine_schema:
+        constraint.simplified_fields = _schema_fields(simpler)
     return constraint, plan
+
+
+#: keywords left out of the engine's copy when llama.cpp's converter cannot compile a schema (``failed to parse
+#: grammar``): string shapes and key patterns, the usual culprits; validation still checks them
+SIMPLIFIED_AWAY = frozenset({"pattern", "format", "patternProperties", "propertyNames", "contentEncoding",
+                             "contentMediaType"})
+_NAME_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+
+
+def simplify_schema(node: Any, names: bool = False) -> Any:
+    """A copy of ``node`` without :data:`SIMPLIFIED_AWAY` (``names``: ``node`` maps names to sub-schemas)."""
+    if isinstance(node, list):
+        return [simplify_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if names:
+        return {key: simplify_schema(value) for key, value in node.items()}
+    return {key: simplify_schema(value, key in _NAME_MAPS) for key, value in node.items()
+            if key not in SIMPLIFIED_AWAY}
 
 
 def _schema_fields(schema: dict[str, Any]) -> dict[str, Any]:

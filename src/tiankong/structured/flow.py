@@ -62,6 +62,10 @@ class Structured(Generic[T]):
     forced_tokens: int = 0
     #: why fast-forward did not give the answer ("" when it did, or when it was not tried)
     fallback_reason: str = ""
+    #: how the schema appeared in the prompt: "schema", "example" (too long: its shape), "keys"; "": not shown
+    schema_in_prompt: str = ""
+    #: the engine could not compile the schema: a simplified copy constrained the answer, validation the rest
+    simplified: bool = False
 
     def evidence(self) -> dict[str, Any]:
         """The path taken, for the ``tiankong`` extension of an answer."""
@@ -69,6 +73,10 @@ class Structured(Generic[T]):
                                  "fast_forwarded_tokens": self.forced_tokens}
         if self.fallback_reason:
             found["fallback_reason"] = self.fallback_reason
+        if self.schema_in_prompt:
+            found["schema_in_prompt"] = self.schema_in_prompt
+        if self.simplified:
+            found["simplified"] = True
         return found
 
 
@@ -85,6 +93,8 @@ class Constraint:
     minimal_fields: dict[str, Any] | None = None
     #: the schema's forced-segment plan (``forced.ForcedPlan``); None: not a JSON Schema constraint
     forced: Any = None
+    #: engine fields of a simplified copy, tried when the engine cannot compile ``engine_fields``; None: none
+    simplified_fields: dict[str, Any] | None = None
 
 
 def _compile_failure(error: Exception) -> SchemaNotSupported | None:
@@ -144,7 +154,7 @@ def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget
 def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model: str | None, budget: int,
                   max_attempts: int, options: dict[str, Any] | None, tried: int, usage: Usage
                   ) -> Flow[Structured[Any]]:
-    attempts, grown, minimal = 0, False, False
+    attempts, grown, minimal, simplified = 0, False, False, False
     decoded = 0
     engine_fields = constraint.engine_fields
     convo = list(messages)
@@ -155,7 +165,12 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
         body = chat_body(convo, model, False, {**fields, **engine_fields})
         (answer,) = yield [Call("POST", "/v1/chat/completions", body)]
         if isinstance(answer, Exception):
-            raise _compile_failure(answer) or answer
+            failure = _compile_failure(answer)
+            if failure is not None and not simplified and constraint.simplified_fields is not None:
+                simplified, engine_fields = True, constraint.simplified_fields  # validation checks the rest
+                attempts -= 1
+                continue
+            raise failure or answer
         result: ChatResult = parse_chat(answer)
         usage = usage + result.usage
         decoded += result.usage.completion_tokens
@@ -177,7 +192,7 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
             errors = constraint.check(data)
             if not errors:
                 return Structured(data, result.text, tried + attempts, usage, constraint.unenforced,
-                                  result.finish_reason, minimal, decoded_tokens=decoded)
+                                  result.finish_reason, minimal, decoded_tokens=decoded, simplified=simplified)
         if attempts >= max_attempts + grown + minimal:
             raise RetriesExhausted(f"no valid answer after {attempts} attempts: {'; '.join(errors)[:300]}",
                                    attempts=tried + attempts, last_raw=last_raw, errors=errors, usage=usage)

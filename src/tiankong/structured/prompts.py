@@ -20,14 +20,24 @@ def language(text: str) -> str:
 
 EXTRACT = {
     "en": ("Extract information from the user's text as JSON that matches this JSON Schema. "
-           "Use only facts stated in the text. Output only the JSON.\nSchema: {schema}"),
+           "Use only facts stated in the text. Output only the JSON.\n{schema}"),
     "zh": ("请从用户给出的文本中抽取信息，输出符合以下 JSON Schema 的 JSON。"
-           "只使用文本中明确给出的事实，只输出 JSON。\nSchema：{schema}"),
+           "只使用文本中明确给出的事实，只输出 JSON。\n{schema}"),
 }
 GENERATE_JSON = {
-    "en": "Answer with JSON that matches this JSON Schema. Output only the JSON.\nSchema: {schema}",
-    "zh": "请用符合以下 JSON Schema 的 JSON 回答，只输出 JSON。\nSchema：{schema}",
+    "en": "Answer with JSON that matches this JSON Schema. Output only the JSON.\n{schema}",
+    "zh": "请用符合以下 JSON Schema 的 JSON 回答，只输出 JSON。\n{schema}",
 }
+#: how the schema is shown in the prompt: whole, as a filled-in example of its shape, or its top-level keys
+SCHEMA_LINE = {
+    "schema": {"en": "Schema: {text}", "zh": "Schema：{text}"},
+    "example": {"en": "Shape of the answer (example): {text}", "zh": "答案格式（示例）：{text}"},
+    "keys": {"en": "Keys of the answer: {text}", "zh": "答案的键：{text}"},
+}
+#: most characters the schema takes in a prompt. The engine's grammar enforces the schema whatever the prompt
+#: says, so a long schema is shown as an example or its keys rather than pushing the request past the context
+#: (JSONSchemaBench's Kubernetes schemas run to 20 kB; a 2,048-token slot refused them with the schema inside)
+SCHEMA_PROMPT_CHARS = 1200
 REPAIR = {
     "en": "Your JSON does not match the schema: {errors}\nReply with corrected JSON only.",
     "zh": "你的 JSON 不符合 Schema：{errors}\n请只输出修正后的 JSON。",
@@ -52,12 +62,36 @@ def compact(schema: Any) -> str:
     return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
 
 
+def schema_prompt(schema: Any, lang: str, budget: int = SCHEMA_PROMPT_CHARS) -> tuple[str, str]:
+    """The schema's line in a prompt and its form ("schema", "example" or "keys"), within ``budget``
+    characters."""
+    whole = compact(schema)
+    if len(whole) <= budget:
+        return SCHEMA_LINE["schema"][lang].format(text=whole), "schema"
+    example = compact(example_for(schema))
+    if len(example) <= budget:
+        return SCHEMA_LINE["example"][lang].format(text=example), "example"
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    keys = ", ".join(properties) if isinstance(properties, dict) else ""
+    if len(keys) > budget:
+        keys = keys[:budget].rsplit(", ", 1)[0] + ", …"
+    return SCHEMA_LINE["keys"][lang].format(text=keys or "—"), "keys"
+
+
 def extract_messages(text: str, schema: dict[str, Any], instructions: str | None) -> list[dict[str, Any]]:
+    messages, _ = extract_prompt(text, schema, instructions)
+    return messages
+
+
+def extract_prompt(text: str, schema: dict[str, Any], instructions: str | None
+                   ) -> tuple[list[dict[str, Any]], str]:
+    """The extract messages and how the schema appears in them (see :func:`schema_prompt`)."""
     lang = language(text)
-    system = EXTRACT[lang].format(schema=compact(schema))
+    line, form = schema_prompt(schema, lang)
+    system = EXTRACT[lang].format(schema=line)
     if instructions:
         system += "\n" + instructions
-    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}], form
 
 
 def repair_message(errors: list[str], sample: str) -> dict[str, str]:
