@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import jsonschema
 
+import tiankong.structured.fastforward  # noqa: F401  (imported lazily by flow.py: load it before the run)
 from tiankong import AsyncClient
 from tiankong.engine import EngineConfig, EngineProcess
 from tiankong.errors import TiankongError
@@ -134,26 +135,39 @@ async def tiankong_one(client: AsyncClient, schema: dict[str, Any], text: str) -
             "path": result.path, "reason": result.fallback_reason}
 
 
-async def measure(path: str, url: str, schemas: list[dict[str, Any]], texts: list[str],
-                  concurrency: int) -> dict[str, Any]:
-    gate = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(timeout=600) as http, AsyncClient(url, timeout_s=600) as client:
-        client.fast_forward = path == "ff"
+PATHS = ("raw", "grammar", "ff")
 
-        async def one(schema: dict[str, Any], text: str) -> dict[str, Any]:
-            async with gate:
-                if path == "raw":
-                    return await raw_one(http, url, schema, text)
-                return await tiankong_one(client, schema, text)
 
-        start = time.perf_counter()
-        rows = await asyncio.gather(*(one(sch, t) for sch, t in zip(schemas, texts, strict=True)))
-        seconds = time.perf_counter() - start
+async def measure(url: str, schemas: list[dict[str, Any]], texts: dict[str, list[str]],
+                  concurrency: int) -> dict[str, dict[str, Any]]:
+    """The three paths interleaved: round after round of ``concurrency`` items each, the paths' order rotating,
+    so that drift on a shared machine falls on all of them alike."""
+    rows: dict[str, list[dict[str, Any]]] = {p: [] for p in PATHS}
+    seconds = dict.fromkeys(PATHS, 0.0)
+    async with httpx.AsyncClient(timeout=600) as http, AsyncClient(url, timeout_s=600) as quick, \
+            AsyncClient(url, timeout_s=600) as whole:
+        whole.fast_forward = False
+
+        async def one(path: str, schema: dict[str, Any], text: str) -> dict[str, Any]:
+            if path == "raw":
+                return await raw_one(http, url, schema, text)
+            return await tiankong_one(quick if path == "ff" else whole, schema, text)
+
+        for turn, start in enumerate(range(0, len(schemas), concurrency)):
+            for path in PATHS[turn % 3:] + PATHS[:turn % 3]:
+                batch = list(zip(schemas[start:start + concurrency], texts[path][start:start + concurrency],
+                                 strict=True))
+                began = time.perf_counter()
+                rows[path] += await asyncio.gather(*(one(path, sch, t) for sch, t in batch))
+                seconds[path] += time.perf_counter() - began
+    return {path: summary(rows[path], seconds[path]) for path in PATHS}
+
+
+def summary(rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
     n = len(rows)
-    paths = sorted({r["path"] for r in rows})
     return {"items_per_s": n / seconds, "valid": sum(r["valid"] for r in rows) / n,
             "decoded_per_item": sum(r["decoded"] for r in rows) / n,
-            "forced_per_item": sum(r["forced"] for r in rows) / n, "paths": paths,
+            "forced_per_item": sum(r["forced"] for r in rows) / n, "paths": sorted({r["path"] for r in rows}),
             "reasons": sorted({r.get("reason", "") for r in rows} - {""})}
 
 
@@ -174,13 +188,12 @@ def main() -> None:
             for concurrency in args.concurrency:
                 rng = random.Random(f"{name}-{concurrency}")
                 row: dict[str, Any] = {"schema": name, "concurrency": concurrency}
-                for path in ("raw", "grammar", "ff"):
-                    # distinct texts per path too: no item is answered from another path's prompt cache
-                    texts = [text_for(kind, rng, i) if kind != "jsb" else
-                             f"Give a realistic example JSON document for this schema. (case {path}-{i})"
-                             for i in range(args.items)]
-                    picked = [schemas[i % len(schemas)] for i in range(args.items)]
-                    row[path] = asyncio.run(measure(path, engine.url, picked, texts, concurrency))
+                # distinct texts per path too: no item is answered from another path's prompt cache
+                texts = {path: [text_for(kind, rng, i) if kind != "jsb" else
+                                f"Give a realistic example JSON document for this schema. (case {path}-{i})"
+                                for i in range(args.items)] for path in PATHS}
+                picked = [schemas[i % len(schemas)] for i in range(args.items)]
+                row.update(asyncio.run(measure(engine.url, picked, texts, concurrency)))
                 row["grammar_vs_raw"] = row["grammar"]["items_per_s"] / row["raw"]["items_per_s"]
                 row["ff_vs_raw"] = row["ff"]["items_per_s"] / row["raw"]["items_per_s"]
                 results.append(row)

@@ -123,3 +123,29 @@ def test_most_of_the_development_sample_plans() -> None:
     planned_share = sum(p.root is not None for p in plans) / len(plans)
     assert planned_share > 0.6
     assert all(p.reason for p in plans if p.root is None)
+
+
+def test_the_schema_in_a_prompt_stays_within_its_budget() -> None:
+    from tiankong.structured.prompts import SCHEMA_PROMPT_CHARS, schema_prompt
+
+    rows = [json.loads(line) for line in DEV.read_text().splitlines()]
+    longest = max((row["schema"] for row in rows), key=lambda s: len(json.dumps(s)))
+    assert len(json.dumps(longest)) > 4 * SCHEMA_PROMPT_CHARS
+    line, form = schema_prompt(longest, "en")
+    assert form in ("example", "keys") and len(line) <= SCHEMA_PROMPT_CHARS + 40
+    small, form = schema_prompt(LOG_EVENT, "en")
+    assert form == "schema" and '"duration_ms"' in small
+
+
+def test_the_simplified_engine_copy_drops_string_shapes_not_property_names() -> None:
+    from tiankong.structured.constraints import simplify_schema
+
+    schema = {"type": "object", "properties": {
+        "pattern": {"type": "string", "pattern": "^[a-z]+$"}, "when": {"type": "string", "format": "date-time"},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^#"}}},
+        "patternProperties": {"^x": {"type": "string"}}, "required": ["pattern"]}
+    simpler = simplify_schema(schema)
+    assert set(simpler["properties"]) == {"pattern", "when", "tags"}  # a property called "pattern" stays
+    assert "pattern" not in simpler["properties"]["pattern"] and "format" not in simpler["properties"]["when"]
+    assert "pattern" not in simpler["properties"]["tags"]["items"] and "patternProperties" not in simpler
+    assert simpler["required"] == ["pattern"]

@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from .structured.flow import UnscorableLabels
     from .structured.regex_safety import UnsafePattern
     from .tasks import (
+        Answer,
+        Answers,
         Classification,
         Compression,
         Entity,
@@ -80,6 +82,8 @@ _EXPORTS = {
     "AsyncClient": ".api",
     "BatchNotFound": ".batch.batches",
     "ChatResult": ".client",
+    "Answer": ".tasks",
+    "Answers": ".tasks",
     "Classification": ".tasks",
     "Client": ".api",
     "Compression": ".tasks",
@@ -167,7 +171,8 @@ except _metadata.PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [  # every public name (a test holds it to _EXPORTS)
-    "AdapterNotFound", "AsyncClient", "BatchNotFound", "ChatResult", "Classification", "Client", "Compression",
+    "AdapterNotFound", "Answer", "Answers", "AsyncClient", "BatchNotFound", "ChatResult", "Classification", "Client",
+    "Compression",
     "ConfigError", "ConversionError", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
     "Decision", "EngineBuildError", "EngineError", "EngineGone", "EngineNotFound", "EngineStartError", "Entity",
     "EscalationTarget", "ExamplesError", "FileInUse", "FileNotFound", "FileTooLarge", "FlagError", "GuardVerdict",

@@ -73,6 +73,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compress": ("task_cmds", "compress", 'Key points of a long TEXT within a token budget (map-reduce over chunks).'),
     "summarize": ("task_cmds", "summarize", 'Summarize TEXT in at most --words words.'),
     "tag": ("task_cmds", "tag", 'Keywords and metadata for TEXT as JSON.'),
+    "ask": ("task_cmds", "ask", 'Answer many questions about TEXT, reading it once.'),
 }
 
 

@@ -299,7 +299,33 @@ def tag(text: str | None, file: str | None, schema_file: str | None, max_keyword
     emit_json({"data": result.data, "attempts": result.attempts} if as_json else result.data)
 
 
-COMMANDS = [classify, route, rewrite, rerank, redact, guard, compress, summarize, tag]
+@click.command()
+@click.argument("text", required=False)
+@click.option("--file", default=None, help="Read the text from this file.")
+@click.option("--questions", "questions_file", default=None,
+              help="JSON file: [{id, type, question, labels?, schema?}, …] (type: choice, yes_no, score, extract).")
+@click.option("--yes-no", "yes_no", multiple=True, help="A yes/no question (repeatable; ids q1, q2, …).")
+@task_options
+def ask(text: str | None, file: str | None, questions_file: str | None, yes_no: tuple[str, ...], model: str | None,
+        url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """Answer many questions about TEXT, reading it once."""
+    questions = list(read_json(questions_file)) if questions_file else []
+    questions += [{"id": f"q{len(questions) + i + 1}", "type": "yes_no", "question": q} for i, q in enumerate(yes_no)]
+    body = read_text(text, file)
+    with client_for(model, url, llama_server) as client:
+        result = client.ask(body, questions)
+    render(result, as_json, lambda r: "\n".join(_answer_line(a) for a in r.answers))
+
+
+def _answer_line(answer: Any) -> str:
+    if answer.type == "extract":
+        return f"{answer.id}\t{json.dumps(answer.data, ensure_ascii=False)}"
+    extra = f"\tP(yes)={answer.probability:.3f}" if answer.probability is not None else \
+        f"\tscore={answer.score:.2f}" if answer.score is not None else ""
+    return f"{answer.id}\t{answer.label}{extra}\t{_scores(answer.scores or {})}"
+
+
+COMMANDS = [classify, route, rewrite, rerank, redact, guard, compress, summarize, tag, ask]
 
 #: task arguments the CLI reads under another name (files, repeated flags); every other argument is an option
 #: of the same name (``tiankong.cli.spec_options``) — a test holds both to the registry
@@ -309,4 +335,5 @@ CLI_NAMES = {
     "rewrite": {"query": "query"}, "rerank": {"query": "query", "documents": "docs"},
     "redact": {"text": "text"}, "guard": {"text": "text"}, "compress": {"text": "text"},
     "summarize": {"text": "text"}, "tag": {"text": "text", "schema_": "schema_file"},
+    "ask": {"text": "text", "questions": "questions_file"},
 }

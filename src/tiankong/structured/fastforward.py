@@ -21,7 +21,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from .flow import Call
+from .flow import Call, SlotPin
 from .forced import Arr, Const, Node, Num, Obj, Pick, Str, Value, literal, starts
 
 _CHAR = r'''char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'''
@@ -65,11 +65,12 @@ def _alternatives(options: list[str]) -> str:
 class Walk:
     """Builds one answer; ``run`` is a flow returning the answer's text."""
 
-    def __init__(self, prompt: str, budget: int, seed: int | None) -> None:
+    def __init__(self, prompt: str, budget: int, seed: int | None, pin: SlotPin | None = None) -> None:
         self.prompt = prompt
         self.budget = budget
         self.seed = seed
-        self.slot: int | None = None
+        self.pin = pin
+        self.slot: int | None = pin.slot if pin is not None else None
         self.first_prompt = 0
         self.progress = Progress()
 
@@ -104,10 +105,13 @@ class Walk:
         if isinstance(answer, Exception) or not isinstance(answer, dict):
             raise Abandoned(f"engine call failed: {str(answer)[:200]}")
         progress = self.progress
+        if self.pin is not None:
+            self.pin.saw(answer)
         if not progress.calls:
             self.first_prompt = int(answer.get("tokens_evaluated") or 0)
             slot = answer.get("id_slot")
-            self.slot = slot if isinstance(slot, int) and slot >= 0 else None
+            if self.slot is None and isinstance(slot, int) and slot >= 0:
+                self.slot = slot
         progress.calls += 1
         predicted = int(answer.get("tokens_predicted") or 0)
         progress.decoded += predicted
@@ -276,13 +280,13 @@ def _escaped(body: str) -> bool:
     return run % 2 == 1
 
 
-def fast_forward_flow(messages: list[dict[str, Any]], root: Obj | Arr, *, budget: int,
-                      seed: int | None) -> Generator[list[Call], list[Any], tuple[Progress, str]]:
+def fast_forward_flow(messages: list[dict[str, Any]], root: Obj | Arr, *, budget: int, seed: int | None,
+                      pin: SlotPin | None = None) -> Generator[list[Call], list[Any], tuple[Progress, str]]:
     """The answer's text and what it cost, or the reason it was abandoned (``""`` when it finished)."""
     (template,) = yield [Call("POST", "/apply-template", {"messages": messages})]
     if isinstance(template, Exception) or not isinstance(template, dict) or "prompt" not in template:
         return Progress(), f"the engine cannot apply its chat template: {str(template)[:200]}"
-    walk = Walk(str(template["prompt"]), budget, seed)
+    walk = Walk(str(template["prompt"]), budget, seed, pin)
     try:
         yield from walk.run(root)
     except Abandoned as exc:

@@ -109,6 +109,7 @@ def _compile_failure(error: Exception) -> SchemaNotSupported | None:
 def constrained_flow(
     messages: list[dict[str, Any]], constraint: Constraint, *, model: str | None, max_tokens: int | None = None,
     max_attempts: int = 2, options: dict[str, Any] | None = None, fast_forward: bool = True,
+    pin: SlotPin | None = None,
 ) -> Flow[Structured[Any]]:
     """Fast-forward when the schema's plan pays (``fastforward.py``); else, or when that answer is not valid:
     generate → decode → validate; retry once with the validator's message; retry a truncation once with a
@@ -116,7 +117,7 @@ def constrained_flow(
     budget = max_tokens or constraint.budget_tokens
     usage, attempts, reason = Usage(), 0, ""
     if fast_forward and constraint.forced is not None:
-        quick = yield from _fast_forward(messages, constraint, budget, options or {})
+        quick = yield from _fast_forward(messages, constraint, budget, options or {}, pin)
         if isinstance(quick, Structured):
             return quick
         usage, attempts, reason = quick
@@ -125,8 +126,8 @@ def constrained_flow(
     return result
 
 
-def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget: int,
-                  options: dict[str, Any]) -> Flow[Structured[Any] | tuple[Usage, int, str]]:
+def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget: int, options: dict[str, Any],
+                  pin: SlotPin | None) -> Flow[Structured[Any] | tuple[Usage, int, str]]:
     """The fast-forwarded answer, or (its cost, attempts, why not) for the grammar path to go on from."""
     from .fastforward import fast_forward_flow  # noqa: PLC0415 (fastforward imports this module)
 
@@ -135,7 +136,8 @@ def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget
         return Usage(), 0, str(plan.reason)
     if float(options.get("temperature") or 0.0) > 0.0:
         return Usage(), 0, "sampling (temperature > 0) decodes the whole answer"
-    progress, reason = yield from fast_forward_flow(messages, plan.root, budget=budget, seed=options.get("seed"))
+    progress, reason = yield from fast_forward_flow(messages, plan.root, budget=budget, seed=options.get("seed"),
+                                                    pin=pin)
     usage = Usage(progress.prompt_tokens, progress.decoded + progress.forced)
     if not reason:
         try:
@@ -221,8 +223,33 @@ FLOOR_PROB = 1e-12
 LOGIT_BIAS = 100.0
 
 
+@dataclass
+class SlotPin:
+    """Keeps a run of calls on one engine slot (its prompt cache): the first answer's ``id_slot`` is sent with
+    every later call; counts the prompt tokens the engine evaluated (``timings.prompt_n``) against those sent."""
+
+    slot: int | None = None
+    evaluated: int = 0
+    sent: int = 0
+
+    def pin(self, body: dict[str, Any]) -> dict[str, Any]:
+        return body if self.slot is None else {**body, "id_slot": self.slot}
+
+    def saw(self, answer: Any) -> None:
+        if not isinstance(answer, dict):
+            return
+        slot = answer.get("id_slot")
+        if self.slot is None and isinstance(slot, int) and slot >= 0:
+            self.slot = slot
+        timings = answer.get("timings")
+        timings = timings if isinstance(timings, dict) else {}
+        self.evaluated += int(timings.get("prompt_n") or 0)
+        self.sent += int(answer.get("tokens_evaluated") or 0)
+
+
 def choose_flow(messages: list[dict[str, Any]], choices: list[str],
-                indexed: tuple[list[dict[str, Any]], list[str]] | None = None) -> Flow[dict[str, float]]:
+                indexed: tuple[list[dict[str, Any]], list[str]] | None = None, *,
+                pin: SlotPin | None = None) -> Flow[dict[str, float]]:
     """Probability of each label under label-constrained decoding, from token probabilities.
 
     Each label is tokenized; the labels form a trie over tokens. At every branching node one
@@ -253,10 +280,12 @@ def choose_flow(messages: list[dict[str, Any]], choices: list[str],
     frontier: list[tuple[int, ...]] = [()]
     while frontier:
         branching = [p for p in frontier if len(_continuations(p, sequences)) > 1]
-        answers = yield [Call("POST", "/completion", _next_token_body(prompt, p, _continuations(p, sequences), eos))
-                         for p in branching]
+        bodies = [_next_token_body(prompt, p, _continuations(p, sequences), eos) for p in branching]
+        answers = yield [Call("POST", "/completion", pin.pin(b) if pin else b) for b in bodies]
         for prefix, answer in zip(branching, answers, strict=True):
             _raise(answer)
+            if pin is not None:
+                pin.saw(answer)
             _score_branch(prefix, answer, sequences, logp, eos)
         frontier = [prefix + (token,) for prefix in frontier for token in _continuations(prefix, sequences)
                     if token is not None]

@@ -1,7 +1,8 @@
 """Pipeline tasks on top of ``tiankong.structured``: classify, route, rewrite, rerank, redact, guard,
-compress, summarize, tag. Each is a sans-I/O flow (``*_flow``) run by ``Client``/``AsyncClient`` methods of
+compress, summarize, tag, ask. Each is a sans-I/O flow (``*_flow``) run by ``Client``/``AsyncClient`` methods of
 the same name, a CLI verb and ``POST /v1/tasks/<task>`` on the gateway."""
 
+from .ask import Answer, Answers, ask_flow
 from .classify import Classification, classify_flow
 from .compress import Compression, Summary, compress_flow, summarize_flow
 from .guard import GuardVerdict, guard_flow
@@ -17,8 +18,8 @@ from .tag import tag_flow
 TASKS = tuple(SPECS)  # the registered tasks (tasks/specs.py), in their order
 
 __all__ = [
-    "TASKS", "AsyncTaskMethods", "Classification", "Compression", "Entity", "GuardVerdict", "Ranked", "Redaction",
-    "Reranking", "Rewrite", "Route", "RouteDecision", "RouteStats", "Summary", "TaskMethods", "EscalationTarget",
-    "classify_flow", "compress_flow", "detect_rules", "guard_flow", "redact_flow", "redact_rules", "rerank_flow",
-    "rewrite_flow", "route_flow", "summarize_flow", "tag_flow",
+    "TASKS", "Answer", "Answers", "AsyncTaskMethods", "Classification", "Compression", "Entity", "GuardVerdict",
+    "Ranked", "Redaction", "Reranking", "Rewrite", "Route", "RouteDecision", "RouteStats", "Summary", "TaskMethods",
+    "EscalationTarget", "ask_flow", "classify_flow", "compress_flow", "detect_rules", "guard_flow", "redact_flow",
+    "redact_rules", "rerank_flow", "rewrite_flow", "route_flow", "summarize_flow", "tag_flow",
 ]

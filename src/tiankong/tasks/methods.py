@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..client import AsyncBaseClient, BaseClient
 from ..structured.drivers import run_async, run_sync
 from ..structured.flow import Flow, Structured
+from .ask import Answers
 from .classify import Classification
 from .compress import Compression, Summary
 from .guard import GuardVerdict
@@ -20,7 +21,7 @@ from .redact import Redaction
 from .rerank import Reranking
 from .rewrite import Rewrite
 from .route import EscalationTarget, Route, RouteDecision, check_upstream, escalation_text, upstream_key
-from .specs import CLASSIFY, COMPRESS, GUARD, REDACT, RERANK, REWRITE, ROUTE, SUMMARIZE, TAG, TaskSpec
+from .specs import ASK, CLASSIFY, COMPRESS, GUARD, REDACT, RERANK, REWRITE, ROUTE, SUMMARIZE, TAG, TaskSpec
 
 T = TypeVar("T")
 
@@ -99,6 +100,11 @@ class TaskMethods:
         """A summary of at most ``words`` words (long texts are compressed first)."""
         return self._task(SUMMARIZE, text=text, words=words, chunk_tokens=chunk_tokens)
 
+    def ask(self, text: str, questions: list[dict[str, Any]]) -> Answers:
+        """Answers to many questions about ``text`` (``[{id, type, question, labels?, schema?}, …]``; type:
+        choice, yes_no, score or extract), the text read once: each answer equals asking that question alone."""
+        return self._task(ASK, text=text, questions=questions)
+
     def tag(self, text: str, *, schema: Any = None, max_keywords: int = 8) -> Structured[Any]:
         """Keywords and metadata (default schema: keywords, topic, language) or your own schema."""
         return self._task(TAG, text=text, schema=schema, max_keywords=max_keywords)
@@ -162,6 +168,9 @@ class AsyncTaskMethods:
 
     async def summarize(self, text: str, *, words: int = 80, chunk_tokens: int = 1024) -> Summary:
         return await self._task(SUMMARIZE, text=text, words=words, chunk_tokens=chunk_tokens)
+
+    async def ask(self, text: str, questions: list[dict[str, Any]]) -> Answers:
+        return await self._task(ASK, text=text, questions=questions)
 
     async def tag(self, text: str, *, schema: Any = None, max_keywords: int = 8) -> Structured[Any]:
         return await self._task(TAG, text=text, schema=schema, max_keywords=max_keywords)

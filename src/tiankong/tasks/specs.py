@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 from ..deciders.registry import load_decider
 from ..errors import ConfigError
 from ..structured.flow import Flow, Structured
+from .ask import MAX_QUESTIONS, Answers, Question, ask_flow
 from .classify import Classification, classify_flow, decide_flow, decider_labels
 from .compress import Compression, Summary, compress_flow, summarize_flow
 from .guard import MAX_POLICIES, GuardVerdict, guard_flow
@@ -154,6 +155,27 @@ class TagArgs(TaskArgs):
         raise ValueError("schema must be a JSON Schema object (or, from Python, a Pydantic model class)")
 
 
+class QuestionArgs(TaskArgs):
+    id: str = Field(min_length=1, max_length=200, description="The answer carries this id.")
+    type: Literal["choice", "yes_no", "score", "extract"] = Field(description="How the question is answered.")
+    question: str = Field(min_length=1, max_length=2000, description="The question about the text.")
+    labels: list[str] | None = Field(None, max_length=64, description="choice: the options (at least two).")
+    schema_: Annotated[Any, WithJsonSchema({"type": ["object", "null"]})] = Field(
+        None, alias="schema", description="extract: the JSON Schema of the answer.")
+
+
+class AskArgs(TaskArgs):
+    text: str = TEXT
+    questions: list[QuestionArgs] = Field(min_length=1, max_length=MAX_QUESTIONS,
+                                          description="[{id, type, question, labels?, schema?}, …]; the text is "
+                                          "read once for all of them.")
+
+
+def _ask(a: AskArgs, model: str | None) -> Flow[Answers]:
+    questions = [Question(q.id, q.type, q.question, q.labels, q.schema_) for q in a.questions]
+    return ask_flow(a.text, questions, model=model)
+
+
 def _classify(a: ClassifyArgs, model: str | None) -> Flow[Classification]:
     if a.decider is not None:
         found = load_decider(a.decider)
@@ -257,6 +279,9 @@ TAG: TaskSpec[TagArgs, Structured[Any]] = TaskSpec(
     "tag", TagArgs, lambda a, m: tag_flow(a.text, schema=a.schema_, max_keywords=a.max_keywords, model=m),
     "Keywords and metadata as JSON.", to_json=_tag_json)
 
+ASK: TaskSpec[AskArgs, Answers] = TaskSpec(
+    "ask", AskArgs, _ask, "Many questions about one text (choice, yes/no, score, extract), the text read once.")
+
 #: every registered task by name
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
-    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG)}
+    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK)}

@@ -1,0 +1,113 @@
+"""ask: many questions about one text on SmolLM2 — the text read once, each answer what asking it alone gives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import jsonschema
+import pytest
+
+from conftest import TEST_MODEL, run_cli, serve_app
+from tiankong import Answers, Client
+from tiankong.engine import EngineProcess
+from tiankong.errors import ConfigError
+from tiankong.gateway import GatewayState
+
+TEXT = ("Hello support, this is Maria Gomez from Lyon. I was charged twice for my March subscription "
+        "(invoice 4471) and the second charge of 19.90 EUR still shows on my card. I already wrote last week "
+        "and nobody answered, which is frustrating. Please refund the duplicate charge and confirm by e-mail.")
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40},
+                                           "city": {"type": "string", "maxLength": 30}}, "required": ["name", "city"]}
+QUESTIONS = [
+    {"id": "refund", "type": "yes_no", "question": "Is the customer asking for a refund?"},
+    {"id": "angry", "type": "yes_no", "question": "Is the customer frustrated?"},
+    {"id": "team", "type": "choice", "question": "Which team should handle this?",
+     "labels": ["billing", "technical support", "sales"]},
+    {"id": "urgency", "type": "score", "question": "How urgent is this message?"},
+    {"id": "who", "type": "extract", "question": "Who wrote the message, and from which city?", "schema": PERSON},
+]
+
+
+@pytest.fixture(scope="module")
+def client(smol_engine: EngineProcess) -> Iterator[Client]:
+    with Client(smol_engine.url) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def together(client: Client) -> Answers:
+    return client.ask(TEXT, QUESTIONS)
+
+
+def test_every_question_gets_its_kind_of_answer_in_order(together: Answers) -> None:
+    answers = together.answers
+    assert [a.id for a in answers] == [q["id"] for q in QUESTIONS]
+    for answer in answers:
+        if answer.type == "extract":
+            jsonschema.validate(answer.data, PERSON)
+            continue
+        assert answer.scores is not None and abs(sum(answer.scores.values()) - 1.0) < 1e-6
+        assert answer.label == max(answer.scores, key=answer.scores.__getitem__)
+    by_id = together.by_id()
+    assert set(by_id["refund"].scores or {}) == {"yes", "no"}
+    assert by_id["refund"].probability == (by_id["refund"].scores or {})["yes"]
+    assert by_id["team"].label in QUESTIONS[2]["labels"]
+    assert 1.0 <= (by_id["urgency"].score or 0.0) <= 5.0 and by_id["urgency"].label in "12345"
+    body = together.to_json()
+    assert [a["id"] for a in body["answers"]] == [q["id"] for q in QUESTIONS]
+    assert "data" in body["answers"][4] and "probability" in body["answers"][0]
+
+
+def test_each_answer_equals_asking_that_question_alone(client: Client, together: Answers) -> None:
+    for question in QUESTIONS:
+        alone = client.ask(TEXT, [question]).answers[0]
+        answer = together.by_id()[question["id"]]
+        if question["type"] == "extract":
+            assert alone.data.keys() == answer.data.keys()
+            continue
+        assert alone.label == answer.label
+        for label, p in (alone.scores or {}).items():
+            assert abs(p - (answer.scores or {})[label]) < 1e-3, (question["id"], label)
+
+
+def test_the_text_is_read_once(client: Client) -> None:
+    text = TEXT.replace("Maria Gomez", "Jon Berg")  # a text the engine has not cached yet
+    questions = [{"id": f"q{i}", "type": "yes_no", "question": q} for i, q in enumerate(
+        ["Is a refund requested?", "Is an invoice number given?", "Is the writer polite?", "Is a city named?"])]
+    result = client.ask(text, questions)
+    # the text is prefilled for the first question only: later ones evaluate their own few tokens
+    assert result.prompt_tokens > 0 and result.evaluated_tokens < result.prompt_tokens / 2
+
+
+@pytest.mark.parametrize(("questions", "fragment"), [
+    ([], "at least one"),
+    ([{"id": "a", "type": "yes_no", "question": "x?"}, {"id": "a", "type": "yes_no", "question": "y?"}], "twice"),
+    ([{"id": "a", "type": "choice", "question": "x?", "labels": ["only"]}], "two distinct"),
+    ([{"id": "a", "type": "yes_no", "question": "x?", "labels": ["a", "b"]}], "choice question only"),
+    ([{"id": "a", "type": "extract", "question": "x?"}], "JSON Schema"),
+    ([{"id": "a", "type": "guess", "question": "x?"}], "type"),
+    ([{"id": f"q{i}", "type": "yes_no", "question": "x?"} for i in range(33)], "32"),
+])
+def test_bad_questions_are_refused_before_the_engine_is_asked(client: Client, questions: list, fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        client.ask(TEXT, questions)
+    assert fragment in str(err.value)
+
+
+def test_ask_over_http_and_the_cli(smol_engine: EngineProcess) -> None:
+    with serve_app(GatewayState.for_engine(smol_engine, TEST_MODEL)) as url:
+        answer = httpx.post(f"{url}/v1/tasks/ask", json={"text": TEXT, "questions": QUESTIONS[:3]}, timeout=300)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert [a["id"] for a in body["answers"]] == ["refund", "angry", "team"]
+        assert body["usage"]["evaluated_prompt_tokens"] < body["usage"]["prompt_tokens"]
+        bad = httpx.post(f"{url}/v1/tasks/ask", json={"text": TEXT, "questions": [
+            {"id": "x", "type": "maybe", "question": "?"}]}, timeout=60)
+        assert bad.status_code == 400 and "questions" in bad.text
+    proc = run_cli("ask", "--url", smol_engine.url, "--yes-no", "Is a refund requested?", "--yes-no",
+                   "Is the writer happy?", "--json", TEXT)
+    assert proc.returncode == 0, proc.stderr
+    answers = json.loads(proc.stdout)["answers"]
+    assert [a["id"] for a in answers] == ["q1", "q2"] and all(0 <= a["probability"] <= 1 for a in answers)
