@@ -177,10 +177,12 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=8, help="texts per schema and concurrency")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--only", nargs="*", default=None, help="measure only these sets")
     parser.add_argument("--out", default="benchmarks/results/structured/extract-speed.json")
     args = parser.parse_args()
     sets = [(name, [schema], name) for name, schema in SCHEMAS.items()]
     sets.append(("jsonschemabench", dev_sample(JSB_SAMPLE), "jsb"))
+    sets = [entry for entry in sets if args.only is None or entry[0] in args.only]
     config = EngineConfig(model=model_path(args.model), ctx=2048 * args.slots, slots=args.slots)
     results: list[dict[str, Any]] = []
     with EngineProcess(config) as engine:

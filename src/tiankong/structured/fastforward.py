@@ -3,10 +3,11 @@
 The answer is built left to right on one engine slot. Forced text (``structured/forced.py``) is appended to the
 assistant prefix; each free value is one ``/completion`` call on ``chat template + prefix`` under a grammar for
 that value alone, ending at the value's closing character (a stop word, so no step is spent on an
-end-of-sequence token). With ``cache_prompt`` and the slot pinned (the first call's ``id_slot``), every call
-prefills only what was added since the last one. A choice among literal options (an enum, a boolean, "another
-item or the end", an optional key) is greedy constrained decoding of one token at a time until one option is
-left; its rest is forced.
+end-of-sequence token). With ``cache_prompt``, llama-server gives each call the idle slot that shares the most
+with its prompt — the answer's own slot — so every call prefills only what was added since the last one (why
+the slot is not forced with ``id_slot``: see ``flow.SlotPin``). A choice among literal options (an enum, a
+boolean, "another item or the end", an optional key) is greedy constrained decoding of one token at a time
+until one option is left; its rest is forced.
 
 The result is checked by the caller against the original schema like every other answer; anything unexpected
 (a cut-off value, an engine error, a pinned slot that went away) abandons the plan, and the caller runs the
@@ -70,7 +71,6 @@ class Walk:
         self.budget = budget
         self.seed = seed
         self.pin = pin
-        self.slot: int | None = pin.slot if pin is not None else None
         self.first_prompt = 0
         self.progress = Progress()
 
@@ -99,8 +99,8 @@ class Walk:
                                 "temperature": 0.0, "cache_prompt": True, **fields}
         if self.seed is not None:
             body["seed"] = self.seed
-        if self.slot is not None:
-            body["id_slot"] = self.slot
+        if self.pin is not None:
+            body = self.pin.pin(body)
         (answer,) = yield [Call("POST", "/completion", body)]
         if isinstance(answer, Exception) or not isinstance(answer, dict):
             raise Abandoned(f"engine call failed: {str(answer)[:200]}")
@@ -109,9 +109,6 @@ class Walk:
             self.pin.saw(answer)
         if not progress.calls:
             self.first_prompt = int(answer.get("tokens_evaluated") or 0)
-            slot = answer.get("id_slot")
-            if self.slot is None and isinstance(slot, int) and slot >= 0:
-                self.slot = slot
         progress.calls += 1
         predicted = int(answer.get("tokens_predicted") or 0)
         progress.decoded += predicted

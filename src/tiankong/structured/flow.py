@@ -225,15 +225,23 @@ LOGIT_BIAS = 100.0
 
 @dataclass
 class SlotPin:
-    """Keeps a run of calls on one engine slot (its prompt cache): the first answer's ``id_slot`` is sent with
-    every later call; counts the prompt tokens the engine evaluated (``timings.prompt_n``) against those sent."""
+    """A run of calls that should stay on one engine slot (its prompt cache), and what the engine read for them.
 
+    By default the slot is *not* forced: every call goes with ``cache_prompt``, and llama-server gives a request
+    the idle slot whose cached prompt shares the most with it — the run's own slot, whose cache holds the whole
+    prefix so far. Forcing ``id_slot`` (``force=True``) was measured worse under concurrency: another request
+    may take the pinned slot in the gap between two calls, and the pinned call then waits for it and prefills
+    everything again, while other slots sit idle (``benchmarks/extract_speed.py`` at concurrency 4: 0.65× raw
+    llama-server pinned). Counts the prompt tokens the engine evaluated (``timings.prompt_n``) and those sent.
+    """
+
+    force: bool = False
     slot: int | None = None
     evaluated: int = 0
     sent: int = 0
 
     def pin(self, body: dict[str, Any]) -> dict[str, Any]:
-        return body if self.slot is None else {**body, "id_slot": self.slot}
+        return body if self.slot is None or not self.force else {**body, "id_slot": self.slot}
 
     def saw(self, answer: Any) -> None:
         if not isinstance(answer, dict):
@@ -249,7 +257,7 @@ class SlotPin:
 
 def choose_flow(messages: list[dict[str, Any]], choices: list[str],
                 indexed: tuple[list[dict[str, Any]], list[str]] | None = None, *,
-                pin: SlotPin | None = None) -> Flow[dict[str, float]]:
+                pin: SlotPin | None = None, known: dict[Any, Any] | None = None) -> Flow[dict[str, float]]:
     """Probability of each label under label-constrained decoding, from token probabilities.
 
     Each label is tokenized; the labels form a trie over tokens. At every branching node one
@@ -259,11 +267,19 @@ def choose_flow(messages: list[dict[str, Any]], choices: list[str],
     with top-k/top-p/min-p off. A label that ends where another continues competes through the model's
     end-of-turn token. A label's probability is the product along its path — exactly the distribution a
     decoder constrained to the labels samples from; the answer taken is its argmax (deterministic).
+
+    ``known``: a dict kept across calls on one engine (``ask``), holding its end-of-turn token and tokenized
+    labels so that later questions skip those requests.
     """
-    (props,) = yield [Call("GET", "/props")]
-    eos_text = str(props.get("eos_token") or "") if isinstance(props, dict) else ""
+    known = {} if known is None else known
+    if "eos" not in known:
+        (props,) = yield [Call("GET", "/props")]
+        known["eos"] = str(props.get("eos_token") or "") if isinstance(props, dict) else ""
+    eos_text = str(known["eos"])
     labels = choices
-    sequences, eos = yield from _tokenize_labels(labels, eos_text)
+    if tuple(labels) not in known:
+        known[tuple(labels)] = yield from _tokenize_labels(labels, eos_text)
+    sequences, eos = known[tuple(labels)]
     if sequences is None and indexed is not None:
         # the tokenizer splits a label's characters into byte pieces, whose probabilities llama-server does
         # not report: score the options by their number instead (the prompt lists them numbered)
