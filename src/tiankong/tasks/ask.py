@@ -96,12 +96,12 @@ class Answers:
                           "total_tokens": self.prompt_tokens + self.completion_tokens}}
 
 
-def check_questions(questions: list[Question]) -> list[Question]:
+def check_questions(questions: list[Question], limit: int = MAX_QUESTIONS) -> list[Question]:
     """Refuse what cannot be answered before the engine is asked (one ``ConfigError`` naming the question)."""
     if not questions:
         raise ConfigError("questions is empty", hint='give at least one {"id", "type", "question"}')
-    if len(questions) > MAX_QUESTIONS:
-        raise ConfigError(f"at most {MAX_QUESTIONS} questions per text (got {len(questions)})",
+    if len(questions) > limit:
+        raise ConfigError(f"at most {limit} questions per text (got {len(questions)})",
                           hint="split the questions into several requests")
     seen: set[str] = set()
     for index, q in enumerate(questions):
@@ -138,11 +138,13 @@ def question_messages(text: str, q: Question) -> list[dict[str, Any]]:
             {"role": "user", "content": TEXT[lang].format(text=text, question=q.question, how=how)}]
 
 
-def ask_flow(text: str, questions: list[Question], *, model: str | None = None) -> Flow[Answers]:
-    """Every question about ``text``, one after another on one slot."""
+def ask_flow(text: str, questions: list[Question], *, model: str | None = None,
+             limit: int = MAX_QUESTIONS) -> Flow[Answers]:
+    """Every question about ``text``, one after another on one slot (multi-label classify and guard's policies
+    ask theirs this way too, with their own ``limit``)."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("text is empty", hint="pass the text the questions are about")
-    check_questions(questions)
+    check_questions(questions, limit)
     pin = SlotPin()
     known: dict[Any, Any] = {}  # the engine's end-of-turn token and tokenized labels, kept across questions
     answers: list[Answer] = []

@@ -3,7 +3,7 @@
 Single-label scores come from ``choose`` (label-constrained decoding, exact token probabilities). Optional
 few-shot examples become earlier conversation turns; optional contextual calibration divides the label
 probabilities by those the model gives a content-free input ("N/A"), removing the model's prior bias towards
-some labels (Zhao et al., 2021). Multi-label asks one yes/no question per label (in parallel slots).
+some labels (Zhao et al., 2021). Multi-label asks one yes/no question per label, the text first and read once (``ask``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow, choose_flow
 from ..structured.prompts import choose_indexed_messages, language
+from .ask import Question, ask_flow
 from .prompts import BELONGS, CLASSIFY, described
 
 CONTENT_FREE = {"en": "N/A", "zh": "无"}
@@ -141,11 +142,11 @@ def classify_flow(text: str, labels: list[str], *, descriptions: dict[str, str] 
     if not 0.0 <= threshold <= 1.0:
         raise ConfigError("threshold must be between 0 and 1")
     lang = language(text)
-    if multi_label:
-        questions = [[{"role": "system", "content": BELONGS[lang].format(label=n, desc=described(n, desc, lang))},
-                      {"role": "user", "content": text}] for n in names]
-        yes = yield from gather([yes_probability(q) for q in questions])
-        scores = dict(zip(names, yes, strict=True))
+    if multi_label:  # one yes/no question per label, the text read once (tasks/ask.py)
+        questions = [Question(n, "yes_no", BELONGS[lang].format(label=n, desc=described(n, desc, lang)))
+                     for n in names]
+        asked = yield from ask_flow(text, questions, limit=len(questions))
+        scores = {a.id: float(a.probability or 0.0) for a in asked.answers}
         return _multi(scores, threshold)
     flows = [_label_flow(text, names, desc, shots, instructions, lang)]
     if calibrate:

@@ -18,9 +18,10 @@ from ..deciders.registry import Decider
 from ..deciders.rules import heuristics
 from ..deciders.runtime import scores_flow
 from ..errors import ConfigError
-from ..structured.combine import gather
+from ..structured.combine import gather, pure
 from ..structured.flow import Flow
 from ..structured.prompts import language
+from .ask import Question, ask_flow
 from .classify import require_text, yes_probability
 from .prompts import INJECTION
 
@@ -89,19 +90,20 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
     ask_model = use_model or decider is None
     questions = [[{"role": "system", "content": INJECTION[lang]}, {"role": "user", "content": text}]] \
         if ask_model else []
-    questions += [[{"role": "system", "content": _policy_question(p, lang)}, {"role": "user", "content": text}]
-                  for p in checks]
-    flows: list[Flow[Any]] = [gather([yes_probability(q) for q in questions])]
+    # the policies: yes/no questions about the text, read once for all of them (tasks/ask.py)
+    policy_questions = [Question(f"p{i}", "yes_no", _policy_question(p, lang)) for i, p in enumerate(checks)]
+    flows: list[Flow[Any]] = [gather([yes_probability(q) for q in questions]),
+                              ask_flow(text, policy_questions, limit=MAX_POLICIES) if checks else pure(None)]
     if decider is not None:
         flows.append(scores_flow(decider, [text]))
     found = yield from gather(flows)
-    probabilities = list(found[0])
-    model_p = probabilities.pop(0) if ask_model else None
-    policy_p = dict(zip(checks, probabilities, strict=True))
+    model_p = found[0][0] if ask_model else None
+    policy_p = {p: float(a.probability or 0.0) for p, a in zip(checks, found[1].answers, strict=True)} \
+        if checks else {}
     rule_score, reasons = heuristics(text)
     decider_p = None
     if decider is not None:
-        decider_p = float(found[1][0][decider.labels.index(positive_label(decider))])
+        decider_p = float(found[2][0][decider.labels.index(positive_label(decider))])
         score = decider_p if model_p is None else 1.0 - (1.0 - decider_p) * (1.0 - model_p)
         if decider_p >= flag:
             reasons.append(f"decider {decider.ref} judges it an injection attempt (p={decider_p:.2f})")
@@ -119,5 +121,5 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
 
 def _policy_question(policy: str, lang: str) -> str:
     if lang == "zh":
-        return f"以下用户输入是否违反这条规定：{policy}？请回答 yes 或 no。"
-    return f"Does the following user input violate this policy: {policy}? Answer yes or no."
+        return f"这段文本是否违反这条规定：{policy}？"
+    return f"Does the text violate this policy: {policy}?"

@@ -10,9 +10,9 @@ CLASSIFY = {
     "en": "Classify the text into one category. Categories: {options}. Answer with the category only.",
     "zh": "请把文本归入一个类别。类别：{options}。只回答类别本身。",
 }
-BELONGS = {
-    "en": "Does the text belong to the category \"{label}\"{desc}? Answer yes or no.",
-    "zh": "这段文本是否属于类别“{label}”{desc}？请回答 yes 或 no。",
+BELONGS = {  # an ``ask`` question (tasks/ask.py adds how to answer)
+    "en": "Does the text belong to the category \"{label}\"{desc}?",
+    "zh": "这段文本是否属于类别“{label}”{desc}？",
 }
 RELEVANT = {
     "en": "Query: {query}\nDocument: {document}\nDoes the document answer or relate to the query? Answer yes or no.",
