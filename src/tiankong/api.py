@@ -26,7 +26,7 @@ from .structured import (
     run_sync,
     schema_constraint,
 )
-from .structured.flow import Flow
+from .structured.flow import Flow, SlotLeases, SlotPin
 from .structured.prompts import (
     GENERATE_JSON,
     choose_indexed_messages,
@@ -43,7 +43,7 @@ M = TypeVar("M")
 
 def _extract_flow(client_model: str | None, text: str, schema: Any, instructions: str | None, strict: bool,
                   max_tokens: int | None, max_attempts: int, grammar_support: bool = True,
-                  fast_forward: bool = True) -> Flow[Structured[Any]]:
+                  fast_forward: bool = True, leases: SlotLeases | None = None) -> Flow[Structured[Any]]:
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("text is empty", hint="pass the text to extract from")
     if grammar_support:
@@ -54,7 +54,8 @@ def _extract_flow(client_model: str | None, text: str, schema: Any, instructions
         messages, form = extract_messages(text, plan.schema, instructions), "schema"
         messages[0]["content"] += "\n" + delimited_instruction(plan.schema, text)
     return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
-                                    max_attempts=max_attempts, fast_forward=fast_forward), form)
+                                    max_attempts=max_attempts, fast_forward=fast_forward,
+                                    pin=SlotPin(leases) if leases is not None else None), form)
 
 
 def _noting(flow: Flow[Structured[Any]], form: str) -> Flow[Structured[Any]]:
@@ -71,7 +72,7 @@ def _finish_extract(result: Structured[Any], schema: Any) -> Any:
 def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]], schema: Any, grammar: str | None,
                    regex: str | None, system: str | None, max_tokens: int | None, max_attempts: int,
                    strict: bool, sampling: dict[str, Any] | None = None,
-                   fast_forward: bool = True) -> Flow[Structured[Any]]:
+                   fast_forward: bool = True, leases: SlotLeases | None = None) -> Flow[Structured[Any]]:
     modes = [name for name, value in (("schema", schema), ("grammar", grammar), ("regex", regex)) if value is not None]
     if len(modes) != 1:
         raise ConfigError("generate needs exactly one of schema=, grammar=, regex=",
@@ -84,8 +85,8 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
         line, form = schema_prompt(plan.schema, lang)
         messages = [{"role": "system", "content": GENERATE_JSON[lang].format(schema=line)}, *messages]
         return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
-                                        max_attempts=max_attempts, options=sampling, fast_forward=fast_forward),
-                       form)
+                                        max_attempts=max_attempts, options=sampling, fast_forward=fast_forward,
+                                        pin=SlotPin(leases) if leases is not None else None), form)
     constraint = grammar_constraint(grammar) if grammar is not None else regex_constraint(str(regex))
     return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
                             max_attempts=max_attempts, options=sampling, fast_forward=fast_forward)
@@ -102,7 +103,17 @@ def _choose_flow(text: str, choices: list[str], instructions: str | None,
     return choose_flow(choose_messages(text, labels, instructions, descriptions), labels, indexed)
 
 
-class Client(TaskMethods, BaseClient):
+class _SlotLeasing:
+    @property
+    def slot_leases(self) -> SlotLeases:
+        """The engine slots this client's fast-forwarded answers hold, one each (``flow.SlotLeases``)."""
+        leases = self.__dict__.get("_slot_leases")
+        if leases is None:
+            leases = self.__dict__["_slot_leases"] = SlotLeases()
+        return leases
+
+
+class Client(_SlotLeasing, TaskMethods, BaseClient):
     """Synchronous client: chat/stream/complete/embed/tokenize, extract/generate/choose, and the tasks
     (classify, route, rewrite, rerank, redact, guard, compress, summarize, tag).
 
@@ -132,7 +143,7 @@ class Client(TaskMethods, BaseClient):
                        max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
         """Like ``extract`` with the evidence: raw text, attempts, usage, keywords enforced by validation."""
         flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
-                             self.grammar_support, self.fast_forward)
+                             self.grammar_support, self.fast_forward, self.slot_leases)
         return run_sync(flow, self._request)
 
     def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
@@ -141,7 +152,7 @@ class Client(TaskMethods, BaseClient):
                  seed: int | None = DEFAULT_SEED) -> Structured[Any]:
         """Constrained generation by JSON Schema/Pydantic, GBNF grammar or regex; validated."""
         flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict,
-                              {"temperature": temperature, "seed": seed}, self.fast_forward)
+                              {"temperature": temperature, "seed": seed}, self.fast_forward, self.slot_leases)
         return run_sync(flow, self._request)
 
     def choose(self, text: str, choices: list[str], *, instructions: str | None = None,
@@ -151,7 +162,7 @@ class Client(TaskMethods, BaseClient):
         return decide(scores, threshold)
 
 
-class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
+class AsyncClient(_SlotLeasing, AsyncTaskMethods, AsyncBaseClient):
     """Asynchronous twin of ``Client`` (same method names and parameters)."""
 
     grammar_support: bool = True
@@ -166,7 +177,7 @@ class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
     async def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                              max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
         flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
-                             self.grammar_support, self.fast_forward)
+                             self.grammar_support, self.fast_forward, self.slot_leases)
         return await run_async(flow, self._request)
 
     async def generate(self, prompt: str | list[dict[str, Any]], *, schema: Any = None, grammar: str | None = None,
@@ -174,7 +185,7 @@ class AsyncClient(AsyncTaskMethods, AsyncBaseClient):
                        max_attempts: int = 2, strict: bool = False, temperature: float = 0.0,
                        seed: int | None = DEFAULT_SEED) -> Structured[Any]:
         flow = _generate_flow(self.model, prompt, schema, grammar, regex, system, max_tokens, max_attempts, strict,
-                              {"temperature": temperature, "seed": seed}, self.fast_forward)
+                              {"temperature": temperature, "seed": seed}, self.fast_forward, self.slot_leases)
         return await run_async(flow, self._request)
 
     async def choose(self, text: str, choices: list[str], *, instructions: str | None = None,

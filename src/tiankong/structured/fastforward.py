@@ -3,9 +3,9 @@
 The answer is built left to right on one engine slot. Forced text (``structured/forced.py``) is appended to the
 assistant prefix; each free value is one ``/completion`` call on ``chat template + prefix`` under a grammar for
 that value alone, ending at the value's closing character (a stop word, so no step is spent on an
-end-of-sequence token). With ``cache_prompt``, llama-server gives each call the idle slot that shares the most
-with its prompt — the answer's own slot — so every call prefills only what was added since the last one (why
-the slot is not forced with ``id_slot``: see ``flow.SlotPin``). A choice among literal options (an enum, a
+end-of-sequence token). The answer holds one slot of the client's for its calls (``flow.SlotPin``: leased,
+sent as ``id_slot``) and ``cache_prompt`` is on, so every call prefills only what was added since the last
+one. A choice among literal options (an enum, a
 boolean, "another item or the end", an optional key) is greedy constrained decoding of one token at a time
 until one option is left; its rest is forced.
 
@@ -284,9 +284,15 @@ def fast_forward_flow(messages: list[dict[str, Any]], root: Obj | Arr, *, budget
     if isinstance(template, Exception) or not isinstance(template, dict) or "prompt" not in template:
         return Progress(), f"the engine cannot apply its chat template: {str(template)[:200]}"
     walk = Walk(str(template["prompt"]), budget, seed, pin)
+    leased = pin is not None and pin.slot is None
+    if leased and pin is not None:
+        yield from pin.lease()
     try:
         yield from walk.run(root)
     except Abandoned as exc:
         walk.progress.prompt_tokens = walk.first_prompt
         return walk.progress, str(exc)
+    finally:
+        if leased and pin is not None:
+            pin.release()
     return walk.progress, ""

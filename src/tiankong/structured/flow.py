@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -223,32 +224,66 @@ FLOOR_PROB = 1e-12
 LOGIT_BIAS = 100.0
 
 
+class SlotLeases:
+    """The engine slots that runs of one client hold (``SlotPin``), so that concurrent runs keep to distinct
+    slots. Shared by the threads of a sync client and the tasks of an async one (a short lock, never awaited)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[int] = set()
+        self.total: int | None = None  # the engine's slots (``/props`` ``total_slots``), learnt on first use
+
+    def acquire(self) -> int | None:
+        with self._lock:
+            free = next((s for s in range(self.total or 0) if s not in self._held), None)
+            if free is not None:
+                self._held.add(free)
+            return free
+
+    def release(self, slot: int) -> None:
+        with self._lock:
+            self._held.discard(slot)
+
+
 @dataclass
 class SlotPin:
     """A run of calls that should stay on one engine slot (its prompt cache), and what the engine read for them.
 
-    By default the slot is *not* forced: every call goes with ``cache_prompt``, and llama-server gives a request
-    the idle slot whose cached prompt shares the most with it — the run's own slot, whose cache holds the whole
-    prefix so far. Forcing ``id_slot`` (``force=True``) was measured worse under concurrency: another request
-    may take the pinned slot in the gap between two calls, and the pinned call then waits for it and prefills
-    everything again, while other slots sit idle (``benchmarks/extract_speed.py`` at concurrency 4: 0.65× raw
-    llama-server pinned). Counts the prompt tokens the engine evaluated (``timings.prompt_n``) and those sent.
+    With ``leases`` (the client's), the run leases a slot no other run of the client holds and sends every call
+    there (``id_slot``). Without, nothing is forced: llama-server gives a request the idle slot whose cache
+    shares the most with its prompt — but concurrent runs whose prompts share a long start (one schema's system
+    prompt) then take each other's slots in the gap between two calls and prefill their text again
+    (``benchmarks/extract_speed.py`` at concurrency 4: 45 tokens re-read on most calls; forcing one slot that
+    others may also take was worse: a pinned call waits, then re-reads everything). Counts the prompt tokens
+    the engine evaluated (``timings.prompt_n``) and those sent.
     """
 
-    force: bool = False
+    leases: SlotLeases | None = None
     slot: int | None = None
     evaluated: int = 0
     sent: int = 0
 
+    def lease(self) -> Flow[None]:
+        """Take a free slot of the client's (learning the engine's slot count once); none free: not pinned."""
+        if self.leases is None or self.slot is not None:
+            return
+        if self.leases.total is None:
+            (props,) = yield [Call("GET", "/props")]
+            total = props.get("total_slots") if isinstance(props, dict) else None
+            self.leases.total = total if isinstance(total, int) and total > 0 else 0
+        self.slot = self.leases.acquire()
+
+    def release(self) -> None:
+        if self.leases is not None and self.slot is not None:
+            self.leases.release(self.slot)
+            self.slot = None
+
     def pin(self, body: dict[str, Any]) -> dict[str, Any]:
-        return body if self.slot is None or not self.force else {**body, "id_slot": self.slot}
+        return body if self.slot is None else {**body, "id_slot": self.slot}
 
     def saw(self, answer: Any) -> None:
         if not isinstance(answer, dict):
             return
-        slot = answer.get("id_slot")
-        if self.slot is None and isinstance(slot, int) and slot >= 0:
-            self.slot = slot
         timings = answer.get("timings")
         timings = timings if isinstance(timings, dict) else {}
         self.evaluated += int(timings.get("prompt_n") or 0)
