@@ -12,6 +12,7 @@ import pytest
 from tiankong import AsyncClient, Client
 from tiankong.engine import EngineProcess
 from tiankong.errors import TruncatedOutput
+from tiankong.structured.prompts import EXTRACT_LEAN, extract_prompt
 
 LOG_EVENT = {"type": "object", "properties": {
     "level": {"type": "string", "enum": ["DEBUG", "INFO", "WARN", "ERROR"]}, "service": {"type": "string"},
@@ -90,3 +91,27 @@ def test_sampling_decodes_the_whole_answer(client: Client) -> None:
 def test_a_budget_too_small_abandons_then_fails_closed(client: Client) -> None:
     with pytest.raises(TruncatedOutput):
         client.extract_result(LINE, LOG_EVENT, max_tokens=4)
+
+
+def test_a_schema_that_does_not_fit_beside_the_text_is_left_out_of_the_prompt(client: Client) -> None:
+    fields = {f"field_{i}": {"type": "string", "maxLength": 8, "description": "a short code found in the text"}
+              for i in range(8)}
+    schema = {"type": "object", "properties": fields, "required": ["field_0"]}
+    sentence = "Lot 7 arrived at the depot on time and was checked by the night shift. "
+
+    def tokens(messages: list[dict]) -> int:
+        prompt = client._request("POST", "/apply-template", {"messages": messages})["prompt"]
+        return len(client.tokenize(prompt))
+
+    slot = 2048  # the shared test engine: 4,096 tokens over 2 slots
+    per = len(client.tokenize(sentence))
+    for count in range(slot // per, 0, -1):  # the longest text that fits alone but not beside the schema
+        text = sentence * count
+        full, _ = extract_prompt(text, schema, None)
+        lean = [{"role": "system", "content": EXTRACT_LEAN["en"]}, full[-1]]
+        if tokens(lean) < slot - 8:
+            assert tokens(full) > slot, "the schema line is too short for this test"
+            break
+    result = client.extract_result(text, schema, max_tokens=48)
+    jsonschema.validate(result.data, schema)
+    assert result.schema_in_prompt == "none"

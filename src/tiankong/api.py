@@ -28,6 +28,7 @@ from .structured import (
 )
 from .structured.flow import Flow, SlotLeases, SlotPin
 from .structured.prompts import (
+    EXTRACT_LEAN,
     GENERATE_JSON,
     choose_indexed_messages,
     choose_messages,
@@ -46,22 +47,25 @@ def _extract_flow(client_model: str | None, text: str, schema: Any, instructions
                   fast_forward: bool = True, leases: SlotLeases | None = None) -> Flow[Structured[Any]]:
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("text is empty", hint="pass the text to extract from")
+    lean = None
     if grammar_support:
         constraint, plan = schema_constraint(schema, strict=strict)
         messages, form = extract_prompt(text, plan.schema, instructions)
+        lean = [{"role": "system", "content": EXTRACT_LEAN[language(text)] + (f"\n{instructions}" if instructions
+                                                                             else "")}, messages[-1]]
     else:  # the three-layer insurance for backends that ignore grammars: example, delimiters, validation
         constraint, plan = delimited_constraint(schema, strict=strict)
         messages, form = extract_messages(text, plan.schema, instructions), "schema"
         messages[0]["content"] += "\n" + delimited_instruction(plan.schema, text)
     return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
                                     max_attempts=max_attempts, fast_forward=fast_forward,
-                                    pin=SlotPin(leases) if leases is not None else None), form)
+                                    pin=SlotPin(leases) if leases is not None else None, lean=lean), form)
 
 
 def _noting(flow: Flow[Structured[Any]], form: str) -> Flow[Structured[Any]]:
     """The flow's result, noting how the schema appeared in the prompt (``prompts.schema_prompt``)."""
     result = yield from flow
-    result.schema_in_prompt = form
+    result.schema_in_prompt = result.schema_in_prompt or form  # "none": the lean messages were sent
     return result
 
 
@@ -83,10 +87,11 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
         constraint, plan = schema_constraint(schema, strict=strict)
         lang = language(str(messages[-1].get("content", "")))
         line, form = schema_prompt(plan.schema, lang)
+        lean = list(messages)  # the caller's own messages: what tiankong adds is the system line
         messages = [{"role": "system", "content": GENERATE_JSON[lang].format(schema=line)}, *messages]
         return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
                                         max_attempts=max_attempts, options=sampling, fast_forward=fast_forward,
-                                        pin=SlotPin(leases) if leases is not None else None), form)
+                                        pin=SlotPin(leases) if leases is not None else None, lean=lean), form)
     constraint = grammar_constraint(grammar) if grammar is not None else regex_constraint(str(regex))
     return constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
                             max_attempts=max_attempts, options=sampling, fast_forward=fast_forward)

@@ -7,8 +7,11 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..errors import TransportError
+from ..errors import InputTooLong, TransportError
 from .flow import Call, Flow
+
+#: errors a call's answer may be: the flow decides (a flow that does not handle one raises it)
+ANSWERED = (TransportError, InputTooLong)
 
 T = TypeVar("T")
 
@@ -25,7 +28,7 @@ def run_sync(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None],
     def one(call: Call) -> Any:
         try:
             return request(call.method, call.path, call.body)
-        except TransportError as exc:
+        except ANSWERED as exc:
             return exc
 
     pool: ThreadPoolExecutor | None = None
@@ -53,7 +56,7 @@ async def run_async(flow: Flow[T], request: Callable[[str, str, dict[str, Any] |
         async with gate:
             try:
                 return await request(call.method, call.path, call.body)
-            except TransportError as exc:
+            except ANSWERED as exc:
                 return exc
 
     try:

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from ..client._shared import ChatResult, Usage, chat_body, generation_options, parse_chat
 from ..errors import (
     ConfigError,
+    InputTooLong,
     RetriesExhausted,
     SchemaNotSupported,
     ServerError,
@@ -110,11 +111,13 @@ def _compile_failure(error: Exception) -> SchemaNotSupported | None:
 def constrained_flow(
     messages: list[dict[str, Any]], constraint: Constraint, *, model: str | None, max_tokens: int | None = None,
     max_attempts: int = 2, options: dict[str, Any] | None = None, fast_forward: bool = True,
-    pin: SlotPin | None = None,
+    pin: SlotPin | None = None, lean: list[dict[str, Any]] | None = None,
 ) -> Flow[Structured[Any]]:
     """Fast-forward when the schema's plan pays (``fastforward.py``); else, or when that answer is not valid:
     generate → decode → validate; retry once with the validator's message; retry a truncation once with a
-    larger budget, then once more with the schema's smallest answers (required properties, fewest items)."""
+    larger budget, then once more with the schema's smallest answers (required properties, fewest items).
+    ``lean``: the messages without what tiankong added (the schema line), sent when the engine says the prompt
+    does not fit its context — the grammar enforces the schema all the same."""
     budget = max_tokens or constraint.budget_tokens
     usage, attempts, reason = Usage(), 0, ""
     if fast_forward and constraint.forced is not None:
@@ -122,7 +125,8 @@ def constrained_flow(
         if isinstance(quick, Structured):
             return quick
         usage, attempts, reason = quick
-    result = yield from _grammar_flow(messages, constraint, model, budget, max_attempts, options, attempts, usage)
+    result = yield from _grammar_flow(messages, constraint, model, budget, max_attempts, options, attempts, usage,
+                                      lean)
     result.fallback_reason = reason
     return result
 
@@ -155,9 +159,9 @@ def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget
 
 
 def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model: str | None, budget: int,
-                  max_attempts: int, options: dict[str, Any] | None, tried: int, usage: Usage
-                  ) -> Flow[Structured[Any]]:
-    attempts, grown, minimal, simplified = 0, False, False, False
+                  max_attempts: int, options: dict[str, Any] | None, tried: int, usage: Usage,
+                  lean: list[dict[str, Any]] | None = None) -> Flow[Structured[Any]]:
+    attempts, grown, minimal, simplified, leaned = 0, False, False, False, False
     decoded = 0
     engine_fields = constraint.engine_fields
     convo = list(messages)
@@ -167,6 +171,9 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
         fields = generation_options(max_tokens=budget, **(options or {}))
         body = chat_body(convo, model, False, {**fields, **engine_fields})
         (answer,) = yield [Call("POST", "/v1/chat/completions", body)]
+        if isinstance(answer, InputTooLong) and lean is not None and not leaned:
+            leaned, messages, convo, attempts = True, lean, list(lean), attempts - 1
+            continue
         if isinstance(answer, Exception):
             failure = _compile_failure(answer)
             if failure is not None and not simplified and constraint.simplified_fields is not None:
@@ -195,7 +202,8 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
             errors = constraint.check(data)
             if not errors:
                 return Structured(data, result.text, tried + attempts, usage, constraint.unenforced,
-                                  result.finish_reason, minimal, decoded_tokens=decoded, simplified=simplified)
+                                  result.finish_reason, minimal, decoded_tokens=decoded, simplified=simplified,
+                                  schema_in_prompt="none" if leaned else "")
         if attempts >= max_attempts + grown + minimal:
             raise RetriesExhausted(f"no valid answer after {attempts} attempts: {'; '.join(errors)[:300]}",
                                    attempts=tried + attempts, last_raw=last_raw, errors=errors, usage=usage)

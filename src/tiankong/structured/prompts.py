@@ -24,6 +24,11 @@ EXTRACT = {
     "zh": ("请从用户给出的文本中抽取信息，输出符合以下 JSON Schema 的 JSON。"
            "只使用文本中明确给出的事实，只输出 JSON。\n{schema}"),
 }
+#: the extract instruction without the schema (sent when the schema does not fit the engine's context)
+EXTRACT_LEAN = {
+    "en": "Extract information from the user's text as JSON. Use only facts stated in the text. Output only the JSON.",
+    "zh": "请从用户给出的文本中抽取信息，输出 JSON。只使用文本中明确给出的事实，只输出 JSON。",
+}
 GENERATE_JSON = {
     "en": "Answer with JSON that matches this JSON Schema. Output only the JSON.\n{schema}",
     "zh": "请用符合以下 JSON Schema 的 JSON 回答，只输出 JSON。\n{schema}",
