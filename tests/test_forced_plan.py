@@ -76,6 +76,9 @@ def test_arrays_of_objects_with_bounds() -> None:
     items = dict(planned(schema).required)["items"]
     assert isinstance(items, Arr) and (items.min_items, items.max_items) == (1, 5)
     assert isinstance(items.item, Obj)
+    tags = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+            "required": ["tags"]}
+    assert isinstance(dict(planned(tags).required)["tags"], Value)  # lists of strings: the engine's grammar
 
 
 def test_rich_keywords_become_engine_grammar_values() -> None:
@@ -109,7 +112,9 @@ def test_refs_are_resolved() -> None:
 @pytest.mark.parametrize(("schema", "why"), [
     ({"type": "string"}, "single value"),
     ({"type": "integer", "minimum": 3}, "single value"),
-    ({"type": "array", "items": {"type": "string"}}, "too little forced structure"),
+    ({"type": "array", "items": {"type": "string"}}, "single value"),  # a list of strings: the engine's grammar
+    ({"type": "object", "properties": {k: {"type": "integer"} for k in "abc"}, "required": ["a", "b", "c"]},
+     "too little forced structure"),
     ({"anyOf": [{"type": "object"}, {"type": "array"}]}, "single value"),
 ])
 def test_schemas_where_fast_forward_cannot_help_take_the_fallback(schema: dict, why: str) -> None:

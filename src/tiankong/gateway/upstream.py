@@ -56,8 +56,10 @@ class Upstream:
         upstream is also sent the model's name (OpenAI-compatible servers require it)."""
         key = (self.handle.url(), model if self.handle.remote else None)
         if key not in self._clients:
-            self._clients[key] = AsyncClient(key[0], model=key[1], timeout_s=self.timeout_s,
-                                             api_key=self.handle.api_key)
+            client = AsyncClient(key[0], model=key[1], timeout_s=self.timeout_s, api_key=self.handle.api_key)
+            # a remote upstream may be any OpenAI-compatible server: no llama.cpp /completion to fast-forward on
+            client.fast_forward = not self.handle.remote
+            self._clients[key] = client
         return self._clients[key]
 
     async def wait_for_engine(self) -> bool:

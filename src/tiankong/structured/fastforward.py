@@ -136,16 +136,18 @@ class Walk:
             return (yield from self.array(node, follow))
         return (yield from self.subschema(node, follow))
 
-    def choose(self, options: list[str]) -> Steps:
+    def choose(self, options: list[str], force_common: bool = True) -> Steps:
         """One of ``options`` (literal texts, none a prefix of another): forced when one is left, else decoded a
-        token at a time under a grammar of the options, each token narrowing them."""
+        token at a time under a grammar of the options, each token narrowing them. ``force_common=False``
+        leaves the options' common start to the model too (``[`` before ``"`` or ``]``: forced alone, it
+        splits the token the model would write, ``["``, and made SmolLM2 close lists at once)."""
         remaining = list(dict.fromkeys(options))
         taken = ""
         while True:
             if len(remaining) == 1:
                 self.force(remaining[0])
                 return taken + remaining[0]
-            common = _common_prefix(remaining)
+            common = _common_prefix(remaining) if force_common or taken else ""
             if common:
                 self.force(common)
                 taken, remaining = taken + common, [o[len(common):] for o in remaining]
@@ -238,9 +240,9 @@ class Walk:
             taken = yield from self.value(sub, _keys(optional, True) + ends)
 
     def array(self, node: Arr, follow: list[str]) -> Steps:
-        self.force("[")
         first = starts(node.item)
-        taken = yield from self.choose(first + (["]"] if node.min_items == 0 else []))
+        taken = (yield from self.choose(["[" + s for s in first] + (["[]"] if node.min_items == 0 else []),
+                                        force_common=False))[1:]
         count = 0
         while taken != "]":
             count += 1

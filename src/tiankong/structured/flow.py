@@ -155,7 +155,8 @@ def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget
                 return Structured(data, progress.text, 1, usage, constraint.unenforced, "stop", path="fast_forward",
                                   decoded_tokens=progress.decoded, forced_tokens=progress.forced)
             reason = "not valid: " + "; ".join(errors)[:300]
-    return usage, 1 if progress.calls else 0, reason
+        return usage, 1, reason  # a whole answer that did not validate counts as an attempt
+    return usage, 0, reason
 
 
 def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model: str | None, budget: int,

@@ -209,6 +209,11 @@ def _array(schema: dict[str, Any], root: dict[str, Any], depth: int) -> Node:
     item = _node(items, root, depth + 1)
     if not isinstance(item, (Obj, Str, Pick, Const)):
         return _value(schema, root)  # numbers and nested arrays end where the engine's grammar says
+    if isinstance(item, (Str, Pick)):
+        # a list of strings or labels under the engine's grammar: written compact and item by item, SmolLM2
+        # closed such lists at once (``[]``: compress's points) — the grammar lets it lay the list out as it
+        # writes JSON, and the list costs one call instead of one per item
+        return _value(schema, root)
     return Arr(item, low, high)
 
 
