@@ -42,6 +42,7 @@ def extract(text: str | None, schema_file: str, instructions: str | None, strict
         emit_json({"data": result.data, "attempts": result.attempts,
                    "usage": {"prompt_tokens": result.usage.prompt_tokens,
                              "completion_tokens": result.usage.completion_tokens},
-                   "enforced_by_validation": result.unenforced, "minimal": result.minimal})
+                   "enforced_by_validation": result.unenforced, "minimal": result.minimal,
+                   "tiankong": result.evidence()})
     else:
         click.echo(json.dumps(result.data, ensure_ascii=False))
