@@ -33,7 +33,8 @@ from tiankong import Client  # noqa: E402
 from tiankong.engine import EngineConfig, EngineProcess  # noqa: E402
 from tiankong.models import DEFAULT_MODEL, model_path  # noqa: E402
 from tiankong.structured.drivers import run_sync  # noqa: E402
-from tiankong.structured.flow import SlotPin, choose_flow  # noqa: E402
+from tiankong.structured.flow import choose_flow  # noqa: E402
+from tiankong.structured.slots import SlotPin  # noqa: E402
 
 QUESTIONS = ["Does the text mention a number?", "Is the text about natural language processing?",
              "Does the text describe an experiment?", "Is the text written in the first person plural?",

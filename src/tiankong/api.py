@@ -26,7 +26,7 @@ from .structured import (
     run_sync,
     schema_constraint,
 )
-from .structured.flow import Flow, SlotLeases, SlotPin
+from .structured.flow import Flow
 from .structured.prompts import (
     EXTRACT_LEAN,
     GENERATE_JSON,
@@ -37,6 +37,7 @@ from .structured.prompts import (
     language,
     schema_prompt,
 )
+from .structured.slots import SlotLeases, SlotPin
 from .tasks.methods import AsyncTaskMethods, TaskMethods
 
 M = TypeVar("M")
@@ -111,7 +112,7 @@ def _choose_flow(text: str, choices: list[str], instructions: str | None,
 class _SlotLeasing:
     @property
     def slot_leases(self) -> SlotLeases:
-        """The engine slots this client's fast-forwarded answers hold, one each (``flow.SlotLeases``)."""
+        """The engine slots this client's fast-forwarded answers hold, one each (``slots.SlotLeases``)."""
         leases = self.__dict__.get("_slot_leases")
         if leases is None:
             leases = self.__dict__["_slot_leases"] = SlotLeases()

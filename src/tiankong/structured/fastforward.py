@@ -3,7 +3,7 @@
 The answer is built left to right on one engine slot. Forced text (``structured/forced.py``) is appended to the
 assistant prefix; each free value is one ``/completion`` call on ``chat template + prefix`` under a grammar for
 that value alone, ending at the value's closing character (a stop word, so no step is spent on an
-end-of-sequence token). The answer holds one slot of the client's for its calls (``flow.SlotPin``: leased,
+end-of-sequence token). The answer holds one slot of the client's for its calls (``slots.SlotPin``: leased,
 sent as ``id_slot``) and ``cache_prompt`` is on, so every call prefills only what was added since the last
 one. A choice among literal options (an enum, a
 boolean, "another item or the end", an optional key) is greedy constrained decoding of one token at a time
@@ -22,8 +22,9 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from .flow import Call, SlotPin
+from .flow import Call
 from .forced import Arr, Const, Node, Num, Obj, Pick, Str, Value, literal, starts
+from .slots import SlotPin
 
 _CHAR = r'''char ::= [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'''
 _INTEGER = '"-"? ("0" | [1-9] [0-9]{0,15})'

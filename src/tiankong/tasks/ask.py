@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from ..structured.constraints import schema_constraint
-from ..structured.flow import Flow, SlotPin, choose_flow, constrained_flow
+from ..structured.flow import Flow, choose_flow, constrained_flow
 from ..structured.prompts import language, schema_prompt
+from ..structured.slots import SlotPin
 
 QuestionType = Literal["choice", "yes_no", "score", "extract"]
 MAX_QUESTIONS = 32
