@@ -295,3 +295,18 @@ def test_labels_of_byte_pieces_are_an_input_error_not_an_engine_failure(smol_eng
         with pytest.raises(UnscorableLabels) as caught:
             run_sync(choose_flow(messages, ["\U0001f984\U0001f409", "\U0001f9a9\U0001f9ad"]), client._request)
     assert isinstance(caught.value, ConfigError) and caught.value.http_status == 400
+
+
+def test_a_json_object_request_with_a_schema_in_its_system_prompt_is_held_to_that_schema() -> None:
+    import json
+
+    from tiankong.gateway.structured_routes import request_schema
+
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    body = {"response_format": {"type": "json_object"}, "messages": [
+        {"role": "system", "content": f"Answer in JSON matching this json_schema:\n{json.dumps(schema)}\nNot the "
+                                      "schema itself. Example of something else: {\"a\": 1}"},
+        {"role": "user", "content": "Paris"}]}
+    assert request_schema(body) == (schema, True)
+    body["messages"][0]["content"] = "Answer in JSON. {not json"
+    assert request_schema(body) == ({"type": "object"}, False)

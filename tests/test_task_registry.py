@@ -13,13 +13,15 @@ from click.testing import CliRunner
 from tiankong import AsyncClient, Client
 from tiankong.batch import make_job
 from tiankong.batch.job import JOB_KEYS, REGISTERED_TASKS, BatchJob
-from tiankong.cli import main
-from tiankong.cli.task_cmds import CLI_NAMES, COMMANDS
+from tiankong.cli import main, task_cmds, tool_cmds
 from tiankong.errors import ConfigError
 from tiankong.gateway.openapi import build_openapi
 from tiankong.tasks.specs import SPECS
 
-CLIENT_ONLY = {"route": {"upstream", "max_tokens"}}  # the client sends an escalated request itself
+COMMANDS = task_cmds.COMMANDS + tool_cmds.COMMANDS
+CLI_NAMES = {**task_cmds.CLI_NAMES, **tool_cmds.CLI_NAMES}
+CLIENT_ONLY = {"route": {"upstream", "max_tokens"},  # the client sends an escalated request itself
+               "sql": {"db", "execute", "max_rows"}}  # a database file is read by the library only
 
 
 def _key(task: str, field: str) -> str:
@@ -227,10 +229,10 @@ def test_fields_a_local_engine_would_drop_are_refused_by_name() -> None:
     from tiankong.gateway.body import UNHONOURED
 
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     app = create_app(GatewayState(upstream_url="http://127.0.0.1:9", model_name="m"))  # never reached
     with TestClient(app, base_url="http://127.0.0.1") as http:
-        for field, value in (("tools", [tool]), ("tool_choice", "required"), ("n", 2), ("audio", {"voice": "x"}),
+        for field, value in (("functions", [{"name": "f"}]), ("function_call", {"name": "f"}), ("n", 2),
+                             ("audio", {"voice": "x"}),
                              ("modalities", ["text", "audio"]), ("store", True)):
             answer = http.post("/v1/chat/completions", json={**chat, field: value})
             error = answer.json()["error"]
@@ -238,4 +240,5 @@ def test_fields_a_local_engine_would_drop_are_refused_by_name() -> None:
         for field, value in (("best_of", 3), ("echo", True), ("suffix", "end")):
             answer = http.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, field: value})
             assert answer.status_code == 400 and answer.json()["error"]["param"] == field
-    assert {"tools", "n"} <= set(UNHONOURED["/v1/chat/completions"])
+    assert {"functions", "n"} <= set(UNHONOURED["/v1/chat/completions"])
+    assert "tools" not in UNHONOURED["/v1/chat/completions"]  # served: tests/test_tools.py

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from .structured import Decision, Structured
     from .structured.flow import UnscorableLabels
     from .structured.regex_safety import UnsafePattern
+    from .structured.tools import Tool, ToolCall, ToolCalls
     from .tasks import (
         Answer,
         Answers,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         Rewrite,
         Route,
         RouteDecision,
+        SqlQuery,
         Summary,
     )
     from .tasks.specs import SPECS, TaskSpec
@@ -134,6 +136,10 @@ _EXPORTS = {
     "RouteDecision": ".tasks",
     "SPECS": ".tasks.specs",
     "SchemaNotSupported": ".errors",
+    "SqlQuery": ".tasks",
+    "Tool": ".structured.tools",
+    "ToolCall": ".structured.tools",
+    "ToolCalls": ".structured.tools",
     "ServerError": ".errors",
     "StreamChunk": ".client",
     "StreamFailed": ".client.assemble",
@@ -180,7 +186,8 @@ __all__ = [  # every public name (a test holds it to _EXPORTS)
     "InvalidFile", "InvalidImage", "InvalidMessages", "InvalidModelFile", "InvalidSchema", "MissingField",
     "MissingTrainingExtra", "ModelNotFound", "ModelNotInstalled", "OutputError", "PoolFull", "PortInUse", "Ranked",
     "Redaction", "RemoteItemError", "Reranking", "RetriesExhausted", "Rewrite", "Route", "RouteDecision", "SPECS",
-    "SchemaNotSupported", "ServerError", "StreamChunk", "StreamFailed", "Structured", "Summary", "TaskSpec",
-    "TiankongError", "TransportError", "TruncatedOutput", "TuneReport", "UnsafePattern", "UnscorableLabels",
+    "SchemaNotSupported", "ServerError", "SqlQuery", "StreamChunk", "StreamFailed", "Structured", "Summary", "TaskSpec",
+    "TiankongError", "Tool", "ToolCall", "ToolCalls",
+    "TransportError", "TruncatedOutput", "TuneReport", "UnsafePattern", "UnscorableLabels",
     "Usage", "VocabMismatch", "__version__", "tune_classify",
 ]

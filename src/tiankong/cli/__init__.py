@@ -74,6 +74,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "summarize": ("task_cmds", "summarize", 'Summarize TEXT in at most --words words.'),
     "tag": ("task_cmds", "tag", 'Keywords and metadata for TEXT as JSON.'),
     "ask": ("task_cmds", "ask", 'Answer many questions about TEXT, reading it once.'),
+    "call": ("tool_cmds", "call", 'Validated tool calls for TEXT (or a reply in words), with the decision\'s '
+             'probabilities.'),
+    "sql": ("tool_cmds", "sql", 'One read-only SELECT answering QUESTION; only the schema\'s tables and columns '
+            'can be written.'),
 }
 
 

@@ -38,7 +38,7 @@ from .origin import OriginCheck
 from .pipeline import Pipeline
 from .responses import engine_unavailable, error_for, error_response, rpm_exceeded, upstream_error
 from .state import GatewayState
-from .structured_routes import extract_task, structured_chat, wants_structured
+from .structured_routes import extract_task, structured_chat, tool_chat, wants_structured, wants_tools
 from .task_routes import embeddings_answer, run_task
 from .upstream import note_json
 
@@ -189,13 +189,16 @@ def create_app(state: GatewayState) -> Starlette:
                     body = await lora_tables.rewrite(pipe.upstream.http, pipe.upstream.handle.url(),
                                                      pipe.upstream.handle.pid(), body,
                                                      structured=path == "/v1/chat/completions" and
-                                                     wants_structured(body))
+                                                     (wants_structured(body) or wants_tools(body)))
                     call.group = adapter_group(body)
                 except TiankongError as exc:
                     return pipe.done(call, error_for(exc))
             if path == "/v1/embeddings":  # per-token engines (tiankong's): pooled by the client's embed()
                 return await pipe.run(request, call, lambda: pipe.upstream.run_client(
                     call, lambda client: embeddings_answer(client, body)))  # errors: run_client maps them
+            if path == "/v1/chat/completions" and wants_tools(body) and not pipe.upstream.handle.remote:
+                return await pipe.run(request, call, lambda: pipe.upstream.run_client(
+                    call, lambda client: tool_chat(client, body, body["model"], call.note_answer)))
             if path == "/v1/chat/completions" and wants_structured(body):
                 return await pipe.run(request, call, lambda: pipe.upstream.run_client(
                     call, lambda client: structured_chat(client, body, body["model"], call.note_answer)))

@@ -78,16 +78,13 @@ def log_prompt(route: str, key: str, body: dict[str, Any]) -> None:
                                ensure_ascii=False, default=str)[:20000])
 
 
-TOOLS_LATER = ("tool calls are not served by this gateway yet: the tools would never reach the model (describe "
-               "them in the prompt, or ask for one structured answer with response_format json_schema)")
+LEGACY_FUNCTIONS = "functions/function_call are OpenAI's deprecated form: send tools and tool_choice instead"
 #: OpenAI request fields a local llama-server would drop without a word: refused, naming the field, so nothing a
 #: client asked for is silently ignored (a remote upstream gets them: it may honour them). value → still fine.
 UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
     "/v1/chat/completions": {
-        "tools": (TOOLS_LATER, lambda v: v in (None, [])),
-        "functions": (TOOLS_LATER, lambda v: v in (None, [])),
-        "tool_choice": (TOOLS_LATER, lambda v: v in (None, "none", "auto")),
-        "function_call": (TOOLS_LATER, lambda v: v in (None, "none", "auto")),
+        "functions": (LEGACY_FUNCTIONS, lambda v: v in (None, [])),
+        "function_call": (LEGACY_FUNCTIONS, lambda v: v in (None, "none", "auto")),
         "n": ("one choice per request is served: send n requests (seeds differ) instead", lambda v: v in (None, 1)),
         "audio": ("audio output is not served", lambda v: v is None),
         "modalities": ("only text output is served", lambda v: v in (None, ["text"])),

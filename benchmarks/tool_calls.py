@@ -1,0 +1,273 @@
+"""Tool calls on the Berkeley Function Calling Leaderboard's data: raw llama-server (``--jinja``) vs the gateway.
+
+    .venv/bin/python benchmarks/tool_calls.py [--model NAME] [--n 100] [--slots 4] [--results DIR]
+
+Data: the ``bfcl-eval==2026.3.23`` wheel (fetched with pip into the user cache; nothing is installed): the
+"simple" (``BFCL_v4_simple_python``), "multiple" and "parallel" categories with their possible answers, a seeded
+sample of ``--n`` questions each. Functions are converted to OpenAI tools as BFCL does for OpenAI models
+(``dict`` → object, ``float`` → number, ``.`` in names → ``_``) and every answer is scored by BFCL's own
+``ast_checker`` (imported from the wheel; its model table, which pulls in every vendor's SDK, is stubbed to
+"names had . replaced by _").
+
+The same engine answers each question twice, back to back: straight (``tools``, ``tool_choice: auto`` — what a
+llama-server user does; the chat template's tool-call parser reads the answer) and through the gateway. Per
+side: AST accuracy, answers with no call, and **invalid calls returned as success** (a 200 whose call names an
+undeclared function, has arguments that are not JSON, or arguments not valid against the function's
+parameters). Resumable: one JSONL line per question in ``--results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import uvicorn
+
+from tiankong import paths
+from tiankong.engine import EngineConfig, EngineProcess, locate_engine
+from tiankong.engine.process import free_port
+from tiankong.gateway import GatewayState, create_app
+from tiankong.models import DEFAULT_MODEL, resolve_installed
+
+BFCL = "bfcl-eval==2026.3.23"
+CATEGORIES = {"simple": "BFCL_v4_simple_python", "multiple": "BFCL_v4_multiple", "parallel": "BFCL_v4_parallel"}
+MAX_TOKENS = 512
+DEADLINE_S = 900.0
+
+
+def bfcl_dir() -> Path:
+    """The wheel, unpacked once into the user cache."""
+    root = paths.downloads_dir() / "datasets"
+    target = root / "bfcl_eval-2026.3.23"
+    if not (target / "bfcl_eval").is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check",
+                        BFCL, "-d", str(root)], check=True, capture_output=True)
+        wheel = next(root.glob("bfcl_eval-2026.3.23-*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(target)
+    return target
+
+
+def checker() -> Any:
+    """BFCL's ``ast_checker``, its vendor model table stubbed (see the module docstring)."""
+    sys.path.insert(0, str(bfcl_dir()))
+
+    class Config:
+        underscore_to_dot = True
+
+    class AnyModel(dict[str, Any]):
+        def __getitem__(self, key: str) -> Config:
+            return Config()
+
+    stub = types.ModuleType("bfcl_eval.constants.model_config")
+    stub.MODEL_CONFIG_MAPPING = AnyModel()  # type: ignore[attr-defined]
+    sys.modules["bfcl_eval.constants.model_config"] = stub
+    from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker  # type: ignore[import-not-found]
+
+    return ast_checker
+
+
+def load(category: str, n: int, seed: int = 7) -> list[dict[str, Any]]:
+    data = bfcl_dir() / "bfcl_eval" / "data"
+    name = CATEGORIES[category]
+    questions = [json.loads(line) for line in (data / f"{name}.json").read_text().splitlines() if line.strip()]
+    answers = {row["id"]: row["ground_truth"] for row in
+               (json.loads(line) for line in (data / "possible_answer" / f"{name}.json").read_text().splitlines()
+                if line.strip())}
+    rows = [{**q, "category": category, "ground_truth": answers[q["id"]]} for q in questions]
+    return random.Random(seed).sample(rows, min(n, len(rows)))
+
+
+MAPPING = {"integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
+           "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object",
+           "tuple": "array", "any": "string"}
+
+
+def _cast(properties: dict[str, Any]) -> dict[str, Any]:
+    """BFCL's ``_cast_to_openai_type`` for Python functions (model_handler/utils.py), restated: its module
+    imports tree-sitter parsers this benchmark does not need."""
+    for value in properties.values():
+        kind = value.get("type")
+        if kind == "float":
+            value["format"] = "float"
+            value["description"] = value.get("description", "") + " This is a float type value."
+        value["type"] = MAPPING.get(kind, "string") if kind is not None else "string"
+        if value["type"] in ("array", "object"):
+            if "properties" in value:
+                value["properties"] = _cast(value["properties"])
+            elif "items" in value:
+                items = value["items"]
+                items["type"] = MAPPING.get(items.get("type"), "string")
+                if items["type"] == "array" and "items" in items:
+                    items["items"]["type"] = MAPPING.get(items["items"].get("type"), "string")
+                elif items["type"] == "object" and "properties" in items:
+                    items["properties"] = _cast(items["properties"])
+    return properties
+
+
+def to_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    tools = []
+    for function in copy.deepcopy(functions):
+        function["name"] = function["name"].replace(".", "_")
+        function["parameters"]["type"] = "object"
+        function["parameters"]["properties"] = _cast(function["parameters"].get("properties", {}))
+        tools.append({"type": "function", "function": function})
+    return tools
+
+
+def invalid(calls: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+    """Why a returned call is not a valid call of a declared function ("" when every call is)."""
+    declared = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    for call in calls:
+        name = call.get("function", {}).get("name")
+        if name not in declared:
+            return f"undeclared function {name!r}"
+        try:
+            arguments = json.loads(call["function"].get("arguments") or "")
+        except (TypeError, ValueError):
+            return "arguments are not JSON"
+        errors = list(jsonschema.Draft202012Validator(declared[name]).iter_errors(arguments))
+        if errors:
+            return f"arguments not valid: {errors[0].message[:160]}"
+    return ""
+
+
+async def ask(http: httpx.AsyncClient, url: str, row: dict[str, Any], tools: list[dict[str, Any]],
+              check: Any) -> dict[str, Any]:
+    body = {"messages": row["question"][0], "tools": tools, "tool_choice": "auto", "temperature": 0, "seed": 42,
+            "max_tokens": MAX_TOKENS}
+    started = time.monotonic()
+    answer = await http.post(f"{url}/v1/chat/completions", json=body)
+    elapsed = time.monotonic() - started
+    if answer.status_code != 200:
+        error = answer.json().get("error", {}) if answer.headers.get("content-type", "").startswith(
+            "application/json") else {}
+        return {"outcome": "refused", "status": answer.status_code, "type": error.get("type"),
+                "message": str(error.get("message", answer.text))[:300], "s": elapsed, "ast": False}
+    message = answer.json()["choices"][0]["message"]
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return {"outcome": "no_call", "content": str(message.get("content"))[:300], "s": elapsed, "ast": False}
+    why = invalid(calls, tools)
+    if why:
+        return {"outcome": "invalid_success", "why": why, "calls": calls, "s": elapsed, "ast": False}
+    output = [{c["function"]["name"]: json.loads(c["function"]["arguments"])} for c in calls]
+    from bfcl_eval.constants.enums import Language  # type: ignore[import-not-found]
+
+    verdict = check(row["function"], output, row["ground_truth"], Language.PYTHON, row["category"], "gpt-4o-FC")
+    return {"outcome": "call", "ast": bool(verdict["valid"]), "calls": output, "s": elapsed,
+            **({} if verdict["valid"] else {"error": str(verdict.get("error"))[:300]})}
+
+
+def start_gateway(engine: EngineProcess, name: str, slots: int) -> tuple[str, uvicorn.Server]:
+    port = free_port()
+    state = GatewayState.for_engine(engine, name, max_in_flight=slots, request_timeout_s=DEADLINE_S)
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
+    threading.Thread(target=server.run, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return url, server
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("gateway did not start")
+
+
+def done(store: Path) -> dict[str, dict[str, Any]]:
+    found = {}
+    for line in store.read_text().splitlines() if store.exists() else []:
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        found[item["id"]] = item
+    return found
+
+
+async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path) -> list[dict[str, Any]]:
+    measured = done(store)
+    todo = [row for row in rows if row["id"] not in measured]
+    check = checker()
+    if todo:
+        record = resolve_installed(model)
+        engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 4096, slots=slots), locate_engine())
+        engine.start()
+        gateway, server = start_gateway(engine, record.name, slots)
+        gate = asyncio.Semaphore(slots)
+        try:
+            async with httpx.AsyncClient(timeout=DEADLINE_S + 60) as http:
+                async def one(row: dict[str, Any]) -> None:
+                    async with gate:
+                        tools = to_tools(row["function"])
+                        raw = await ask(http, engine.url, row, tools, check)
+                        through = await ask(http, gateway, row, tools, check)
+                        item = {"id": row["id"], "category": row["category"], "raw": raw, "gateway": through,
+                                "model": record.name}
+                        measured[row["id"]] = item
+                        with store.open("a") as handle:
+                            handle.write(json.dumps(item, ensure_ascii=False) + "\n")
+                        print(f"  {row['id']}: raw {raw['outcome']} ast={raw['ast']} {raw['s']:.1f}s | gateway "
+                              f"{through['outcome']} ast={through['ast']} {through['s']:.1f}s", flush=True)
+
+                await asyncio.gather(*(one(row) for row in todo))
+        finally:
+            server.should_exit = True
+            engine.stop()
+    return [measured[row["id"]] for row in rows]
+
+
+def table(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for category in (*CATEGORIES, "all"):
+        rows = [i for i in items if category in ("all", i["category"])]
+        for side in ("raw", "gateway"):
+            results = [r[side] for r in rows]
+            n = len(results)
+            out.append({"category": category, "side": side, "n": n,
+                        "ast_accuracy": sum(r["ast"] for r in results) / n if n else 0.0,
+                        "invalid_success": sum(r["outcome"] == "invalid_success" for r in results),
+                        "no_call": sum(r["outcome"] == "no_call" for r in results),
+                        "refused": sum(r["outcome"] == "refused" for r in results),
+                        "mean_s": sum(r["s"] for r in results) / n if n else 0.0})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--n", type=int, default=100, help="questions per category (seeded sample)")
+    parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/structured/tool-calls"))
+    args = parser.parse_args()
+    args.results.mkdir(parents=True, exist_ok=True)
+    rows = [row for category in CATEGORIES for row in load(category, args.n)]
+    store = args.results / f"{args.model.replace(':', '_')}.jsonl"
+    items = asyncio.run(run(args.model, rows, args.slots, store))
+    summary = table(items)
+    print(f"\n{'category':<10} {'side':<8} {'n':>4} {'AST acc':>8} {'invalid 200':>12} {'no call':>8} "
+          f"{'refused':>8} {'mean s':>7}")
+    for s in summary:
+        print(f"{s['category']:<10} {s['side']:<8} {s['n']:>4} {s['ast_accuracy']:>8.3f} {s['invalid_success']:>12} "
+              f"{s['no_call']:>8} {s['refused']:>8} {s['mean_s']:>7.2f}")
+    (args.results / "summary.json").write_text(json.dumps({"model": args.model, "n_per_category": args.n,
+                                                           "data": BFCL, "rows": summary}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""sql: a question → one read-only SELECT over a fixed database schema, table and column names in the grammar.
+
+The database schema comes from DDL text (``CREATE TABLE …``, parsed by sqlglot) or a SQLite file (read through a
+read-only connection). From it a GBNF grammar of a read-only SQL subset is built (``sql_grammar.py``) whose
+identifiers are exactly the schema's: a bare column is one of the columns of the schema, a qualified one
+``table.column`` only a column of that table — a hallucinated table or column cannot be written. The answer is
+then parsed by sqlglot, every column checked against the tables the query names, and ``EXPLAIN``-ed by SQLite
+(on the file, read-only, or on an empty copy of the DDL's tables in memory); a failure is retried once with the
+error, then refused. With a database file the query can be run, read-only, with a row limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..structured.flow import Constraint, Flow, Structured, constrained_flow
+from .classify import require_text
+from .generate import ANTI_LOOP
+from .sql_grammar import QUERY_TOKENS, sql_grammar
+
+MAX_TABLES = 200
+MAX_DDL_CHARS = 200_000
+MAX_ROWS = 1000
+READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+SQL_PROMPT = ("You write one SQLite SELECT query that answers the user's question over this database. Use only "
+              "these tables and columns; join tables on their id columns.\n{schema}")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+
+    def ddl(self) -> str:
+        cols = ", ".join(f"{quote(c)} {t}".strip() for c, t in zip(self.columns, self.types, strict=True))
+        return f"CREATE TABLE {quote(self.name)} ({cols})"
+
+
+@dataclass(frozen=True)
+class DbSchema:
+    tables: tuple[Table, ...]
+
+    def table(self, name: str) -> Table | None:
+        return next((t for t in self.tables if t.name.lower() == name.lower()), None)
+
+    def prompt(self) -> str:
+        return "\n".join(f"{t.name}({', '.join(f'{c} {ty}'.strip() for c, ty in zip(t.columns, t.types, strict=True))})"
+                         for t in self.tables)
+
+
+@dataclass
+class SqlQuery:
+    """A checked query: its text (in ``dialect``), the tables and columns it names, optional result rows."""
+
+    sql: str
+    tables: list[str]
+    columns: list[str]
+    dialect: str = "sqlite"
+    rows: list[list[Any]] | None = None
+    attempts: int = 1
+    structured: Structured[Any] | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"sql": self.sql, "tables": self.tables, "columns": self.columns,
+                               "dialect": self.dialect, "attempts": self.attempts}
+        if self.rows is not None:
+            out["rows"] = self.rows
+        return out
+
+
+def quote(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and name.upper() not in RESERVED \
+        else '"' + name.replace('"', '""') + '"'
+
+
+RESERVED = {"SELECT", "FROM", "WHERE", "GROUP", "ORDER", "BY", "LIMIT", "JOIN", "ON", "AS", "AND", "OR", "NOT",
+            "IN", "IS", "NULL", "LIKE", "BETWEEN", "HAVING", "DISTINCT", "LEFT", "INNER", "TABLE", "INDEX", "KEY",
+            "CASE", "WHEN", "THEN", "ELSE", "END", "UNION", "ALL", "ASC", "DESC", "DEFAULT", "CHECK", "VALUES"}
+
+
+def schema_from_ddl(ddl: str) -> DbSchema:
+    """The tables of ``CREATE TABLE`` statements (other statements are ignored: nothing is executed)."""
+    import sqlglot  # noqa: PLC0415 (loaded by the sql task only)
+    from sqlglot import exp  # noqa: PLC0415
+
+    if not isinstance(ddl, str) or not ddl.strip():
+        raise ConfigError("the database schema is empty", hint="give CREATE TABLE statements (or --db FILE)")
+    if len(ddl) > MAX_DDL_CHARS:
+        raise ConfigError(f"the database schema is {len(ddl)} characters, more than {MAX_DDL_CHARS}")
+    try:
+        statements = sqlglot.parse(ddl, read="sqlite")
+    except sqlglot.errors.ParseError as exc:
+        raise ConfigError(f"the schema's DDL does not parse: {str(exc).splitlines()[0][:200]}",
+                          hint="give CREATE TABLE statements in SQLite syntax") from None
+    tables = []
+    for statement in statements:
+        if not isinstance(statement, exp.Create) or str(statement.args.get("kind", "")).upper() != "TABLE":
+            continue
+        target = statement.this
+        name = target.this.name if isinstance(target, exp.Schema) else target.name
+        columns = [c for c in (target.expressions if isinstance(target, exp.Schema) else [])
+                   if isinstance(c, exp.ColumnDef)]
+        tables.append(Table(name, tuple(c.name for c in columns),
+                            tuple(c.args["kind"].sql("sqlite") if c.args.get("kind") else "" for c in columns)))
+    return _checked(tables)
+
+
+def schema_from_db(path: str | Path) -> DbSchema:
+    """The tables of a SQLite file (opened read-only)."""
+    with read_only(path) as db:
+        names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT "
+                                              "LIKE 'sqlite_%' ORDER BY rowid")]
+        tables = []
+        for name in names:
+            info = db.execute(f"PRAGMA table_info({quote(name)})").fetchall()
+            tables.append(Table(name, tuple(r[1] for r in info), tuple(str(r[2]) for r in info)))
+    return _checked(tables)
+
+
+def _checked(tables: list[Table]) -> DbSchema:
+    tables = [t for t in tables if t.columns]
+    if not tables:
+        raise ConfigError("the database schema has no tables with columns", hint="give CREATE TABLE statements")
+    if len(tables) > MAX_TABLES:
+        raise ConfigError(f"the database schema has {len(tables)} tables, more than {MAX_TABLES}")
+    return DbSchema(tuple(tables))
+
+
+@contextlib.contextmanager
+def read_only(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """A SQLite connection that can only read: ``mode=ro``, ``query_only`` and an authorizer that allows
+    SELECT, reads and functions alone."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"no database file at {path}", hint="give the path of a SQLite file")
+    try:
+        db = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        db.execute("PRAGMA query_only = ON")
+        db.execute("SELECT name FROM sqlite_master LIMIT 1")
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"{path} is not a readable SQLite database: {exc}") from None
+    db.set_authorizer(lambda action, *_: sqlite3.SQLITE_OK if action in READ_ACTIONS | {sqlite3.SQLITE_PRAGMA}
+                      else sqlite3.SQLITE_DENY)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def empty_copy(schema: DbSchema) -> sqlite3.Connection:
+    """The schema's tables, empty, in memory: what ``EXPLAIN`` needs when there is only DDL."""
+    db = sqlite3.connect(":memory:", check_same_thread=False)
+    for table in schema.tables:
+        db.execute(table.ddl())
+    return db
+
+
+def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[list[str], list[str], list[str]]:
+    """(errors, tables, columns): sqlglot's parse, every table in the schema, every column in a table the query
+    names (qualified: in that table), and SQLite's ``EXPLAIN``."""
+    import sqlglot  # noqa: PLC0415
+    from sqlglot import exp  # noqa: PLC0415
+
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.ParseError as exc:
+        return [f"not valid SQL: {str(exc).splitlines()[0][:200]}"], [], []
+    if not isinstance(tree, (exp.Select, exp.Union)):
+        return ["only one SELECT query is allowed"], [], []
+    errors: list[str] = []
+    tables = {t.name for t in tree.find_all(exp.Table)}
+    for name in sorted(tables):
+        if schema.table(name) is None:
+            errors.append(f"no table {name!r} in the schema")
+    aliases = {a.alias for a in tree.find_all(exp.Alias)}
+    columns: set[str] = set()
+    for column in tree.find_all(exp.Column):
+        name, owner = column.name, column.table
+        found = schema.table(owner) if owner else None
+        if owner and found is None:
+            errors.append(f"{owner}.{name}: no table {owner!r} in the schema")
+        elif owner and found is not None and name.lower() not in (c.lower() for c in found.columns):
+            errors.append(f"{owner}.{name}: table {owner!r} has no column {name!r}")
+        elif not owner and name not in aliases and not any(
+                name.lower() in (c.lower() for c in t.columns) for t in map(schema.table, tables) if t):
+            errors.append(f"column {name!r} is in none of the tables the query names ({', '.join(sorted(tables))})")
+        columns.add(f"{owner}.{name}" if owner else name)
+    if not errors:
+        try:
+            db.execute(f"EXPLAIN {sql}")
+        except sqlite3.Error as exc:
+            errors.append(f"SQLite: {exc}")
+    return errors, sorted(tables), sorted(columns)
+
+
+def sql_constraint(schema: DbSchema, db: sqlite3.Connection) -> Constraint:
+    def check(text: Any) -> list[str]:
+        return check_query(str(text), schema, db)[0]
+
+    return Constraint({"grammar": sql_grammar(schema)}, lambda text: text.strip().rstrip(";").strip(), check,
+                      QUERY_TOKENS)
+
+
+def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = None, dialect: str = "sqlite",
+             execute: bool = False, max_rows: int = 100, model: str | None = None,
+             max_attempts: int = 2) -> Flow[SqlQuery]:
+    """One checked read-only query answering ``question``; ``execute`` runs it on ``db_path`` (read-only)."""
+    require_text(question, "question")
+    if execute and db_path is None:
+        raise ConfigError("execute needs the database file", hint="give --db FILE (over HTTP only DDL is read)")
+    if not 1 <= max_rows <= MAX_ROWS:
+        raise ConfigError(f"max_rows must be from 1 to {MAX_ROWS}")
+    transpile = _dialect(dialect)
+    messages = [{"role": "system", "content": SQL_PROMPT.format(schema=schema.prompt())},
+                {"role": "user", "content": question}]
+    with contextlib.ExitStack() as stack:
+        db = stack.enter_context(read_only(db_path)) if db_path is not None else \
+            stack.enter_context(contextlib.closing(empty_copy(schema)))
+        result = yield from constrained_flow(messages, sql_constraint(schema, db), model=model,
+                                             max_tokens=QUERY_TOKENS, max_attempts=max_attempts, fast_forward=False,
+                                             options=ANTI_LOOP)
+        sql = str(result.data)
+        _, tables, columns = check_query(sql, schema, db)
+        rows = run_query(db, sql, max_rows) if execute else None
+    return SqlQuery(transpile(sql), tables, columns, dialect, rows, result.attempts, result)
+
+
+def run_query(db: sqlite3.Connection, sql: str, max_rows: int) -> list[list[Any]]:
+    try:
+        cursor = db.execute(sql)
+        return [list(row) for row in cursor.fetchmany(max_rows)]
+    except sqlite3.Error as exc:
+        raise ConfigError(f"the query did not run: {exc}", hint="ask again, or check the database") from None
+
+
+def _dialect(dialect: str) -> Any:
+    import sqlglot  # noqa: PLC0415
+    from sqlglot.dialects.dialect import Dialect  # noqa: PLC0415
+
+    if dialect == "sqlite":
+        return lambda sql: sql
+    try:
+        Dialect.get_or_raise(dialect)
+    except ValueError:
+        raise ConfigError(f"unknown SQL dialect {dialect!r}", hint="e.g. sqlite, postgres, mysql, duckdb, "
+                          "bigquery, snowflake (sqlglot's dialects)") from None
+    return lambda sql: sqlglot.transpile(sql, read="sqlite", write=dialect)[0]
