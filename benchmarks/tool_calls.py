@@ -44,7 +44,7 @@ from tiankong.models import DEFAULT_MODEL, resolve_installed
 
 BFCL = "bfcl-eval==2026.3.23"
 CATEGORIES = {"simple": "BFCL_v4_simple_python", "multiple": "BFCL_v4_multiple", "parallel": "BFCL_v4_parallel"}
-MAX_TOKENS = 512
+MAX_TOKENS = 256  # a call is short; a reply in words is a miss on these categories either way
 DEADLINE_S = 900.0
 
 
@@ -159,9 +159,11 @@ async def ask(http: httpx.AsyncClient, url: str, row: dict[str, Any], tools: lis
         return {"outcome": "refused", "status": answer.status_code, "type": error.get("type"),
                 "message": str(error.get("message", answer.text))[:300], "s": elapsed, "ast": False}
     message = answer.json()["choices"][0]["message"]
+    extension = answer.json().get("tiankong")
     calls = message.get("tool_calls") or []
     if not calls:
-        return {"outcome": "no_call", "content": str(message.get("content"))[:300], "s": elapsed, "ast": False}
+        return {"outcome": "no_call", "content": str(message.get("content"))[:300], "s": elapsed, "ast": False,
+                "tiankong": extension}
     why = invalid(calls, tools)
     if why:
         return {"outcome": "invalid_success", "why": why, "calls": calls, "s": elapsed, "ast": False}
@@ -169,7 +171,7 @@ async def ask(http: httpx.AsyncClient, url: str, row: dict[str, Any], tools: lis
     from bfcl_eval.constants.enums import Language  # type: ignore[import-not-found]
 
     verdict = check(row["function"], output, row["ground_truth"], Language.PYTHON, row["category"], "gpt-4o-FC")
-    return {"outcome": "call", "ast": bool(verdict["valid"]), "calls": output, "s": elapsed,
+    return {"outcome": "call", "ast": bool(verdict["valid"]), "calls": output, "s": elapsed, "tiankong": extension,
             **({} if verdict["valid"] else {"error": str(verdict.get("error"))[:300]})}
 
 

@@ -73,22 +73,25 @@ def test_tools_and_tool_choice_are_checked_with_the_field_named() -> None:
         assert caught.value.param == "tool_choice"
 
 
-def test_the_call_schema_fixes_the_decided_function_first_and_bounds_the_list() -> None:
+def test_the_call_schema_fixes_the_decided_function_first_and_the_count() -> None:
     weather, ticket = parse_tools(TOOLS)
-    one = calls_schema([weather, ticket], ticket, parallel=False)
-    assert one["maxItems"] == 1 and one["items"]["properties"]["name"] == {"const": "open_ticket"}
-    many = calls_schema([weather, ticket], ticket, parallel=True)
-    assert many["prefixItems"][0]["properties"]["name"] == {"const": "open_ticket"}
-    assert many["maxItems"] == MAX_PARALLEL
-    names = {item["properties"]["name"]["const"] for item in many["items"]["anyOf"]}
+    one = calls_schema([weather, ticket], ticket, 1)
+    assert one["minItems"] == one["maxItems"] == 1
+    assert one["items"]["properties"]["name"] == {"const": "open_ticket"}
+    two = calls_schema([weather, ticket], ticket, 2)
+    assert two["prefixItems"][0]["properties"]["name"] == {"const": "open_ticket"}
+    assert two["minItems"] == two["maxItems"] == 2
+    names = {item["properties"]["name"]["const"] for item in two["items"]["anyOf"]}
     assert names == {"get_weather", "open_ticket"}
     good = [{"name": "open_ticket", "arguments": {"title": "x", "priority": 2}},
             {"name": "get_weather", "arguments": {"city": "Oslo", "unit": "celsius"}}]
-    jsonschema.validate(good, many)
+    jsonschema.validate(good, two)
     with pytest.raises(jsonschema.ValidationError):  # the first call must be the decided function's
-        jsonschema.validate(list(reversed(good)), many)
+        jsonschema.validate(list(reversed(good)), two)
+    with pytest.raises(jsonschema.ValidationError):  # exactly the decided number of calls
+        jsonschema.validate(good[:1], two)
     with pytest.raises(jsonschema.ValidationError):  # arguments hold to the function's parameters
-        jsonschema.validate([{"name": "open_ticket", "arguments": {"title": "x", "priority": 9}}], many)
+        jsonschema.validate([{"name": "open_ticket", "arguments": {"title": "x", "priority": 9}}], one)
 
 
 def test_tool_turns_become_text_any_template_reads() -> None:
@@ -136,7 +139,9 @@ def test_auto_decides_with_probabilities_and_required_never_replies(client: Clie
                            tool_choice="required")
     assert set(required.probabilities) == {"get_weather", "open_ticket"} and required.calls
     assert_valid_calls([c.to_openai() for c in required.calls])
-    assert len(required.calls) <= MAX_PARALLEL
+    assert set(required.counts) == {str(n) for n in range(1, MAX_PARALLEL + 1)}
+    assert len(required.calls) + required.duplicates_dropped == int(max(required.counts,
+                                                                         key=required.counts.__getitem__))
 
 
 def test_tool_choice_none_replies_in_words(client: Client) -> None:

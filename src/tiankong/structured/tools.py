@@ -41,10 +41,14 @@ CHOICES = ("auto", "none", "required")
 REPLY_TOKENS = 512
 
 LISTING = "You can call these functions (parameters as JSON Schema):\n{tools}"
-DECIDE = ("Decide the next step. Answer with the name of the one function to call now, or with `reply` when no "
-          "function fits the request or the function results above already answer it.")
-DECIDE_REQUIRED = "Answer with the name of the function to call now."
-COUNT = "How many function calls does the request need? Answer with the number."
+OPEN = ('If one of the functions serves the request, answer with a JSON list of calls: [{"name": "<function '
+        'name>", "arguments": {<the parameters>}}]. Otherwise answer in words.')
+DECIDE = "Answer with the name of the function to call now."
+#: the first token of an answer that starts a call (a JSON list or object, a code fence, a tool-call tag)
+CALL_STARTS = ("[", "{", "`", "<tool")
+OPEN_PROBS = 40
+COUNT = ("How many separate function calls does the request need? Count one call per item, place, person or value "
+         "the user asks about. Answer with the number.")
 CALL = ('Call {which} now. Answer with a JSON list of calls: [{{"name": "<function name>", "arguments": '
         '{{<the parameters>}}}}]. {count} Take the argument values from the conversation.')
 ONE = "Exactly one call."
@@ -252,17 +256,23 @@ def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice:
     probabilities: dict[str, float] = {}
     chosen = function
     if tool_choice == "none":
-        chosen = REPLY
-    elif chosen is None:
-        labels = [tool.name for tool in tools] + ([REPLY] if tool_choice == "auto" and REPLY not in by_name else [])
-        if len(labels) == 1:
-            chosen = labels[0]
-        else:
-            instruction = DECIDE if tool_choice == "auto" else DECIDE_REQUIRED
-            probabilities = yield from choose_flow(with_instruction(plain, tools, instruction), labels)
-            chosen = max(labels, key=lambda label: probabilities[label])
-    if chosen == REPLY and (tool_choice == "none" or REPLY not in by_name):
         return (yield from _reply(plain, model, max_tokens, options, probabilities))
+    p_call = 1.0
+    if tool_choice == "auto":
+        p_call = yield from call_probability(plain, tools)
+        probabilities[REPLY] = 1.0 - p_call
+        if p_call < 0.5:
+            probabilities.update({tool.name: p_call / len(tools) for tool in tools} if chosen is None else
+                                 {str(chosen): p_call})
+            return (yield from _reply(plain, model, max_tokens, options, probabilities))
+    if chosen is None and len(tools) == 1:
+        chosen = tools[0].name
+    if chosen is None:
+        names = yield from choose_flow(with_instruction(plain, tools, DECIDE), [tool.name for tool in tools])
+        chosen = max(names, key=lambda name: names[name])
+        probabilities.update({name: p * p_call for name, p in names.items()})
+    elif tool_choice == "auto":
+        probabilities[str(chosen)] = p_call
     first = by_name[str(chosen)]
     which = f"the function {first.name}" + (" (and any others the request needs)" if parallel and len(tools) > 1
                                             else "")
@@ -287,6 +297,32 @@ def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice:
         calls.append(ToolCall(item["name"], item["arguments"]))
     return ToolCalls(calls, None, probabilities, result.attempts, result.usage, result,
                      duplicates_dropped=dropped, counts=counts)
+
+
+def call_probability(plain: list[dict[str, Any]], tools: list[Tool]) -> Flow[float]:
+    """P(the model's answer starts a call), from the distribution of its first token when it may call or answer
+    in words (one forward pass): the mass of tokens that begin a call (a tool-call tag, a JSON list/object, a
+    code fence) over the mass of the top tokens read. The prompt is the model's own chat template with the tools
+    (``--jinja``: the format the model was trained to call in) when the template shows them; else tiankong's
+    listing and an instruction to answer with a JSON list of calls or in words."""
+    openai_tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                      "parameters": t.parameters}} for t in tools]
+    (native,) = yield [Call("POST", "/apply-template", {"messages": plain, "tools": openai_tools})]
+    prompt = str(native.get("prompt", "")) if isinstance(native, dict) else ""
+    if not all(t.name in prompt for t in tools):  # the template ignores tools (or the engine refused them)
+        (template,) = yield [Call("POST", "/apply-template", {"messages": with_instruction(plain, tools, OPEN)})]
+        if isinstance(template, Exception):
+            raise template
+        prompt = str(template["prompt"])
+    body = {"prompt": prompt, "n_predict": 1, "n_probs": OPEN_PROBS, "temperature": 1.0,
+            "top_k": 0, "top_p": 1.0, "min_p": 0.0, "post_sampling_probs": True, "cache_prompt": True, "seed": 42}
+    (answer,) = yield [Call("POST", "/completion", body)]
+    if isinstance(answer, Exception):
+        raise answer
+    top = (answer.get("completion_probabilities") or [{}])[0].get("top_probs", [])
+    seen = sum(float(t.get("prob", 0.0)) for t in top)
+    calls = sum(float(t.get("prob", 0.0)) for t in top if str(t.get("token", "")).lstrip().startswith(CALL_STARTS))
+    return calls / seen if seen > 0 else 0.0
 
 
 def _reply(plain: list[dict[str, Any]], model: str | None, max_tokens: int | None, options: dict[str, Any] | None,
