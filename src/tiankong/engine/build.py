@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import EngineBuildError, EngineNotFound
+from ..progress import run_with_percent
 from .cpu import cpu_features
 
 SOURCE_PACKAGE = "llama-cpp-python"
@@ -276,7 +277,7 @@ def _build(source: Path, work: Path, log: Log, jobs: int) -> Path:
     _run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS], "cmake configure")
     log(f"building {', '.join(TARGETS)} with {jobs} jobs (6-9 min on 2 cores) …")
     _run(["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs), "--target", *TARGETS],
-         "cmake build")
+         "cmake build", log)
     staged = work / "staged"
     (staged / "bin").mkdir(parents=True)
     digests = {}
@@ -297,8 +298,9 @@ def _build(source: Path, work: Path, log: Log, jobs: int) -> Path:
     return staged
 
 
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, log: Log | None = None) -> None:
+    proc = run_with_percent(cmd, "building", log) if log is not None else \
+        subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise EngineBuildError(
             f"{what} failed (exit {proc.returncode})",

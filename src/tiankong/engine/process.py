@@ -60,6 +60,10 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+#: while an engine starts, a line every this many seconds (big models load for a while)
+STARTUP_NOTE_S = 5.0
+
+
 class EngineProcess(SupervisedProcess):
     """A llama-server process with health checks, restart on crash and clean shutdown."""
 
@@ -268,9 +272,13 @@ class EngineProcess(SupervisedProcess):
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
         deadline = self.started_at + self.startup_timeout_s
-        delay = 0.05
+        delay, told = 0.05, self.started_at
         with httpx.Client(timeout=2.0) as http:
             while time.monotonic() < deadline:
+                if self.log is not None and time.monotonic() - told >= STARTUP_NOTE_S:  # a large model: say so
+                    told = time.monotonic()
+                    self.log(f"llama-server is loading the model … {told - self.started_at:.0f} s (at most "
+                             f"{self.startup_timeout_s:.0f} s)")
                 code = proc.poll()
                 if code is not None:
                     self._transition(EngineState.FAILED, f"exited with code {code} during start-up")

