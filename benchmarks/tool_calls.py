@@ -254,11 +254,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n", type=int, default=100, help="questions per category (seeded sample)")
+    parser.add_argument("--take", type=int, default=None, help="score only the first TAKE of each category's "
+                        "--n sample (nested: a later run with a larger TAKE resumes)")
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/structured/tool-calls"))
     args = parser.parse_args()
     args.results.mkdir(parents=True, exist_ok=True)
-    rows = [row for category in CATEGORIES for row in load(category, args.n)]
+    rows = [row for category in CATEGORIES for row in load(category, args.n)[:args.take]]
     store = args.results / f"{args.model.replace(':', '_')}.jsonl"
     items = asyncio.run(run(args.model, rows, args.slots, store))
     summary = table(items)
@@ -267,7 +269,8 @@ def main() -> None:
     for s in summary:
         print(f"{s['category']:<10} {s['side']:<8} {s['n']:>4} {s['ast_accuracy']:>8.3f} {s['invalid_success']:>12} "
               f"{s['no_call']:>8} {s['refused']:>8} {s['mean_s']:>7.2f}")
-    (args.results / "summary.json").write_text(json.dumps({"model": args.model, "n_per_category": args.n,
+    (args.results / "summary.json").write_text(json.dumps({"model": args.model, "sample_per_category": args.n,
+                                                           "scored_per_category": args.take or args.n,
                                                            "data": BFCL, "rows": summary}, indent=2) + "\n")
 
 
