@@ -23,6 +23,7 @@ import asyncio
 import copy
 import json
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -44,6 +45,7 @@ from tiankong.models import DEFAULT_MODEL, resolve_installed
 
 BFCL = "bfcl-eval==2026.3.23"
 CATEGORIES = {"simple": "BFCL_v4_simple_python", "multiple": "BFCL_v4_multiple", "parallel": "BFCL_v4_parallel"}
+EVIDENCE_CHARS = 2000
 MAX_TOKENS = 256  # a call is short; a reply in words is a miss on these categories either way
 DEADLINE_S = 900.0
 
@@ -162,7 +164,8 @@ async def ask(http: httpx.AsyncClient, url: str, row: dict[str, Any], tools: lis
     extension = answer.json().get("tiankong")
     calls = message.get("tool_calls") or []
     if not calls:
-        return {"outcome": "no_call", "content": str(message.get("content"))[:300], "s": elapsed, "ast": False,
+        return {"outcome": "no_call", "content": str(message.get("content"))[:EVIDENCE_CHARS], "s": elapsed,
+                "ast": False,
                 "tiankong": extension}
     why = invalid(calls, tools)
     if why:
@@ -234,11 +237,45 @@ async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path) -
     return [measured[row["id"]] for row in rows]
 
 
+FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+def calls_in_text(content: str) -> list[dict[str, Any]] | None:
+    """Calls a user could parse out of a plain-text answer: JSON ({name, arguments} or a list of them), in a code
+    fence or bare. None when there is none."""
+    texts = FENCE.findall(content) or [content]
+    found: list[dict[str, Any]] = []
+    for text in texts:
+        try:
+            value = json.loads(text.strip())
+        except ValueError:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("arguments"),
+                                                                                           dict):
+                found.append({item["name"]: item["arguments"]})
+    return found or None
+
+
+def text_parsed(item: dict[str, Any], row: dict[str, Any], check: Any) -> dict[str, Any]:
+    """The raw side again, counting calls written as JSON text (what a user could parse) as calls."""
+    raw = item["raw"]
+    if raw["outcome"] != "no_call":
+        return raw
+    calls = calls_in_text(raw.get("content") or "")
+    if calls is None:
+        return raw
+    from bfcl_eval.constants.enums import Language
+
+    verdict = check(row["function"], calls, row["ground_truth"], Language.PYTHON, row["category"], "gpt-4o-FC")
+    return {**raw, "outcome": "call_in_text", "ast": bool(verdict["valid"])}
+
+
 def table(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for category in (*CATEGORIES, "all"):
         rows = [i for i in items if category in ("all", i["category"])]
-        for side in ("raw", "gateway"):
+        for side in ("raw", "raw_text_parsed", "gateway"):
             results = [r[side] for r in rows]
             n = len(results)
             out.append({"category": category, "side": side, "n": n,
@@ -263,11 +300,14 @@ def main() -> None:
     rows = [row for category in CATEGORIES for row in load(category, args.n)[:args.take]]
     store = args.results / f"{args.model.replace(':', '_')}.jsonl"
     items = asyncio.run(run(args.model, rows, args.slots, store))
+    check = checker()
+    for item, row in zip(items, rows, strict=True):
+        item["raw_text_parsed"] = text_parsed(item, row, check)
     summary = table(items)
-    print(f"\n{'category':<10} {'side':<8} {'n':>4} {'AST acc':>8} {'invalid 200':>12} {'no call':>8} "
+    print(f"\n{'category':<10} {'side':<16} {'n':>4} {'AST acc':>8} {'invalid 200':>12} {'no call':>8} "
           f"{'refused':>8} {'mean s':>7}")
     for s in summary:
-        print(f"{s['category']:<10} {s['side']:<8} {s['n']:>4} {s['ast_accuracy']:>8.3f} {s['invalid_success']:>12} "
+        print(f"{s['category']:<10} {s['side']:<16} {s['n']:>4} {s['ast_accuracy']:>8.3f} {s['invalid_success']:>12} "
               f"{s['no_call']:>8} {s['refused']:>8} {s['mean_s']:>7.2f}")
     (args.results / "summary.json").write_text(json.dumps({"model": args.model, "sample_per_category": args.n,
                                                            "scored_per_category": args.take or args.n,

@@ -75,7 +75,8 @@ def test_queries_are_checked_name_by_name_and_by_explain() -> None:
                         ("SELECT album.name FROM album", "has no column 'name'"),
                         ("SELECT genre FROM album", "in none of the tables"),
                         ("DELETE FROM album", "only one SELECT"),
-                        ("SELECT title FROM album WHERE", "not valid SQL")):
+                        ("SELECT title FROM album WHERE", "not valid SQL"),
+                        ("SELECT title FROM album WHERE title = 'it's'", "not valid SQL")):  # a token error
         errors = check_query(sql, schema, con)[0]
         assert errors and needle in errors[0], (sql, errors)
 

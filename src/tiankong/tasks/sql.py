@@ -97,7 +97,7 @@ def schema_from_ddl(ddl: str) -> DbSchema:
         raise ConfigError(f"the database schema is {len(ddl)} characters, more than {MAX_DDL_CHARS}")
     try:
         statements = sqlglot.parse(ddl, read="sqlite")
-    except sqlglot.errors.ParseError as exc:
+    except sqlglot.errors.SqlglotError as exc:
         raise ConfigError(f"the schema's DDL does not parse: {str(exc).splitlines()[0][:200]}",
                           hint="give CREATE TABLE statements in SQLite syntax") from None
     tables = []
@@ -171,7 +171,7 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
 
     try:
         tree = sqlglot.parse_one(sql, read="sqlite")
-    except sqlglot.errors.ParseError as exc:
+    except sqlglot.errors.SqlglotError as exc:  # ParseError, TokenError (an unclosed quote, …)
         return [f"not valid SQL: {str(exc).splitlines()[0][:200]}"], [], []
     if not isinstance(tree, (exp.Select, exp.Union)):
         return ["only one SELECT query is allowed"], [], []
