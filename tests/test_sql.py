@@ -71,6 +71,8 @@ def test_queries_are_checked_name_by_name_and_by_explain() -> None:
     ok, tables, columns = check_query("SELECT album.title FROM album JOIN artist ON album.artist_id = artist.id "
                                       "WHERE artist.name = 'AC/DC'", schema, con)
     assert ok == [] and tables == ["album", "artist"] and "artist.name" in columns
+    assert check_query("SELECT T1.title FROM album AS T1", schema, con)[0] == []  # an alias names its table
+    assert "has no column 'name'" in check_query("SELECT T1.name FROM album AS T1", schema, con)[0][0]
     for sql, needle in (("SELECT * FROM albums", "no table 'albums'"),
                         ("SELECT album.name FROM album", "has no column 'name'"),
                         ("SELECT genre FROM album", "in none of the tables"),

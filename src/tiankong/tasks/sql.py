@@ -177,13 +177,14 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
         return ["only one SELECT query is allowed"], [], []
     errors: list[str] = []
     tables = {t.name for t in tree.find_all(exp.Table)}
+    owners = {t.alias_or_name: t.name for t in tree.find_all(exp.Table)}  # an alias (T1) stands for its table
     for name in sorted(tables):
         if schema.table(name) is None:
             errors.append(f"no table {name!r} in the schema")
     aliases = {a.alias for a in tree.find_all(exp.Alias)}
     columns: set[str] = set()
     for column in tree.find_all(exp.Column):
-        name, owner = column.name, column.table
+        name, owner = column.name, owners.get(column.table, column.table)
         found = schema.table(owner) if owner else None
         if owner and found is None:
             errors.append(f"{owner}.{name}: no table {owner!r} in the schema")
