@@ -26,7 +26,6 @@ import random
 import re
 import subprocess
 import sys
-import threading
 import time
 import types
 import zipfile
@@ -35,13 +34,13 @@ from typing import Any
 
 import httpx
 import jsonschema
-import uvicorn
 
 from tiankong import paths
 from tiankong.engine import EngineConfig, EngineProcess, locate_engine
-from tiankong.engine.process import free_port
-from tiankong.gateway import GatewayState, create_app
 from tiankong.models import DEFAULT_MODEL, resolve_installed
+
+sys.path.insert(0, str(Path(__file__).parent))
+from structured_compliance import start_gateway  # noqa: E402 (the same in-process gateway, deadline 1800 s)
 
 BFCL = "bfcl-eval==2026.3.23"
 CATEGORIES = {"simple": "BFCL_v4_simple_python", "multiple": "BFCL_v4_multiple", "parallel": "BFCL_v4_parallel"}
@@ -176,22 +175,6 @@ async def ask(http: httpx.AsyncClient, url: str, row: dict[str, Any], tools: lis
     verdict = check(row["function"], output, row["ground_truth"], Language.PYTHON, row["category"], "gpt-4o-FC")
     return {"outcome": "call", "ast": bool(verdict["valid"]), "calls": output, "s": elapsed, "tiankong": extension,
             **({} if verdict["valid"] else {"error": str(verdict.get("error"))[:300]})}
-
-
-def start_gateway(engine: EngineProcess, name: str, slots: int) -> tuple[str, uvicorn.Server]:
-    port = free_port()
-    state = GatewayState.for_engine(engine, name, max_in_flight=slots, request_timeout_s=DEADLINE_S)
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="error"))
-    threading.Thread(target=server.run, daemon=True).start()
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return url, server
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError("gateway did not start")
 
 
 def done(store: Path) -> dict[str, dict[str, Any]]:
