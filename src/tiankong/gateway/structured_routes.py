@@ -24,7 +24,7 @@ from ..api import AsyncClient
 from ..errors import ConfigError, InvalidSchema
 from ..structured import Structured
 from ..structured.drivers import run_async
-from ..structured.tools import ToolCalls, call_flow, parse_tool_choice, parse_tools
+from ..structured.tools import ToolCalls, call_flow, field_error, parse_tool_choice, parse_tools
 from ..tasks.bodies import extract_answer, usage_json
 from .responses import tiankong_error_response
 
@@ -190,15 +190,15 @@ async def tool_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
                     observe: Observer | None = None) -> Response:
     """A chat request with ``tools``: validated calls (``finish_reason: "tool_calls"``) or a reply."""
     if not body.get("tools"):
-        raise _field_error("tool_choice needs tools: declare the functions in tools", "tool_choice")
+        raise field_error("tool_choice needs tools: declare the functions in tools", "tool_choice")
     if wants_structured(body):
-        raise _field_error("tools and response_format together are not served: ask for the calls (tools) or for "
+        raise field_error("tools and response_format together are not served: ask for the calls (tools) or for "
                            "one structured answer (response_format), in two requests", "response_format")
     tools = parse_tools(body["tools"])
     mode, name = parse_tool_choice(body.get("tool_choice"), tools)
     parallel = body.get("parallel_tool_calls", True)
     if not isinstance(parallel, bool):
-        raise _field_error("parallel_tool_calls must be true or false", "parallel_tool_calls")
+        raise field_error("parallel_tool_calls must be true or false", "parallel_tool_calls")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ConfigError("messages must be a non-empty list of {role, content} objects")
@@ -206,8 +206,7 @@ async def tool_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
     result: ToolCalls = await run_async(call_flow(messages, tools, tool_choice=mode, function=name,
                                                   parallel=parallel, max_tokens=max_tokens,
                                                   options=_sampling(body)), client._request)
-    usage = {"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
-             "total_tokens": result.usage.total_tokens}
+    usage = result.to_json()["usage"]
     if observe is not None:
         observe({"usage": usage, "attempts": result.attempts})
     if result.calls:
@@ -216,12 +215,6 @@ async def tool_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
         return _completion(body, model_name, message, "tool_calls", usage, result.evidence())
     message = {"role": "assistant", "content": result.content, "refusal": None}
     return _completion(body, model_name, message, result.finish_reason, usage, result.evidence())
-
-
-def _field_error(message: str, param: str) -> ConfigError:
-    error = ConfigError(message, hint="see docs/structured.md#tool-calls")
-    error.param = param
-    return error
 
 
 async def extract_task(client: AsyncClient, body: dict[str, Any], observe: Observer | None = None) -> Response:

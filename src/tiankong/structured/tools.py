@@ -125,27 +125,27 @@ def parse_tools(tools: Any) -> list[Tool]:
     """OpenAI ``tools`` ([{type: function, function: {name, description?, parameters?}}]) → ``Tool``s; every
     problem is a ``ConfigError`` naming the item (``param`` = ``tools``)."""
     if not isinstance(tools, list) or not tools:
-        raise _tools_error("tools must be a non-empty list of {type: 'function', function: {name, parameters}}")
+        raise field_error("tools must be a non-empty list of {type: 'function', function: {name, parameters}}")
     if len(tools) > MAX_TOOLS:
-        raise _tools_error(f"at most {MAX_TOOLS} tools per request, got {len(tools)}")
+        raise field_error(f"at most {MAX_TOOLS} tools per request, got {len(tools)}")
     found: dict[str, Tool] = {}
     for i, item in enumerate(tools):
         where = f"tools[{i}]"
         if not isinstance(item, dict) or item.get("type", "function") != "function" \
                 or not isinstance(item.get("function"), dict):
-            raise _tools_error(f"{where} must be {{type: 'function', function: {{name, parameters}}}}")
+            raise field_error(f"{where} must be {{type: 'function', function: {{name, parameters}}}}")
         spec = item["function"]
         name = spec.get("name")
         if not isinstance(name, str) or not NAME.match(name):
-            raise _tools_error(f"{where}.function.name must be 1-64 letters, digits, '_', '-' or '.'")
+            raise field_error(f"{where}.function.name must be 1-64 letters, digits, '_', '-' or '.'")
         if name in found:
-            raise _tools_error(f"{where}: the function name {name!r} is declared twice")
+            raise field_error(f"{where}: the function name {name!r} is declared twice")
         parameters = spec.get("parameters", {"type": "object", "properties": {}})
         if not isinstance(parameters, dict):
-            raise _tools_error(f"{where}.function.parameters must be a JSON Schema object")
+            raise field_error(f"{where}.function.parameters must be a JSON Schema object")
         description = spec.get("description") or ""
         if not isinstance(description, str):
-            raise _tools_error(f"{where}.function.description must be a string")
+            raise field_error(f"{where}.function.description must be a string")
         found[name] = Tool(name, description, parameters)
     return list(found.values())
 
@@ -156,20 +156,21 @@ def parse_tool_choice(choice: Any, tools: list[Tool]) -> tuple[str, str | None]:
         return "auto", None
     if isinstance(choice, str):
         if choice not in CHOICES:
-            raise _tools_error(f"tool_choice must be one of {', '.join(CHOICES)} or "
+            raise field_error(f"tool_choice must be one of {', '.join(CHOICES)} or "
                                "{type: 'function', function: {name}}", param="tool_choice")
         return choice, None
     name = choice.get("function", {}).get("name") if isinstance(choice, dict) and \
         isinstance(choice.get("function"), dict) else None
     if not isinstance(name, str):
-        raise _tools_error("tool_choice must name a function: {type: 'function', function: {name}}",
+        raise field_error("tool_choice must name a function: {type: 'function', function: {name}}",
                            param="tool_choice")
     if name not in {tool.name for tool in tools}:
-        raise _tools_error(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
+        raise field_error(f"tool_choice names {name!r}, which is not among the tools", param="tool_choice")
     return "function", name
 
 
-def _tools_error(message: str, param: str = "tools") -> ConfigError:
+def field_error(message: str, param: str = "tools") -> ConfigError:
+    """A ``ConfigError`` naming the request field at fault (``param``), pointing to the tool-call docs."""
     error = ConfigError(message, hint="see docs/structured.md#tool-calls")
     error.param = param
     return error
@@ -249,7 +250,7 @@ def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice:
         try:
             schema_constraint(call_object(tool))
         except InvalidSchema as exc:
-            raise _tools_error(f"tool {tool.name!r}: its parameters are not a usable JSON Schema: "
+            raise field_error(f"tool {tool.name!r}: its parameters are not a usable JSON Schema: "
                                f"{exc.message}") from None
     plain = plain_messages(messages)
     by_name = {tool.name: tool for tool in tools}
