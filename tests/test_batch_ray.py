@@ -58,29 +58,38 @@ def labels_of(output: Path) -> dict[str, str]:
 
 
 def test_two_nodes_give_every_id_once_and_the_local_results(cluster: Any, tmp_path: Path) -> None:
-    source = records(tmp_path / "in.jsonl", 200)
+    source = records(tmp_path / "in.jsonl", 80)
     job = dict(input=str(source), task="classify", labels=LABELS, model=TEST_MODEL, slots=2)
     report = run(make_job(output=str(tmp_path / "ray.jsonl"), ray=cluster.address, **job))
-    assert report.complete and report.done == 200 and report.failed == 0
+    assert report.complete and report.done == 80 and report.failed == 0
     assert report.nodes is not None and len(report.nodes) == 2
     assert all(node["processed"] > 0 for node in report.nodes)  # both nodes did work
-    assert sum(node["processed"] for node in report.nodes) == 200
+    assert sum(node["processed"] for node in report.nodes) == 80
     local = run(make_job(output=str(tmp_path / "local.jsonl"), **job))
     assert local.complete and local.nodes is None
     ray_labels, local_labels = labels_of(tmp_path / "ray.jsonl"), labels_of(tmp_path / "local.jsonl")
-    assert ray_labels.keys() == local_labels.keys() == {f"r{i}" for i in range(200)}
+    assert ray_labels.keys() == local_labels.keys() == {f"r{i}" for i in range(80)}
     agree = sum(ray_labels[k] == local_labels[k] for k in ray_labels)
     # the same model at temperature 0; engines with other slot layouts may split a near-tie the other way
-    assert agree >= 196, f"only {agree} of 200 labels agree with the local executor"
+    assert agree >= 78, f"only {agree} of 80 labels agree with the local executor"
 
 
 def _engine_pids() -> set[int]:
+    """SmolLM2 engines started by Ray actors (not the ones other tests, or another test worker, run)."""
     found = subprocess.run(["pgrep", "-f", "llama-server.*135m"], capture_output=True, text=True).stdout.split()
-    return {int(p) for p in found}
+    mine = set()
+    for pid in map(int, found):
+        try:
+            parent = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1]
+            if Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"ray::"):
+                mine.add(pid)
+        except (OSError, IndexError):
+            continue
+    return mine
 
 
 def test_an_actor_killed_mid_job_loses_nothing(cluster: Any, tmp_path: Path) -> None:
-    source = records(tmp_path / "in.jsonl", 120)
+    source = records(tmp_path / "in.jsonl", 60)
     output = tmp_path / "out.jsonl"
     before = _engine_pids()
     driver = subprocess.Popen([sys.executable, "-c", (
@@ -104,8 +113,8 @@ def test_an_actor_killed_mid_job_loses_nothing(cluster: Any, tmp_path: Path) -> 
             driver.wait(30)
     assert driver.returncode == 0, err[-2000:]
     report = json.loads(out.strip().splitlines()[-1])
-    assert report["done"] == 120 and report["failed"] == 0
-    assert labels_of(output).keys() == {f"r{i}" for i in range(120)}
+    assert report["done"] == 60 and report["failed"] == 0
+    assert labels_of(output).keys() == {f"r{i}" for i in range(60)}
     assert not pid_alive(actor)
 
 

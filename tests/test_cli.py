@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 
@@ -83,11 +84,11 @@ def test_bad_input_is_one_line_errors(tmp_path) -> None:  # type: ignore[no-unty
 
 
 def test_help_everywhere() -> None:
-    for args in (["--help"], ["engine", "--help"], ["models", "--help"], ["models", "pull", "--help"],
-                 ["serve", "--help"], ["run", "--help"], ["chat", "--help"], ["doctor", "--help"],
-                 ["extract", "--help"]):
-        proc = run_cli(*args)
-        assert proc.returncode == 0 and "Usage:" in proc.stdout, args
+    every = (["--help"], ["engine", "--help"], ["models", "--help"], ["models", "pull", "--help"],
+             ["serve", "--help"], ["run", "--help"], ["chat", "--help"], ["doctor", "--help"], ["extract", "--help"])
+    with ThreadPoolExecutor(3) as pool:  # independent processes: run side by side
+        for args, proc in zip(every, pool.map(lambda a: run_cli(*a), every), strict=True):
+            assert proc.returncode == 0 and "Usage:" in proc.stdout, args
 
 
 def test_default_model_and_config_come_from_the_environment(tmp_path) -> None:  # type: ignore[no-untyped-def]
