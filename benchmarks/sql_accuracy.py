@@ -245,6 +245,12 @@ def main() -> None:
     db = chinook_db()
     items = questions(db, args.per_family)
     done = run(args.model, items, args.slots, db, args.results / f"{args.model.replace(':', '_')}.jsonl")
+    schema = schema_from_db(db)
+    with read_only(db) as con:  # every stored answer scored by today's scorer (it is deterministic)
+        for item in done:
+            for side in ("raw", "sql_task"):
+                if item[side].get("sql"):
+                    item[side] = {**item[side], **score(con, schema, item[side]["sql"], item["gold"])}
     summary = []
     print(f"\n{'side':<14} {'n':>4} {'exec acc':>9} {'unknown name':>13} {'not run':>8} {'refused':>8} {'mean s':>7}")
     for side in ("raw", "sql_task"):
