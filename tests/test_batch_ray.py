@@ -74,14 +74,17 @@ def test_two_nodes_give_every_id_once_and_the_local_results(cluster: Any, tmp_pa
     assert agree >= 78, f"only {agree} of 80 labels agree with the local executor"
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1])
+
+
 def _engine_pids() -> set[int]:
-    """SmolLM2 engines started by Ray actors (not the ones other tests, or another test worker, run)."""
+    """SmolLM2 engines whose parent is a Ray actor (not the engines other tests run)."""
     found = subprocess.run(["pgrep", "-f", "llama-server.*135m"], capture_output=True, text=True).stdout.split()
     mine = set()
     for pid in map(int, found):
         try:
-            parent = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[1]
-            if Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"ray::"):
+            if Path(f"/proc/{_parent(pid)}/cmdline").read_bytes().startswith(b"ray::"):
                 mine.add(pid)
         except (OSError, IndexError):
             continue
@@ -103,7 +106,7 @@ def test_an_actor_killed_mid_job_loses_nothing(cluster: Any, tmp_path: Path) -> 
         engines = _engine_pids() - before
         assert len(engines) == 2, engines
         victim = sorted(engines)[0]
-        actor = int(Path(f"/proc/{victim}/stat").read_text().split(")")[-1].split()[1])  # its parent: the actor
+        actor = _parent(victim)
         os.kill(victim, signal.SIGKILL)
         os.kill(actor, signal.SIGKILL)
         out, err = driver.communicate(timeout=400)
