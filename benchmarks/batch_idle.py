@@ -5,7 +5,9 @@ against ``tiankong batch run`` on an idle machine — measured side by side in o
 
 1. idle baseline: ``tiankong batch run --model M --slots S`` over file A (500 chat lines), nothing else running;
 2. for each ``--batch-slots`` setting, a ``tiankong serve --model M --slots S`` gateway with that
-   ``[batches] slots`` (``all`` = the default: every slot nobody interactive waits for):
+   ``[batches] slots`` (``all`` = the default: every slot nobody interactive waits for; ``+yield`` adds
+   ``yield_to_interactive``, ``+share`` turns ``preempt`` off — batch lines then share the engine's steps instead
+   of stepping aside):
    a. quiet: an open-loop interactive client sends short chats (``--chat-tokens``) at ``--rate`` per second for
       ``--quiet-s`` seconds;
    b. busy: file B (500 other chat lines) is submitted as a batch and the same client runs until the batch is
@@ -134,6 +136,8 @@ def gateway(model: str, slots: int, ctx: int, batch_slots: str, workdir: Path) -
     extra = "" if slots_part == "all" else f"slots = {int(slots_part)}\n"
     if mode == "yield":
         extra += "yield_to_interactive = true\n"
+    if mode == "share":  # batch lines share the engine's steps with interactive ones (no stepping aside)
+        extra += "preempt = false\n"
     config.write_text(f'[batches]\ndir = "{workdir / ("batches-" + batch_slots)}"\n{extra}', encoding="utf-8")
     port = free_port()
     proc = subprocess.Popen([TIANKONG, "serve", "--model", model, "--slots", str(slots), "--ctx", str(ctx),

@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/tool_calls.py [--model NAME] [--n 100] [--slots 4] [--results DIR]
 
 Data: the ``bfcl-eval==2026.3.23`` wheel (fetched with pip into the user cache; nothing is installed): the
-"simple" (``BFCL_v4_simple_python``), "multiple" and "parallel" categories with their possible answers, a seeded
-sample of ``--n`` questions each. Functions are converted to OpenAI tools as BFCL does for OpenAI models
+"simple" (``BFCL_v4_simple_python``), "multiple" and "parallel" categories with their possible answers, ``--n``
+questions each in a seeded order (the first 50 a seeded sample, the rest shuffled after them, so a larger ``--n``
+keeps what was measured). Functions are converted to OpenAI tools as BFCL does for OpenAI models
 (``dict`` → object, ``float`` → number, ``.`` in names → ``_``) and every answer is scored by BFCL's own
 ``ast_checker`` (imported from the wheel; its model table, which pulls in every vendor's SDK, is stubbed to
 "names had . replaced by _").
@@ -47,6 +48,7 @@ CATEGORIES = {"simple": "BFCL_v4_simple_python", "multiple": "BFCL_v4_multiple",
 EVIDENCE_CHARS = 2000
 MAX_TOKENS = 256  # a call is short; a reply in words is a miss on these categories either way
 DEADLINE_S = 900.0
+FIRST_SAMPLE = 50
 
 
 def bfcl_dir() -> Path:
@@ -90,7 +92,13 @@ def load(category: str, n: int, seed: int = 7) -> list[dict[str, Any]]:
                (json.loads(line) for line in (data / "possible_answer" / f"{name}.json").read_text().splitlines()
                 if line.strip())}
     rows = [{**q, "category": category, "ground_truth": answers[q["id"]]} for q in questions]
-    return random.Random(seed).sample(rows, min(n, len(rows)))
+    # the first FIRST_SAMPLE are the seeded sample measured first; the rest follow in a seeded order, so a larger
+    # --n keeps every question already measured (random.sample's picks change with its size)
+    first = random.Random(seed).sample(rows, min(FIRST_SAMPLE, len(rows)))
+    chosen = {row["id"] for row in first}
+    rest = [row for row in rows if row["id"] not in chosen]
+    random.Random(seed).shuffle(rest)
+    return [*first, *rest][:n]
 
 
 MAPPING = {"integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",

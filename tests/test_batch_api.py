@@ -23,6 +23,7 @@ from tiankong.engine import EngineProcess
 from tiankong.gateway import GatewayState, create_app
 from tiankong.gateway.admission import Admission
 from tiankong.gateway.keys import ApiKey, hash_key
+from tiankong.gateway.preempt import continuation, joined, preemptible
 from tiankong.models import TEST_MODEL
 
 KEY_ONE, KEY_TWO = "batch-key-one-0123456789", "batch-key-two-0123456789"
@@ -290,6 +291,106 @@ def test_batch_lines_take_only_slots_nobody_interactive_waits_for() -> None:
         return held_back and blocked.done() and admission.batch_in_flight == 1
 
     assert asyncio.run(yields())
+
+
+def test_a_running_batch_line_steps_aside_for_interactive_work_and_comes_back() -> None:
+    async def go() -> tuple[bool, bool, int, int]:
+        admission = Admission(2, 4, preempt=True)
+        await admission.acquire(batch=True)  # a batch line runs on an idle engine
+        arrived = asyncio.ensure_future(admission.interactive_arrived())
+        await asyncio.sleep(0)
+        quiet = not arrived.done()
+        await admission.acquire()  # an interactive request is admitted: the line hears of it at once
+        await asyncio.sleep(0)
+        heard = arrived.done()
+        back = asyncio.ensure_future(admission.step_aside())
+        await asyncio.sleep(0)
+        during = admission.batch_in_flight  # the line gave its slot back and waits
+        starts = asyncio.ensure_future(admission.acquire(batch=True))  # no new line starts either
+        await asyncio.sleep(0)
+        assert not back.done() and not starts.done()
+        admission.release()  # the interactive request ends: the line goes on
+        await asyncio.gather(back, starts)
+        return quiet, heard, during, admission.batch_in_flight
+
+    assert asyncio.run(go()) == (True, True, 0, 2)
+
+    async def cancelled() -> int:
+        admission = Admission(1, 4, preempt=True)
+        await admission.acquire(batch=True)
+        waiting = asyncio.ensure_future(admission.acquire())  # an interactive request waits for the one slot
+        await asyncio.sleep(0)
+        back = asyncio.ensure_future(admission.step_aside())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert waiting.done()  # the slot the line gave back went to it
+        back.cancel()  # the line's request is cancelled (deadline, shutdown) while it waits to go on
+        await asyncio.gather(back, return_exceptions=True)
+        admission.release(batch=True)  # the pipeline's own release for the line
+        admission.release()
+        return admission.in_flight
+
+    assert asyncio.run(cancelled()) == 0
+
+
+def test_preemptible_lines_and_their_continuations() -> None:
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Count."}], "max_tokens": 40}
+    assert preemptible("/v1/chat/completions", chat)
+    assert preemptible("/v1/completions", {"prompt": "1, 2,", "max_tokens": 9})
+    for extra in ({"tools": [{"type": "function"}]}, {"response_format": {"type": "json_object"}}, {"n": 2},
+                  {"logprobs": True}, {"grammar": "root ::= x"}):
+        assert not preemptible("/v1/chat/completions", {**chat, **extra}), extra
+    assert not preemptible("/v1/chat/completions", {**chat, "messages": [*chat["messages"],
+                                                                        {"role": "assistant", "content": "1"}]})
+    assert not preemptible("/v1/embeddings", {"input": "x"})
+    assert continuation("/v1/chat/completions", chat, "", 0) == chat
+    more = continuation("/v1/chat/completions", chat, "1, 2, 3", 5)
+    assert more["messages"][-1] == {"role": "assistant", "content": "1, 2, 3"} and more["max_tokens"] == 35
+    assert continuation("/v1/completions", {"prompt": "1, 2,", "n_predict": 9}, " 3,", 2) == \
+        {"prompt": "1, 2, 3,", "max_tokens": 7}
+    last = {"id": "b", "created": 2, "choices": [{"index": 0, "finish_reason": "stop",
+                                                  "message": {"role": "assistant", "content": " 4."}}],
+            "usage": {"prompt_tokens": 17, "completion_tokens": 3, "total_tokens": 20}}
+    whole = joined({"id": "a", "created": 1}, last, "1, 2, 3,", 5, chat=True)
+    assert whole["id"] == "a" and whole["choices"][0]["message"]["content"] == "1, 2, 3, 4."
+    assert whole["usage"] == {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}
+
+
+def test_batch_lines_step_aside_and_their_answers_are_whole(smol_engine: EngineProcess, tmp_path: Path) -> None:
+    """A real gateway: long batch lines run while interactive chats arrive; lines step aside (counted in /metrics
+    and on the line), every custom_id is answered once, and a line that stepped aside says what an uninterrupted
+    run says."""
+    state = GatewayState.for_engine(smol_engine, TEST_MODEL, batches=BatchesSettings(dir=str(tmp_path / "b")))
+    lines = [{"custom_id": f"long-{i}", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"model": TEST_MODEL, "max_tokens": 60, "temperature": 0,
+                       "messages": [{"role": "user", "content": f"List the numbers from {i} to {i + 40}."}]}}
+             for i in range(6)]
+    with serve_app(state) as url:
+        sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        upload = sdk.files.create(file=("long.jsonl", jsonl(lines)), purpose="batch")
+        batch = sdk.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h")
+        chats = 0
+        while sdk.batches.retrieve(batch.id).status not in FINAL and chats < 200:
+            answer = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+                "model": TEST_MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4})
+            assert answer.status_code == 200, answer.text
+            chats += 1
+            time.sleep(0.3)
+        done = poll(sdk, batch.id)
+        assert done.status == "completed", done
+        out = lines_of(sdk.files.content(done.output_file_id).text)
+        assert sorted(line["custom_id"] for line in out) == sorted(line["custom_id"] for line in lines)
+        stepped = [line for line in out if line["response"]["body"].get("tiankong", {}).get("stepped_aside")]
+        metrics = httpx.get(f"{url}/metrics").text
+        count = sum(float(row.split()[-1]) for row in metrics.splitlines()
+                    if row.startswith("tiankong_batch_preemptions_total"))
+        assert stepped and count >= len(stepped), (len(stepped), count)
+        for line in stepped:
+            body = line["response"]["body"]
+            request = next(x["body"] for x in lines if x["custom_id"] == line["custom_id"])
+            alone = httpx.post(f"{url}/v1/chat/completions", json=request, timeout=120).json()
+            assert body["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
+            assert body["usage"]["completion_tokens"] <= 60
 
 
 # --- bad input ------------------------------------------------------------------------------------------------

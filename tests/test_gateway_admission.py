@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -237,6 +238,44 @@ def test_metrics_parse_and_count_requests(gateway: str) -> None:
         assert gauge in samples, gauge
     assert total(samples, "tiankong_engine_rss_bytes") > 10_000_000
     assert total(samples, "tiankong_engine_slots") == 2
+
+
+def test_a_tasks_side_by_side_engine_calls_hold_admission_slots(gateway: str) -> None:
+    """Issue 21 row 3: a rerank runs its documents' calls side by side; every call beyond the request's first
+    holds a slot of the admission (``tiankong_task_extra_in_flight``), ``tiankong_in_flight`` never passes the
+    limit, and a chat sent meanwhile is answered before the rerank ends (extra calls never pass a waiter)."""
+    topics = ["sales", "hiring", "travel", "security", "weather", "budget", "support", "outage"]
+    docs = [f"Note {i}: the {topics[i % 8]} update for week {i} lists {i + 3} open items and one decision."
+            for i in range(40)]
+    finished: dict[str, float] = {}
+    seen_extra = seen_in_flight = 0.0
+    limit = 0.0
+    with ThreadPoolExecutor(2) as pool:
+        def timed(name: str, body: dict[str, Any], path: str) -> httpx.Response:
+            answer = post(gateway, body, path)
+            finished[name] = time.monotonic()
+            return answer
+
+        rerank = pool.submit(timed, "rerank", {"query": "security incidents", "documents": docs}, "/v1/tasks/rerank")
+        chat = None
+        while not rerank.done():
+            samples = metrics(gateway)
+            extra = total(samples, "tiankong_task_extra_in_flight")
+            seen_extra = max(seen_extra, extra)
+            seen_in_flight = max(seen_in_flight, total(samples, "tiankong_in_flight"))
+            limit = total(samples, "tiankong_in_flight_limit")
+            if extra and chat is None:
+                chat = pool.submit(timed, "chat", {"messages": [{"role": "user", "content": "Say hi."}],
+                                                   "max_tokens": 4, "temperature": 0}, "/v1/chat/completions")
+            time.sleep(0.01)
+        assert rerank.result().status_code == 200, rerank.result().text
+        assert len(rerank.result().json()["results"]) == len(docs)
+        assert chat is not None, "no extra slot was ever held: the rerank's calls were not counted in admission"
+        assert chat.result().status_code == 200, chat.result().text
+    assert limit >= 2 and seen_extra >= 1 and seen_in_flight <= limit, (seen_extra, seen_in_flight, limit)
+    assert finished["chat"] < finished["rerank"]
+    after = metrics(gateway)
+    assert total(after, "tiankong_task_extra_in_flight") == 0 and total(after, "tiankong_in_flight") == 0
 
 
 def test_metrics_registries_are_per_app(smol_engine: EngineProcess) -> None:

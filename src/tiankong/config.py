@@ -212,6 +212,9 @@ class BatchesSettings(_Strict):
                               "(default: every slot no interactive request is waiting for)")
     yield_to_interactive: bool = Field(False, description="start no batch line while an interactive request is "
                                        "being served (fewer engine steps shared; less batch throughput)")
+    preempt: bool = Field(True, description="batch lines run only while no interactive request is in flight or "
+                          "waiting; a plain chat/completion line stops the moment one arrives and goes on from "
+                          "where it stopped afterwards (interactive latency as on a quiet engine)")
     concurrency: int | None = Field(None, ge=1, description="lines of a batch in flight (default: the engines' "
                                     "slots)")
     engine_wait_s: float = Field(3600.0, ge=0, description="an engine down this long fails the running batch")

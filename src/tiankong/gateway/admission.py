@@ -4,6 +4,10 @@ llama-server queues without bound; the gateway does not. At most ``limit`` reque
 are sent to the engine at once, at most ``queue_size`` wait for a slot, and everything beyond that is
 refused at once (HTTP 429 with ``Retry-After``), so a burst costs the client a retry, not an unbounded wait.
 
+A task request whose flow sends engine calls side by side (chunks, documents) holds one slot per call in
+flight: the first is the request's own, each further one is taken only when a slot is free and nobody waits
+(:meth:`Admission.try_extra`), so ``in_flight`` counts engine calls and one request cannot crowd others out.
+
 Batch items (the gateway's own Batch API, ``batch_api.py``) wait in a second line that is served only when
 nobody is waiting in the first and a slot is free, and they hold at most ``batch_limit`` slots at once: an
 interactive request never waits behind a queued batch item, only (at most) for one running batch item to end.
@@ -52,11 +56,16 @@ class Admission:
     """
 
     def __init__(self, limit: int, queue_size: int, *, group_batching: bool = True,
-                 batch_limit: int | None = None, batch_yields: bool = False) -> None:
+                 batch_limit: int | None = None, batch_yields: bool = False, preempt: bool = False) -> None:
         if limit < 1 or queue_size < 0 or (batch_limit is not None and batch_limit < 0):
             raise ValueError("limit must be >= 1, queue_size and batch_limit >= 0")
         self.batch_limit = batch_limit  # slots batch items may hold at once (None: every free one)
         self.batch_yields = batch_yields  # no new batch line while an interactive request is being served
+        #: batch lines run only while no interactive request is in flight or waiting, and the plain ones step
+        #: aside the moment one arrives (``preempt.py``)
+        self.preempt = preempt
+        self.preemptions = 0
+        self._interactive: asyncio.Event | None = None
         self.batch_in_flight = 0
         self._batch_waiting: deque[_Waiter] = deque()
         self.limit = limit
@@ -65,6 +74,8 @@ class Admission:
         self.group_batching = group_batching
         self.in_flight = 0
         self.reordered = 0  # waiters let in ahead of the line to batch with the running group
+        self.extra_in_flight = 0  # slots held by requests' side-by-side engine calls beyond their first
+        self.extra_granted = 0
         self._running: Counter[Group] = Counter()
         self._waiting: deque[_Waiter] = deque()
         self._paused = False
@@ -105,6 +116,8 @@ class Admission:
             line = self._waiting
         waiter = _Waiter(asyncio.get_running_loop().create_future(), group)
         line.append(waiter)
+        if not batch:
+            self._signal()
         try:
             await waiter.future  # the releasing request counts us in before waking us
         except asyncio.CancelledError:
@@ -113,6 +126,20 @@ class Admission:
             else:
                 line.remove(waiter)
             raise
+
+    def try_extra(self, group: Group = (), *, batch: bool = False) -> bool:
+        """One more slot for a request already in (a task whose flow runs calls side by side), only when it is
+        free now and nobody is waiting for it: extra calls never wait in line and never pass a waiter."""
+        if not (self._batch_free() if batch else self._free() and not self._waiting):
+            return False
+        self._enter(group, batch=batch)
+        self.extra_in_flight += 1
+        self.extra_granted += 1
+        return True
+
+    def release_extra(self, group: Group = (), *, batch: bool = False) -> None:
+        self.extra_in_flight -= 1
+        self.release(group=group, batch=batch)
 
     def release(self, held_s: float | None = None, group: Group = (), *, batch: bool = False) -> None:
         self.in_flight -= 1
@@ -151,13 +178,43 @@ class Admission:
         share = self.limit if self.batch_limit is None else min(self.batch_limit, self.limit)
         interactive = self.in_flight - self.batch_in_flight
         return (self._free() and not self._waiting and self.batch_in_flight < share and
-                not (self.batch_yields and interactive > 0))
+                not ((self.batch_yields or self.preempt) and interactive > 0))
+
+    # --- batch lines that step aside (preempt.py) ----------------------------------------------------------
+
+    def interactive_busy(self) -> bool:
+        return self.in_flight - self.batch_in_flight > 0 or bool(self._waiting)
+
+    async def interactive_arrived(self) -> None:
+        """Return as soon as an interactive request is in flight or waiting."""
+        while not self.interactive_busy():
+            if self._interactive is None:
+                self._interactive = asyncio.Event()
+            await self._interactive.wait()
+
+    def _signal(self) -> None:
+        if self._interactive is not None and self.interactive_busy():
+            self._interactive.set()
+            self._interactive = None
+
+    async def step_aside(self, group: Group = ()) -> None:
+        """A running batch line gives its slot back and waits in the batch line for it again (until nobody
+        interactive is in flight or waiting). Cancelled while waiting, it is counted back in, so that the
+        caller's own ``release`` (which follows) keeps the books."""
+        self.release(group=group, batch=True)
+        try:
+            await self.acquire(group, batch=True)
+        except BaseException:
+            self._enter(group, batch=True)
+            raise
 
     def _enter(self, group: Group, *, batch: bool = False) -> None:
         self.in_flight += 1
         self._running[group] += 1
         if batch:
             self.batch_in_flight += 1
+        else:
+            self._signal()
 
     def _next(self) -> _Waiter:
         """The head of the line, or the first waiter that batches with the running requests (bounded skips)."""
@@ -188,6 +245,22 @@ class Admission:
             if not waiter.future.done():
                 self._enter(waiter.group, batch=True)
                 waiter.future.set_result(None)
+
+
+@dataclass
+class RequestSlots:
+    """The :class:`~tiankong.structured.drivers.SlotGate` of one admitted request: its extra slots come from (and
+    go back to) its engine's admission, in its group and class."""
+
+    admission: Admission
+    group: Group = ()
+    batch: bool = False
+
+    def try_extra(self) -> bool:
+        return self.admission.try_extra(self.group, batch=self.batch)
+
+    def release_extra(self) -> None:
+        self.admission.release_extra(self.group, batch=self.batch)
 
 
 def _no_pid() -> int | None:

@@ -36,6 +36,7 @@ from .native import NATIVE_GET, NATIVE_POST, native_problem, native_refused
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
+from .preempt import forward_preemptible, preemptible
 from .responses import engine_unavailable, error_for, error_response, rpm_exceeded, upstream_error
 from .state import GatewayState
 from .structured_routes import extract_task, structured_chat, tool_chat, wants_structured, wants_tools
@@ -204,6 +205,10 @@ def create_app(state: GatewayState) -> Starlette:
                     call, lambda client: structured_chat(client, body, body["model"], call.note_answer)))
             if body.get("stream"):
                 return pipe.stream(call, path, body)
+            admission = pipe.handle.admission
+            if call.batch and admission.preempt and preemptible(path, body):
+                return await pipe.run(request, call, lambda: forward_preemptible(pipe.upstream, admission, call,
+                                                                                 path, body))
             return await pipe.run(request, call, lambda: pipe.upstream.forward(call, path, body))
 
         return handler

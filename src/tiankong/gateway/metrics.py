@@ -224,12 +224,15 @@ class EngineCollector(Collector):
                                        labels=["engine"]),
             "capacity": GaugeMetricFamily("tiankong_queue_capacity", "Waiting-queue bound (429 beyond it)",
                                           labels=["engine"]),
-            "in_flight": GaugeMetricFamily("tiankong_in_flight", "Requests being served by the engine",
-                                           labels=["engine"]),
+            "in_flight": GaugeMetricFamily("tiankong_in_flight", "Requests (and tasks' extra engine calls) being "
+                                           "served by the engine", labels=["engine"]),
             "limit": GaugeMetricFamily("tiankong_in_flight_limit", "Requests sent to the engine at once",
                                        labels=["engine"]),
             "batch_in_flight": GaugeMetricFamily("tiankong_batch_in_flight", "Batch API lines being served by the "
                                                  "engine (part of tiankong_in_flight)", labels=["engine"]),
+            "extra": GaugeMetricFamily("tiankong_task_extra_in_flight", "Slots held by task requests' side-by-side "
+                                       "engine calls beyond their first (part of tiankong_in_flight)",
+                                       labels=["engine"]),
             "batch_queue": GaugeMetricFamily("tiankong_batch_queue_depth", "Batch API lines waiting for a slot "
                                              "nobody interactive wants", labels=["engine"]),
             "up": GaugeMetricFamily("tiankong_engine_up", "1 when the engine is ready", labels=["engine", "state"]),
@@ -241,10 +244,14 @@ class EngineCollector(Collector):
         }
         restarts = CounterMetricFamily("tiankong_engine_restarts", "Engine restarts (crash, wedge, recycle)",
                                        labels=["engine"])
+        preemptions = CounterMetricFamily("tiankong_batch_preemptions", "Times a Batch API line stepped aside for "
+                                          "an interactive request (it went on later)", labels=["engine"])
         for handle in self.handles():
             self._one(handle, families, restarts)
+            preemptions.add_metric([handle.name], handle.admission.preemptions)
         yield from families.values()
         yield restarts
+        yield preemptions
 
     def _one(self, handle: EngineHandle, families: dict[str, GaugeMetricFamily],
              restarts: CounterMetricFamily) -> None:
@@ -255,6 +262,7 @@ class EngineCollector(Collector):
         families["limit"].add_metric(name, admission.limit)
         families["batch_in_flight"].add_metric(name, admission.batch_in_flight)
         families["batch_queue"].add_metric(name, admission.batch_waiting)
+        families["extra"].add_metric(name, admission.extra_in_flight)
         state = handle.state()
         families["up"].add_metric([handle.name, state], 1.0 if state == "ready" else 0.0)
         if handle.name in self.busy:

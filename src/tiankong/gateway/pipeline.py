@@ -21,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from .admission import EngineHandle, QueueFull
+from ..structured.drivers import SLOT_GATE
+from .admission import EngineHandle, QueueFull, RequestSlots
 from .metrics import GatewayMetrics, RequestRecord
 from .responses import deadline_exceeded, queue_full
 from .streaming import DeferredSSE, Item, wait_disconnect
@@ -119,9 +120,11 @@ class Pipeline:
         call.queue_wait_s = held - waited
         if call.batch:
             deadline.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
+        gate = SLOT_GATE.set(RequestSlots(admission, call.group, call.batch))
         try:
             return await work()
         finally:
+            SLOT_GATE.reset(gate)
             admission.release(time.perf_counter() - held, call.group, batch=call.batch)
             self._after_request()
 

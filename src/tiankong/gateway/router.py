@@ -21,7 +21,8 @@ from .responses import engine_unavailable, error_response
 
 class ModelRouter:
     def __init__(self, pool: EnginePool, *, max_in_flight: int | None = None, queue_size: int | None = None,
-                 group_batching: bool = True, batch_slots: int | None = None, batch_yields: bool = False) -> None:
+                 group_batching: bool = True, batch_slots: int | None = None, batch_yields: bool = False,
+                 batch_preempt: bool = False) -> None:
         self.pool = pool
         self.handles: dict[str, EngineHandle] = {}
         for replica in pool.replicas():
@@ -29,7 +30,7 @@ class ModelRouter:
             queue = 2 * replica.slots if queue_size is None else queue_size
             self.handles[replica.name] = EngineHandle.for_replica(
                 replica, Admission(limit, queue, group_batching=group_batching, batch_limit=batch_slots,
-                                   batch_yields=batch_yields))
+                                   batch_yields=batch_yields, preempt=batch_preempt))
         pool.load = self.outstanding
 
     def batch_concurrency(self, configured: int | None = None) -> int:

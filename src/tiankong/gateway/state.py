@@ -58,7 +58,8 @@ class GatewayState:
         self.router = ModelRouter(self.pool, max_in_flight=self.max_in_flight, queue_size=self.queue_size,
                                   group_batching=self.adapter_batching,
                                   batch_slots=self.batches.slots if self.batches else None,
-                                  batch_yields=self.batches.yield_to_interactive if self.batches else False)
+                                  batch_yields=self.batches.yield_to_interactive if self.batches else False,
+                                  batch_preempt=self.batches.preempt if self.batches else False)
         self.batch_callers: dict[str, ApiKey] = {}  # per-run tokens of the Batch API's own lines
         settings = self.degradation
         if settings is not None and settings.fallback_url:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..errors import InputTooLong, TransportError
 from .flow import Call, Flow
@@ -48,16 +49,75 @@ def run_sync(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None],
             pool.shutdown(wait=False)
 
 
+class SlotGate(Protocol):
+    """Engine slots beyond a request's own, for the calls it runs side by side (a server's admission)."""
+
+    def try_extra(self) -> bool:
+        """Take one more slot now if one is free and nobody waits for it; False otherwise (never waits)."""
+
+    def release_extra(self) -> None: ...
+
+
+#: Set by a server that admits requests (the gateway) around one request's work: then a call in flight beyond the
+#: request's first holds a slot of its own, so one request's parallel engine calls count like other requests' and
+#: never crowd them out; without a free slot the call waits for one of the request's own calls to end.
+SLOT_GATE: contextvars.ContextVar[SlotGate | None] = contextvars.ContextVar("tiankong_slot_gate", default=None)
+
+
+class _Slots:
+    """The slots one flow's calls hold: its own (always there), extras from the gate, at most MAX_IN_FLIGHT.
+    Plain bookkeeping on the event loop (no lock): ``give`` never awaits, so a cancelled call cannot keep a slot."""
+
+    def __init__(self, gate: SlotGate | None) -> None:
+        self.gate = gate
+        self.own_busy = False
+        self.in_flight = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def take(self) -> bool:
+        """Wait for a slot; True when it is an extra one (to be given back to the gate)."""
+        while True:
+            if self.in_flight < MAX_IN_FLIGHT:
+                if self.gate is None:
+                    self.in_flight += 1
+                    return False
+                if not self.own_busy:
+                    self.own_busy = True
+                    self.in_flight += 1
+                    return False
+                if self.gate.try_extra():
+                    self.in_flight += 1
+                    return True
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+    def give(self, extra: bool) -> None:
+        self.in_flight -= 1
+        if extra:
+            assert self.gate is not None
+            self.gate.release_extra()
+        elif self.gate is not None:
+            self.own_busy = False
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
 async def run_async(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None], Awaitable[Any]]) -> T:
-    """Each batch concurrently, at most :data:`MAX_IN_FLIGHT` calls in flight."""
-    gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+    """Each batch concurrently, at most :data:`MAX_IN_FLIGHT` calls in flight (and, under a :data:`SLOT_GATE`,
+    only as many as the request holds slots for)."""
+    slots = _Slots(SLOT_GATE.get())
 
     async def one(call: Call) -> Any:
-        async with gate:
-            try:
-                return await request(call.method, call.path, call.body)
-            except ANSWERED as exc:
-                return exc
+        extra = await slots.take()
+        try:
+            return await request(call.method, call.path, call.body)
+        except ANSWERED as exc:
+            return exc
+        finally:
+            slots.give(extra)
 
     try:
         batch = next(flow)

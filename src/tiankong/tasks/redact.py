@@ -5,6 +5,13 @@ checksum, phones, bank cards with Luhn, e-mail, IPs, URLs, secrets, passports. T
 person names, addresses, organisations: it lists them (schema-constrained JSON) and only strings that occur
 verbatim in the text are kept, so the model cannot invent spans. Long texts go to the model in chunks, in
 parallel. Rule entities win overlaps.
+
+A small model misses names and addresses it should list (issue 21 row 10), so ``pii_names`` adds rules for what
+has a form — Chinese administrative levels and road numbers, US street addresses, organisation words, a name next
+to a cue (联系人, 先生, Mr.) — and proposes common Chinese surnames with a given name as candidates: each one no
+other entity covers is asked as a yes/no question about its chunk (``ask``: the chunk read once for all its
+questions) and redacted at P(yes) >= ``CONFIRM_AT`` — a low bar, since redaction fails safe. Measured per type
+and language in ``benchmarks/redact_recall.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from typing import Any
 from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow
+from .ask import Question, ask_flow
 from .classify import require_text
 from .generate import json_task, string_list
+from .pii_names import CONFIRM_AT, name_candidates, name_entities
 from .pii_rules import TYPES, Entity, detect_rules
 from .prompts import NAMED, task_messages
 from .redaction import redact_text
@@ -25,6 +34,8 @@ from .redaction import redact_text
 STYLES = ("mask", "placeholder", "hash")
 MODEL_TYPES = {"people": "PERSON", "addresses": "ADDRESS", "organizations": "ORG"}
 MODEL_CHUNK_CHARS = 1200
+MAX_CONFIRM = 16  # surname questions per text; candidates past it are redacted unasked
+CONFIRM_QUESTION = "「{name}」在文中是一个人的姓名吗？"
 KNOWN_TYPES = (*TYPES, *MODEL_TYPES.values())
 _SPLIT = re.compile(r"(?<=[。！？!?\n])|(?<=\.)\s")
 
@@ -43,18 +54,55 @@ class Redaction:
 
 
 def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True, types: list[str] | None = None,
-                salt: str = "", model: str | None = None) -> Flow[Redaction]:
+                salt: str = "", model: str | None = None, name_rules: bool = True) -> Flow[Redaction]:
+    """``name_rules=False`` leaves out the PERSON/ADDRESS/ORG rules and the surname questions (for measuring
+    what they add: ``benchmarks/redact_recall.py``)."""
     entities = _check(text, style, types)
     if use_model:
         found = yield from gather([_named_flow(chunk, model) for chunk in _chunks(text)])
-        entities = merge(entities, locate(text, [item for items in found for item in items]))
+        listed = locate(text, [item for items in found for item in items])
+        entities = merge(entities, [*listed, *(name_entities(text) if name_rules else [])])
+        if name_rules:
+            entities = merge(entities, (yield from confirm_candidates(text, entities, model)))
+    elif name_rules:
+        entities = merge(entities, name_entities(text))
     return _finish(text, entities, style, types, salt)
 
 
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,
                  salt: str = "") -> Redaction:
-    """Rules only: no engine needed (no person names, addresses or organisations)."""
-    return _finish(text, _check(text, style, types), style, types, salt)
+    """Rules only: no engine needed. Person names, addresses and organisations only where they have a form the
+    rules know (``pii_names``: a cue next to a name, administrative levels and road numbers, organisation words);
+    a surname with no cue needs the model to confirm it."""
+    return _finish(text, merge(_check(text, style, types), name_entities(text)), style, types, salt)
+
+
+def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> Flow[list[Entity]]:
+    """Surname candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
+    once for all its questions); kept at P(yes) >= CONFIRM_AT. Past MAX_CONFIRM questions, kept unasked (fail
+    safe)."""
+    covered = [(e.start, e.end) for e in entities]
+    candidates = [c for c in name_candidates(text) if all(c.end <= s or c.start >= e for s, e in covered)]
+    asked, unasked = candidates[:MAX_CONFIRM], candidates[MAX_CONFIRM:]
+    groups: list[tuple[str, list[Entity]]] = []
+    cursor = 0
+    for chunk in _chunks(text):
+        start = text.find(chunk, cursor)
+        start = cursor if start < 0 else start
+        cursor = start + len(chunk)
+        inside = [c for c in asked if start <= c.start and c.end <= cursor]
+        if inside:
+            groups.append((chunk, inside))
+    flows = [ask_flow(chunk, [Question(str(i), "yes_no", CONFIRM_QUESTION.format(name=c.text))
+                              for i, c in enumerate(inside)], model=model) for chunk, inside in groups]
+    answers = yield from gather(flows)
+    kept = [Entity(c.start, c.end, c.type, c.text, "rule+model", 0.5) for c in unasked]
+    for (_, inside), found in zip(groups, answers, strict=True):
+        for candidate, answer in zip(inside, found.answers, strict=True):
+            if (answer.probability or 0.0) >= CONFIRM_AT:
+                kept.append(Entity(candidate.start, candidate.end, candidate.type, candidate.text, "rule+model",
+                                   round(answer.probability or 0.0, 4)))
+    return kept
 
 
 def check_types(types: list[str] | None) -> None:
