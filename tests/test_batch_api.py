@@ -294,8 +294,11 @@ def test_batch_lines_take_only_slots_nobody_interactive_waits_for() -> None:
 
 
 def test_a_running_batch_line_steps_aside_for_interactive_work_and_comes_back() -> None:
+    assert Admission(4, 8, preempt=True).batch_share() == 3  # one slot stays free for interactive work
+    assert Admission(4, 8, preempt=True, batch_limit=4).batch_share() == 4
+
     async def go() -> tuple[bool, bool, int, int]:
-        admission = Admission(2, 4, preempt=True)
+        admission = Admission(3, 4, preempt=True)
         await admission.acquire(batch=True)  # a batch line runs on an idle engine
         arrived = asyncio.ensure_future(admission.interactive_arrived())
         await asyncio.sleep(0)
@@ -364,7 +367,7 @@ def test_batch_lines_step_aside_and_their_answers_are_whole(smol_engine: EngineP
     lines = [{"custom_id": f"long-{i}", "method": "POST", "url": "/v1/chat/completions",
               "body": {"model": TEST_MODEL, "max_tokens": 60, "temperature": 0,
                        "messages": [{"role": "user", "content": f"List the numbers from {i} to {i + 40}."}]}}
-             for i in range(6)]
+             for i in range(4)]
     with serve_app(state) as url:
         sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
         upload = sdk.files.create(file=("long.jsonl", jsonl(lines)), purpose="batch")

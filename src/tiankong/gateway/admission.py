@@ -175,10 +175,17 @@ class Admission:
         return self.in_flight < self.limit and not self._paused
 
     def _batch_free(self) -> bool:
-        share = self.limit if self.batch_limit is None else min(self.batch_limit, self.limit)
+        share = self.batch_share()
         interactive = self.in_flight - self.batch_in_flight
         return (self._free() and not self._waiting and self.batch_in_flight < share and
                 not ((self.batch_yields or self.preempt) and interactive > 0))
+
+    def batch_share(self) -> int:
+        """Slots batch lines may hold: ``batch_limit``, else every one — but one, when they step aside (the
+        engine's own queue would otherwise keep an interactive request waiting until a stopped line notices)."""
+        if self.batch_limit is not None:
+            return min(self.batch_limit, self.limit)
+        return max(1, self.limit - 1) if self.preempt else self.limit
 
     # --- batch lines that step aside (preempt.py) ----------------------------------------------------------
 

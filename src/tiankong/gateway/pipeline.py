@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -29,6 +30,10 @@ from .streaming import DeferredSSE, Item, wait_disconnect
 from .upstream import Upstream
 
 T = TypeVar("T")
+#: a batch line's deadline and its length: a line that stepped aside (``preempt.py``) starts it again when it
+#: gets its slot back, as it did when it first got one
+LINE_DEADLINE: contextvars.ContextVar[tuple[asyncio.Timeout, float] | None] = contextvars.ContextVar(
+    "tiankong_line_deadline", default=None)
 CLIENT_GONE = 499  # nginx's "client closed request"; only ever seen in metrics
 log = logging.getLogger("tiankong.gateway")
 
@@ -121,9 +126,11 @@ class Pipeline:
         if call.batch:
             deadline.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
         gate = SLOT_GATE.set(RequestSlots(admission, call.group, call.batch))
+        line = LINE_DEADLINE.set((deadline, self.timeout_s) if call.batch else None)
         try:
             return await work()
         finally:
+            LINE_DEADLINE.reset(line)
             SLOT_GATE.reset(gate)
             admission.release(time.perf_counter() - held, call.group, batch=call.batch)
             self._after_request()

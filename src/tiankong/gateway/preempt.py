@@ -30,6 +30,7 @@ from ..client.assemble import StreamAssembler, StreamFailed, streamed_body, toke
 from .admission import Admission
 from .engine_http import EngineHTTPError
 from .metrics import RequestRecord
+from .pipeline import LINE_DEADLINE
 from .responses import engine_unavailable, upstream_error
 from .upstream import Upstream
 
@@ -67,8 +68,9 @@ def continuation(path: str, body: dict[str, Any], written: str, spent: int) -> d
 def joined(first: dict[str, Any], answer: dict[str, Any], written: str, spent: int, chat: bool) -> dict[str, Any]:
     """The last piece's answer with the earlier pieces' text in front and the whole usage."""
     choice = answer["choices"][0]
-    if chat:
-        choice["message"]["content"] = written + (choice["message"].get("content") or "")
+    if chat:  # llama-server's answer to a prefilled assistant message holds the prefill too
+        content = choice["message"].get("content") or ""
+        choice["message"]["content"] = content if content.startswith(written) else written + content
     else:
         choice["text"] = written + (choice.get("text") or "")
     for key in ("id", "created"):
@@ -133,11 +135,20 @@ async def forward_preemptible(upstream: Upstream, admission: Admission, call: Re
                 answer["tiankong"] = {"stepped_aside": steps}
             call.note_answer(answer)
             return JSONResponse(answer)
-        written += "".join(piece.assembler.content)
+        written += _new_text(piece, written, chat)
         spent += piece.tokens
         steps += 1
         admission.preemptions += 1
         await admission.step_aside(call.group)
+        if (deadline := LINE_DEADLINE.get()) is not None:  # the wait aside does not count against the line
+            deadline[0].reschedule(asyncio.get_running_loop().time() + deadline[1])
+
+
+def _new_text(piece: _Piece, written: str, chat: bool) -> str:
+    """What a piece added: a chat continuation's first delta repeats the prefill (llama-server sends the whole
+    assistant message), a completion's does not."""
+    text = "".join(piece.assembler.content)
+    return text[len(written):] if chat and written and text.startswith(written) else text
 
 
 def _answer(reading: asyncio.Future[None], piece: _Piece) -> dict[str, Any]:

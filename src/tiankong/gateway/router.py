@@ -37,7 +37,7 @@ class ModelRouter:
         """Lines a Batch API batch keeps in flight: ``configured``, else every slot batch lines may hold."""
         if configured is not None:
             return configured
-        return sum(min(h.admission.batch_limit or h.admission.limit, h.admission.limit) for h in self.handles.values())
+        return sum(h.admission.batch_share() for h in self.handles.values())
 
     def outstanding(self, replica: Replica) -> int:
         return self.handles[replica.name].outstanding()
