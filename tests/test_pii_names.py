@@ -16,7 +16,7 @@ from tiankong.structured.drivers import run_sync
 from tiankong.tasks.ask import Question, ask_flow
 from tiankong.tasks.pii_names import CONFIRM_AT, name_candidates, name_entities
 from tiankong.tasks.pii_rules import Entity
-from tiankong.tasks.redact import CONFIRM_QUESTION, MAX_CONFIRM, confirm_candidates, redact_flow, redact_rules
+from tiankong.tasks.redact import MAX_CONFIRM, confirm_candidates, confirm_question, redact_flow, redact_rules
 
 
 def found(text: str) -> set[tuple[str, str]]:
@@ -74,6 +74,15 @@ def test_surnames_without_a_cue_are_candidates_and_common_words_are_not() -> Non
     assert found("这个地区和城市很美，市场部和区域经理开会。") == set()
 
 
+def test_capitalised_english_words_are_candidates() -> None:
+    spans = {c.text for c in name_candidates("Last week Maria Lopez and Kenji Watanabe signed; please call J. Doe.")}
+    assert {"Maria Lopez", "Kenji Watanabe"} <= spans  # "Last" is small-cased after it: no run
+    three = {c.text for c in name_candidates("Yesterday Priya Raman called.")}
+    assert {"Yesterday Priya Raman", "Priya Raman"} <= three  # the sentence's first word may not be a name
+    assert name_candidates("Thanks Team, see you Monday Morning.") == []
+    assert confirm_question("Priya Raman").startswith("Is") and "姓名" in confirm_question("赵建国")
+
+
 def test_rules_only_redaction_uses_the_name_rules() -> None:
     text = "联系人：刘德明，地址北京市海淀区中关村大街27号。"
     result = redact_rules(text)
@@ -100,7 +109,7 @@ def test_candidates_are_kept_as_the_model_answers_their_questions(client: Client
     text = "昨天赵建国把合同寄回来了，孙悦反馈系统坏了，钱多多也在群里。"
     candidates = name_candidates(text)
     assert len(candidates) >= 3
-    asked = run_sync(ask_flow(text, [Question(str(i), "yes_no", CONFIRM_QUESTION.format(name=c.text))
+    asked = run_sync(ask_flow(text, [Question(str(i), "yes_no", confirm_question(c.text))
                                      for i, c in enumerate(candidates)]), client._request)
     expected = {(c.start, c.end): a.probability for c, a in zip(candidates, asked.answers, strict=True)}
     kept = run_sync(confirm_candidates(text, [], None), client._request)

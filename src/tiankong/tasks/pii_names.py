@@ -14,7 +14,8 @@ Beijing address, a US address). These rules add what has a form:
   two-character given name. Found when a cue stands next to it (先生/女士/经理/说 … after, 联系人/我叫/收件人 …
   before) or the surname is compound; otherwise a **candidate** the model confirms (``redact.py`` asks a yes/no
   question about it, the text read once) — alone, too many Chinese words start with a surname (周末, 高兴).
-* PERSON (en): a title (Mr/Ms/Mrs/Dr/Prof …) with capitalised names.
+* PERSON (en): a title (Mr/Ms/Mrs/Dr/Prof …) with capitalised names; two or three capitalised words in a row are
+  candidates the model confirms, as the Chinese surnames are.
 
 Chinese has no spaces, so a Chinese span's left edge is found by walking back from its anchor (the suffix)
 over CJK characters that are not function words, at most a bounded number. Every pattern is bounded (no
@@ -303,10 +304,38 @@ def name_entities(text: str) -> list[Entity]:
     return resolve_overlaps(e for e in found if e.end > e.start)
 
 
+#: two or three capitalised words (an initial may stand between them): an English name, or a sentence's first word
+#: and a name ("Yesterday Tony Wallace"), or neither — the model decides
+_EN_CAPITALISED = re.compile(r"(?<![\w'-])[A-Z][a-z'-]{1,40}(?:\s(?:[A-Z]\.\s)?[A-Z][a-z'-]{1,40}){1,2}(?![\w'-])")
+_EN_NOT_NAME_WORDS = frozenset((
+    "Hi", "Hello", "Dear", "Thanks", "Thank", "Please", "Regards", "Best", "Sincerely", "Yes", "No", "The", "This",
+    "That", "These", "Those", "We", "Our", "Your", "My", "His", "Her", "Their", "It", "Its", "Monday", "Tuesday",
+    "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "January", "February", "March", "April", "May",
+    "June", "July", "August", "September", "October", "November", "December", "Street", "Avenue", "Road", "Inc",
+    "LLC", "Ltd", "Corp", "Company", "Group", "University", "Bank", "Team", "Meeting", "Notes", "Customer",
+    "Return", "Request", "Record", "Update", "Mr", "Mrs", "Ms", "Dr", "Prof",
+))
+
+
+def _en_candidates(text: str) -> Iterator[tuple[int, int]]:
+    """Capitalised word runs; a run of three also as its two-word ends (the first word may start the sentence)."""
+    for match in _EN_CAPITALISED.finditer(text):
+        words = [(m.start() + match.start(), m.end() + match.start()) for m in re.finditer(r"\S+", match.group())
+                 if not re.fullmatch(r"[A-Z]\.", m.group())]  # initials stay inside the spans, never at an end
+        spans = [(words[0][0], words[-1][1])]
+        if len(words) == 3:
+            spans += [(words[1][0], words[2][1]), (words[0][0], words[1][1])]
+        for start, end in spans:
+            names = text[start:end].replace(".", "").split()
+            if names and not any(word in _EN_NOT_NAME_WORDS for word in names):
+                yield start, end
+
+
 def name_candidates(text: str) -> list[Entity]:
-    """Chinese surname + given name spans with no cue: persons only if the model confirms them. Where the name
-    may have one given character or two (戴玲反馈: 戴玲 or 戴玲反?), both are candidates."""
-    found = []
+    """Spans that may be a person's name, to be confirmed by the model: a Chinese surname + given name with no cue
+    (where the name may have one given character or two — 戴玲反馈: 戴玲 or 戴玲反? — both), and English runs of
+    capitalised words."""
+    found = [Entity(s, e, "PERSON", text[s:e], "rule", 0.5) for s, e in _en_candidates(text)]
     for start, end, sure in _zh_persons(text):
         if sure:
             continue

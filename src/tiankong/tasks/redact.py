@@ -36,6 +36,7 @@ MODEL_TYPES = {"people": "PERSON", "addresses": "ADDRESS", "organizations": "ORG
 MODEL_CHUNK_CHARS = 1200
 MAX_CONFIRM = 16  # surname questions per text; candidates past it are redacted unasked
 CONFIRM_QUESTION = "「{name}」在文中是一个人的姓名吗？"
+CONFIRM_QUESTION_EN = 'Is "{name}" the name of a person in the text?'
 KNOWN_TYPES = (*TYPES, *MODEL_TYPES.values())
 _SPLIT = re.compile(r"(?<=[。！？!?\n])|(?<=\.)\s")
 
@@ -77,6 +78,10 @@ def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | No
     return _finish(text, merge(_check(text, style, types), name_entities(text)), style, types, salt)
 
 
+def confirm_question(name: str) -> str:
+    return (CONFIRM_QUESTION_EN if name.isascii() else CONFIRM_QUESTION).format(name=name)
+
+
 def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> Flow[list[Entity]]:
     """Surname candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
     once for all its questions); kept at P(yes) >= CONFIRM_AT. Past MAX_CONFIRM questions, kept unasked (fail
@@ -93,8 +98,8 @@ def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> 
         inside = [c for c in asked if start <= c.start and c.end <= cursor]
         if inside:
             groups.append((chunk, inside))
-    flows = [ask_flow(chunk, [Question(str(i), "yes_no", CONFIRM_QUESTION.format(name=c.text))
-                              for i, c in enumerate(inside)], model=model) for chunk, inside in groups]
+    flows = [ask_flow(chunk, [Question(str(i), "yes_no", confirm_question(c.text)) for i, c in enumerate(inside)],
+                      model=model) for chunk, inside in groups]
     answers = yield from gather(flows)
     kept = [Entity(c.start, c.end, c.type, c.text, "rule+model", 0.5) for c in unasked]
     for (_, inside), found in zip(groups, answers, strict=True):
