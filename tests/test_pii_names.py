@@ -18,6 +18,8 @@ from tiankong.tasks.pii_names import CONFIRM_AT, name_candidates, name_entities
 from tiankong.tasks.pii_rules import Entity
 from tiankong.tasks.redact import MAX_CONFIRM, confirm_candidates, confirm_question, redact_flow, redact_rules
 
+NOISE = 0.1  # a probability read again from the prompt cache (see the test that uses it)
+
 
 def found(text: str) -> set[tuple[str, str]]:
     return {(e.type, e.text) for e in name_entities(text)}
@@ -114,15 +116,16 @@ def test_candidates_are_kept_as_the_model_answers_their_questions(client: Client
     expected = {(c.start, c.end): a.probability for c, a in zip(candidates, asked.answers, strict=True)}
     kept = run_sync(confirm_candidates(text, [], None), client._request)
     spans = {(e.start, e.end) for e in kept}
-    # the same question read from the engine's prompt cache moves a probability by up to ~3e-2 on a CPU (other
-    # batch shapes): candidates that close to the bar may go either way
-    decisive = {span: p or 0.0 for span, p in expected.items() if abs((p or 0.0) - CONFIRM_AT) > 0.05}
+    # the same question read from the engine's prompt cache, in other batch shapes, moves a SmolLM2 probability by
+    # up to ~0.07 on a CPU when the engine is shared with other tests (measured in the full suite): candidates that
+    # close to the bar may go either way
+    decisive = {span: p or 0.0 for span, p in expected.items() if abs((p or 0.0) - CONFIRM_AT) > NOISE}
     assert decisive
     for span, p in decisive.items():
         assert (span in spans) == (p >= CONFIRM_AT), (span, p, spans)
     for entity in kept:
         assert entity.source == "rule+model"
-        assert entity.score == pytest.approx(expected[(entity.start, entity.end)], abs=0.05)
+        assert entity.score == pytest.approx(expected[(entity.start, entity.end)], abs=NOISE)
     # a candidate another entity already covers is not asked
     first = candidates[0]
     covered = Entity(first.start, first.end, "PERSON", first.text, "model")
