@@ -75,7 +75,6 @@ class Admission:
         self.in_flight = 0
         self.reordered = 0  # waiters let in ahead of the line to batch with the running group
         self.extra_in_flight = 0  # slots held by requests' side-by-side engine calls beyond their first
-        self.extra_granted = 0
         self._running: Counter[Group] = Counter()
         self._waiting: deque[_Waiter] = deque()
         self._paused = False
@@ -134,7 +133,6 @@ class Admission:
             return False
         self._enter(group, batch=batch)
         self.extra_in_flight += 1
-        self.extra_granted += 1
         return True
 
     def release_extra(self, group: Group = (), *, batch: bool = False) -> None:

@@ -21,7 +21,6 @@ is the same text as an uninterrupted run up to how the prefix is tokenized again
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
@@ -32,7 +31,7 @@ from .engine_http import EngineHTTPError
 from .metrics import RequestRecord
 from .pipeline import LINE_DEADLINE
 from .responses import engine_unavailable, upstream_error
-from .upstream import Upstream
+from .upstream import Upstream, stream_failed
 
 FINISH_WITHIN = 4  # a line this many tokens from its budget finishes instead of stepping aside
 PREEMPTIBLE_PATHS = ("/v1/chat/completions", "/v1/completions")
@@ -120,9 +119,7 @@ async def forward_preemptible(upstream: Upstream, admission: Admission, call: Re
                 await asyncio.gather(reading, arrival, return_exceptions=True)  # (our own cancellation still raises)
             answer = None if reading.cancelled() else _answer(reading, piece)  # a broken stream raises here
         except StreamFailed as exc:
-            code = exc.error.get("code")
-            status = code if isinstance(code, int) and 400 <= code < 600 else 500
-            return upstream_error(status, json.dumps({"error": exc.error}).encode())
+            return stream_failed(exc)
         except EngineHTTPError as exc:
             return engine_unavailable(f"the stream broke off: {exc}")
         finally:

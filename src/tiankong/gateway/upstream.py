@@ -142,9 +142,7 @@ class Upstream:
                         call.first_token()
                 answer = assembler.result()
             except StreamFailed as exc:
-                code = exc.error.get("code")
-                status = code if isinstance(code, int) and 400 <= code < 600 else 500
-                return upstream_error(status, json.dumps({"error": exc.error}).encode())
+                return stream_failed(exc)
             finally:
                 await upstream.aclose()  # also when cancelled (client gone, deadline): the engine stops
             call.note_answer(answer)
@@ -185,6 +183,13 @@ class Upstream:
             return error_for(exc)
         except TiankongError as exc:
             return error_for(exc)
+
+
+def stream_failed(exc: StreamFailed) -> Response:
+    """The error event of an engine's stream as the answer: its own status when it carries one, else 500."""
+    code = exc.error.get("code")
+    status = code if isinstance(code, int) and 400 <= code < 600 else 500
+    return upstream_error(status, json.dumps({"error": exc.error}).encode())
 
 
 def note_json(call: RequestRecord, response: Response) -> Response:

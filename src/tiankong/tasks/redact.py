@@ -8,10 +8,10 @@ parallel. Rule entities win overlaps.
 
 A small model misses names and addresses it should list (issue 21 row 10), so ``pii_names`` adds rules for what
 has a form — Chinese administrative levels and road numbers, US street addresses, organisation words, a name next
-to a cue (联系人, 先生, Mr.) — and proposes common Chinese surnames with a given name as candidates: each one no
-other entity covers is asked as a yes/no question about its chunk (``ask``: the chunk read once for all its
-questions) and redacted at P(yes) >= ``CONFIRM_AT`` — a low bar, since redaction fails safe. Measured per type
-and language in ``benchmarks/redact_recall.py``.
+to a cue (联系人, 先生, Mr.) — and proposes common Chinese surnames with a given name, and runs of capitalised
+English words, as candidates: each one no other entity covers is asked as a yes/no question about its chunk
+(``ask``: the chunk read once for all its questions) and redacted at P(yes) >= ``CONFIRM_AT`` — a low bar, since
+redaction fails safe. Measured per type and language in ``benchmarks/redact_recall.py``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .redaction import redact_text
 STYLES = ("mask", "placeholder", "hash")
 MODEL_TYPES = {"people": "PERSON", "addresses": "ADDRESS", "organizations": "ORG"}
 MODEL_CHUNK_CHARS = 1200
-MAX_CONFIRM = 16  # surname questions per text; candidates past it are redacted unasked
+MAX_CONFIRM = 16  # candidate questions per text; candidates past it are redacted unasked
 CONFIRM_QUESTION = "「{name}」在文中是一个人的姓名吗？"
 CONFIRM_QUESTION_EN = 'Is "{name}" the name of a person in the text?'
 KNOWN_TYPES = (*TYPES, *MODEL_TYPES.values())
@@ -83,7 +83,7 @@ def confirm_question(name: str) -> str:
 
 
 def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> Flow[list[Entity]]:
-    """Surname candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
+    """Name candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
     once for all its questions); kept at P(yes) >= CONFIRM_AT. Past MAX_CONFIRM questions, kept unasked (fail
     safe)."""
     covered = [(e.start, e.end) for e in entities]
