@@ -16,7 +16,15 @@ from tiankong.structured.drivers import run_sync
 from tiankong.tasks.ask import Question, ask_flow
 from tiankong.tasks.pii_names import CONFIRM_AT, name_candidates, name_entities
 from tiankong.tasks.pii_rules import Entity
-from tiankong.tasks.redact import MAX_CONFIRM, confirm_candidates, confirm_question, redact_flow, redact_rules
+from tiankong.tasks.redact import (
+    MAX_CONFIRM,
+    MODEL_CHUNK_CHARS,
+    _chunks,
+    confirm_candidates,
+    confirm_question,
+    redact_flow,
+    redact_rules,
+)
 
 NOISE = 0.1  # a probability read again from the prompt cache (see the test that uses it)
 
@@ -141,3 +149,16 @@ def test_candidates_past_the_question_cap_are_redacted_unasked(client: Client) -
     result = run_sync(redact_flow(text, types=["PERSON"]), client._request)
     for name in names[-3:]:  # the last ones are past the cap: redacted without a question (fail safe)
         assert name not in result.text, result.text
+
+
+def test_a_candidate_across_two_chunks_is_redacted_unasked(client: Client) -> None:
+    """A long text goes to the model in chunks cut at sentence ends; "John A. Smith" can be cut after "A.". No chunk
+    holds that candidate whole, so no question can be asked about it: it is kept unasked (fail safe)."""
+    filler = "the parcel was late again and the customer wrote to us about it "
+    head = (filler * (MODEL_CHUNK_CHARS // len(filler) + 1))[:MODEL_CHUNK_CHARS - 20] + " John A."
+    text = head + " Smith signed the form."
+    name = "John A. Smith"
+    assert not any(name in chunk for chunk in _chunks(text))  # the case under test: the cut is inside the name
+    assert any(c.text == name for c in name_candidates(text))
+    kept = run_sync(confirm_candidates(text, [], None), client._request)
+    assert any(e.text == name and e.source == "rule+model" for e in kept), kept

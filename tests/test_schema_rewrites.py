@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from tiankong import Client
 from tiankong.engine import EngineProcess
+from tiankong.errors import TruncatedOutput
 from tiankong.structured import preflight
 from tiankong.structured.combinators import flatten
 from tiankong.structured.patterns import FORMAT_PATTERNS, engine_pattern, pattern_max_chars
@@ -207,14 +208,29 @@ def test_minimal_schema_keeps_required_and_fewest_items() -> None:
     assert preflight({"type": "string", "maxLength": 10}).minimal_schema is None  # nothing to drop
 
 
+LONG_RECORD = {"type": "object", "required": ["id", "field_0"], "properties": {
+    "id": {"type": "integer", "minimum": 0, "maximum": 999},
+    **{f"field_{i}": {"type": "string", "minLength": 20, "maxLength": 40} for i in range(40)}}}
+
+
 def test_truncation_falls_back_to_the_smallest_answers(client: Client) -> None:
-    # 40 optional long strings cannot fit 40 tokens, even doubled; the required fields alone can
-    props = {f"field_{i}": {"type": "string", "minLength": 20, "maxLength": 40} for i in range(40)}
-    schema = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}, **props},
-              "required": ["id", "field_0"]}
-    result = client.generate("Fill in every field of the record.", schema=schema, max_tokens=40)
+    # 40 optional long strings cannot fit 80 tokens; the required fields alone can
+    result = client.generate("Fill in every field of the record.", schema=LONG_RECORD, max_tokens=80)
     assert result.minimal and result.attempts >= 2
     assert set(result.data) == {"id", "field_0"}
+
+
+def test_a_callers_max_tokens_bounds_every_attempt(client: Client) -> None:
+    """A truncated answer is retried with twice the budget only when the budget is tiankong's own estimate: a
+    caller's max_tokens is never exceeded by an attempt, so a request cannot multiply what it asked for."""
+    try:
+        result = client.generate("Fill in every field of the record.", schema=LONG_RECORD, max_tokens=40)
+        attempts, usage = result.attempts, result.usage
+    except TruncatedOutput as exc:
+        attempts, usage = exc.attempts, exc.usage
+    assert usage is not None and attempts >= 2
+    # + 1: a fast-forward try cut off at the budget is not counted as an attempt
+    assert usage.completion_tokens <= (attempts + 1) * 40, (usage, attempts)
 
 
 def test_all_of_bringing_alternatives_is_distributed_too() -> None:

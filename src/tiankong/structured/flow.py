@@ -113,11 +113,12 @@ def _compile_failure(error: Exception) -> SchemaNotSupported | None:
 def constrained_flow(
     messages: list[dict[str, Any]], constraint: Constraint, *, model: str | None, max_tokens: int | None = None,
     max_attempts: int = 2, options: dict[str, Any] | None = None, fast_forward: bool = True,
-    pin: SlotPin | None = None, lean: list[dict[str, Any]] | None = None,
+    pin: SlotPin | None = None, lean: list[dict[str, Any]] | None = None, grow: bool | None = None,
 ) -> Flow[Structured[Any]]:
     """Fast-forward when the schema's plan pays (``fastforward.py``); else, or when that answer is not valid:
     generate → decode → validate; retry once with the validator's message; retry a truncation once with a
-    larger budget, then once more with the schema's smallest answers (required properties, fewest items).
+    larger budget (unless the caller set ``max_tokens``, which then bounds every attempt; ``grow`` overrides),
+    then once more with the schema's smallest answers (required properties, fewest items).
     ``lean``: the messages without what tiankong added (the schema line), sent when the engine says the prompt
     does not fit its context — the grammar enforces the schema all the same."""
     budget = max_tokens or constraint.budget_tokens
@@ -128,7 +129,7 @@ def constrained_flow(
             return quick
         usage, attempts, reason = quick
     result = yield from _grammar_flow(messages, constraint, model, budget, max_attempts, options, attempts, usage,
-                                      lean)
+                                      lean, grow=max_tokens is None if grow is None else grow)
     result.fallback_reason = reason
     return result
 
@@ -163,8 +164,10 @@ def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget
 
 def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model: str | None, budget: int,
                   max_attempts: int, options: dict[str, Any] | None, tried: int, usage: Usage,
-                  lean: list[dict[str, Any]] | None = None) -> Flow[Structured[Any]]:
-    attempts, grown, minimal, simplified, leaned = 0, False, False, False, False
+                  lean: list[dict[str, Any]] | None = None, *, grow: bool = True) -> Flow[Structured[Any]]:
+    """``grow``: a truncated answer may be retried with twice the budget — only tiankong's own estimate; a caller's
+    ``max_tokens`` bounds every attempt (a request cannot make the engine decode more per attempt than it asked)."""
+    attempts, grown, minimal, simplified, leaned = 0, not grow, False, False, False
     decoded = 0
     engine_fields = constraint.engine_fields
     convo = list(messages)
@@ -195,7 +198,7 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
             if not minimal and constraint.minimal_fields is not None:
                 minimal, engine_fields = True, constraint.minimal_fields
                 continue
-            raise TruncatedOutput(f"the answer was cut off at {budget} tokens after {attempts} attempts",
+            raise TruncatedOutput(f"the answer was cut off at {budget} tokens after {tried + attempts} attempts",
                                   attempts=tried + attempts, last_raw=last_raw, usage=usage)
         try:
             data = constraint.decode(result.text)
@@ -207,8 +210,8 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
                 return Structured(data, result.text, tried + attempts, usage, constraint.unenforced,
                                   result.finish_reason, minimal, decoded_tokens=decoded, simplified=simplified,
                                   schema_in_prompt="none" if leaned else "")
-        if attempts >= max_attempts + grown + minimal:
-            raise RetriesExhausted(f"no valid answer after {attempts} attempts: {'; '.join(errors)[:300]}",
+        if attempts >= max_attempts + (grown and grow) + minimal:
+            raise RetriesExhausted(f"no valid answer after {tried + attempts} attempts: {'; '.join(errors)[:300]}",
                                    attempts=tried + attempts, last_raw=last_raw, errors=errors, usage=usage)
         sample = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
         convo = [*messages, {"role": "assistant", "content": result.text}, repair_message(errors, str(sample))]

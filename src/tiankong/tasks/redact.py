@@ -84,20 +84,24 @@ def confirm_question(name: str) -> str:
 
 def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> Flow[list[Entity]]:
     """Name candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
-    once for all its questions); kept at P(yes) >= CONFIRM_AT. Past MAX_CONFIRM questions, kept unasked (fail
-    safe)."""
+    once for all its questions); kept at P(yes) >= CONFIRM_AT. Past MAX_CONFIRM questions, or across two chunks
+    (no chunk holds them whole), kept unasked (fail safe)."""
     covered = [(e.start, e.end) for e in entities]
     candidates = [c for c in name_candidates(text) if all(c.end <= s or c.start >= e for s, e in covered)]
     asked, unasked = candidates[:MAX_CONFIRM], candidates[MAX_CONFIRM:]
     groups: list[tuple[str, list[Entity]]] = []
-    cursor = 0
+    cursor, placed = 0, 0
     for chunk in _chunks(text):
         start = text.find(chunk, cursor)
         start = cursor if start < 0 else start
         cursor = start + len(chunk)
         inside = [c for c in asked if start <= c.start and c.end <= cursor]
+        placed += len(inside)
         if inside:
             groups.append((chunk, inside))
+    if placed < len(asked):  # a candidate across two chunks ("John A.| Smith") has no chunk to be asked about
+        inside_any = {id(c) for _, inside in groups for c in inside}
+        unasked += [c for c in asked if id(c) not in inside_any]
     flows = [ask_flow(chunk, [Question(str(i), "yes_no", confirm_question(c.text)) for i, c in enumerate(inside)],
                       model=model) for chunk, inside in groups]
     answers = yield from gather(flows)

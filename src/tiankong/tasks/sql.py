@@ -227,7 +227,7 @@ def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = No
             stack.enter_context(contextlib.closing(empty_copy(schema)))
         result = yield from constrained_flow(messages, sql_constraint(schema, db), model=model,
                                              max_tokens=QUERY_TOKENS, max_attempts=max_attempts, fast_forward=False,
-                                             options=ANTI_LOOP)
+                                             options=ANTI_LOOP, grow=True)  # QUERY_TOKENS is our own estimate
         sql = str(result.data)
         _, tables, columns = check_query(sql, schema, db)
         rows = run_query(db, sql, max_rows) if execute else None
