@@ -294,11 +294,11 @@ def test_batch_lines_take_only_slots_nobody_interactive_waits_for() -> None:
 
 
 def test_a_running_batch_line_steps_aside_for_interactive_work_and_comes_back() -> None:
-    assert Admission(4, 8, preempt=True).batch_share() == 3  # one slot stays free for interactive work
+    assert Admission(4, 8, preempt=True).batch_share() == 1  # lines that step aside run one at a time
     assert Admission(4, 8, preempt=True, batch_limit=4).batch_share() == 4
 
     async def go() -> tuple[bool, bool, int, int]:
-        admission = Admission(3, 4, preempt=True)
+        admission = Admission(3, 4, preempt=True, batch_limit=2)
         await admission.acquire(batch=True)  # a batch line runs on an idle engine
         arrived = asyncio.ensure_future(admission.interactive_arrived())
         await asyncio.sleep(0)

@@ -179,11 +179,15 @@ class Admission:
                 not ((self.batch_yields or self.preempt) and interactive > 0))
 
     def batch_share(self) -> int:
-        """Slots batch lines may hold: ``batch_limit``, else every one — but one, when they step aside (the
-        engine's own queue would otherwise keep an interactive request waiting until a stopped line notices)."""
+        """Slots batch lines may hold: ``batch_limit``, else every one — but one line at a time when they step
+        aside. Why one: a stopped line gives its engine slot back only when llama-server notices (at its next
+        token, or after its prompt is read), and every line stopped or resumed is engine work an interactive
+        request shares; on a CPU, where a step's cost grows with the sequences in it, more lines add little batch
+        throughput. Measured (``benchmarks/batch_idle.py``, 2 cores, 4 slots, 2 chats/s): one line, interactive
+        p99 2.16x quiet and 0.65x idle batch speed; three lines, 4.45x and 0.41x (docs/batch-api.md)."""
         if self.batch_limit is not None:
             return min(self.batch_limit, self.limit)
-        return max(1, self.limit - 1) if self.preempt else self.limit
+        return 1 if self.preempt else self.limit
 
     # --- batch lines that step aside (preempt.py) ----------------------------------------------------------
 
