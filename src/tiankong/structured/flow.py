@@ -167,7 +167,7 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
                   lean: list[dict[str, Any]] | None = None, *, grow: bool = True) -> Flow[Structured[Any]]:
     """``grow``: a truncated answer may be retried with twice the budget — only tiankong's own estimate; a caller's
     ``max_tokens`` bounds every attempt (a request cannot make the engine decode more per attempt than it asked)."""
-    attempts, grown, minimal, simplified, leaned = 0, not grow, False, False, False
+    attempts, grown, minimal, simplified, leaned = 0, False, False, False, False
     decoded = 0
     engine_fields = constraint.engine_fields
     convo = list(messages)
@@ -192,7 +192,7 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
         decoded += result.usage.completion_tokens
         last_raw = result.text
         if result.truncated:
-            if not grown and budget < MAX_TOKENS_CAP:
+            if grow and not grown and budget < MAX_TOKENS_CAP:
                 grown, budget = True, min(budget * 2, MAX_TOKENS_CAP)
                 continue
             if not minimal and constraint.minimal_fields is not None:
@@ -210,7 +210,7 @@ def _grammar_flow(messages: list[dict[str, Any]], constraint: Constraint, model:
                 return Structured(data, result.text, tried + attempts, usage, constraint.unenforced,
                                   result.finish_reason, minimal, decoded_tokens=decoded, simplified=simplified,
                                   schema_in_prompt="none" if leaned else "")
-        if attempts >= max_attempts + (grown and grow) + minimal:
+        if attempts >= max_attempts + grown + minimal:
             raise RetriesExhausted(f"no valid answer after {tried + attempts} attempts: {'; '.join(errors)[:300]}",
                                    attempts=tried + attempts, last_raw=last_raw, errors=errors, usage=usage)
         sample = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")

@@ -90,18 +90,17 @@ def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> 
     candidates = [c for c in name_candidates(text) if all(c.end <= s or c.start >= e for s, e in covered)]
     asked, unasked = candidates[:MAX_CONFIRM], candidates[MAX_CONFIRM:]
     groups: list[tuple[str, list[Entity]]] = []
-    cursor, placed = 0, 0
+    cursor, placed = 0, set[int]()
     for chunk in _chunks(text):
         start = text.find(chunk, cursor)
         start = cursor if start < 0 else start
         cursor = start + len(chunk)
         inside = [c for c in asked if start <= c.start and c.end <= cursor]
-        placed += len(inside)
+        placed.update(id(c) for c in inside)
         if inside:
             groups.append((chunk, inside))
-    if placed < len(asked):  # a candidate across two chunks ("John A.| Smith") has no chunk to be asked about
-        inside_any = {id(c) for _, inside in groups for c in inside}
-        unasked += [c for c in asked if id(c) not in inside_any]
+    # a candidate across two chunks ("John A.| Smith") has no chunk to be asked about
+    unasked += [c for c in asked if id(c) not in placed]
     flows = [ask_flow(chunk, [Question(str(i), "yes_no", confirm_question(c.text)) for i, c in enumerate(inside)],
                       model=model) for chunk, inside in groups]
     answers = yield from gather(flows)
