@@ -42,11 +42,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(model: str, port: int) -> subprocess.Popen[bytes]:
+def start(model: str, port: int, config: str | None) -> subprocess.Popen[bytes]:
     tiankong = str(Path(sys.executable).with_name("tiankong"))
+    env = dict(os.environ)
+    if config is not None:  # e.g. an [engine] section whose extra_args are being compared
+        env["TIANKONG_CONFIG"] = config
     proc = subprocess.Popen([tiankong, "serve", "--model", model, "--port", str(port), "--slots", "2", "--ctx", "4096",
                              "--api-key", KEY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
@@ -148,10 +151,12 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct:q4_1")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--out", default="benchmarks/results/gateway-abuse.txt")
+    parser.add_argument("--config", default=None, help="a tiankong config file for the gateway (its text is "
+                        "written into the result)")
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    proc = start(args.model, port)
+    proc = start(args.model, port, args.config)
     try:
         quiet = chat_latencies(url, args.seconds)
         spawn = multiprocessing.get_context("spawn")
@@ -171,7 +176,9 @@ def main() -> None:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
     fives = sum(n for code, n in codes.items() if code.startswith("5"))
+    config = Path(args.config).read_text(encoding="utf-8").strip() if args.config else "(none: defaults)"
     lines = [f"$ {' '.join(sys.argv)}", f"model {args.model}, {args.seconds:.0f} s per phase",
+             "config: " + config.replace("\n", " | "),
              f"well-behaved chats: quiet n={len(quiet)} p50 {statistics.median(quiet) * 1000:.0f} ms "
              f"p99 {pct(quiet, 0.99) * 1000:.0f} ms; under abuse n={len(loud)} p50 "
              f"{statistics.median(loud) * 1000:.0f} ms p99 {pct(loud, 0.99) * 1000:.0f} ms; "

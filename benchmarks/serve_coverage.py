@@ -1,0 +1,161 @@
+"""JSONSchemaBench coverage through `tiankong serve` with its default settings (issue 22's acceptance).
+
+`tiankong serve` is started here exactly as a user starts it — no flags but a free loopback port, so the default
+model, 2 slots of 2,048 tokens, and the default admission — and stopped at the end. Every development schema is
+sent as the chat request a user writes: the schema in the user's own message (as ``structured_compliance.py``
+sends it to the raw engine), ``response_format`` json_schema (strict), ``max_tokens`` 1024, temperature 0.
+Every 200 answer is validated here against the original schema with ``jsonschema`` (its own draft, formats
+checked). Resumable: one JSONL line per schema in ``--results``; a re-run skips schemas already measured.
+
+    .venv/bin/python benchmarks/serve_coverage.py --results benchmarks/results/structured/serve-defaults [-v]
+        [--limit N] [--report-only]
+
+Printed: coverage (valid answers / schemas), compliance (valid / answers returned as success), silent failures,
+and the refusals by error type and by source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+from structured_compliance import COMMIT, MAX_SCHEMA_CHARS, PROMPT, load, valid
+
+from tiankong.engine.process import free_port
+
+SLOTS = 2  # `tiankong serve`'s default; the client sends at most this many requests at once
+MAX_TOKENS = 1024
+DEADLINE_S = 1800.0
+
+
+def start_serve(port: int, home: Path) -> subprocess.Popen[bytes]:
+    tiankong = str(Path(sys.executable).with_name("tiankong"))
+    # no config file, so a developer's own config cannot change "the defaults"; models and caches stay shared
+    env = {key: value for key, value in os.environ.items() if key not in ("TIANKONG_MODEL",)}
+    env["TIANKONG_CONFIG"] = str(home / "absent.toml")
+    proc = subprocess.Popen([tiankong, "serve", "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"tiankong serve exited with status {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise SystemExit("tiankong serve did not become healthy within 300 s")
+
+
+async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
+    text = json.dumps(schema, separators=(",", ":"))[:MAX_SCHEMA_CHARS]
+    body = {"messages": [{"role": "user", "content": f"{PROMPT}\nSchema: {text}"}], "max_tokens": MAX_TOKENS,
+            "temperature": 0, "seed": 42,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema, "strict": True}}}
+    started = time.monotonic()
+    answer = await http.post(f"{url}/v1/chat/completions", json=body)
+    elapsed = time.monotonic() - started
+    data = answer.json()
+    if answer.status_code != 200:
+        error = data.get("error", {})
+        return {"outcome": "refused", "status": answer.status_code, "type": error.get("type", "error"),
+                "code": error.get("code"), "message": str(error.get("message", ""))[:300], "s": elapsed}
+    content = data["choices"][0]["message"]["content"]
+    extension = data.get("tiankong", {})
+    ok = valid(schema, content)
+    return {"outcome": "valid" if ok else "silent_failure", "s": elapsed, "attempts": extension.get("attempts"),
+            "path": extension.get("path"), "schema_in_prompt": extension.get("schema_in_prompt"),
+            **({} if ok else {"content": content[:2000]})}
+
+
+def report(rows: list[dict[str, Any]], done: list[dict[str, Any]]) -> str:
+    subset = {row["id"]: row["subset"] for row in rows}
+    counts = Counter(item["outcome"] for item in done)
+    answered = counts["valid"] + counts["silent_failure"]
+    lines = [f"measured {len(done)} of {len(rows)} schemas through `tiankong serve` (defaults, max_tokens "
+             f"{MAX_TOKENS})",
+             f"coverage {counts['valid'] / max(1, len(done)):.3f}  compliance "
+             f"{counts['valid'] / max(1, answered):.3f}  silent failures {counts['silent_failure']}  "
+             f"refused {counts['refused']}  mean latency {sum(i['s'] for i in done) / max(1, len(done)):.1f} s",
+             "refusals by type: " + json.dumps(Counter(f"{i['type']}/{i.get('code')}" for i in done
+                                                       if i["outcome"] == "refused")),
+             "schema in the prompt: " + json.dumps(Counter(str(i.get("schema_in_prompt")) for i in done
+                                                           if i["outcome"] != "refused"))]
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for item in done:
+        by_source.setdefault(subset.get(item["id"], "?"), []).append(item)
+    for source in sorted(by_source):
+        items = by_source[source]
+        valid_n = sum(1 for i in items if i["outcome"] == "valid")
+        lines.append(f"  {source:<18} n={len(items):3d}  coverage {valid_n / len(items):.3f}")
+    for item in done:
+        if item["outcome"] != "valid":
+            lines.append(f"  {item['id']}: {item['outcome']} {item.get('type', '')} {item.get('message', '')[:160]}")
+    return "\n".join(lines)
+
+
+async def run(rows: list[dict[str, Any]], store: Path, verbose: bool) -> None:
+    seen = {json.loads(line)["id"] for line in store.read_text().splitlines() if line.strip()} \
+        if store.exists() else set()
+    todo = [row for row in rows if row["id"] not in seen]
+    if not todo:
+        return
+    port = free_port()
+    with tempfile.TemporaryDirectory() as home:
+        proc = start_serve(port, Path(home))
+        url = f"http://127.0.0.1:{port}"
+        gate = asyncio.Semaphore(SLOTS)
+        try:
+            async with httpx.AsyncClient(timeout=DEADLINE_S) as http:
+                async def one(row: dict[str, Any]) -> None:
+                    async with gate:
+                        item = {"id": row["id"], **await call(http, url, row["schema"]), "commit": COMMIT}
+                    with store.open("a") as handle:
+                        handle.write(json.dumps(item) + "\n")
+                    if verbose:
+                        print(f"  {row['id']}: {item['outcome']} {item.get('type', '')} {item['s']:.1f}s",
+                              flush=True)
+
+                await asyncio.gather(*(one(row) for row in todo))
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, required=True, help="folder for per-schema results (resumable)")
+    parser.add_argument("--limit", type=int, default=None, help="stratified sample size (default: all 320)")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args()
+    rows = load(args.limit)
+    args.results.mkdir(parents=True, exist_ok=True)
+    store = args.results / "serve-defaults.jsonl"
+    if not args.report_only:
+        asyncio.run(run(rows, store, args.verbose))
+    ids = {row["id"] for row in rows}
+    done = [json.loads(line) for line in store.read_text().splitlines() if line.strip()] if store.exists() else []
+    text = report(rows, [item for item in done if item["id"] in ids])
+    print(text)
+    (args.results / "report.txt").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
