@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from serving import serve
 
 KEY = "abuse-bench-key-0123"
 HEADERS = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
@@ -43,23 +44,10 @@ def free_port() -> int:
 
 
 def start(model: str, port: int, config: str | None) -> subprocess.Popen[bytes]:
-    tiankong = str(Path(sys.executable).with_name("tiankong"))
     env = dict(os.environ)
     if config is not None:  # e.g. an [engine] section whose extra_args are being compared
         env["TIANKONG_CONFIG"] = config
-    proc = subprocess.Popen([tiankong, "serve", "--model", model, "--port", str(port), "--slots", "2", "--ctx", "4096",
-                             "--api-key", KEY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGTERM)
-    raise SystemExit("tiankong serve did not become healthy")
+    return serve(["--model", model, "--slots", "2", "--ctx", "4096", "--api-key", KEY], port, env, timeout_s=180)
 
 
 def chat_latencies(url: str, seconds: float) -> list[float]:

@@ -22,15 +22,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
-from structured_compliance import COMMIT, MAX_SCHEMA_CHARS, PROMPT, load, valid
+from serving import serve
+from structured_compliance import COMMIT, MAX_SCHEMA_CHARS, PROMPT, error_of, load, timed_chat, valid
 
 from tiankong.engine.process import free_port
 
@@ -40,24 +39,10 @@ DEADLINE_S = 1800.0
 
 
 def start_serve(port: int, home: Path) -> subprocess.Popen[bytes]:
-    tiankong = str(Path(sys.executable).with_name("tiankong"))
     # no config file, so a developer's own config cannot change "the defaults"; models and caches stay shared
     env = {key: value for key, value in os.environ.items() if key not in ("TIANKONG_MODEL",)}
     env["TIANKONG_CONFIG"] = str(home / "absent.toml")
-    proc = subprocess.Popen([tiankong, "serve", "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True, env=env)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"tiankong serve exited with status {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGTERM)
-    raise SystemExit("tiankong serve did not become healthy within 300 s")
+    return serve([], port, env)
 
 
 async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
@@ -65,14 +50,12 @@ async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]
     body = {"messages": [{"role": "user", "content": f"{PROMPT}\nSchema: {text}"}], "max_tokens": MAX_TOKENS,
             "temperature": 0, "seed": 42,
             "response_format": {"type": "json_schema", "json_schema": {"schema": schema, "strict": True}}}
-    started = time.monotonic()
-    answer = await http.post(f"{url}/v1/chat/completions", json=body)
-    elapsed = time.monotonic() - started
+    answer, elapsed = await timed_chat(http, url, body)
     data = answer.json()
     if answer.status_code != 200:
-        error = data.get("error", {})
-        return {"outcome": "refused", "status": answer.status_code, "type": error.get("type", "error"),
-                "code": error.get("code"), "message": str(error.get("message", ""))[:300], "s": elapsed}
+        kind, code, message = error_of(data)
+        return {"outcome": "refused", "status": answer.status_code, "type": kind, "code": code, "message": message,
+                "s": elapsed}
     content = data["choices"][0]["message"]["content"]
     extension = data.get("tiankong", {})
     ok = valid(schema, content)

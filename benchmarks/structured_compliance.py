@@ -80,14 +80,19 @@ def valid(schema: Any, content: str) -> bool:
         return False
 
 
+async def timed_chat(http: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tuple[httpx.Response, float]:
+    """A chat completion and the seconds it took."""
+    started = time.monotonic()
+    answer = await http.post(f"{url}/v1/chat/completions", json=body)
+    return answer, time.monotonic() - started
+
+
 async def raw_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
     text = json.dumps(schema, separators=(",", ":"))[:MAX_SCHEMA_CHARS]
     body = {"messages": [{"role": "user", "content": f"{PROMPT}\nSchema: {text}"}], "max_tokens": 512,
             "temperature": 0, "seed": 42,
             "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
-    started = time.monotonic()
-    answer = await http.post(f"{url}/v1/chat/completions", json=body)
-    elapsed = time.monotonic() - started
+    answer, elapsed = await timed_chat(http, url, body)
     if answer.status_code != 200:
         return {"outcome": "rejected", "status": answer.status_code, "s": elapsed}
     choice = answer.json()["choices"][0]
@@ -100,13 +105,10 @@ async def raw_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, 
 async def gateway_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
     body = {"messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
             "response_format": {"type": "json_schema", "json_schema": {"schema": schema, "strict": True}}}
-    started = time.monotonic()
-    answer = await http.post(f"{url}/v1/chat/completions", json=body)
-    elapsed = time.monotonic() - started
+    answer, elapsed = await timed_chat(http, url, body)
     data = answer.json()
     if answer.status_code != 200:
-        kind = data.get("error", {}).get("type", "error")
-        message = str(data.get("error", {}).get("message", ""))[:300]
+        kind, _, message = error_of(data)
         outcome = "rejected" if kind in ("invalid_schema", "schema_not_supported") else "refused"
         return {"outcome": outcome, "status": answer.status_code, "type": kind, "s": elapsed,
                 "truncated": kind == "truncated_output", "message": message}
@@ -115,6 +117,12 @@ async def gateway_call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[s
     return {"outcome": "valid" if ok else "silent_failure", "retries": data["tiankong"]["attempts"] - 1,
             "minimal": bool(data["tiankong"].get("minimal")), "s": elapsed,
             **({} if ok else {"content": content[:EVIDENCE_CHARS]})}
+
+
+def error_of(data: dict[str, Any]) -> tuple[str, object, str]:
+    """An error body's type, code and (shortened) message."""
+    error = data.get("error", {})
+    return str(error.get("type", "error")), error.get("code"), str(error.get("message", ""))[:300]
 
 
 def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
