@@ -7,8 +7,7 @@ against ``tiankong batch run`` on an idle machine — measured side by side in o
 2. for each ``--batch-slots`` setting, a ``tiankong serve --model M --slots S`` gateway with that
    ``[batches] slots`` (``all`` = the default: every slot nobody interactive waits for; ``+yield`` adds
    ``yield_to_interactive``, ``+share`` turns ``preempt`` off — batch lines then share the engine's steps instead
-   of stepping aside; ``+pollN`` passes llama-server ``--poll N``;
-   ``+light0`` sets ``light_load = 0``):
+   of stepping aside; ``+pollN`` passes llama-server ``--poll N``):
    a. quiet: an open-loop interactive client sends short chats (``--chat-tokens``) at ``--rate`` per second for
       ``--quiet-s`` seconds;
    b. busy: file B (500 other chat lines) is submitted as a batch and the same client runs until the batch is
@@ -139,8 +138,6 @@ def gateway(model: str, slots: int, ctx: int, batch_slots: str, workdir: Path) -
         extra += "yield_to_interactive = true\n"
     if mode == "share":  # batch lines share the engine's steps with interactive ones (no stepping aside)
         extra += "preempt = false\n"
-    if mode == "light0":  # lines that step aside always run one at a time (no more slots while load is light)
-        extra += "light_load = 0\n"
     engine = ""
     if mode.startswith("poll"):  # e.g. +poll0: llama-server's threads sleep instead of spinning between steps
         engine = f'[engine]\nextra_args = ["--poll", "{int(mode[4:])}"]\n'

@@ -336,44 +336,6 @@ def test_a_running_batch_line_steps_aside_for_interactive_work_and_comes_back() 
     assert asyncio.run(cancelled()) == 0
 
 
-def test_batch_lines_take_every_slot_but_one_only_while_interactive_work_is_light() -> None:
-    """``[batches] light_load``: the share of the last 10 s with an interactive request in flight decides whether
-    lines that step aside run one at a time (busy) or on every slot but one (light); a fake clock stands in for
-    time."""
-    now = [1000.0]
-    admission = Admission(4, 8, preempt=True, light_load=0.15, clock=lambda: now[0])
-    assert (admission.batch_share(), admission.batch_share_max()) == (3, 3)  # nothing interactive yet
-
-    async def serve_one(seconds: float) -> None:  # one interactive request, held for ``seconds``
-        await admission.acquire()
-        now[0] += seconds
-        admission.release()
-
-    asyncio.run(serve_one(1.0))
-    now[0] += 2.0
-    assert admission.interactive_load() == pytest.approx(0.1)
-    assert admission.batch_share() == 3
-    asyncio.run(serve_one(1.0))  # 2 s of the last 10: busy
-    assert admission.interactive_load() == pytest.approx(0.2)
-    assert admission.batch_share() == 1
-
-    async def in_flight() -> int:  # a request still running counts for the time it has run so far
-        now[0] += 20.0  # the earlier work has left the window
-        quiet = admission.batch_share()
-        await admission.acquire()
-        now[0] += 3.0
-        during = admission.batch_share()
-        admission.release()
-        return quiet * 10 + during
-
-    assert asyncio.run(in_flight()) == 31
-    assert Admission(4, 8, preempt=True).batch_share_max() == 1  # light_load 0: always one line
-    assert Admission(4, 8, preempt=True, light_load=0.15, batch_limit=2).batch_share_max() == 2
-    assert Admission(1, 4, preempt=True, light_load=0.15).batch_share() == 1
-    with pytest.raises(ValueError):
-        Admission(4, 8, light_load=1.5)
-
-
 def test_preemptible_lines_and_their_continuations() -> None:
     chat = {"model": "m", "messages": [{"role": "user", "content": "Count."}], "max_tokens": 40}
     assert preemptible("/v1/chat/completions", chat)

@@ -210,15 +210,12 @@ class BatchesSettings(_Strict):
     max_requests: int = Field(50_000, ge=1, description="most request lines in one batch input")
     slots: int | None = Field(None, ge=1, description="slots of each engine batch lines may hold at once "
                               "(default: every slot no interactive request is waiting for; with preempt, one "
-                              "line at a time under interactive load — see light_load)")
+                              "line at a time — measured best for interactive latency and batch speed on a CPU)")
     yield_to_interactive: bool = Field(False, description="start no batch line while an interactive request is "
                                        "being served (fewer engine steps shared; less batch throughput)")
     preempt: bool = Field(True, description="batch lines run only while no interactive request is in flight or "
                           "waiting; a plain chat/completion line stops the moment one arrives and goes on from "
                           "where it stopped afterwards (interactive latency as on a quiet engine)")
-    light_load: float = Field(0.15, ge=0.0, le=1.0, description="with preempt and no slots: while interactive "
-                              "requests kept the engine busy less than this share of the last 10 s, batch lines "
-                              "may hold every slot but one; otherwise one line at a time (0: always one)")
     concurrency: int | None = Field(None, ge=1, description="lines of a batch in flight (default: the engines' "
                                     "slots)")
     engine_wait_s: float = Field(3600.0, ge=0, description="an engine down this long fails the running batch")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -38,8 +37,6 @@ Group = Hashable  # requests the engine can batch together (same LoRA adapter se
 
 #: a waiter may be passed over this many times (per slot) for requests that batch with the running ones
 MAX_SKIPS_PER_SLOT = 4
-#: seconds of the past that :meth:`Admission.interactive_load` looks at
-LOAD_WINDOW_S = 10.0
 
 
 @dataclass(eq=False)
@@ -59,23 +56,14 @@ class Admission:
     """
 
     def __init__(self, limit: int, queue_size: int, *, group_batching: bool = True,
-                 batch_limit: int | None = None, batch_yields: bool = False, preempt: bool = False,
-                 light_load: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 batch_limit: int | None = None, batch_yields: bool = False, preempt: bool = False) -> None:
         if limit < 1 or queue_size < 0 or (batch_limit is not None and batch_limit < 0):
             raise ValueError("limit must be >= 1, queue_size and batch_limit >= 0")
-        if not 0.0 <= light_load <= 1.0:
-            raise ValueError("light_load must be within [0, 1]")
         self.batch_limit = batch_limit  # slots batch items may hold at once (None: every free one)
         self.batch_yields = batch_yields  # no new batch line while an interactive request is being served
         #: batch lines run only while no interactive request is in flight or waiting, and the plain ones step
         #: aside the moment one arrives (``preempt.py``)
         self.preempt = preempt
-        #: with ``preempt``: below this share of the last ``LOAD_WINDOW_S`` spent serving interactive requests,
-        #: batch lines may hold every slot but one; at or above it, one line at a time (0: always one)
-        self.light_load = light_load
-        self._clock = clock
-        self._busy_since: float | None = None  # when the current run of interactive work began
-        self._busy: deque[tuple[float, float]] = deque()  # earlier runs (start, end) within the window
         self.preemptions = 0
         self._interactive: asyncio.Event | None = None
         self.batch_in_flight = 0
@@ -155,8 +143,6 @@ class Admission:
         self.in_flight -= 1
         if batch:
             self.batch_in_flight -= 1
-        else:
-            self._mark_busy()
         self._running[group] -= 1
         if self._running[group] <= 0:
             del self._running[group]
@@ -193,49 +179,15 @@ class Admission:
                 not ((self.batch_yields or self.preempt) and interactive > 0))
 
     def batch_share(self) -> int:
-        """Slots batch lines may hold now: ``batch_limit``, else every one — but, when they step aside, one line
-        at a time unless interactive work was light lately (:meth:`interactive_load` below ``light_load``; then
-        every slot but one). Why one under load: a stopped line gives its engine slot back only when llama-server
-        notices (at its next token, or after its prompt is read), and every line stopped or resumed is engine work
-        an interactive request shares; on a CPU, where a step's cost grows with the sequences in it, more lines
-        add little batch throughput. Measured (``benchmarks/batch_idle.py``, 2 cores, 4 slots, 2 chats/s): one
-        line, interactive p99 2.16x quiet and 0.65x idle batch speed; three lines, 4.45x and 0.41x. With little
-        interactive work (0.5 chats/s) one line left the batch at 0.70x of its idle speed, three at 0.87x
-        (docs/batch-api.md)."""
+        """Slots batch lines may hold: ``batch_limit``, else every one — but one line at a time when they step
+        aside. Why one: a stopped line gives its engine slot back only when llama-server notices (at its next
+        token, or after its prompt is read), and every line stopped or resumed is engine work an interactive
+        request shares; on a CPU, where a step's cost grows with the sequences in it, more lines add little batch
+        throughput. Measured (``benchmarks/batch_idle.py``, 2 cores, 4 slots, 2 chats/s): one line, interactive
+        p99 2.16x quiet and 0.65x idle batch speed; three lines, 4.45x and 0.41x (docs/batch-api.md)."""
         if self.batch_limit is not None:
             return min(self.batch_limit, self.limit)
-        if not self.preempt:
-            return self.limit
-        light = self.light_load > 0 and self.interactive_load() < self.light_load
-        return max(1, self.limit - 1) if light else 1
-
-    def batch_share_max(self) -> int:
-        """The most slots batch lines may hold at once (how many lines a batch keeps in flight)."""
-        if self.batch_limit is not None:
-            return min(self.batch_limit, self.limit)
-        if not self.preempt:
-            return self.limit
-        return max(1, self.limit - 1) if self.light_load > 0 else 1
-
-    def interactive_load(self) -> float:
-        """The share of the last ``LOAD_WINDOW_S`` in which at least one interactive request was in flight."""
-        now = self._clock()
-        start = now - LOAD_WINDOW_S
-        while self._busy and self._busy[0][1] <= start:
-            self._busy.popleft()
-        busy = sum(end - max(begin, start) for begin, end in self._busy)
-        if self._busy_since is not None:
-            busy += now - max(self._busy_since, start)
-        return min(1.0, busy / LOAD_WINDOW_S)
-
-    def _mark_busy(self) -> None:
-        """Record a start or end of interactive work (called whenever the interactive count changes)."""
-        busy = self.in_flight - self.batch_in_flight > 0
-        if busy and self._busy_since is None:
-            self._busy_since = self._clock()
-        elif not busy and self._busy_since is not None:
-            self._busy.append((self._busy_since, self._clock()))
-            self._busy_since = None
+        return 1 if self.preempt else self.limit
 
     # --- batch lines that step aside (preempt.py) ----------------------------------------------------------
 
@@ -271,7 +223,6 @@ class Admission:
         if batch:
             self.batch_in_flight += 1
         else:
-            self._mark_busy()
             self._signal()
 
     def _next(self) -> _Waiter:

@@ -22,7 +22,7 @@ from .responses import engine_unavailable, error_response
 class ModelRouter:
     def __init__(self, pool: EnginePool, *, max_in_flight: int | None = None, queue_size: int | None = None,
                  group_batching: bool = True, batch_slots: int | None = None, batch_yields: bool = False,
-                 batch_preempt: bool = False, batch_light_load: float = 0.0) -> None:
+                 batch_preempt: bool = False) -> None:
         self.pool = pool
         self.handles: dict[str, EngineHandle] = {}
         for replica in pool.replicas():
@@ -30,15 +30,14 @@ class ModelRouter:
             queue = 2 * replica.slots if queue_size is None else queue_size
             self.handles[replica.name] = EngineHandle.for_replica(
                 replica, Admission(limit, queue, group_batching=group_batching, batch_limit=batch_slots,
-                                   batch_yields=batch_yields, preempt=batch_preempt,
-                                   light_load=batch_light_load))
+                                   batch_yields=batch_yields, preempt=batch_preempt))
         pool.load = self.outstanding
 
     def batch_concurrency(self, configured: int | None = None) -> int:
         """Lines a Batch API batch keeps in flight: ``configured``, else every slot batch lines may hold."""
         if configured is not None:
             return configured
-        return sum(h.admission.batch_share_max() for h in self.handles.values())
+        return sum(h.admission.batch_share() for h in self.handles.values())
 
     def outstanding(self, replica: Replica) -> int:
         return self.handles[replica.name].outstanding()

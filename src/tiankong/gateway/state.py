@@ -59,8 +59,7 @@ class GatewayState:
                                   group_batching=self.adapter_batching,
                                   batch_slots=self.batches.slots if self.batches else None,
                                   batch_yields=self.batches.yield_to_interactive if self.batches else False,
-                                  batch_preempt=self.batches.preempt if self.batches else False,
-                                  batch_light_load=self.batches.light_load if self.batches else 0.0)
+                                  batch_preempt=self.batches.preempt if self.batches else False)
         self.batch_callers: dict[str, ApiKey] = {}  # per-run tokens of the Batch API's own lines
         settings = self.degradation
         if settings is not None and settings.fallback_url:
