@@ -11,7 +11,9 @@ checked). Resumable: one JSONL line per schema in ``--results``; a re-run skips 
         [--limit N] [--report-only]
 
 Printed: coverage (valid answers / schemas), compliance (valid / answers returned as success), silent failures,
-and the refusals by error type and by source.
+the refusals by error type and by source, and — for every request refused as too long — whether the user's own
+prompt, without anything tiankong adds, already reaches the slot's context (measured with the default model's
+chat template and tokenizer; ``alone.json``), with the coverage of the requests that fit alone.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ import httpx
 from serving import serve
 from structured_compliance import COMMIT, MAX_SCHEMA_CHARS, PROMPT, error_of, load, timed_chat, valid
 
+from tiankong.engine import EngineConfig, EngineProcess
 from tiankong.engine.process import free_port
+from tiankong.models import DEFAULT_MODEL, model_path
 
 SLOTS = 2  # `tiankong serve`'s default; the client sends at most this many requests at once
+SLOT_CTX = 2048  # `tiankong serve`'s default tokens per slot
 MAX_TOKENS = 1024
 DEADLINE_S = 1800.0
 
@@ -45,10 +50,14 @@ def start_serve(port: int, home: Path) -> subprocess.Popen[bytes]:
     return serve([], port, env)
 
 
-async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
+def user_messages(schema: Any) -> list[dict[str, str]]:
+    """The user's own messages: the schema in their message, as ``structured_compliance.py`` sends it."""
     text = json.dumps(schema, separators=(",", ":"))[:MAX_SCHEMA_CHARS]
-    body = {"messages": [{"role": "user", "content": f"{PROMPT}\nSchema: {text}"}], "max_tokens": MAX_TOKENS,
-            "temperature": 0, "seed": 42,
+    return [{"role": "user", "content": f"{PROMPT}\nSchema: {text}"}]
+
+
+async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
+    body = {"messages": user_messages(schema), "max_tokens": MAX_TOKENS, "temperature": 0, "seed": 42,
             "response_format": {"type": "json_schema", "json_schema": {"schema": schema, "strict": True}}}
     answer, elapsed = await timed_chat(http, url, body)
     data = answer.json()
@@ -64,15 +73,42 @@ async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]
             **({} if ok else {"content": content[:2000]})}
 
 
-def report(rows: list[dict[str, Any]], done: list[dict[str, Any]]) -> str:
+def measure_alone(rows: list[dict[str, Any]], done: list[dict[str, Any]], store: Path) -> None:
+    """For every request refused as too long: its prompt tokens without anything tiankong adds (the user's
+    messages under the default model's chat template, tokenized as llama-server does), stored in ``alone.json``.
+    llama-server refuses a prompt of at least its slot's context (``tiankong serve``: 2,048 tokens)."""
+    path = store.with_name("alone.json")
+    known: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
+    schemas = {row["id"]: row["schema"] for row in rows}
+    todo = [i["id"] for i in done if i.get("type") == "context_length_exceeded" and i["id"] not in known]
+    if not todo:
+        return
+    with EngineProcess(EngineConfig(model=model_path(DEFAULT_MODEL), ctx=SLOT_CTX, slots=1)) as engine:
+        for key in todo:
+            templated = httpx.post(f"{engine.url}/apply-template", json={"messages": user_messages(schemas[key])},
+                                   timeout=60).json()["prompt"]
+            tokens = httpx.post(f"{engine.url}/tokenize", json={"content": templated, "add_special": True,
+                                                                "parse_special": True}, timeout=60).json()["tokens"]
+            known[key] = len(tokens)
+    path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+
+
+def report(rows: list[dict[str, Any]], done: list[dict[str, Any]], alone: dict[str, int]) -> str:
     subset = {row["id"]: row["subset"] for row in rows}
     counts = Counter(item["outcome"] for item in done)
     answered = counts["valid"] + counts["silent_failure"]
+    too_long = [i["id"] for i in done if i.get("type") == "context_length_exceeded"]
+    over_alone = [key for key in too_long if alone.get(key, 0) >= SLOT_CTX]
+    fits = len(done) - len(over_alone)
     lines = [f"measured {len(done)} of {len(rows)} schemas through `tiankong serve` (defaults, max_tokens "
              f"{MAX_TOKENS})",
              f"coverage {counts['valid'] / max(1, len(done)):.3f}  compliance "
              f"{counts['valid'] / max(1, answered):.3f}  silent failures {counts['silent_failure']}  "
              f"refused {counts['refused']}  mean latency {sum(i['s'] for i in done) / max(1, len(done)):.1f} s",
+             f"requests refused as too long: {len(too_long)}, of which {len(over_alone)} are too long without "
+             f"anything tiankong adds (the user's own prompt >= {SLOT_CTX} tokens; {len(too_long) - len(over_alone)}"
+             f" refused because of tiankong's additions or not measured); coverage of the {fits} requests that fit "
+             f"the engine's context alone: {counts['valid'] / max(1, fits):.3f}",
              "refusals by type: " + json.dumps(Counter(f"{i['type']}/{i.get('code')}" for i in done
                                                        if i["outcome"] == "refused")),
              "schema in the prompt: " + json.dumps(Counter(str(i.get("schema_in_prompt")) for i in done
@@ -135,7 +171,10 @@ def main() -> None:
         asyncio.run(run(rows, store, args.verbose))
     ids = {row["id"] for row in rows}
     done = [json.loads(line) for line in store.read_text().splitlines() if line.strip()] if store.exists() else []
-    text = report(rows, [item for item in done if item["id"] in ids])
+    done = [item for item in done if item["id"] in ids]
+    measure_alone(rows, done, store)
+    alone_path = store.with_name("alone.json")
+    text = report(rows, done, json.loads(alone_path.read_text()) if alone_path.exists() else {})
     print(text)
     (args.results / "report.txt").write_text(text + "\n")
 
