@@ -50,14 +50,17 @@ def start_serve(port: int, home: Path) -> subprocess.Popen[bytes]:
     return serve([], port, env)
 
 
-def user_messages(schema: Any) -> list[dict[str, str]]:
-    """The user's own messages: the schema in their message, as ``structured_compliance.py`` sends it."""
+def user_messages(schema: Any, in_message: bool = True) -> list[dict[str, str]]:
+    """The user's own messages: the schema in their message, as ``structured_compliance.py`` sends it (or, with
+    ``in_message`` false, only in ``response_format``, as an OpenAI user writes it)."""
+    if not in_message:
+        return [{"role": "user", "content": PROMPT}]
     text = json.dumps(schema, separators=(",", ":"))[:MAX_SCHEMA_CHARS]
     return [{"role": "user", "content": f"{PROMPT}\nSchema: {text}"}]
 
 
-async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]:
-    body = {"messages": user_messages(schema), "max_tokens": MAX_TOKENS, "temperature": 0, "seed": 42,
+async def call(http: httpx.AsyncClient, url: str, schema: Any, in_message: bool) -> dict[str, Any]:
+    body = {"messages": user_messages(schema, in_message), "max_tokens": MAX_TOKENS, "temperature": 0, "seed": 42,
             "response_format": {"type": "json_schema", "json_schema": {"schema": schema, "strict": True}}}
     answer, elapsed = await timed_chat(http, url, body)
     data = answer.json()
@@ -73,11 +76,11 @@ async def call(http: httpx.AsyncClient, url: str, schema: Any) -> dict[str, Any]
             **({} if ok else {"content": content[:2000]})}
 
 
-def measure_alone(rows: list[dict[str, Any]], done: list[dict[str, Any]], store: Path) -> None:
+def measure_alone(rows: list[dict[str, Any]], done: list[dict[str, Any]], store: Path, in_message: bool) -> None:
     """For every request refused as too long: its prompt tokens without anything tiankong adds (the user's
     messages under the default model's chat template, tokenized as llama-server does), stored in ``alone.json``.
     llama-server refuses a prompt of at least its slot's context (``tiankong serve``: 2,048 tokens)."""
-    path = store.with_name("alone.json")
+    path = store.with_name(store.stem.replace("serve-defaults", "alone") + ".json")
     known: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
     schemas = {row["id"]: row["schema"] for row in rows}
     todo = [i["id"] for i in done if i.get("type") == "context_length_exceeded" and i["id"] not in known]
@@ -85,7 +88,8 @@ def measure_alone(rows: list[dict[str, Any]], done: list[dict[str, Any]], store:
         return
     with EngineProcess(EngineConfig(model=model_path(DEFAULT_MODEL), ctx=SLOT_CTX, slots=1)) as engine:
         for key in todo:
-            templated = httpx.post(f"{engine.url}/apply-template", json={"messages": user_messages(schemas[key])},
+            messages = user_messages(schemas[key], in_message)
+            templated = httpx.post(f"{engine.url}/apply-template", json={"messages": messages},
                                    timeout=60).json()["prompt"]
             tokens = httpx.post(f"{engine.url}/tokenize", json={"content": templated, "add_special": True,
                                                                 "parse_special": True}, timeout=60).json()["tokens"]
@@ -93,7 +97,7 @@ def measure_alone(rows: list[dict[str, Any]], done: list[dict[str, Any]], store:
     path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
 
 
-def report(rows: list[dict[str, Any]], done: list[dict[str, Any]], alone: dict[str, int]) -> str:
+def report(rows: list[dict[str, Any]], done: list[dict[str, Any]], alone: dict[str, int], in_message: bool) -> str:
     subset = {row["id"]: row["subset"] for row in rows}
     counts = Counter(item["outcome"] for item in done)
     answered = counts["valid"] + counts["silent_failure"]
@@ -101,7 +105,7 @@ def report(rows: list[dict[str, Any]], done: list[dict[str, Any]], alone: dict[s
     over_alone = [key for key in too_long if alone.get(key, 0) >= SLOT_CTX]
     fits = len(done) - len(over_alone)
     lines = [f"measured {len(done)} of {len(rows)} schemas through `tiankong serve` (defaults, max_tokens "
-             f"{MAX_TOKENS})",
+             f"{MAX_TOKENS}; the schema {'in the user message and ' if in_message else 'only '}in response_format)",
              f"coverage {counts['valid'] / max(1, len(done)):.3f}  compliance "
              f"{counts['valid'] / max(1, answered):.3f}  silent failures {counts['silent_failure']}  "
              f"refused {counts['refused']}  mean latency {sum(i['s'] for i in done) / max(1, len(done)):.1f} s",
@@ -126,7 +130,7 @@ def report(rows: list[dict[str, Any]], done: list[dict[str, Any]], alone: dict[s
     return "\n".join(lines)
 
 
-async def run(rows: list[dict[str, Any]], store: Path, verbose: bool) -> None:
+async def run(rows: list[dict[str, Any]], store: Path, verbose: bool, in_message: bool) -> None:
     seen = {json.loads(line)["id"] for line in store.read_text().splitlines() if line.strip()} \
         if store.exists() else set()
     todo = [row for row in rows if row["id"] not in seen]
@@ -141,7 +145,7 @@ async def run(rows: list[dict[str, Any]], store: Path, verbose: bool) -> None:
             async with httpx.AsyncClient(timeout=DEADLINE_S) as http:
                 async def one(row: dict[str, Any]) -> None:
                     async with gate:
-                        item = {"id": row["id"], **await call(http, url, row["schema"]), "commit": COMMIT}
+                        item = {"id": row["id"], **await call(http, url, row["schema"], in_message), "commit": COMMIT}
                     with store.open("a") as handle:
                         handle.write(json.dumps(item) + "\n")
                     if verbose:
@@ -163,20 +167,23 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="stratified sample size (default: all 320)")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--schema-only-in-response-format", action="store_true",
+                        help="the user's message without the schema (kept apart: serve-defaults-rf-only.jsonl)")
     args = parser.parse_args()
     rows = load(args.limit)
     args.results.mkdir(parents=True, exist_ok=True)
-    store = args.results / "serve-defaults.jsonl"
+    in_message = not args.schema_only_in_response_format
+    store = args.results / ("serve-defaults.jsonl" if in_message else "serve-defaults-rf-only.jsonl")
     if not args.report_only:
-        asyncio.run(run(rows, store, args.verbose))
+        asyncio.run(run(rows, store, args.verbose, in_message))
     ids = {row["id"] for row in rows}
     done = [json.loads(line) for line in store.read_text().splitlines() if line.strip()] if store.exists() else []
     done = [item for item in done if item["id"] in ids]
-    measure_alone(rows, done, store)
-    alone_path = store.with_name("alone.json")
-    text = report(rows, done, json.loads(alone_path.read_text()) if alone_path.exists() else {})
+    measure_alone(rows, done, store, in_message)
+    alone_path = store.with_name(store.stem.replace("serve-defaults", "alone") + ".json")
+    text = report(rows, done, json.loads(alone_path.read_text()) if alone_path.exists() else {}, in_message)
     print(text)
-    (args.results / "report.txt").write_text(text + "\n")
+    (args.results / ("report.txt" if in_message else "report-rf-only.txt")).write_text(text + "\n")
 
 
 if __name__ == "__main__":
