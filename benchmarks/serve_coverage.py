@@ -2,8 +2,9 @@
 
 `tiankong serve` is started here exactly as a user starts it — no flags but a free loopback port, so the default
 model, 2 slots of 2,048 tokens, and the default admission — and stopped at the end. Every development schema is
-sent as the chat request a user writes: the schema in the user's own message (as ``structured_compliance.py``
-sends it to the raw engine), ``response_format`` json_schema (strict), ``max_tokens`` 1024, temperature 0.
+sent as the chat request a user writes: ``response_format`` json_schema (strict), ``max_tokens`` 1024,
+temperature 0, and the schema in the user's own message too (as ``structured_compliance.py`` sends it to the raw
+engine) — or, with ``--schema-only-in-response-format``, only in ``response_format`` (kept in files of its own).
 Every 200 answer is validated here against the original schema with ``jsonschema`` (its own draft, formats
 checked). Resumable: one JSONL line per schema in ``--results``; a re-run skips schemas already measured.
 
@@ -76,11 +77,16 @@ async def call(http: httpx.AsyncClient, url: str, schema: Any, in_message: bool)
             **({} if ok else {"content": content[:2000]})}
 
 
+def alone_file(store: Path) -> Path:
+    """Where the too-long requests' own token counts for ``store``'s request shape are kept."""
+    return store.with_name(store.stem.replace("serve-defaults", "alone") + ".json")
+
+
 def measure_alone(rows: list[dict[str, Any]], done: list[dict[str, Any]], store: Path, in_message: bool) -> None:
     """For every request refused as too long: its prompt tokens without anything tiankong adds (the user's
     messages under the default model's chat template, tokenized as llama-server does), stored in ``alone.json``.
     llama-server refuses a prompt of at least its slot's context (``tiankong serve``: 2,048 tokens)."""
-    path = store.with_name(store.stem.replace("serve-defaults", "alone") + ".json")
+    path = alone_file(store)
     known: dict[str, int] = json.loads(path.read_text()) if path.exists() else {}
     schemas = {row["id"]: row["schema"] for row in rows}
     todo = [i["id"] for i in done if i.get("type") == "context_length_exceeded" and i["id"] not in known]
@@ -180,7 +186,7 @@ def main() -> None:
     done = [json.loads(line) for line in store.read_text().splitlines() if line.strip()] if store.exists() else []
     done = [item for item in done if item["id"] in ids]
     measure_alone(rows, done, store, in_message)
-    alone_path = store.with_name(store.stem.replace("serve-defaults", "alone") + ".json")
+    alone_path = alone_file(store)
     text = report(rows, done, json.loads(alone_path.read_text()) if alone_path.exists() else {}, in_message)
     print(text)
     (args.results / ("report.txt" if in_message else "report-rf-only.txt")).write_text(text + "\n")
