@@ -25,6 +25,7 @@ import json
 import random
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -139,9 +140,10 @@ PATHS = ("raw", "grammar", "ff")
 
 
 async def measure(url: str, schemas: list[dict[str, Any]], texts: dict[str, list[str]],
-                  concurrency: int) -> dict[str, dict[str, Any]]:
+                  concurrency: int, raw_url: str | None = None) -> dict[str, dict[str, Any]]:
     """The three paths interleaved: round after round of ``concurrency`` items each, the paths' order rotating,
-    so that drift on a shared machine falls on all of them alike."""
+    so that drift on a shared machine falls on all of them alike. ``raw_url``: raw's own engine (default: ``url``)."""
+    raw_url = raw_url or url
     rows: dict[str, list[dict[str, Any]]] = {p: [] for p in PATHS}
     seconds = dict.fromkeys(PATHS, 0.0)
     async with httpx.AsyncClient(timeout=600) as http, AsyncClient(url, timeout_s=600) as quick, \
@@ -150,7 +152,7 @@ async def measure(url: str, schemas: list[dict[str, Any]], texts: dict[str, list
 
         async def one(path: str, schema: dict[str, Any], text: str) -> dict[str, Any]:
             if path == "raw":
-                return await raw_one(http, url, schema, text)
+                return await raw_one(http, raw_url, schema, text)
             return await tiankong_one(quick if path == "ff" else whole, schema, text)
 
         # one item per path first, not counted: the engine's first requests (weights paged in, a grammar built the
@@ -185,14 +187,19 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/structured/extract-speed.json")
     parser.add_argument("--engine-arg", action="append", default=[], help="an extra llama-server argument "
                         "(repeatable; e.g. --engine-arg=--poll --engine-arg=0)")
+    parser.add_argument("--spec-type", default=None, help="speculative decoding on tiankong's engine "
+                        "(EngineConfig.spec_type, e.g. ngram-simple; its knobs through --engine-arg); raw then runs "
+                        "on a second engine of its own, as a user starts llama-server (no speculation, no extra args)")
     args = parser.parse_args()
     sets = [(name, [schema], name) for name, schema in SCHEMAS.items()]
     sets.append(("jsonschemabench", dev_sample(JSB_SAMPLE), "jsb"))
     sets = [entry for entry in sets if args.only is None or entry[0] in args.only]
     config = EngineConfig(model=model_path(args.model), ctx=2048 * args.slots, slots=args.slots,
-                          extra_args=list(args.engine_arg))
+                          spec_type=args.spec_type, extra_args=list(args.engine_arg))
     results: list[dict[str, Any]] = []
-    with EngineProcess(config) as engine:
+    plain = EngineConfig(model=model_path(args.model), ctx=2048 * args.slots, slots=args.slots)
+    with EngineProcess(config) as engine, (EngineProcess(plain) if args.spec_type else nullcontext()) as raw_engine:
+        raw_url = raw_engine.url if raw_engine is not None else None
         for name, schemas, kind in sets:
             for concurrency in args.concurrency:
                 rng = random.Random(f"{name}-{concurrency}")
@@ -202,17 +209,20 @@ def main() -> None:
                                 f"Give a realistic example JSON document for this schema. (case {path}-{i})"
                                 for i in range(args.items)] for path in PATHS}
                 picked = [schemas[i % len(schemas)] for i in range(args.items)]
-                row.update(asyncio.run(measure(engine.url, picked, texts, concurrency)))
+                row.update(asyncio.run(measure(engine.url, picked, texts, concurrency, raw_url)))
                 row["grammar_vs_raw"] = row["grammar"]["items_per_s"] / row["raw"]["items_per_s"]
                 row["ff_vs_raw"] = row["ff"]["items_per_s"] / row["raw"]["items_per_s"]
                 results.append(row)
                 print(line(row), flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"model": args.model, "items": args.items, "slots": args.slots,
-                                          "engine_args": args.engine_arg, "results": results}, indent=1))
+                                          "engine_args": args.engine_arg, "spec_type": args.spec_type,
+                                          "raw_engine": "own, plain" if args.spec_type else "shared",
+                                          "results": results}, indent=1))
     table = "\n".join([HEADER, *(line(r) for r in results)])
     Path(args.out).with_suffix(".txt").write_text(f"model {args.model}, {args.items} items per cell, "
-                                                  f"{args.slots} slots, engine args {args.engine_arg}\n"
+                                                  f"{args.slots} slots, engine args {args.engine_arg}, "
+                                                  f"spec_type {args.spec_type}\n"
                                                   f"{table}\n")
     print(table)
 
