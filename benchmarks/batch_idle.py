@@ -7,7 +7,8 @@ against ``tiankong batch run`` on an idle machine — measured side by side in o
 2. for each ``--batch-slots`` setting, a ``tiankong serve --model M --slots S`` gateway with that
    ``[batches] slots`` (``all`` = the default: every slot nobody interactive waits for; ``+yield`` adds
    ``yield_to_interactive``, ``+share`` turns ``preempt`` off — batch lines then share the engine's steps instead
-   of stepping aside; ``+pollN`` passes llama-server ``--poll N``):
+   of stepping aside; ``+pollN`` passes llama-server ``--poll N``; ``+bN`` its ``-b N -ub N``, so that a step reads
+   at most N prompt tokens and a long prompt read is spread over several steps):
    a. quiet: an open-loop interactive client sends short chats (``--chat-tokens``) at ``--rate`` per second for
       ``--quiet-s`` seconds;
    b. busy: file B (500 other chat lines) is submitted as a batch and the same client runs until the batch is
@@ -141,6 +142,8 @@ def gateway(model: str, slots: int, ctx: int, batch_slots: str, workdir: Path) -
     engine = ""
     if mode.startswith("poll"):  # e.g. +poll0: llama-server's threads sleep instead of spinning between steps
         engine = f'[engine]\nextra_args = ["--poll", "{int(mode[4:])}"]\n'
+    if mode.startswith("b") and mode[1:].isdigit():  # e.g. +b32: llama-server reads at most 32 tokens a step
+        engine = f'[engine]\nextra_args = ["-b", "{int(mode[1:])}", "-ub", "{int(mode[1:])}"]\n'
     config.write_text(f'{engine}[batches]\ndir = "{workdir / ("batches-" + batch_slots)}"\n{extra}',
                       encoding="utf-8")
     port = free_port()
