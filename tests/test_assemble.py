@@ -63,6 +63,26 @@ def test_assembled_answers_equal_llama_servers_own(smol_engine: EngineProcess) -
         assert short.text == chat_own["choices"][0]["message"]["content"]
 
 
+def test_prompt_progress_events_carry_no_tokens(smol_engine: EngineProcess) -> None:
+    """Batch lines that step aside stream with ``return_progress`` (gateway/preempt.py): llama-server then writes
+    progress events while it reads the prompt; they must not count as tokens or add text (a completion's holds
+    ``"text": ""``)."""
+    def assembled(path: str, body: dict[str, Any], chat: bool) -> StreamAssembler:
+        assembler = StreamAssembler(chat=chat)
+        with httpx.stream("POST", f"{smol_engine.url}{path}", json=body, timeout=300) as answer:
+            for chunk in answer.iter_raw():
+                assembler.feed(chunk)
+        return assembler
+
+    for path, body, chat in (("/v1/completions", PROMPT, False), ("/v1/chat/completions", CHAT, True)):
+        own = own_answer(smol_engine, path, body)
+        plain = assembled(path, streamed_body(body), chat)
+        progress = assembled(path, {**streamed_body(body), "return_progress": True}, chat)
+        assert progress.progress_events >= 1 and plain.progress_events == 0  # the engine did send them
+        assert progress.content == plain.content, path  # the same content events, one per token
+        assert comparable(progress.result()) == comparable(own), path
+
+
 def test_which_requests_are_assembled() -> None:
     assert assembles("/v1/chat/completions", CHAT, 0) and assembles("/v1/completions", PROMPT, 0)
     assert not assembles("/v1/chat/completions", CHAT)  # 24 tokens: not worth a stream by default

@@ -294,11 +294,14 @@ def test_slow_headers_and_bodies_time_out(smol_engine: EngineProcess, caplog: py
 def test_patterns_are_checked_in_bounded_time_or_refused() -> None:
     import time
 
+    from tiankong.structured import regex_constraint
     from tiankong.structured.patterns import engine_pattern
     from tiankong.structured.regex_safety import (
+        AmbiguousPattern,
         UnsafePattern,
         ambiguous_nesting,
         complex_repetition,
+        full_matcher,
         safe_search,
     )
 
@@ -310,6 +313,15 @@ def test_patterns_are_checked_in_bounded_time_or_refused() -> None:
         safe_search("^(?=a)(a+)+$", "a" * 29 + "!")  # a lookahead (no RE2) around a repeated group: refused
     assert safe_search("^(?=.*[A-Z]).{8,}$", "abcdefgH")  # lookahead over single characters: Python's re, safe
     assert ambiguous_nesting("^((a|aa)*)*c$") and ambiguous_nesting("(a+)+") and not ambiguous_nesting(r"^([a-z]+\.)*$")
+    assert ambiguous_nesting("(a{2,3})*") and not ambiguous_nesting("^#([0-9a-fA-F]{3}){1,2}$")  # one length each
+    assert engine_pattern("^#([0-9a-fA-F]{3}){1,2}$") is not None  # so the grammar enforces it
+    # the regex= mode: whole-text matches in bounded time too, and the same refusals up front
+    assert not full_matcher("(a|aa)*c")("a" * 5000 + "!") and full_matcher("(a|aa)*c")("aac")
+    assert not full_matcher("ab")("xab") and full_matcher(r"^\u4e2d+$")("中中")
+    with pytest.raises(AmbiguousPattern):
+        regex_constraint("((a|aa)*)*c")
+    with pytest.raises(UnsafePattern):
+        regex_constraint("(?=a)(ab)+!")  # a lookahead around a repeated group, not ambiguous: RE2 cannot read it
     assert complex_repetition("(ab)+") and not complex_repetition(r"^\d{3}-[a-z]*$")
     assert engine_pattern("^((a|aa)*)*c$") is None and engine_pattern(r"^([a-z]+\.)*[a-z]+$") is not None
 
@@ -321,9 +333,7 @@ def _timed_health(url: str) -> float:
     assert httpx.get(f"{url}/health", timeout=60).status_code == 200
     return time.monotonic() - started
 
-
 def test_hostile_patterns_do_not_stall_the_gateway(gateway: str) -> None:
-    import concurrent.futures
 
     def structured(pattern: str, prompt: str) -> httpx.Response:
         schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}, "required": ["s"]}
@@ -335,20 +345,20 @@ def test_hostile_patterns_do_not_stall_the_gateway(gateway: str) -> None:
     # row 1: cannot be checked in bounded time → refused before the engine sees it
     refused = structured("^(?=a)(a+)+$", "Write 29 times the letter a, then !")
     assert refused.status_code == 400 and refused.json()["error"]["type"] == "schema_not_supported", refused.text
-    # row 2: ambiguous nesting stays out of the grammar; the answer is checked by RE2; the gateway stays responsive
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        bad = pool.submit(structured, "^((a|aa)*)*c$", "Write many letters a.")
-        health = [_timed_health(gateway) for _ in range(5)]
-        chat = post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
-        answer = bad.result(timeout=600)
-    assert max(health) < 5.0, health  # generous: the event loop is never blocked by a pattern
-    assert chat.status_code == 200
-    assert answer.status_code in (200, 422), answer.text  # valid, or fail-closed: never 5xx, never unvalidated
-    if answer.status_code == 200:
+    # row 2: ambiguous nesting is refused up front too (the grammar cannot take it; kept out of it, it cost two
+    # whole attempts no model satisfies), naming where it is; the same schema spelled plainly is served
+    nested = structured("^((a|aa)*)*c$", "Write many letters a.")
+    assert nested.status_code == 400, nested.text
+    error = nested.json()["error"]
+    assert error["type"] == "schema_not_supported" and "/properties/s/pattern" in json.dumps(error), error
+    plain = structured("^(a|aa)*c$", "Write aac.")
+    assert plain.status_code in (200, 422), plain.text  # valid, or fail-closed: never 5xx, never unvalidated
+    if plain.status_code == 200:
         import re as python_re
 
-        value = json.loads(answer.json()["choices"][0]["message"]["content"])["s"]
+        value = json.loads(plain.json()["choices"][0]["message"]["content"])["s"]
         assert python_re.fullmatch("(a|aa)*c", value)
+    assert _timed_health(gateway) < 5.0
 
 
 # --- log_prompts: off by default; on, one line per request with its prompt ------------------------------------

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .lora.train import MissingTrainingExtra
     from .structured import Decision, Structured
     from .structured.flow import UnscorableLabels
-    from .structured.regex_safety import UnsafePattern
+    from .structured.regex_safety import AmbiguousPattern, UnsafePattern
     from .structured.tools import Tool, ToolCall, ToolCalls
     from .tasks import (
         Answer,
@@ -151,6 +151,7 @@ _EXPORTS = {
     "TruncatedOutput": ".errors",
     "TuneReport": ".deciders",
     "UnsafePattern": ".structured.regex_safety",
+    "AmbiguousPattern": ".structured.regex_safety",
     "UnscorableLabels": ".structured.flow",
     "Usage": ".client",
     "VocabMismatch": ".engine.vocab",
@@ -177,7 +178,8 @@ except _metadata.PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [  # every public name (a test holds it to _EXPORTS)
-    "AdapterNotFound", "Answer", "Answers", "AsyncClient", "BatchNotFound", "ChatResult", "Classification", "Client",
+    "AdapterNotFound", "AmbiguousPattern", "Answer", "Answers", "AsyncClient",
+    "BatchNotFound", "ChatResult", "Classification", "Client",
     "Compression",
     "ConfigError", "ConversionError", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
     "Decision", "EngineBuildError", "EngineError", "EngineGone", "EngineNotFound", "EngineStartError", "Entity",

@@ -77,6 +77,7 @@ class StreamAssembler:
         self.chat = chat
         self.meta: dict[str, Any] = {}
         self.content: list[str] = []
+        self.progress_events = 0
         self.reasoning: list[str] = []
         self.tools: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
@@ -111,6 +112,9 @@ class StreamAssembler:
             self.usage = event["usage"]
         if isinstance(event.get("timings"), dict):
             self.timings = event["timings"]
+        if "prompt_progress" in event:  # llama-server's ``return_progress``: a prompt read's progress, no token
+            self.progress_events += 1
+            return
         for choice in event.get("choices") or []:
             if isinstance(choice, dict):
                 self._choice(choice)

@@ -11,7 +11,11 @@ is sent again with what it had written so far as the start of its answer — the
 a chat (llama-server continues a final assistant message), the prompt's tail for a completion — and a token
 budget less what was spent; the pieces are joined into one answer of the usual shape, with the usage of the
 whole and ``"tiankong": {"stepped_aside": n}``. An interactive request waits for no batch decode step beyond
-the one in progress.
+the one in progress: the line's stream asks for llama-server's ``return_progress``, so that while the engine reads
+its prompt it writes after every step of at most ``-b`` tokens, and a closed stream is noticed there rather than
+after the whole prompt has been read (without an event to write, llama-server looks at the connection once a
+second). With the default ``-b 2048`` a prompt is read in one step anyway; ``[engine] extra_args = ["-b", "16",
+"-ub", "16"]`` bounds the wait to 16 prompt tokens (``benchmarks/batch_idle.py`` mode ``+bN``; docs/batch-api.md).
 
 Only lines whose answer is plain text step aside (no tools, schemas, grammars, log probabilities, ``n`` > 1, or
 a chat that already ends with an assistant message); the others run as before. Greedy continuation of a prefix
@@ -100,7 +104,8 @@ async def forward_preemptible(upstream: Upstream, admission: Admission, call: Re
     budget = token_budget(body)
     while True:
         piece = _Piece(chat)
-        engine = await upstream.send(call, path, streamed_body(continuation(path, body, written, spent)), stream=True)
+        piece_body = {**streamed_body(continuation(path, body, written, spent)), "return_progress": True}
+        engine = await upstream.send(call, path, piece_body, stream=True)
         if isinstance(engine, Response):
             return engine
         try:

@@ -11,6 +11,7 @@ from .budget import DEFAULT_MAX_STRING
 from .flow import Constraint, json_decode
 from .forced import plan_forced
 from .patterns import engine_pattern
+from .regex_safety import full_matcher
 from .schema import SchemaPlan, preflight
 
 
@@ -103,9 +104,10 @@ def decode_delimited(text: str) -> Any:
 def regex_constraint(pattern: str, *, max_tokens: int = 256) -> Constraint:
     """Text that fully matches ``pattern``: generated as a JSON string with that pattern, then decoded."""
     try:
-        compiled = re.compile(pattern)
+        re.compile(pattern)
     except re.error as exc:
         raise InvalidSchema(f"invalid regex {pattern!r}: {exc}", hint="fix the regular expression") from None
+    matches = full_matcher(pattern)  # bounded time, or refused now (regex_safety)
     rewritten = engine_pattern(pattern, bound=max(64, max_tokens))  # None: features the grammar lacks
     schema: dict[str, Any] = {"type": "string", "pattern": rewritten} if rewritten is not None \
         else {"type": "string", "maxLength": max(DEFAULT_MAX_STRING, max_tokens)}
@@ -117,7 +119,7 @@ def regex_constraint(pattern: str, *, max_tokens: int = 256) -> Constraint:
         return value
 
     def check(value: Any) -> list[str]:
-        return [] if compiled.fullmatch(value) else [f"{value!r} does not match {pattern!r}"]
+        return [] if matches(value) else [f"{value!r} does not match {pattern!r}"]
 
     return Constraint({"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}},
                       decode, check, max_tokens)

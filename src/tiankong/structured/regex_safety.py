@@ -10,9 +10,13 @@ any pattern it accepts in time linear in the input, but it has no lookarounds or
   characters or classes only (at worst polynomial in the bounded string length); one that repeats a group
   cannot be checked safely and is refused with ``schema_not_supported`` before anything runs.
 
-Ambiguous nesting (a repetition whose body is itself a repetition) is also kept out of the engine's grammar
-(``patterns.engine_pattern``): llama.cpp's grammar sampler explodes on ``^((a|aa)*)*c$`` the same way (seconds
-per token); such a string is bounded by length and the pattern checked here instead.
+Ambiguous nesting (a repetition whose body is itself a repetition of variable length: ``(a+)+``,
+``((a|aa)*)*``) is refused up front too (``AmbiguousPattern``), although RE2 checks it safely. llama.cpp's grammar
+sampler explodes on it (seconds per token), and kept out of the grammar it still cost an engine two whole
+attempts that no model satisfies in practice: on ``benchmarks/gateway_abuse.py`` that one request was all the
+abuser's engine work, and it doubled a well-behaved client's p99 on two cores. Every such pattern has a plain
+spelling with the same language (``(a+)+`` is ``a+``, ``(x*)*`` is ``x*``), which the refusal names. None of the
+320 JSONSchemaBench development schemas has one.
 """
 
 from __future__ import annotations
@@ -69,10 +73,12 @@ def _unwrap(items: Any) -> Any:
 
 
 def _bare_repeat(items: Any) -> bool:
+    """A body that is just a repetition of variable length (``a+``, ``a{2,3}``; not ``a{3}``)."""
     items = _unwrap(items)
     if len(items) == 1 and str(items[0][0]) in _REPEATS:
-        _, high, _ = items[0][1]
-        return high is None or str(high) == "MAXREPEAT" or high > 1
+        low, high, _ = items[0][1]
+        unbounded = high is None or str(high) == "MAXREPEAT"
+        return unbounded or (high > 1 and high != low)
     if len(items) == 1 and str(items[0][0]) == "BRANCH":
         return any(_bare_repeat(branch) for branch in items[0][1][1])
     return False
@@ -96,8 +102,9 @@ def complex_repetition(pattern: str) -> bool:
 
 
 def ambiguous_nesting(pattern: str) -> bool:
-    """A repetition whose body is itself just a repetition (``(a+)+``, ``((a|aa)*)*``, ``(a*|b)*``): the same
-    text splits into exponentially many iterations. ``([a-z]+\\.)*`` is not: the dot separates them."""
+    """A repetition whose body is itself just a repetition of variable length (``(a+)+``, ``((a|aa)*)*``,
+    ``(a*|b)*``, ``(a{2,3})*``): the same text splits into exponentially many iterations. ``([a-z]+\\.)*`` is
+    not (the dot separates them), nor ``([0-9a-f]{3}){1,2}`` (each iteration has one length)."""
     parsed = _parsed(pattern)
     if parsed is None:
         return True
@@ -112,6 +119,14 @@ def _re2_options() -> Any:
 
 def to_re2(pattern: str) -> str:
     return _UNICODE_ESCAPE.sub(lambda m: f"{m.group(1)}\\x{{{m.group(2)}}}", pattern)
+
+
+class AmbiguousPattern(SchemaNotSupported):
+    """A pattern with ambiguous nesting (``(a+)+``): refused before any engine sees it (see the module's text)."""
+
+    def __init__(self, pattern: str) -> None:
+        super().__init__("a pattern nests one repetition directly in another", [f"{pattern[:80]!r}"],
+                         hint="repeat once: (a+)+ matches what a+ matches, (x*)* what x* does")
 
 
 class UnsafePattern(SchemaNotSupported):
@@ -144,6 +159,23 @@ def check_pattern(pattern: str) -> None:
 
 def safe_search(pattern: str, text: str) -> bool:
     return searcher(pattern)(text)
+
+
+@lru_cache(maxsize=1024)
+def full_matcher(pattern: str) -> Callable[[str], bool]:
+    """``text → bool``: does ``pattern`` match all of ``text`` (the ``regex=`` mode), in bounded time; raises
+    ``UnsafePattern`` / ``AmbiguousPattern`` up front as ``searcher`` and ``preflight`` do."""
+    if ambiguous_nesting(pattern):
+        raise AmbiguousPattern(pattern)
+    try:
+        compiled = re2.compile(to_re2(pattern), _re2_options())
+        return lambda text: compiled.fullmatch(text) is not None
+    except re2.error:
+        pass
+    if complex_repetition(pattern):
+        raise UnsafePattern(pattern)
+    fallback = re.compile(pattern)
+    return lambda text: fallback.fullmatch(text) is not None
 
 
 # --- jsonschema: the keywords that run patterns, on the searcher above -------------------------------------
