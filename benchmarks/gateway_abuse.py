@@ -4,7 +4,7 @@ One run, loopback only, bounded: `tiankong serve` (SmolLM2 by default, with an A
 started here and stopped at the end. Phase 1 (quiet): the well-behaved client sends short chats (8 tokens) one
 after another for ``--seconds``. Phase 2 (abuse): the same, while an abuser (a process of its own, as a real one
 would be) loops over rows 1–7 and 16–17 —
-a ReDoS pattern, an ambiguous-nesting pattern (enforced by validation), 10,000 guard policies, JSON nested
+a ReDoS pattern, an ambiguous-nesting pattern (both refused up front), 10,000 guard policies, JSON nested
 100,000 deep, bad ``messages``, ``NaN`` temperature, a fake image, 300 wrong keys, and connections that send
 their head or body slowly. Printed: the well-behaved client's p50/p99 in each phase and their ratio, the status
 codes the abuser got (5xx must be 0), and ``/health`` availability during the abuse.
