@@ -14,8 +14,9 @@ whole and ``"tiankong": {"stepped_aside": n}``. An interactive request waits for
 the one in progress: the line's stream asks for llama-server's ``return_progress``, so that while the engine reads
 its prompt it writes after every step of at most ``-b`` tokens, and a closed stream is noticed there rather than
 after the whole prompt has been read (without an event to write, llama-server looks at the connection once a
-second). With the default ``-b 2048`` a prompt is read in one step anyway; ``[engine] extra_args = ["-b", "16",
-"-ub", "16"]`` bounds the wait to 16 prompt tokens (``benchmarks/batch_idle.py`` mode ``+bN``; docs/batch-api.md).
+second). With the default ``-b 2048`` a prompt is read in one step anyway; ``[engine] extra_args = ["-b", "8",
+"-ub", "8"]`` bounds the wait to 8 prompt tokens (``benchmarks/batch_idle.py`` mode ``+bN``: busy p99 216 ms against
+~350 ms by default, at a lower batch speed; docs/batch-api.md).
 
 Only lines whose answer is plain text step aside (no tools, schemas, grammars, log probabilities, ``n`` > 1, or
 a chat that already ends with an assistant message); the others run as before. Greedy continuation of a prefix
