@@ -138,18 +138,26 @@ class UnsafePattern(SchemaNotSupported):
                          hint="drop the lookaround/backreference, or repeat single characters only (e.g. (a+)+ → a+)")
 
 
-@lru_cache(maxsize=4096)
-def searcher(pattern: str) -> Callable[[str], bool]:
-    """``text → bool``: does ``pattern`` match somewhere in ``text`` (JSON Schema's ``pattern``), in bounded time."""
+def _matcher(pattern: str, whole: bool) -> Callable[[str], bool]:
+    """RE2 where it reads the pattern, else Python's ``re`` where it cannot backtrack catastrophically, else
+    ``UnsafePattern``; ``whole``: a full match (``regex=``), else a search (JSON Schema's ``pattern``)."""
     try:
         compiled = re2.compile(to_re2(pattern), _re2_options())
-        return lambda text: compiled.search(text) is not None
+        match = compiled.fullmatch if whole else compiled.search
+        return lambda text: match(text) is not None
     except re2.error:
         pass
     if complex_repetition(pattern):
         raise UnsafePattern(pattern)
     fallback = re.compile(pattern)
-    return lambda text: fallback.search(text) is not None
+    python_match = fallback.fullmatch if whole else fallback.search
+    return lambda text: python_match(text) is not None
+
+
+@lru_cache(maxsize=4096)
+def searcher(pattern: str) -> Callable[[str], bool]:
+    """``text → bool``: does ``pattern`` match somewhere in ``text`` (JSON Schema's ``pattern``), in bounded time."""
+    return _matcher(pattern, whole=False)
 
 
 def check_pattern(pattern: str) -> None:
@@ -167,15 +175,7 @@ def full_matcher(pattern: str) -> Callable[[str], bool]:
     ``UnsafePattern`` / ``AmbiguousPattern`` up front as ``searcher`` and ``preflight`` do."""
     if ambiguous_nesting(pattern):
         raise AmbiguousPattern(pattern)
-    try:
-        compiled = re2.compile(to_re2(pattern), _re2_options())
-        return lambda text: compiled.fullmatch(text) is not None
-    except re2.error:
-        pass
-    if complex_repetition(pattern):
-        raise UnsafePattern(pattern)
-    fallback = re.compile(pattern)
-    return lambda text: fallback.fullmatch(text) is not None
+    return _matcher(pattern, whole=True)
 
 
 # --- jsonschema: the keywords that run patterns, on the searcher above -------------------------------------
