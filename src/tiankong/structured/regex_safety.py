@@ -121,12 +121,16 @@ def to_re2(pattern: str) -> str:
     return _UNICODE_ESCAPE.sub(lambda m: f"{m.group(1)}\\x{{{m.group(2)}}}", pattern)
 
 
+#: how to fix a pattern that ``ambiguous_nesting`` refuses (said by ``AmbiguousPattern`` and by ``preflight``)
+AMBIGUOUS_FIX = "(a+)+ matches what a+ matches: repeat once"
+
+
 class AmbiguousPattern(SchemaNotSupported):
     """A pattern with ambiguous nesting (``(a+)+``): refused before any engine sees it (see the module's text)."""
 
     def __init__(self, pattern: str) -> None:
         super().__init__("a pattern nests one repetition directly in another", [f"{pattern[:80]!r}"],
-                         hint="repeat once: (a+)+ matches what a+ matches, (x*)* what x* does")
+                         hint=AMBIGUOUS_FIX)
 
 
 class UnsafePattern(SchemaNotSupported):

@@ -37,7 +37,13 @@ from .combinators import MISSING as _MISSING
 from .combinators import drop_recursive_alternatives, flatten, name_root_refs
 from .combinators import resolve_ref as _resolve
 from .patterns import FORMAT_PATTERNS, REPEAT_BOUND, engine_pattern, fit_node_pattern
-from .regex_safety import UnsafePattern, ambiguous_nesting, bounded_validator_class, check_pattern
+from .regex_safety import (
+    AMBIGUOUS_FIX,
+    UnsafePattern,
+    ambiguous_nesting,
+    bounded_validator_class,
+    check_pattern,
+)
 
 ENFORCED = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
@@ -218,8 +224,7 @@ def _check_pattern(pattern: str, here: str, fatal: list[str], unenforced: list[s
                      "time)")
         return
     if ambiguous_nesting(pattern):  # the grammar cannot take it and no model satisfies it: regex_safety
-        fatal.append(f"{here} (a repetition nested directly in another: (a+)+ matches what a+ matches; repeat "
-                     "once)")
+        fatal.append(f"{here} (a repetition nested directly in another: {AMBIGUOUS_FIX})")
         return
     if engine_pattern(pattern) is None:
         unenforced.append(f"{here} (regex features the grammar does not support)")
