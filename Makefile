@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP) engine models
+setup: $(STAMP) models engine
 
 # the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft;
 # [ray]: the Ray executor of batch jobs)
@@ -26,7 +26,8 @@ $(EXTRAS): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray]'
 	touch $(EXTRAS)
 
-engine: $(STAMP)
+# after the models: every build ends with a smoke test on the smallest installed model
+engine: $(STAMP) models
 	$(BIN)/tiankong engine install
 
 models: $(STAMP)

@@ -38,7 +38,7 @@ from tiankong.engine import EngineConfig, EngineProcess
 from tiankong.errors import TiankongError
 from tiankong.models import DEFAULT_MODEL, model_path
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
+DEV = Path(__file__).resolve().parents[1] / "tests" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
 SERVICES = ["auth", "billing", "search", "gateway", "payments", "mailer", "scheduler", "cache", "indexer"]
 NAMES = ["Ann Lee", "Bo Chen", "Carla Diaz", "Dev Patel", "Eva Novak", "Femi Ade", "Gus Berg", "Hana Sato"]
 CITIES = ["Lyon", "Osaka", "Quito", "Turku", "Accra", "Perth", "Cork", "Pune"]
@@ -73,7 +73,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "wind_kmh": {"type": "number"}, "station": s()},
         "required": ["temperature_c", "humidity_pct", "pressure_hpa", "wind_kmh", "station"]},
 }
-#: JSONSchemaBench development schemas (``../shared/data``) used as a set of their own: a generic prompt each
+#: JSONSchemaBench development schemas (the copy in ``tests/data``) used as a set of their own: a generic prompt each
 JSB_SAMPLE = 8
 
 

@@ -27,7 +27,7 @@ from tiankong.models import DEFAULT_MODEL, model_path
 from tiankong.structured.prompts import GENERATE_JSON, compact, schema_prompt
 from tiankong.structured.schema import preflight
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
+DEV = Path(__file__).resolve().parents[1] / "tests" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
 PROMPT = "Give an example JSON document for this schema."
 
 

@@ -40,7 +40,7 @@ from tiankong.engine.process import free_port
 from tiankong.gateway import GatewayState, create_app
 from tiankong.models import DEFAULT_MODEL, TEST_MODEL, resolve_installed
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "jsonschemabench-dev" / "schemas.jsonl"
 PROMPT = "Generate a realistic example JSON document that matches the JSON Schema."
 MAX_SCHEMA_CHARS = 12000
 GATEWAY_DEADLINE_S = 1800.0

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import paths
-from .engine.build import ENV_VAR, locate_engine, managed_dir
+from .engine.build import ENV_VAR, EngineBinary, locate_engine, managed_dir
 from .engine.cpu import cpu_features, cpu_model
+from .engine.install import record_smoke
+from .engine.smoke import crash_diagnosis, smoke_test
 from .errors import TiankongError
 from .models import DEFAULT_MODEL, TEST_MODEL, list_models
 
@@ -44,6 +46,7 @@ def diagnose() -> list[Finding]:
     try:
         engine = locate_engine()
         findings.append(Finding("engine", True, f"{engine.path} (llama.cpp {engine.version}, {engine.source})"))
+        findings.append(_smoke_finding(engine))
     except TiankongError as exc:
         findings.append(Finding("engine", False, exc.message, f"run `tiankong engine install` or set {ENV_VAR}"))
     tools = [tool for tool in ("cmake", "c++", "make") if shutil.which(tool) is None]
@@ -65,6 +68,18 @@ def diagnose() -> list[Finding]:
                                 "free disk space: models and the engine build need about 3 GiB"))
     findings.append(Finding("engine cache key", True, str(managed_dir())))
     return findings
+
+
+def _smoke_finding(engine: EngineBinary) -> Finding:
+    """Run the smoke test on the engine in use; report its rung, AMX, flags and the result."""
+    result = record_smoke(engine) if engine.source == "managed" else smoke_test(engine.path)
+    build = (f"rung {engine.rung or '?'}, AMX {'on' if engine.amx else 'off'}, flags {' '.join(engine.cmake_flags)}"
+             if engine.source == "managed" else f"{engine.source} binary")
+    died = f" ({result.signal}: {crash_diagnosis(result.returncode, engine.cmake_flags)})" if result.signal else ""
+    return Finding("engine smoke test", result.status != "failed",
+                   f"{result.status}: {result.detail}{died}; {build}",
+                   "rebuild it: `tiankong engine install --rebuild`" if engine.source == "managed"
+                   else f"point {ENV_VAR} at a build that works, or unset it to use the managed build")
 
 
 def _existing_parent(path: Any) -> Any:

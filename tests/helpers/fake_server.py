@@ -3,7 +3,10 @@
 
 Behaviour from FAKE_MODE: ``crash`` (exit 3 at once), ``ignore-term`` (serve, ignore SIGTERM),
 ``slow-health`` (answer /health 503 forever), ``wedge`` (/health ok, /slots never answers),
-``ok`` (serve /health and /slots). ``--version`` prints a llama-server-like version line.
+``ok`` (serve /health and /slots), ``segv-start`` (killed by SIGSEGV while "loading"), ``segv-answer``
+(/health ok, killed by SIGSEGV once asked to answer: what an AMX build does on an AMX CPU),
+``segv-after-first`` (serves on its first start, counted in FAKE_COUNTER; every later start dies by SIGSEGV).
+``--version`` prints a llama-server-like version line.
 """
 
 import os
@@ -20,6 +23,15 @@ mode = os.environ.get("FAKE_MODE", "ok")
 port = int(sys.argv[sys.argv.index("--port") + 1])
 print(f"fake llama-server mode={mode} port={port}", flush=True)
 
+if mode == "segv-after-first":
+    counter = os.environ["FAKE_COUNTER"]
+    with open(counter, "a") as handle:
+        handle.write("start\n")
+    with open(counter) as handle:
+        mode = "ok" if len(handle.readlines()) == 1 else "segv-start"
+if mode == "segv-start":
+    print("load_tensors: loading model (fake)", flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
 if mode == "crash":
     print("error: failed to load model (fake crash)", flush=True)
     sys.exit(3)
@@ -46,6 +58,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+    def do_POST(self):
+        if mode == "segv-answer":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
 
 ThreadingHTTPServer.daemon_threads = True

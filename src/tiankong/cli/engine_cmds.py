@@ -15,13 +15,17 @@ def engine() -> None:
 
 
 @engine.command()
-@click.option("--force", is_flag=True, help="Rebuild even if a cached build exists.")
+@click.option("--rebuild", "--force", "force", is_flag=True, help="Rebuild even if a cached build exists.")
+@click.option("--amx", is_flag=True,
+              help="Also build with AMX, smoke-test and llama-bench it against the no-AMX build; keep the faster.")
 @click.option("--jobs", type=int, default=None, help="Parallel compile jobs (default: all CPUs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def install(force: bool, jobs: int | None, as_json: bool) -> None:
-    """Build llama-server from the pinned llama.cpp source (cached per CPU and flags)."""
+def install(force: bool, amx: bool, jobs: int | None, as_json: bool) -> None:
+    """Build llama-server from the pinned llama.cpp source, smoke-tested, AMX off (cached per CPU and flags).
+
+    Rungs, first that passes the smoke test is kept: native without AMX, then portable x86-64-v3."""
     log = (lambda msg: click.echo(msg, err=True)) if as_json else click.echo
-    built = install_engine(force=force, log=log, jobs=jobs)
+    built = install_engine(force=force, log=log, jobs=jobs, amx=amx)
     if as_json:
         emit_json(built.to_json())
 
@@ -43,6 +47,12 @@ def info(llama_server: str | None, as_json: bool) -> None:
     click.echo(f"cpu:       {' '.join(found.cpu_features or cpu_features())}")
     if found.cmake_flags:
         click.echo(f"flags:     {' '.join(found.cmake_flags)}")
+    if found.rung:
+        click.echo(f"rung:      {found.rung} (AMX {'on' if found.amx else 'off'})")
+    smoke = found.smoke
+    if smoke:
+        signal = f", {smoke['signal']}" if smoke.get("signal") else ""
+        click.echo(f"smoke:     {smoke.get('status')}{signal} ({smoke.get('detail')})")
 
 
 def _add_rpc_worker() -> None:

@@ -1,7 +1,8 @@
 """Build/locate llama-server, turn a typed config into its argv, supervise its process."""
 
-from .build import EngineBinary, install_engine, locate_engine
+from .build import EngineBinary, locate_engine
 from .flags import EngineConfig, SpecAuto
+from .install import install_engine
 from .process import EngineProcess, EngineState
 from .rpc import RpcWorker, locate_rpc_server
 from .spec import SpecMonitor, SpecStats, engine_spec_stats, spec_from_metrics, spec_from_timings

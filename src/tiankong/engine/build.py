@@ -13,8 +13,6 @@ binary that no longer matches its recorded hash is never trusted.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -24,9 +22,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,23 +31,14 @@ from .. import paths
 from ..errors import EngineBuildError, EngineNotFound
 from ..progress import run_with_percent
 from .cpu import cpu_features
+from .rungs import Rung, amx_rung, ladder
 
 SOURCE_PACKAGE = "llama-cpp-python"
 SOURCE_VERSION = "0.3.36"
 TARGETS = ("llama-server", "llama-bench", "ggml-rpc-server")
-CMAKE_FLAGS = (
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DGGML_NATIVE=ON",
-    "-DGGML_RPC=ON",
-    "-DLLAMA_CURL=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_USE_PREBUILT_UI=OFF",
-    "-DLLAMA_BUILD_UI=OFF",
-)
 ENV_VAR = "TIANKONG_LLAMA_SERVER"
+#: a llama.cpp source tree to build instead of the one in the pinned sdist (offline builds, a patched source)
+SOURCE_ENV_VAR = "TIANKONG_ENGINE_SOURCE"
 Log = Callable[[str], None]
 
 
@@ -65,6 +53,9 @@ class EngineBinary:
     build_dir: Path | None = None
     cpu_features: list[str] = field(default_factory=list)
     cmake_flags: list[str] = field(default_factory=list)
+    rung: str = ""
+    amx: bool = False
+    smoke: dict[str, object] = field(default_factory=dict)
 
     def sibling(self, name: str) -> Path | None:
         """Another binary from the same build (``llama-bench``, ``ggml-rpc-server``), if present."""
@@ -82,14 +73,15 @@ class EngineBinary:
 
 
 def build_key(features: list[str] | None = None) -> str:
-    """Hash of what makes a build reusable: source version, flags, machine, CPU features."""
+    """Hash of what makes a build reusable: source version, the ladder's flags, machine, CPU features."""
+    features = cpu_features() if features is None else sorted(features)
     material = json.dumps(
         {
-            "source": f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
-            "flags": CMAKE_FLAGS,
+            "source": os.environ.get(SOURCE_ENV_VAR) or f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
+            "rungs": [[rung.name, *rung.flags] for rung in (*ladder(features), amx_rung())],
             "targets": TARGETS,
             "machine": platform.machine(),
-            "cpu": cpu_features() if features is None else sorted(features),
+            "cpu": features,
         },
         sort_keys=True,
     )
@@ -160,6 +152,9 @@ def load_managed(directory: Path) -> EngineBinary | None:
             build_dir=directory,
             cpu_features=data["cpu_features"],
             cmake_flags=data["cmake_flags"],
+            rung=str(data.get("rung", "")),
+            amx=bool(data.get("amx", False)),
+            smoke=dict(data.get("smoke") or {}),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -173,45 +168,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def install_engine(force: bool = False, log: Log = print, jobs: int | None = None) -> EngineBinary:
-    """Build (or reuse) the managed llama-server. Atomic: nothing is visible until it works."""
-    target = managed_dir()
-    if not force:
-        existing = load_managed(target)
-        if existing is not None:
-            log(f"engine already built: {existing.path}")
-            return existing
-    _check_toolchain()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _install_lock(target.parent / ".install.lock"):
-        for stale in target.parent.glob("*.tmp-*"):  # left by a killed build; we hold the lock
-            shutil.rmtree(stale, ignore_errors=True)
-        with tempfile.TemporaryDirectory(prefix=f"{target.name}.tmp-", dir=target.parent) as tmp:
-            work = Path(tmp)
-            source = _fetch_source(work, log)
-            staged = _build(source, work, log, jobs or os.cpu_count() or 2)
-            if target.exists():
-                shutil.rmtree(target)
-            os.replace(staged, target)
-    built = load_managed(target)
-    if built is None:  # pragma: no cover - we just wrote it
-        raise EngineBuildError(f"build at {target} did not verify after install")
-    log(f"engine ready: {built.path} (llama.cpp {built.version}, {built.commit})")
-    return built
-
-
-@contextlib.contextmanager
-def _install_lock(path: Path) -> Iterator[None]:
-    """One build at a time per cache (a second `engine install` waits for the first)."""
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _check_toolchain() -> None:
+def check_toolchain() -> None:
     missing = [tool for tool in ("cmake", "c++", "cc", "make") if shutil.which(tool) is None]
     if missing:
         raise EngineBuildError(
@@ -221,7 +178,15 @@ def _check_toolchain() -> None:
         )
 
 
-def _fetch_source(work: Path, log: Log) -> Path:
+def fetch_source(work: Path, log: Log) -> Path:
+    """The llama.cpp source tree to build: ``$TIANKONG_ENGINE_SOURCE`` or the pinned sdist's vendored copy."""
+    override = os.environ.get(SOURCE_ENV_VAR)
+    if override:
+        if not (Path(override) / "CMakeLists.txt").is_file():
+            raise EngineBuildError(f"${SOURCE_ENV_VAR}={override} has no CMakeLists.txt",
+                                   hint="point it at a llama.cpp source tree, or unset it")
+        log(f"building the llama.cpp source at ${SOURCE_ENV_VAR}={override}")
+        return Path(override)
     sdists = paths.downloads_dir() / "sdist"
     sdists.mkdir(parents=True, exist_ok=True)
     archive = sdists / f"llama_cpp_python-{SOURCE_VERSION}.tar.gz"
@@ -270,11 +235,12 @@ def _valid_tar(path: Path) -> bool:
         return False
 
 
-def _build(source: Path, work: Path, log: Log, jobs: int) -> Path:
+def compile_rung(source: Path, work: Path, log: Log, jobs: int, rung: Rung) -> Path:
+    """Configure and build one rung in ``work``; the binaries and a ``build.json`` (no smoke result yet)."""
     build = work / "build"
     started = time.monotonic()
-    log(f"configuring ({' '.join(CMAKE_FLAGS)}) …")
-    _run(["cmake", "-S", str(source), "-B", str(build), *CMAKE_FLAGS], "cmake configure")
+    log(f"rung {rung.name}: configuring ({' '.join(rung.flags)}) …")
+    _run(["cmake", "-S", str(source), "-B", str(build), *rung.flags], "cmake configure")
     log(f"building {', '.join(TARGETS)} with {jobs} jobs (6-9 min on 2 cores) …")
     _run(["cmake", "--build", str(build), "--config", "Release", "-j", str(jobs), "--target", *TARGETS],
          "cmake build", log)
@@ -290,7 +256,8 @@ def _build(source: Path, work: Path, log: Log, jobs: int) -> Path:
     version, commit = read_version(staged / "bin" / "llama-server")
     manifest = {
         "version": version, "commit": commit, "source": f"{SOURCE_PACKAGE}=={SOURCE_VERSION}",
-        "cmake_flags": list(CMAKE_FLAGS), "cpu_features": cpu_features(), "sha256": digests,
+        "cmake_flags": list(rung.flags), "rung": rung.name, "amx": rung.amx, "cpu_features": cpu_features(),
+        "sha256": digests,
         "build_seconds": round(time.monotonic() - started, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -106,6 +106,10 @@ class Replica:
     def next_retry_s(self) -> float | None:
         return self.engine.next_retry_s if self.engine is not None else None
 
+    def crash_loop(self) -> str:
+        """Why the engine is no longer restarted ('' while it is): the same start-up crash twice in a row."""
+        return self.engine.crash_loop if self.engine is not None else ""
+
     def recycles(self) -> bool:
         return self.engine is not None and bool(self.engine.restart_after_requests)
 

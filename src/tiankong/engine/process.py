@@ -25,6 +25,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 
@@ -33,6 +34,7 @@ from ..errors import EngineStartError, PortInUse
 from .build import EngineBinary, locate_engine
 from .files import prune_logs, write_key_file
 from .flags import EngineConfig
+from .smoke import crash_diagnosis, managed_flags, signal_name
 from .spec import SpecMonitor
 from .spec_auto import SpecDecision, resolve_auto_spec
 from .supervised import ProcessState, SupervisedProcess
@@ -58,6 +60,9 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+REBUILD_HINT = "rebuild the engine for this CPU: `tiankong engine install --rebuild` (see `tiankong doctor`)"
 
 
 #: while an engine starts, a line every this many seconds (big models load for a while)
@@ -99,6 +104,8 @@ class EngineProcess(SupervisedProcess):
         self._binary_arg = binary
         self._binary: Path | None = None
         self._gave_up = False
+        self._startup_exits: list[int] = []  # exit codes of start-ups that died, since the last good start
+        self.crash_loop = ""  # set once two start-ups in a row died by the same signal: no more restarts
         self.startup_timeout_s = startup_timeout_s
         self.restart_on_crash = restart_on_crash
         self.max_restarts = max_restarts
@@ -136,6 +143,8 @@ class EngineProcess(SupervisedProcess):
         with self._lock:
             if self.state == EngineState.READY and self.alive():
                 return self
+            if self.crash_loop:
+                raise EngineStartError(self.crash_loop, hint=REBUILD_HINT, log_tail=self.log_tail())
             self._stop_event.clear()
             self._prepare()
             self._spawn_and_wait()
@@ -268,6 +277,7 @@ class EngineProcess(SupervisedProcess):
             if key_file is not None:  # read at start-up: a restart writes a new one
                 key_file.unlink(missing_ok=True)
         self.ready_seconds = time.monotonic() - self.started_at
+        self._startup_exits = []
         self._transition(EngineState.READY, "healthy")
 
     def _wait_ready(self, proc: subprocess.Popen[bytes]) -> None:
@@ -281,12 +291,7 @@ class EngineProcess(SupervisedProcess):
                              f"{self.startup_timeout_s:.0f} s)")
                 code = proc.poll()
                 if code is not None:
-                    self._transition(EngineState.FAILED, f"exited with code {code} during start-up")
-                    raise EngineStartError(
-                        f"llama-server exited with code {code} during start-up",
-                        hint=f"see the log tail below or {self.log_path}",
-                        log_tail=self.log_tail(),
-                    )
+                    self._startup_died(code)
                 try:
                     if http.get(f"{self.url}/health").status_code == 200:
                         return
@@ -301,6 +306,26 @@ class EngineProcess(SupervisedProcess):
             hint="a large model on a slow disk may need a longer startup_timeout_s",
             log_tail=self.log_tail(),
         )
+
+    def _startup_died(self, code: int) -> NoReturn:
+        """A start-up that died: diagnose a signal death; the second identical one in a row ends the restarts."""
+        name = signal_name(code)
+        self._startup_exits.append(code)
+        flags = self._binary_arg.cmake_flags if isinstance(self._binary_arg, EngineBinary) else None
+        diagnosis = crash_diagnosis(code, flags or managed_flags(self.binary))
+        message = f"llama-server {'was killed by ' + name if name else f'exited with code {code}'} during start-up"
+        if name and self._startup_exits[-2:] == [code, code]:
+            self.crash_loop = (f"llama-server crashed with {name} at {len(self._startup_exits)} start-ups in a row; "
+                               f"not restarting it. {diagnosis}")
+            self._gave_up = True
+            message = self.crash_loop
+            if self.log:
+                self.log(self.crash_loop)
+        elif diagnosis:
+            message = f"{message}. {diagnosis}"
+        self._transition(EngineState.FAILED, message[:200])
+        raise EngineStartError(message, hint=REBUILD_HINT if name else f"see the log tail below or {self.log_path}",
+                               log_tail=self.log_tail())
 
     def _record_restart(self) -> None:
         now = time.monotonic()
@@ -338,6 +363,10 @@ class EngineProcess(SupervisedProcess):
                 continue
             assert proc is not None
             self._note_crash(proc)
+            if self.crash_loop:  # the same signal at every start-up: restarting cannot help
+                if self.on_give_up and self.after_budget == "exit":
+                    self.on_give_up()
+                return
             if not self.restart_on_crash:
                 self._transition(EngineState.FAILED, f"exited with code {proc.returncode}")
                 return

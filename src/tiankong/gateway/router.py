@@ -79,7 +79,8 @@ class ModelRouter:
         status = first.state()
         retry = replica.next_retry_s() if status != "ready" else None
         up = self.pool.available()
-        return JSONResponse({"status": "ok" if up else "unavailable", "engine": status,
+        crash = {"crash_loop": replica.crash_loop()} if replica.crash_loop() else {}
+        return JSONResponse({"status": "ok" if up else "unavailable", "engine": status, **crash,
                              "model": self.pool.entries[0].name, "in_flight": first.admission.in_flight,
                              "queued": first.admission.waiting, "degradation": degradation,
                              "pool": self.pool.describe(), **({"next_retry_s": retry} if retry is not None else {})},

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import paths
-from ..engine.build import SOURCE_VERSION, _fetch_source, _safe_member
+from ..engine.build import SOURCE_VERSION, _safe_member, fetch_source
 from ..errors import ConfigError, EngineBuildError
 
 Log = Callable[[str], None]
@@ -46,7 +46,7 @@ def converter_dir(log: Log = lambda _: None) -> Path:
             _unpack(archive, staged)
         else:  # no cached sdist: fetch it the way the engine build does
             try:
-                source = _fetch_source(Path(tmp), log)
+                source = fetch_source(Path(tmp), log)
             except EngineBuildError as exc:
                 raise ConversionError(f"cannot get llama.cpp's converter: {exc.message}", hint=exc.hint) from None
             _ensure(staged)
