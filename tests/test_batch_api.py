@@ -479,7 +479,8 @@ def test_a_batch_past_its_window_expires_with_an_error_line_per_request(tmp_path
     request that never ran gets an error line ``batch_expired`` (as OpenAI writes them)."""
     def gateway() -> TestClient:
         state = GatewayState(upstream_url="http://127.0.0.1:9", model_name="m",
-                             batches=BatchesSettings(dir=str(tmp_path), engine_wait_s=3600))
+                             batches=BatchesSettings(dir=str(tmp_path), engine_wait_s=3600,
+                                                     completion_windows=["24h", "1h"]))
         return TestClient(create_app(state), base_url="http://127.0.0.1")
 
     with gateway() as http:  # the engine is down: the batch waits in progress

@@ -6,6 +6,7 @@ Durations are float seconds named ``*_s``. Errors name the key path and what is 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -219,6 +220,25 @@ class BatchesSettings(_Strict):
     concurrency: int | None = Field(None, ge=1, description="lines of a batch in flight (default: the engines' "
                                     "slots)")
     engine_wait_s: float = Field(3600.0, ge=0, description="an engine down this long fails the running batch")
+    completion_windows: list[str] = Field(default_factory=lambda: ["24h"], min_length=1, description="the "
+                                          "completion_window values a batch may ask for, matched exactly "
+                                          "(<N>h or <N>m)")
+    file_ttl_s: float = Field(30 * 86400.0, gt=0, description="files (uploads and batch outputs) expire this long "
+                              "after they are made (expires_at) and are then removed")
+    # per API key (each key counts its own; a keyless loopback gateway is one key)
+    key_max_stored_bytes: int = Field(1024 * 1024 * 1024, ge=1024, description="bytes of files one key keeps")
+    key_max_files: int = Field(100, ge=1, description="files one key keeps")
+    key_max_open_batches: int = Field(4, ge=1, description="unfinished batches of one key")
+    key_max_pending_requests: int = Field(100_000, ge=1, description="request lines of one key's unfinished "
+                                          "batches")
+
+    @field_validator("completion_windows")
+    @classmethod
+    def _windows(cls, windows: list[str]) -> list[str]:
+        for window in windows:
+            if not re.fullmatch(r"[1-9][0-9]{0,3}[mh]", window):
+                raise ValueError(f"completion window {window!r} is not <N>h or <N>m")
+        return windows
 
 
 class TiankongConfig(_Strict):

@@ -6,6 +6,9 @@ checked line by line before it is kept: every line a JSON object ``{custom_id, m
 with a supported ``url``, every ``custom_id`` once — a file that fails is refused with the line numbers of
 (up to ten of) its problems, and nothing is stored. What a line's body asks for is checked when it runs: a
 bad body becomes a line of the batch's error file, with its line number.
+
+The files are private: the folder is 0700 and every file in it 0600 (prompts, answers, owners); a file's
+``expires_at`` is ``ttl_s`` after it was made, and an expired file is removed (``sweep``) and not found.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any, BinaryIO
 from .. import jsonsafe
 from ..errors import ConfigError, TiankongError
 from .openai_fmt import check_line
-from .store import write_json
+
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 
 PURPOSES = ("batch", "batch_output")
 MAX_PROBLEMS = 10
@@ -51,6 +55,36 @@ class InvalidFile(ConfigError):
 
 class FileTooLarge(ConfigError):
     http_status = 413
+
+
+class QuotaExceeded(TiankongError):
+    """A per-key limit (``batches.key_max_*``) would be passed; the message names it."""
+
+    type = "rate_limit_exceeded"
+    http_status = 429
+
+    def __init__(self, limit: str, value: int, message: str, hint: str) -> None:
+        super().__init__(f"{message} (limit batches.{limit} = {value})", hint=hint)
+        self.code, self.param = "quota_exceeded", limit
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` made (if missing) and kept 0700."""
+    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    path.chmod(PRIVATE_DIR)
+    return path
+
+
+def write_private_json(path: Path, data: Any) -> None:
+    """A small JSON file written atomically (temp file, fsync, rename), 0600 from its first byte."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        os.fchmod(out.fileno(), PRIVATE_FILE)
+        out.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
 
 
 class FileInUse(TiankongError):
@@ -109,9 +143,15 @@ def check_batch_input(path: Path, max_requests: int) -> BatchInput:
 class FileStore:
     """Files by id under ``<root>/files``, each visible only to the key that owns it."""
 
-    def __init__(self, root: Path, *, max_bytes: int, max_requests: int) -> None:
+    def __init__(self, root: Path, *, max_bytes: int, max_requests: int, ttl_s: float = 30 * 86400.0,
+                 clock: Any = time.time) -> None:
         self.dir = root / "files"
-        self.max_bytes, self.max_requests = max_bytes, max_requests
+        self.max_bytes, self.max_requests, self.ttl_s, self.clock = max_bytes, max_requests, ttl_s, clock
+        if self.dir.is_dir():  # files kept by an older version: private now
+            private_dir(self.dir)
+            for entry in self.dir.iterdir():
+                with contextlib.suppress(OSError):
+                    entry.chmod(PRIVATE_FILE)
 
     def _data(self, file_id: str) -> Path:
         return self.dir / f"{file_id}.jsonl"
@@ -124,7 +164,7 @@ class FileStore:
         if purpose != "batch":
             raise ConfigError(f"purpose {purpose!r} is not supported here", hint="upload with purpose=batch")
         file_id = f"file-{secrets.token_hex(12)}"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         part = self.dir / f".{file_id}.part"
         try:
             size = _copy_limited(source, part, self.max_bytes)
@@ -133,28 +173,31 @@ class FileStore:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 part.unlink()
-        record = {"id": file_id, "object": "file", "bytes": size, "created_at": int(time.time()),
+        now = int(self.clock())
+        record = {"id": file_id, "object": "file", "bytes": size, "created_at": now,
                   "filename": filename or "upload.jsonl", "purpose": purpose, "status": "processed",
-                  "expires_at": None, "status_details": None,
+                  "expires_at": now + int(self.ttl_s), "status_details": None,
                   "owner": owner, "requests": found.requests, "urls": list(found.urls)}
-        write_json(self._meta(file_id), record)
+        write_private_json(self._meta(file_id), record)
         return public(record)
 
     def adopt(self, path: Path, file_id: str, *, filename: str, owner: str) -> str:
         """Register a file a batch wrote (its output or errors) as ``file_id``; doing it again after a crash
         half-way through is safe (the move and the record each happen once)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         stored = self._data(file_id)
         if not stored.exists():
             if path.exists():
                 os.replace(path, stored)
             else:
-                stored.touch()
+                stored.touch(mode=PRIVATE_FILE)
+        stored.chmod(PRIVATE_FILE)
         if not self._meta(file_id).exists():
-            write_json(self._meta(file_id), {
+            now = int(self.clock())
+            write_private_json(self._meta(file_id), {
                 "id": file_id, "object": "file", "bytes": self._data(file_id).stat().st_size,
-                "created_at": int(time.time()), "filename": filename, "purpose": "batch_output",
-                "status": "processed", "expires_at": None, "status_details": None, "owner": owner})
+                "created_at": now, "filename": filename, "purpose": "batch_output",
+                "status": "processed", "expires_at": now + int(self.ttl_s), "status_details": None, "owner": owner})
         return file_id
 
     def has(self, file_id: str) -> bool:
@@ -170,11 +213,47 @@ class FileStore:
     def record(self, file_id: str, owner: str | None) -> dict[str, Any]:
         """The stored record (``owner`` None: any owner, for the gateway's own use)."""
         if not _valid_id(file_id) or not self._meta(file_id).exists():
-            raise FileNotFound(f"no file {file_id!r}", hint="list your files: GET /v1/files")
+            raise FileNotFound(f"no file {cut_id(file_id)!r}", hint="list your files: GET /v1/files")
         record: dict[str, Any] = json.loads(self._meta(file_id).read_text(encoding="utf-8"))
-        if owner is not None and record.get("owner", "") != owner:
-            raise FileNotFound(f"no file {file_id!r}", hint="list your files: GET /v1/files")
+        if owner is not None and (record.get("owner", "") != owner or self._expired(record)):
+            raise FileNotFound(f"no file {cut_id(file_id)!r}", hint="list your files: GET /v1/files")
         return record
+
+    def _expired(self, record: dict[str, Any]) -> bool:
+        expires = record.get("expires_at")
+        return isinstance(expires, int | float) and expires <= self.clock()
+
+    def _records(self) -> Iterator[dict[str, Any]]:
+        for meta in self.dir.glob("file-*.json") if self.dir.exists() else []:
+            with contextlib.suppress(OSError, ValueError):
+                yield json.loads(meta.read_text(encoding="utf-8"))
+
+    def usage(self, owner: str) -> tuple[int, int]:
+        """(files, bytes) the owner keeps (expired files not counted)."""
+        kept = [r for r in self._records() if r.get("owner", "") == owner and not self._expired(r)]
+        return len(kept), sum(int(r.get("bytes") or 0) for r in kept)
+
+    def sweep(self, keep: frozenset[str] | set[str] = frozenset()) -> list[str]:
+        """Remove every expired file but those in ``keep`` (inputs of unfinished batches); their ids."""
+        gone = []
+        for record in list(self._records()):
+            if self._expired(record) and record.get("id") not in keep and _valid_id(str(record.get("id"))):
+                self._data(record["id"]).unlink(missing_ok=True)
+                self._meta(record["id"]).unlink(missing_ok=True)
+                gone.append(str(record["id"]))
+        return gone
+
+    def migrate_owners(self, owners: dict[str, str]) -> int:
+        """Records whose owner is a key in ``owners`` (an older version's unsalted key hash) get the value (its
+        salted id) instead; how many were rewritten. Kept as they are otherwise, so they stay readable."""
+        changed = 0
+        for record in list(self._records()):
+            new = owners.get(record.get("owner", ""))
+            if new is not None and _valid_id(str(record.get("id"))):
+                record["owner"] = new
+                write_private_json(self._meta(record["id"]), record)
+                changed += 1
+        return changed
 
     def path(self, file_id: str, owner: str | None) -> Path:
         self.record(file_id, owner)
@@ -182,12 +261,8 @@ class FileStore:
 
     def listing(self, owner: str, purpose: str | None = None) -> list[dict[str, Any]]:
         """The owner's files, newest first."""
-        records = []
-        for meta in self.dir.glob("file-*.json") if self.dir.exists() else []:
-            with contextlib.suppress(OSError, ValueError):
-                record = json.loads(meta.read_text(encoding="utf-8"))
-                if record.get("owner", "") == owner and purpose in (None, record.get("purpose")):
-                    records.append(record)
+        records = [r for r in self._records() if r.get("owner", "") == owner and
+                   purpose in (None, r.get("purpose")) and not self._expired(r)]
         return [public(r) for r in sorted(records, key=lambda r: (-r["created_at"], r["id"]))]
 
     def delete(self, file_id: str, owner: str) -> None:
@@ -201,10 +276,30 @@ class FileStore:
                 yield chunk
 
 
+def migrate_batch_owners(batches_dir: Path, owners: dict[str, str]) -> int:
+    """``migrate_owners`` for the batch records (``<id>/batch.json``), before a ``BatchStore`` reads them."""
+    changed = 0
+    for meta in batches_dir.glob("batch_*/batch.json"):
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(meta.read_text(encoding="utf-8"))
+            new = owners.get(record.get("owner", ""))
+            if new is not None:
+                record["owner"] = new
+                write_private_json(meta, record)
+                changed += 1
+    return changed
+
+
 def public(record: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's file object (what the store keeps besides — owner, request count — stays inside)."""
     return {key: record.get(key) for key in ("id", "object", "bytes", "created_at", "filename", "purpose",
                                               "status", "expires_at", "status_details")}
+
+
+def cut_id(value: object, limit: int = 64) -> str:
+    """An id as error messages show it: at most ``limit`` characters (what a caller sent is not echoed whole)."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _valid_id(file_id: str) -> bool:
@@ -213,7 +308,7 @@ def _valid_id(file_id: str) -> bool:
 
 def _copy_limited(source: BinaryIO, target: Path, limit: int) -> int:
     size = 0
-    with target.open("wb") as out:
+    with os.fdopen(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE), "wb") as out:
         while chunk := source.read(COPY_CHUNK):
             size += len(chunk)
             if size > limit:

@@ -1,7 +1,10 @@
 """Decider artifacts: one versioned JSON file each, registered by name under the data dir.
 
 ``<data dir>/deciders/<name>/v<N>.json``; ``load_decider("spam")`` takes the newest version, ``"spam@2"`` a
-given one, and a path to a ``.json`` file loads that file. Deciders shipped with tiankong (``guard``) live in
+given one, and a path to a ``.json`` file loads that file — for the local user only: inside
+``names_only()`` (the gateway, for every request body and batch line) a decider is a registry name, and every
+unknown or invalid name, path included, is one and the same :class:`NoSuchDecider` (no file is read, and the
+answer says nothing about which files exist). Deciders shipped with tiankong (``guard``) live in
 the package and are listed with ``source: "builtin"``; a registered decider of the same name takes precedence.
 An artifact records what it needs to be trusted: the method and its parameters, the labels, the base model's
 name and sha256 (checked against the engine before use), the examples' hash and count, and the CV report.
@@ -13,6 +16,9 @@ import difflib
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +42,29 @@ class DeciderNotFound(ConfigError):
         super().__init__(f"unknown decider {name!r}", hint=hint)
         self.name = name
         self.suggestions = close
+
+
+class NoSuchDecider(ConfigError):
+    """A decider named over HTTP that is not a registered name: one message for every such name (never echoed)."""
+
+    def __init__(self) -> None:
+        super().__init__("no such decider", hint="name a registered decider (lower-case letters, digits, '.', '_' "
+                         "or '-', optionally @VERSION), as `tiankong deciders list` shows on the gateway's host; "
+                         "file paths are not read over HTTP")
+        self.param = "decider"
+
+
+_NAMES_ONLY: ContextVar[bool] = ContextVar("tiankong_decider_names_only", default=False)
+
+
+@contextmanager
+def names_only() -> Iterator[None]:
+    """Within this block ``load_decider`` takes registry names only (what a remote caller may name)."""
+    token = _NAMES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _NAMES_ONLY.reset(token)
 
 
 class InvalidDecider(ConfigError):
@@ -149,7 +178,10 @@ def known_names() -> list[str]:
 
 
 def load_decider(ref: str) -> Decider:
-    """A decider by name (newest version), ``name@N``, or the path of a decider file."""
+    """A decider by name (newest version), ``name@N``, or the path of a decider file (not inside
+    ``names_only()``, where anything but a registered name is :class:`NoSuchDecider`)."""
+    if _NAMES_ONLY.get():
+        return _load_named(ref)
     if not isinstance(ref, str) or not ref.strip():
         raise ConfigError("the decider name is empty", hint="see `tiankong deciders list`")
     if ref.endswith(".json") and Path(ref).is_file():
@@ -165,6 +197,24 @@ def load_decider(ref: str) -> Decider:
     if name in builtin_names():
         return _read(BUILTIN_DIR / f"{name}.json", "builtin")
     raise DeciderNotFound(ref, known_names())
+
+
+def _load_named(ref: object) -> Decider:
+    name, _, version = ref.partition("@") if isinstance(ref, str) else ("", "", "")
+    if not _NAME.fullmatch(name) or (version and not (version.isdigit() and len(version) <= 9)):
+        raise NoSuchDecider()
+    try:
+        if version:
+            if int(version) not in _versions(name):
+                raise NoSuchDecider()
+            return _read(deciders_dir() / name / f"v{int(version)}.json", "registry")
+        if versions := _versions(name):
+            return _read(deciders_dir() / name / f"v{versions[-1]}.json", "registry")
+        if name in builtin_names():
+            return _read(BUILTIN_DIR / f"{name}.json", "builtin")
+    except InvalidDecider:  # a broken registry file: said to the local user, not to a remote caller
+        raise NoSuchDecider() from None
+    raise NoSuchDecider()
 
 
 def list_deciders() -> list[Decider]:

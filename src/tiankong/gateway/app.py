@@ -27,12 +27,12 @@ from ..tasks.bodies import BODIES as TASK_BODIES
 from .admission import EngineHandle
 from .batch_routes import BatchApi, BatchCollector
 from .body import bad_token_budget, log_prompt, read_json, unhonoured_field
-from .dashboard import sample_forever, stats_payload
+from .dashboard import sample_forever, stats_payload, ui_headers
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
 from .keys import ApiKey, AuthThrottle, RateLimiter, hash_key
 from .metrics import GatewayMetrics, RequestRecord
-from .native import NATIVE_GET, NATIVE_POST, native_problem, native_refused
+from .native import NATIVE_GET, NATIVE_POST, detokenize_problem, native_problem, native_refused, vocab_size
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
@@ -46,6 +46,7 @@ from .upstream import note_json
 __all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
 
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+UI_HEADERS = ui_headers(PAGE)  # CSP (its own script only), no framing, no referrer
 
 
 def model_card(name: str) -> dict[str, Any]:
@@ -86,6 +87,7 @@ def create_app(state: GatewayState) -> Starlette:
                       asyncio.ensure_future(state.router.pool.reap_forever())]
         if batch_api is not None:
             background.append(asyncio.ensure_future(batch_api.runner.forever()))
+            background.append(asyncio.ensure_future(batch_api.sweep_forever()))
         yield
         for task in background:
             task.cancel()
@@ -113,6 +115,13 @@ def create_app(state: GatewayState) -> Starlette:
             metrics.auth_failures.labels("unauthorized").inc()
             return None, unauthorized()
         return key, None
+
+    def admit_key(key: ApiKey) -> Response | None:
+        """The key's requests-per-minute (the Batch API's calls count too); None when it may go."""
+        rpm = state.rpm_for(key)
+        if key.batch or (wait := limiter.admit(key.hash, rpm)) is None:
+            return None
+        return rpm_exceeded(wait, rpm or 0)
 
     async def guarded(request: Request, call: RequestRecord) -> dict[str, Any] | Response:
         """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route."""
@@ -176,6 +185,10 @@ def create_app(state: GatewayState) -> Starlette:
                 return pipe.done(call, body)
             if path in NATIVE_POST and (refused := native_refused(path) if pipe.upstream.handle.remote
                                         else native_problem(path, body)):
+                return pipe.done(call, refused)
+            if path == "/detokenize" and (refused := detokenize_problem(body, await vocab_size(
+                    pipe.upstream.http, pipe.upstream.handle.url(), pipe.upstream.handle.pid(),
+                    pipe.upstream.handle.auth_headers()))):
                 return pipe.done(call, refused)
             if not pipe.upstream.handle.remote and (refused := unhonoured_field(path, body)):
                 return pipe.done(call, refused)  # nothing a client asked for is dropped without a word
@@ -266,7 +279,7 @@ def create_app(state: GatewayState) -> Starlette:
         return JSONResponse(openapi)
 
     async def ui(_: Request) -> Response:
-        return HTMLResponse(PAGE, headers={"Cache-Control": "no-cache"})
+        return HTMLResponse(PAGE, headers={"Cache-Control": "no-cache", **UI_HEADERS})
 
     async def ui_stats(request: Request) -> Response:
         if (refusal := authenticate(request)[1]) is not None:
@@ -278,7 +291,7 @@ def create_app(state: GatewayState) -> Starlette:
         if batch_api is not None:
             level["batches"] = batch_api.summary(state.router.all())
         return JSONResponse(await stats_payload(metrics, engines, pipes["p"].upstream.http, level),
-                            headers={"Cache-Control": "no-store"})
+                            headers={"Cache-Control": "no-store", **UI_HEADERS})
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -300,8 +313,8 @@ def create_app(state: GatewayState) -> Starlette:
     if state.batches is not None and state.batches.enabled:
         batch_api = BatchApi(state.batches, state.batch_callers, concurrency=lambda: state.router.batch_concurrency(
             state.batches.concurrency if state.batches else None), timeout_s=state.request_timeout_s,
-            max_body_bytes=state.max_body_bytes)
-        routes.extend(batch_api.routes(authenticate))
+            max_body_bytes=state.max_body_bytes, key_hashes=[key.hash for key in state.keys])
+        routes.extend(batch_api.routes(authenticate, admit_key))
         metrics.registry.register(BatchCollector(batch_api))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[
         Middleware(OriginCheck, keyless=lambda: not state.keys)], exception_handlers={

@@ -4,7 +4,14 @@
 Every file and batch belongs to the API key that created it (its hash; "" on a keyless loopback gateway): a
 key lists, reads, downloads, deletes and cancels only its own — another key's id is answered 404, the same as
 an id that does not exist. Errors are OpenAI-shaped; an upload that is not a valid batch input is a 400 naming
-its bad lines.
+its bad lines; ids in messages are cut to 64 characters.
+
+A gateway shared by several keys: the folder is private (0700, files 0600) and records the owners as the keys'
+hashes keyed with a per-installation salt (``keys.owner_id``; records of an older version, with the plain hash,
+are rewritten at start-up for the configured keys). Every call counts against the key's ``rpm``; each key has
+its own limits on the bytes and files it keeps, its unfinished batches and their pending lines
+(``batches.key_max_*``: 429 ``quota_exceeded`` naming the limit); files expire (``batches.file_ttl_s``) and are
+removed; ``completion_window`` is one of ``batches.completion_windows``, matched exactly.
 """
 
 from __future__ import annotations
@@ -22,9 +29,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..batch.batches import BatchStore, check_metadata, window_s
+from ..batch.batches import BatchNotFound, BatchStore, check_metadata, window_s
 from ..batch.batches import public as batch_object
-from ..batch.files import FileInUse, FileStore
+from ..batch.files import FileInUse, FileNotFound, FileStore, QuotaExceeded, cut_id, migrate_batch_owners, private_dir
 from ..batch.files import public as file_object
 from ..batch.openai_fmt import ENDPOINTS
 from ..config import BatchesSettings
@@ -32,10 +39,13 @@ from ..errors import ConfigError, TiankongError
 from ..paths import data_dir
 from .batch_runner import BatchRunner
 from .body import read_json
-from .keys import ApiKey
+from .keys import ApiKey, owner_id, owner_salt
 from .responses import error_response
 
 Authenticate = Callable[[Request], tuple[ApiKey | None, Response | None]]
+Admit = Callable[[ApiKey], Response | None]  # the key's rpm: None, or the 429 to answer
+ID_LIMIT = 64
+SWEEP_EVERY_S = 60.0
 BATCH_FIELDS = {"input_file_id", "endpoint", "completion_window", "metadata"}
 FORM_OVERHEAD = 64 * 1024  # multipart boundaries and headers around the file
 UPLOAD_TIMEOUT_S = 600.0
@@ -45,14 +55,20 @@ class BatchApi:
     """The stores, the runner and the routes of the Batch API."""
 
     def __init__(self, settings: BatchesSettings, callers: dict[str, ApiKey], *, concurrency: Callable[[], int],
-                 timeout_s: float, max_body_bytes: int) -> None:
+                 timeout_s: float, max_body_bytes: int, key_hashes: Iterable[str] = ()) -> None:
         self.settings = settings
-        root = Path(settings.dir) if settings.dir else data_dir() / "batches"
-        self.files = FileStore(root, max_bytes=settings.max_file_bytes, max_requests=settings.max_requests)
+        root = private_dir(Path(settings.dir) if settings.dir else data_dir() / "batches")
+        self.salt = owner_salt(root / "owner-salt")
+        self.files = FileStore(root, max_bytes=settings.max_file_bytes, max_requests=settings.max_requests,
+                               ttl_s=settings.file_ttl_s)
+        legacy = {h: owner_id(self.salt, h) for h in key_hashes if h}  # an older version's unsalted owners
+        self.files.migrate_owners(legacy)
+        migrate_batch_owners(root / "batches", legacy)
         self.store = BatchStore(root)
         self.runner = BatchRunner(self.files, self.store, callers, concurrency=concurrency,
                                   engine_wait_s=settings.engine_wait_s, timeout_s=timeout_s)
         self.max_body_bytes = max_body_bytes
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def summary(self, handles: list[Any]) -> dict[str, Any]:
         """What ``/ui`` shows: lines in flight and waiting on the engines, lines pending, the running batch."""
@@ -62,7 +78,10 @@ class BatchApi:
                 "by_status": self.store.status_counts(),
                 "running": {"id": running, "request_counts": self.runner.counts_of(running)} if running else None}
 
-    def routes(self, authenticate: Authenticate) -> list[Route]:
+    def owner(self, key: ApiKey) -> str:
+        return owner_id(self.salt, key.hash)
+
+    def routes(self, authenticate: Authenticate, admit: Admit = lambda key: None) -> list[Route]:
         def owned(handler: Callable[[Request, str], Any]) -> Callable[[Request], Any]:
             async def endpoint(request: Request) -> Response:
                 key, refusal = authenticate(request)
@@ -72,10 +91,14 @@ class BatchApi:
                 if key.batch:  # a batch line cannot start or read batches
                     return error_response(403, "batch lines cannot call the Batch API", "invalid_request_error",
                                           "forbidden")
+                if (refused := admit(key)) is not None:
+                    return refused
                 try:
-                    result: Response = await handler(request, key.hash)
+                    _check_ids(request.path_params)
+                    result: Response = await handler(request, self.owner(key))
                 except TiankongError as exc:
-                    return error_response(exc.http_status, exc.one_line(), exc.type, param=exc.param)
+                    return error_response(exc.http_status, exc.one_line(), exc.type, getattr(exc, "code", None),
+                                          param=exc.param)
                 return result
 
             return endpoint
@@ -120,11 +143,35 @@ class BatchApi:
                              "file")
             if not isinstance(purpose, str):
                 raise _param(ConfigError("the form has no purpose field", hint="send purpose=batch"), "purpose")
-            record = await asyncio.to_thread(self.files.upload, file.file, filename=file.filename or "",
-                                             purpose=purpose, owner=owner)
+            async with self._locks.setdefault(owner, asyncio.Lock()):  # a key's uploads one by one: quotas hold
+                await asyncio.to_thread(self._room_for_file, owner, int(declared))
+                record = await asyncio.to_thread(self.files.upload, file.file, filename=file.filename or "",
+                                                 purpose=purpose, owner=owner)
         finally:
             await form.close()
         return JSONResponse(record)
+
+    def _room_for_file(self, owner: str, size: int) -> None:
+        """QuotaExceeded when one more file of ``size`` bytes would pass the owner's limits."""
+        self.sweep()
+        count, stored = self.files.usage(owner)
+        limits = self.settings
+        if count + 1 > limits.key_max_files:
+            raise QuotaExceeded("key_max_files", limits.key_max_files, f"this API key keeps {count} files",
+                                "delete files it no longer needs (DELETE /v1/files/{id})")
+        if stored + size > limits.key_max_stored_bytes:
+            raise QuotaExceeded("key_max_stored_bytes", limits.key_max_stored_bytes,
+                                f"this API key keeps {stored} bytes of files and the upload is up to {size} more",
+                                "delete files it no longer needs (DELETE /v1/files/{id})")
+
+    def sweep(self) -> list[str]:
+        """Remove the expired files (not the inputs of unfinished batches)."""
+        return self.files.sweep({str(b["input_file_id"]) for b in self.store.unfinished()})
+
+    async def sweep_forever(self) -> None:
+        while True:
+            await asyncio.to_thread(self.sweep)
+            await asyncio.sleep(SWEEP_EVERY_S)
 
     async def list_files(self, request: Request, owner: str) -> Response:
         data = await asyncio.to_thread(self.files.listing, owner, request.query_params.get("purpose"))
@@ -167,6 +214,10 @@ class BatchApi:
         if not isinstance(file_id, str):
             raise _param(ConfigError("input_file_id must be the id of an uploaded file"), "input_file_id")
         window = body.get("completion_window", "24h")
+        if not isinstance(window, str) or window not in self.settings.completion_windows:
+            raise _param(ConfigError(f"completion_window {cut_id(window)!r} is not offered here",
+                                     hint=f"use one of {', '.join(self.settings.completion_windows)} "
+                                          "(batches.completion_windows)"), "completion_window")
         window_s(window)
         metadata = check_metadata(body.get("metadata"))
         record = self.files.record(file_id, owner)
@@ -182,16 +233,33 @@ class BatchApi:
             raise _param(ConfigError(f"the file holds {requests} requests; a batch takes at most "
                                      f"{self.settings.max_requests}", hint="split it into several batches"),
                          "input_file_id")
+        self._room_for_batch(owner, requests)
         batch = self.store.create(owner=owner, endpoint=endpoint, input_file_id=file_id, completion_window=window,
                                   metadata=metadata, total=requests)
         self.runner.submit(batch["id"])
         return JSONResponse(batch)
 
+    def _room_for_batch(self, owner: str, requests: int) -> None:
+        mine = [b for b in self.store.unfinished() if b.get("owner", "") == owner]
+        limits = self.settings
+        if len(mine) + 1 > limits.key_max_open_batches:
+            raise QuotaExceeded("key_max_open_batches", limits.key_max_open_batches,
+                                f"this API key has {len(mine)} unfinished batches",
+                                "wait for one to finish or cancel one (POST /v1/batches/{id}/cancel)")
+        pending = sum(_left(self.runner.counts_of(b["id"])) for b in mine)
+        if pending + requests > limits.key_max_pending_requests:
+            raise QuotaExceeded("key_max_pending_requests", limits.key_max_pending_requests,
+                                f"this API key's unfinished batches have {pending} lines to run and this one "
+                                f"{requests}", "wait for them to run, or cancel a batch")
+
     async def list_batches(self, request: Request, owner: str) -> Response:
         raw = request.query_params.get("limit", "20")
         if not raw.isdigit():
             raise _param(ConfigError("limit must be a whole number from 1 to 100"), "limit")
-        page = self.store.listing(owner, after=request.query_params.get("after"), limit=int(raw))
+        after = request.query_params.get("after")
+        if after is not None and len(after) > ID_LIMIT:
+            raise BatchNotFound(f"no batch {cut_id(after)!r} to list after", hint="pass the last id of a page")
+        page = self.store.listing(owner, after=after, limit=int(raw))
         page["data"] = [self.runner.describe(record) for record in page["data"]]
         return JSONResponse(page)
 
@@ -218,6 +286,18 @@ class BatchCollector(Collector):
         yield batches
         yield GaugeMetricFamily("tiankong_batch_pending_requests", "Request lines of unfinished batches not yet "
                                 "answered", value=self.api.runner.pending())
+
+
+def _left(counts: dict[str, int]) -> int:
+    return max(0, counts["total"] - counts["completed"] - counts["failed"])
+
+
+def _check_ids(params: dict[str, Any]) -> None:
+    """An id longer than any the gateway makes is not found, and is not echoed whole."""
+    if len(str(params.get("file_id", ""))) > ID_LIMIT:
+        raise FileNotFound(f"no file {cut_id(params['file_id'])!r}", hint="list your files: GET /v1/files")
+    if len(str(params.get("batch_id", ""))) > ID_LIMIT:
+        raise BatchNotFound(f"no batch {cut_id(params['batch_id'])!r}", hint="list your batches: GET /v1/batches")
 
 
 def _param(exc: TiankongError, param: str) -> TiankongError:

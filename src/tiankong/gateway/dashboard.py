@@ -2,13 +2,18 @@
 
 The page itself is public (it holds no data); ``/ui/stats`` needs the API key when keys are configured (the
 page asks for it and sends it as a bearer token). Engine gauges are sampled once a second by a background
-task so the charts show queue depth and busy slots between polls too.
+task so the charts show queue depth and busy slots between polls too. The page keeps a key in the tab's
+``sessionStorage`` only, and is sent with a Content-Security-Policy that runs its own inline script alone (by
+its sha256), no framing and no referrer (``ui_headers``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +24,17 @@ from .admission import EngineHandle
 from .metrics import GatewayMetrics, process_rss_bytes
 
 SAMPLE_EVERY_S = 1.0
+
+
+def ui_headers(page: str) -> dict[str, str]:
+    """The security headers of ``/ui``: only the page's own inline scripts run (their sha256), it talks only to
+    this origin, cannot be framed, and sends no referrer."""
+    hashes = " ".join("'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+                      for body in re.findall(r"<script>(.*?)</script>", page, flags=re.S))
+    csp = (f"default-src 'none'; script-src {hashes or chr(39) + 'none' + chr(39)}; style-src 'unsafe-inline'; "
+           "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+    return {"Content-Security-Policy": csp, "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+            "X-Content-Type-Options": "nosniff"}
 
 
 def sample_engines(metrics: GatewayMetrics, engines: Callable[[], list[EngineHandle]]) -> None:

@@ -49,7 +49,7 @@ PAGE = """<!doctype html>
   <span class="dim" id="updated"></span>
 </header>
 <div id="auth">API key: <input id="key" type="password" size="40">
-  <button id="save">use key</button> <span class="dim">(kept in this browser's localStorage)</span></div>
+  <button id="save">use key</button> <span class="dim">(kept in this tab's sessionStorage only)</span></div>
 <div id="error"></div>
 <section class="cards">
   <div class="card"><div class="v" id="stat-tokens-per-s">-</div><div class="k">tokens/s (window)</div></div>
@@ -92,7 +92,7 @@ PAGE = """<!doctype html>
 const POLL_MS = 2000;
 const $ = (id) => document.getElementById(id);
 const keyFromHash = new URLSearchParams(location.hash.slice(1)).get("key");
-if (keyFromHash) { localStorage.setItem("tiankong-key", keyFromHash); history.replaceState(null, "", "/ui"); }
+if (keyFromHash) { sessionStorage.setItem("tiankong-key", keyFromHash); history.replaceState(null, "", "/ui"); }
 
 function fmt(x, digits) {
   if (x === null || x === undefined) return "-";
@@ -195,7 +195,7 @@ function render(data) {
 }
 
 async function poll() {
-  const key = localStorage.getItem("tiankong-key");
+  const key = sessionStorage.getItem("tiankong-key");
   const headers = key ? { "Authorization": "Bearer " + key } : {};
   try {
     const answer = await fetch("/ui/stats", { headers: headers, cache: "no-store" });
@@ -211,7 +211,7 @@ async function poll() {
     $("status").textContent = "unreachable"; $("status").className = "pill bad";
   }
 }
-$("save").addEventListener("click", () => { localStorage.setItem("tiankong-key", $("key").value); poll(); });
+$("save").addEventListener("click", () => { sessionStorage.setItem("tiankong-key", $("key").value); poll(); });
 poll();
 setInterval(poll, POLL_MS);
 </script>

@@ -10,10 +10,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import os
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError
 
 WINDOW_S = 60.0
 
@@ -25,6 +30,32 @@ def hash_key(key: str) -> str:
 def as_hash(key: str) -> str:
     """A configured key as its hash (already-hashed ``sha256:`` keys stay as they are)."""
     return key if key.startswith("sha256:") else hash_key(key)
+
+
+def owner_salt(path: Path) -> bytes:
+    """This installation's random salt for the owners kept on disk (made once, 0600)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        path.chmod(0o600)
+        salt = bytes.fromhex(path.read_text(encoding="ascii").strip())
+        if len(salt) >= 16:
+            return salt
+        raise ConfigError(f"{path} does not hold a salt", hint="remove it (the files and batches made with it "
+                          "become unreachable to their keys)") from None
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(secrets.token_hex(32))
+        out.flush()
+        os.fsync(out.fileno())
+    return owner_salt(path)
+
+
+def owner_id(salt: bytes, key_hash: str) -> str:
+    """What files and batches record as their owner: the key's hash keyed with the installation's salt (a copy
+    of the folder does not give the keys' plain sha256 to guess against); "" (no key) stays ""."""
+    if not key_hash:
+        return ""
+    return "hmac-sha256:" + hmac.new(salt, key_hash.encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)

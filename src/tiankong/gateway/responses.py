@@ -4,10 +4,13 @@ route (``param``: the request field at fault, else null)."""
 from __future__ import annotations
 
 import json
+import logging
 
 from starlette.responses import JSONResponse
 
 from ..errors import ServerError, TiankongError
+
+log = logging.getLogger("tiankong.gateway")
 
 
 def error_body(message: str, type_: str, code: str | None = None,
@@ -59,8 +62,11 @@ def upstream_error(status: int, content: bytes) -> JSONResponse:
     if status >= 500 and "mmproj" in (message or ""):  # a text-only engine was sent an image: the request's fault
         return error_response(400, f"this model takes no images ({message})", "invalid_request_error",
                               "image_not_supported")
-    type_ = "invalid_request_error" if status < 500 else "engine_error"
-    return error_response(status, message or f"engine answered HTTP {status}", type_)
+    if status >= 500:  # the engine's own failure text (C++ exceptions, internals) stays in the gateway's log
+        log.warning("engine answered HTTP %d: %s", status, (message or "")[:300])
+        return error_response(status, f"the engine could not answer this request (HTTP {status}); the gateway's "
+                              "log has its message", "engine_error")
+    return error_response(status, message or f"engine answered HTTP {status}", "invalid_request_error")
 
 
 def tiankong_error_response(exc: TiankongError) -> JSONResponse:

@@ -17,13 +17,16 @@ from starlette.responses import JSONResponse
 
 from ..api import AsyncClient
 from ..client._shared import embeddings_items, embeddings_response, mean_pooled, per_token_refused
+from ..deciders.registry import names_only
 from ..errors import ConfigError, ServerError
 from ..tasks.bodies import task_answer
 
 
 async def run_task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Validate the body, run the task's flow on the client's engine, return its JSON."""
-    return await task_answer(client, task, body)
+    """Validate the body, run the task's flow on the client's engine, return its JSON. A ``decider`` in the body
+    is a registry name only (``deciders.registry.names_only``): a remote caller never names a file to read."""
+    with names_only():
+        return await task_answer(client, task, body)
 
 
 EMBEDDING_FIELDS = {"input", "model", "encoding_format", "user", "dimensions"}

@@ -26,6 +26,9 @@ from .generate import ANTI_LOOP
 from .sql_grammar import QUERY_TOKENS, sql_grammar
 
 MAX_TABLES = 200
+MAX_COLUMNS = 1000  # per table (SQLite's own default limit is 2000)
+MAX_ALL_COLUMNS = 4000  # in the whole schema: each is a choice in the grammar
+MAX_DEPTH = 64  # nested parentheses in the DDL (sqlglot's parser recurses on each)
 MAX_DDL_CHARS = 200_000
 MAX_ROWS = 1000
 READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
@@ -86,20 +89,47 @@ RESERVED = {"SELECT", "FROM", "WHERE", "GROUP", "ORDER", "BY", "LIMIT", "JOIN", 
             "CASE", "WHEN", "THEN", "ELSE", "END", "UNION", "ALL", "ASC", "DESC", "DEFAULT", "CHECK", "VALUES"}
 
 
+def schema_error(message: str, hint: str | None = None) -> ConfigError:
+    """A problem with the database schema (``param``: schema, the request field)."""
+    error = ConfigError(message, hint=hint)
+    error.param = "schema"
+    return error
+
+
+def _depth(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def schema_from_ddl(ddl: str) -> DbSchema:
     """The tables of ``CREATE TABLE`` statements (other statements are ignored: nothing is executed)."""
     import sqlglot  # noqa: PLC0415 (loaded by the sql task only)
     from sqlglot import exp  # noqa: PLC0415
 
     if not isinstance(ddl, str) or not ddl.strip():
-        raise ConfigError("the database schema is empty", hint="give CREATE TABLE statements (or --db FILE)")
+        raise schema_error("the database schema is empty", hint="give CREATE TABLE statements (or --db FILE)")
     if len(ddl) > MAX_DDL_CHARS:
-        raise ConfigError(f"the database schema is {len(ddl)} characters, more than {MAX_DDL_CHARS}")
+        raise schema_error(f"the database schema is {len(ddl)} characters, more than {MAX_DDL_CHARS}")
+    if _depth(ddl) > MAX_DEPTH:
+        raise schema_error(f"the database schema nests parentheses more than {MAX_DEPTH} deep",
+                           hint="give plain CREATE TABLE statements")
+    if ddl.count(",") > 2 * MAX_ALL_COLUMNS:  # cheap, before a parse that would take seconds
+        raise schema_error(f"the database schema lists more than {MAX_ALL_COLUMNS} columns",
+                           hint="give only the tables and columns the question needs")
     try:
         statements = sqlglot.parse(ddl, read="sqlite")
     except sqlglot.errors.SqlglotError as exc:
-        raise ConfigError(f"the schema's DDL does not parse: {str(exc).splitlines()[0][:200]}",
-                          hint="give CREATE TABLE statements in SQLite syntax") from None
+        raise schema_error(f"the schema's DDL does not parse: {str(exc).splitlines()[0][:200]}",
+                           hint="give CREATE TABLE statements in SQLite syntax") from None
+    except RecursionError:  # nesting the depth check does not see (it counts parentheses only)
+        raise schema_error("the database schema nests too deeply to parse",
+                           hint="give plain CREATE TABLE statements") from None
     tables = []
     for statement in statements:
         if not isinstance(statement, exp.Create) or str(statement.args.get("kind", "")).upper() != "TABLE":
@@ -128,9 +158,16 @@ def schema_from_db(path: str | Path) -> DbSchema:
 def _checked(tables: list[Table]) -> DbSchema:
     tables = [t for t in tables if t.columns]
     if not tables:
-        raise ConfigError("the database schema has no tables with columns", hint="give CREATE TABLE statements")
+        raise schema_error("the database schema has no tables with columns", hint="give CREATE TABLE statements")
     if len(tables) > MAX_TABLES:
-        raise ConfigError(f"the database schema has {len(tables)} tables, more than {MAX_TABLES}")
+        raise schema_error(f"the database schema has {len(tables)} tables, more than {MAX_TABLES}")
+    widest = max(tables, key=lambda t: len(t.columns))
+    if len(widest.columns) > MAX_COLUMNS:
+        raise schema_error(f"table {widest.name[:64]!r} has {len(widest.columns)} columns, more than {MAX_COLUMNS}",
+                           hint="give only the tables and columns the question needs")
+    if (count := sum(len(t.columns) for t in tables)) > MAX_ALL_COLUMNS:
+        raise schema_error(f"the database schema has {count} columns, more than {MAX_ALL_COLUMNS}",
+                           hint="give only the tables and columns the question needs")
     return DbSchema(tuple(tables))
 
 
@@ -158,8 +195,13 @@ def read_only(path: str | Path) -> Iterator[sqlite3.Connection]:
 def empty_copy(schema: DbSchema) -> sqlite3.Connection:
     """The schema's tables, empty, in memory: what ``EXPLAIN`` needs when there is only DDL."""
     db = sqlite3.connect(":memory:", check_same_thread=False)
-    for table in schema.tables:
-        db.execute(table.ddl())
+    try:
+        for table in schema.tables:
+            db.execute(table.ddl())
+    except sqlite3.Error as exc:  # e.g. a column named twice, a table defined twice
+        db.close()
+        raise schema_error(f"SQLite refuses the schema's tables: {str(exc)[:200]}",
+                           hint="give each table once, each column of a table once") from None
     return db
 
 
