@@ -96,6 +96,9 @@ class ServerSettings(_Strict):
                                     "this long after its first byte (slow-header clients)")
     body_timeout_s: float = Field(30.0, gt=0, description="a request body must arrive within this long (408)")
     log_prompts: bool = False
+    sampling: Literal["deterministic", "openai"] = Field(
+        "deterministic", description="a chat or completion that names no temperature: 'deterministic' decodes "
+        "greedily (temperature 0, like tiankong.Client); 'openai' samples at OpenAI's default temperature 1")
 
     @field_validator("api_keys")
     @classmethod

@@ -27,6 +27,9 @@ class TiankongGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:  # the reader went away (`tiankong run … | head -c 3`): stop quietly, as Unix tools do
+            quiet_stdout()
+            sys.exit(EXIT_BROKEN_PIPE)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:  # a bug: still one line, with the way to get details
@@ -35,6 +38,26 @@ class TiankongGroup(click.Group):
             click.echo(f"error: internal error {type(exc).__name__}: {exc} (rerun with -v for the traceback "
                        "and please report it)", err=True)
             sys.exit(2)
+
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a Unix tool whose reader closed the pipe exits with
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush into the closed pipe says nothing."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def parse_labels(joined: str | None, repeated: tuple[str, ...] = ()) -> list[str] | None:
+    """Labels as ``classify`` takes them: ``--labels a,b`` and/or ``-l a -l b`` (None: none given)."""
+    names = [*repeated, *(x.strip() for x in (joined or "").split(",") if x.strip())]
+    return names or None
 
 
 def emit_json(data: Any) -> None:
@@ -86,6 +109,17 @@ class LazyGroup(TiankongGroup):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and name not in COMMANDS and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+            ctx.fail(f"no such command {name!r}" + (f"; did you mean {close[0]}?" if close else
+                                                       "; see `tiankong --help`"))
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:

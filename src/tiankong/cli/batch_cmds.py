@@ -12,16 +12,10 @@ from ..batch import build_job, read_report, read_schema, run, status
 from ..batch.job import TASKS
 from ..batch.progress import RichProgress
 from ..batch.remote import BatchService
-from . import emit_json
+from . import emit_json, parse_labels
 from .run_cmds import API_KEY_OPTION, cli_api_key
 
 EXIT_ITEMS_FAILED = 3
-
-
-def parse_labels(joined: str | None, repeated: tuple[str, ...] = ()) -> list[str] | None:
-    """Labels as ``classify`` takes them: ``--labels a,b`` and/or ``-l a -l b`` (None: none given)."""
-    names = [*repeated, *(x.strip() for x in (joined or "").split(",") if x.strip())]
-    return names or None
 
 
 @click.group()

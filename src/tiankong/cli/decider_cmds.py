@@ -41,6 +41,8 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
                            folds=folds, descriptions=dict(d.split("=", 1) for d in describe if "=" in d) or None,
                            save=not dry_run, llama_server=llama_server,
                            log=lambda msg: click.echo(msg, err=True))
+    if report.warning:
+        click.echo(f"warning: {report.warning}", err=True)
     if as_json:
         emit_json(report.to_json())
         return

@@ -8,11 +8,6 @@ from pathlib import Path
 
 import click
 
-from ..batch.progress import RichProgress
-from ..evals import EvalParams, run_eval, write_starter
-from ..evals.compare import MB, compare_files, summary_json
-from ..evals.report import report_files, to_markdown
-from ..evals.run import slug
 from . import emit_json
 
 _compare_options = [
@@ -39,6 +34,8 @@ def eval_group() -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init_cmd(path: str, force: bool) -> None:
     """Write a starter eval set (YAML for .yaml/.yml, else JSONL) covering the four kinds of work."""
+    from ..evals import write_starter
+
     written = write_starter(path, force=force)
     click.echo(f"wrote {written}; next: tiankong eval run {written} --model smollm2-135m-instruct")
 
@@ -63,6 +60,11 @@ def run_cmd(eval_set: str, models: tuple[str, ...], out_dir: str, seed: int, ctx
             show_progress: bool | None, as_json: bool) -> None:
     """Run every item of SET on every --model (temperature 0, fixed seed, cached)."""
     draw = sys.stderr.isatty() if show_progress is None else show_progress
+    from ..batch.progress import RichProgress
+    from ..evals import EvalParams, run_eval
+    from ..evals.compare import MB
+    from ..evals.run import slug
+
     params = EvalParams(seed=seed, ctx=ctx, slots=slots, threads=threads, llama_server=llama_server,
                         cache_dir=Path(cache_dir) if cache_dir else None, retry_failed=retry_failed)
     runs = run_eval(eval_set, list(models), out_dir=out_dir, params=params,
@@ -89,6 +91,9 @@ def run_cmd(eval_set: str, models: tuple[str, ...], out_dir: str, seed: int, ctx
 def compare_cmd(runs: tuple[str, ...], baseline: str | None, tolerance_points: float, as_json: bool,
                 with_items: bool) -> None:
     """Compare RUNS (files or folders from `eval run`): per-item classes, per-tag accuracy, decision."""
+    from ..evals.compare import compare_files, summary_json
+    from ..evals.report import to_markdown
+
     comparison = compare_files(list(runs), baseline=baseline, tolerance_points=tolerance_points)
     if as_json:
         emit_json(summary_json(comparison, with_items=with_items))
@@ -104,6 +109,8 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, tolerance_points: f
 def report_cmd(runs: tuple[str, ...], baseline: str | None, tolerance_points: float, html_path: str | None,
                md_path: str | None, as_json: bool) -> None:
     """Write the comparison of RUNS as Markdown (--md) and/or HTML (--html); without either, print Markdown."""
+    from ..evals.report import report_files, to_markdown
+
     comparison, written = report_files(list(runs), baseline=baseline, tolerance_points=tolerance_points,
                                        html_path=html_path, md_path=md_path)
     if as_json:

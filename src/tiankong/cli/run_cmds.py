@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from .. import paths
-from ..api import Client
-from ..config import check_api_key, load_config
-from ..doctor import diagnose
 from ..errors import ConfigError
-from ..gateway import serve as serve_gateway
 from ..models import DEFAULT_MODEL
 from . import emit_json
+
+if TYPE_CHECKING:  # the client, the gateway and the doctor are imported by the commands that use them
+    from ..api import Client
 
 
 @click.command()
@@ -35,6 +35,9 @@ def serve(model: str | None, host: str | None, port: int | None, slots: int | No
     """Run the gateway on 127.0.0.1:8080 in front of a managed llama-server."""
     if config_file is None and paths.config_file().is_file():
         config_file = str(paths.config_file())  # the default config file, when there is one (errors name it)
+    from ..config import check_api_key, load_config
+    from ..gateway import serve as serve_gateway
+
     config = load_config(config_file)
     overrides = {"model": paths.default_model(model), "slots": slots, "ctx": ctx, "llama_server": llama_server,
                  "embeddings": embeddings}
@@ -72,7 +75,12 @@ def cli_api_key() -> str | None:
 
 def _client(model: str | None, url: str | None, llama_server: str | None, embeddings: bool = False,
             adapters: list[str] | None = None) -> Client:
+    from ..api import Client
+
     if url or os.environ.get("TIANKONG_URL"):
+        from ..client import _shared
+
+        _shared.MANAGE_HINT = "leave out --url (and TIANKONG_URL) and pass --model NAME to run a managed engine"
         return Client(url, model=model, api_key=cli_api_key())
     return Client(model=paths.default_model(model) or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096,
                   embeddings=embeddings,
@@ -151,6 +159,8 @@ def chat(model: str | None, url: str | None, system: str | None, max_tokens: int
 @click.option("--json", "as_json", is_flag=True)
 def doctor(as_json: bool) -> None:
     """Check the engine, models, CPU, memory and directories; say what to fix."""
+    from ..doctor import diagnose
+
     findings = diagnose()
     if as_json:
         emit_json([finding.to_json() for finding in findings])

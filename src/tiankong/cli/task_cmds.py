@@ -11,21 +11,23 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..api import Client
-from ..deciders import load_decider
+from ..deciders.registry import load_decider
 from ..errors import ConfigError
 from ..models import DEFAULT_MODEL
 from ..structured.drivers import run_sync
-from ..tasks import guard_flow, redact_flow
 from ..tasks.classify import decide_flow, decider_labels
-from . import emit_json
-from .batch_cmds import parse_labels
+from ..tasks.guard import guard_flow
+from ..tasks.redact import redact_flow
+from . import emit_json, parse_labels
 from .run_cmds import API_KEY_OPTION, _client
 from .spec_options import spec_option
+
+if TYPE_CHECKING:
+    from ..api import Client
 
 _options = [
     click.option("--model", default=None, help=f"Model (default: TIANKONG_MODEL, else {DEFAULT_MODEL}; embedded "

@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass, field
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InputTooLong, ServerError, TransportError
 from ..lora.selection import LoadedAdapter, adapter_table, prepare, requested
 from .images import validate_messages
 
+if TYPE_CHECKING:
+    import httpx
+
 DEFAULT_SEED = 42
+#: how the caller asks for a managed engine, in its own words (the CLI, a process of its own, says ``--model``)
+MANAGE_HINT = "pass model= to manage an engine"
 Message = dict[str, Any]
 #: llama-server (cpp-httplib) closes idle keep-alive connections after 5 s; expire ours sooner so a
 #: request is never written into a connection the server is closing.
@@ -24,12 +28,69 @@ KEEPALIVE_EXPIRY_S = 2.0
 
 
 def http_limits(max_connections: int = 64) -> httpx.Limits:
+    import httpx
+
     return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
                         keepalive_expiry=KEEPALIVE_EXPIRY_S)
 
 
+#: statuses a server answers when it is busy or starting: retried after its ``Retry-After`` (429 without one:
+#: after a growing backoff), at most ``RETRIES`` times and ``RETRY_BUDGET_S`` of waiting per request
+RETRY_STATUSES = (429, 503)
+RETRIES = 8
+RETRY_BUDGET_S = 180.0
+#: slots assumed when a server does not say (``/props`` missing or refused)
+DEFAULT_SLOTS = 2
+
+
+def retry_delay(status: int, retry_after: str | None, attempt: int, waited_s: float,
+                budget_s: float = RETRY_BUDGET_S) -> float | None:
+    """Seconds to wait before sending a refused request again, or ``None``: not a busy answer, retries or the
+    waiting budget spent. ``Retry-After`` (seconds) is honoured with a little jitter, so clients told the same
+    number do not come back at the same instant; a 503 without it is not retried (the server is down, not busy)."""
+    if status not in RETRY_STATUSES or attempt >= RETRIES:
+        return None
+    try:
+        delay = float(retry_after) if retry_after is not None else None
+    except ValueError:
+        delay = None
+    if delay is None:
+        if status != 429:
+            return None
+        delay = min(2.0 ** attempt, 30.0)
+    delay = max(0.05, delay) * (1.0 + 0.2 * random.random())
+    return delay if waited_s + delay <= budget_s else None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a client learnt about its server once: a tiankong gateway (tasks go as one ``/v1/tasks/<task>``
+    call) or an engine, and its slots (the most requests of this client in flight at once)."""
+
+    gateway: bool
+    slots: int
+
+
+def server_info(health_status: int, health: Any, props: Any) -> ServerInfo:
+    """The ``ServerInfo`` from ``GET /health`` (a tiankong gateway answers with its engine state and its pool,
+    even while unavailable; llama-server with ``{"status": …}`` or an error) and ``GET /props``
+    (``total_slots``; ``None`` when refused)."""
+    gateway = health_status in (200, 503) and isinstance(health, dict) and "pool" in health and "engine" in health
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    return ServerInfo(gateway, slots if isinstance(slots, int) and slots > 0 else DEFAULT_SLOTS)
+
+
+def json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
 def is_stale_connection(exc: Exception) -> bool:
     """A reused connection closed by the server before any answer: safe to send again once."""
+    import httpx
+
     return isinstance(exc, httpx.RemoteProtocolError) and "without sending" in str(exc)
 
 
@@ -238,7 +299,7 @@ def check_response(status: int, text: str) -> None:
 def connect_error(url: str, exc: Exception) -> TransportError:
     return TransportError(
         f"cannot reach {url}: {type(exc).__name__}: {exc}".rstrip(": "),
-        hint="is the server running? start one with `tiankong serve` or pass model= to manage an engine",
+        hint=f"is the server running? start one with `tiankong serve` or {MANAGE_HINT}",
     )
 
 
@@ -258,6 +319,11 @@ def embeddings_items(texts: Any) -> list[str]:
     if not items or not all(isinstance(t, str) and t for t in items):
         raise ConfigError("embeddings input must be a non-empty string or a list of non-empty strings")
     return items
+
+
+def embeddings_body(items: list[str], model: str | None) -> dict[str, Any]:
+    """An OpenAI embeddings body; without a model name the server's own (a gateway's first) model answers."""
+    return {"input": items, **({"model": model} if model else {})}
 
 
 def per_token_refused(exc: ServerError) -> bool:

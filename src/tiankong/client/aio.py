@@ -50,6 +50,9 @@ class AsyncBaseClient:
         self._http: httpx.AsyncClient | None = None
         self._start_lock = asyncio.Lock()
         self._lora: Any = S.UNKNOWN
+        self._info: S.ServerInfo | None = None
+        self._info_lock = asyncio.Lock()
+        self._in_flight: asyncio.Semaphore | None = None
 
     async def _client(self) -> httpx.AsyncClient:
         if self._http is not None:
@@ -68,6 +71,52 @@ class AsyncBaseClient:
 
     async def _send(self, method: str, path: str, body: dict[str, Any] | None,
                     stream: bool = False) -> httpx.Response:
+        """Send; again after ``Retry-After`` while the server is busy (429/503, bounded: ``S.retry_delay``)."""
+        waited, attempt = 0.0, 0
+        while True:
+            response = await self._send_once(method, path, body, stream)
+            delay = S.retry_delay(response.status_code, response.headers.get("retry-after"), attempt, waited)
+            if delay is None:
+                return response
+            await response.aclose()
+            await asyncio.sleep(delay)
+            waited, attempt = waited + delay, attempt + 1
+
+    async def server(self) -> S.ServerInfo:
+        """A tiankong gateway or an engine, and its slots: asked once per client (``GET /health``, ``/props``)."""
+        if self._info is None:
+            async with self._info_lock:
+                if self._info is None:
+                    info = await self._detect()
+                    if info is None:
+                        return S.ServerInfo(False, S.DEFAULT_SLOTS)  # unreachable now: asked again next time
+                    self._in_flight = asyncio.Semaphore(info.slots)
+                    self._info = info
+        return self._info
+
+    async def _detect(self) -> S.ServerInfo | None:
+        await self._client()
+        if self.engine is not None:
+            return S.ServerInfo(False, self.engine.config.slots)
+        try:
+            health = await self._send_once("GET", "/health", None, False)
+            props = await self._send_once("GET", "/props", None, False)
+        except httpx.HTTPError:
+            return None
+        return S.server_info(health.status_code, S.json_or_none(health),
+                             S.json_or_none(props) if props.status_code == 200 else None)
+
+    async def _limited(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """``_request`` holding one of the server's slots: a client never has more requests in flight than the
+        server has slots, so a request waits here, not in the server's queue (where its timeout would run)."""
+        await self.server()
+        if self._in_flight is None:
+            return await self._request(method, path, body)
+        async with self._in_flight:
+            return await self._request(method, path, body)
+
+    async def _send_once(self, method: str, path: str, body: dict[str, Any] | None,
+                         stream: bool) -> httpx.Response:
         """Send; once more if a reused keep-alive connection was closed before any answer."""
         http = await self._client()
         request = http.build_request(method, path, json=body)
@@ -176,7 +225,7 @@ class AsyncBaseClient:
     async def embed(self, texts: str | list[str]) -> list[list[float]]:
         items = S.embeddings_items(texts)
         try:
-            data = await self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+            data = await self._request("POST", "/v1/embeddings", S.embeddings_body(items, self.model))
         except ServerError as exc:
             if not S.per_token_refused(exc):
                 raise

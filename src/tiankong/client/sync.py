@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Self
 
@@ -53,10 +55,25 @@ class BaseClient:
         self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits(),
                                   transport=transport)
         self._lora: Any = S.UNKNOWN
+        self._info: S.ServerInfo | None = None
+        self._info_lock = threading.Lock()
+        self._in_flight: threading.BoundedSemaphore | None = None
 
     # --- plumbing -------------------------------------------------------------------------------
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None, stream: bool = False) -> httpx.Response:
+        """Send; again after ``Retry-After`` while the server is busy (429/503, bounded: ``S.retry_delay``)."""
+        waited, attempt = 0.0, 0
+        while True:
+            response = self._send_once(method, path, body, stream)
+            delay = S.retry_delay(response.status_code, response.headers.get("retry-after"), attempt, waited)
+            if delay is None:
+                return response
+            response.close()
+            time.sleep(delay)
+            waited, attempt = waited + delay, attempt + 1
+
+    def _send_once(self, method: str, path: str, body: dict[str, Any] | None, stream: bool) -> httpx.Response:
         """Send; once more if a reused keep-alive connection was closed before any answer."""
         request = self._http.build_request(method, path, json=body)
         try:
@@ -65,6 +82,38 @@ class BaseClient:
             if not S.is_stale_connection(exc):
                 raise
             return self._http.send(request, stream=stream)
+
+    def server(self) -> S.ServerInfo:
+        """A tiankong gateway or an engine, and its slots: asked once per client (``GET /health``, ``/props``)."""
+        if self._info is None:
+            with self._info_lock:
+                if self._info is None:
+                    info = self._detect()
+                    if info is None:
+                        return S.ServerInfo(False, S.DEFAULT_SLOTS)  # unreachable now: asked again next time
+                    self._in_flight = threading.BoundedSemaphore(info.slots)
+                    self._info = info
+        return self._info
+
+    def _detect(self) -> S.ServerInfo | None:
+        if self.engine is not None:
+            return S.ServerInfo(False, self.engine.config.slots)
+        try:
+            health = self._send_once("GET", "/health", None, False)
+            props = self._send_once("GET", "/props", None, False)
+        except httpx.HTTPError:
+            return None
+        return S.server_info(health.status_code, S.json_or_none(health),
+                             S.json_or_none(props) if props.status_code == 200 else None)
+
+    def _limited(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """``_request`` holding one of the server's slots: a client never has more requests in flight than the
+        server has slots, so a request waits here, not in the server's queue (where its timeout would run)."""
+        self.server()
+        if self._in_flight is None:
+            return self._request(method, path, body)
+        with self._in_flight:
+            return self._request(method, path, body)
 
     def _with_lora(self, path: str, body: dict[str, Any] | None) -> dict[str, Any] | None:
         """Adapter names → the engine's ids (the adapter table is read once per client)."""
@@ -156,7 +205,7 @@ class BaseClient:
         every token's vector (``--pooling none``, tiankong's engines with embeddings on)."""
         items = S.embeddings_items(texts)
         try:
-            data = self._request("POST", "/v1/embeddings", {"input": items, "model": self.model or "default"})
+            data = self._request("POST", "/v1/embeddings", S.embeddings_body(items, self.model))
         except ServerError as exc:
             if not S.per_token_refused(exc):
                 raise

@@ -8,13 +8,11 @@ candidate method by stratified k-fold CV, keeps the best by a stated rule and re
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .adapter import AdapterCandidate
-from .data import MIN_PER_LABEL, Examples, ExamplesError, check_examples, load_examples
-from .features import DeciderEngineError, engine_model_flow
 from .registry import (
     Decider,
     DeciderNotFound,
@@ -24,8 +22,30 @@ from .registry import (
     remove_decider,
     save_decider,
 )
-from .runtime import DeciderModelMismatch, EngineNeeds, engine_needs, scores_flow
-from .tune import DEFAULT_METHODS, MethodScore, TuneReport, tune
+
+if TYPE_CHECKING:
+    from .adapter import AdapterCandidate
+    from .data import MIN_PER_LABEL, Examples, ExamplesError, check_examples, load_examples
+    from .features import DeciderEngineError, engine_model_flow  # noqa: F401
+    from .runtime import DeciderModelMismatch, EngineNeeds, engine_needs, scores_flow
+    from .tune import DEFAULT_METHODS, MethodScore, TuneReport, tune
+
+#: names served from submodules on first use: tuning and scoring pull in numpy, scipy and scikit-learn, which a
+#: command that only names a decider (or none) should not pay for at start-up
+_LAZY = {
+    "AdapterCandidate": "adapter", "MIN_PER_LABEL": "data", "Examples": "data", "ExamplesError": "data",
+    "check_examples": "data", "load_examples": "data", "DeciderEngineError": "features",
+    "engine_model_flow": "features", "DeciderModelMismatch": "runtime", "EngineNeeds": "runtime",
+    "engine_needs": "runtime", "scores_flow": "runtime", "DEFAULT_METHODS": "tune", "MethodScore": "tune",
+    "TuneReport": "tune", "tune": "tune",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_METHODS", "MIN_PER_LABEL", "AdapterCandidate", "Decider", "DeciderEngineError", "DeciderModelMismatch",
@@ -38,14 +58,22 @@ __all__ = [
 def tune_classify(data: str | Path, *, name: str, model: str | None = None, url: str | None = None,
                   labels: Sequence[str] | None = None, methods: Sequence[str] | None = None, folds: int = 5,
                   descriptions: dict[str, str] | None = None, save: bool = True,
-                  llama_server: str | None = None, log: Callable[[str], None] = lambda _: None) -> TuneReport:
+                  llama_server: str | None = None, log: Callable[[str], None] = lambda _: None,
+                  cache_dir: Path | None = None) -> TuneReport:
     """Tune a classify decider from a JSONL/CSV file and register it (the ``tiankong tune classify`` verb).
 
     With ``model`` an engine is started for it (embeddings on); with ``url`` a running llama-server started
     with ``--embeddings --pooling none`` is used; with neither only engine-free methods are scored. The ``lora``
-    method (asked for by name) fine-tunes ``model`` and needs the ``[lora]`` extra.
+    method (asked for by name) fine-tunes ``model`` and needs the ``[lora]`` extra. Engine features are cached
+    under ``cache_dir`` (default: the user cache dir) per model sha256, so a re-run resumes (``passes.py``).
     """
+    from .. import paths
     from ..api import Client
+    from ..structured.drivers import run_sync
+    from .adapter import AdapterCandidate
+    from .data import load_examples
+    from .passes import FeatureCache, retrying
+    from .tune import tune
 
     examples = load_examples(data, labels=labels)
     if model is None and url is None:
@@ -55,8 +83,14 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
             base = _base_model(client, model)
             adapter = AdapterCandidate(base["name"], llama_server=llama_server, log=log) \
                 if model is not None and "lora" in (methods or ()) else None
-            report = tune(examples, name=name, run=client._run, base_model=base, methods_wanted=methods,
-                          folds=folds, descriptions=descriptions, adapter=adapter)
+            request = retrying(client._limited, log)  # within the engine's slots; passing failures retried
+
+            def run(flow: Any) -> Any:
+                return run_sync(flow, request)
+
+            report = tune(examples, name=name, run=run, base_model=base, methods_wanted=methods,
+                          folds=folds, descriptions=descriptions, adapter=adapter,
+                          cache=FeatureCache(cache_dir or paths.cache_dir(), base["sha256"]), log=log)
     if save and report.decider is not None:
         save_decider(report.decider)
     return report
@@ -64,6 +98,7 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
 
 def _base_model(client: Any, model: str | None) -> dict[str, str]:
     from ..models.registry import installed_models
+    from .features import DeciderEngineError, engine_model_flow
 
     path, sha = client._run(engine_model_flow())
     if sha is None:

@@ -12,6 +12,7 @@ separates equally accurate methods by how well their probabilities fit — then 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,12 +23,12 @@ from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import StratifiedKFold
 
 from ..errors import ConfigError
-from ..structured.combine import gather
 from ..structured.flow import Flow
 from . import methods
 from .adapter import AdapterCandidate
 from .data import Examples
-from .features import embeddings_flow, label_probability_flow
+from .features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow
+from .passes import FeatureCache, Log, cached_pass, text_key
 from .registry import Decider, check_name
 
 TIE = 0.005
@@ -73,6 +74,18 @@ class TuneReport:
     decider: Decider | None = None
     skipped: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def warning(self) -> str | None:
+        """Set when the chosen method is hardly better than guessing (``near_chance``), with what to do."""
+        row = next((r for r in self.best_rows() if r.method == self.chosen), None)
+        if row is None or not near_chance(row.accuracy, self.counts):
+            return None
+        where = "; let an engine read the texts (--model NAME instead of --no-engine)" if \
+            all(r.engine_passes == 0 for r in self.rows) else ""
+        return (f"the chosen {self.chosen} scores CV accuracy {row.accuracy:.3f}, near chance "
+                f"({chance_accuracy(self.counts):.3f} for {len(self.counts)} labels): its answers will often be wrong; "
+                f"add labelled examples (30 or more per label){where}, or describe the labels (--describe)")
+
     def best_rows(self) -> list[MethodScore]:
         full = max(r.size for r in self.rows)
         return [r for r in self.rows if r.size == full]
@@ -81,7 +94,8 @@ class TuneReport:
         return {"name": self.name, "labels": self.labels, "counts": self.counts, "folds": self.folds,
                 "chosen": self.chosen, "rule": self.rule, "base_model": self.base_model,
                 "version": self.decider.version if self.decider else None,
-                "results": [r.to_json() for r in self.rows], "skipped": self.skipped}
+                "results": [r.to_json() for r in self.rows], "skipped": self.skipped,
+                **({"warning": self.warning} if self.warning else {})}
 
     def table(self) -> str:
         lines = [f"{self.folds}-fold CV, {sum(self.counts.values())} examples "
@@ -95,6 +109,18 @@ class TuneReport:
         lines += [f"skipped {m}: {why}" for m, why in self.skipped.items()]
         lines.append(f"chosen: {self.chosen} ({self.rule})")
         return "\n".join(lines)
+
+
+def chance_accuracy(counts: dict[str, int]) -> float:
+    """What guessing scores: the larger of a uniform guess and always answering the commonest label."""
+    total = sum(counts.values())
+    return max(1.0 / len(counts), max(counts.values()) / total) if total else 1.0
+
+
+def near_chance(accuracy: float, counts: dict[str, int]) -> bool:
+    """Accuracy that closes less than a third of the gap from guessing to perfect."""
+    chance = chance_accuracy(counts)
+    return accuracy < chance + (1.0 - chance) / 3
 
 
 def expected_calibration_error(probabilities: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
@@ -132,32 +158,50 @@ def _score(method: str, size: int, probabilities: np.ndarray, y: np.ndarray, ms:
                        expected_calibration_error(probabilities, y), ms, PASSES[method], float(-np.log(picked).mean()))
 
 
-def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set[str]) -> \
+def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set[str],
+                    cache: FeatureCache | None = None, log: Log | None = None) -> \
         tuple[methods.FeatureSet, dict[str, float], list[float] | None]:
-    """Embeddings and zero-shot probabilities of every text (as needed), with ms per item of each pass."""
+    """Embeddings and zero-shot probabilities of every text (as needed), with ms per item of each pass; read
+    chunk by chunk through ``cache`` (``passes.py``: a re-run asks the engine only for what is missing)."""
     features, ms, prior = methods.FeatureSet(list(texts)), {}, None
     if wanted & {"probe-mean", "probe-last", "stack"}:
         start = time.perf_counter()
-        features.embeddings = run(embeddings_flow(texts))
+        rows = cached_pass(run, "embeddings", [(text_key(t[:MAX_CHARS]), _embedding(t)) for t in texts],
+                           cache=cache, kind=f"embeddings-{MAX_CHARS}", log=log)
+        features.embeddings = {p: np.asarray([r[p] for r in rows]) for p in POOLINGS}
         ms["embeddings"] = 1000 * (time.perf_counter() - start) / len(texts)
     if "zeroshot" in wanted:
         start = time.perf_counter()
-        features.zeroshot = np.asarray(run(gather([label_probability_flow(t, words) for t in texts])))
+        kind = f"zeroshot-{text_key(*words)[:16]}"
+        items = [(text_key(t[:MAX_CHARS]), _probabilities(t, words)) for t in [*texts, CONTENT_FREE]]
+        found = cached_pass(run, "zero-shot", items, cache=cache, kind=kind, log=log)
+        features.zeroshot = np.asarray(found[:-1])
         ms["zeroshot"] = 1000 * (time.perf_counter() - start) / len(texts)
-        prior = list(run(label_probability_flow(CONTENT_FREE, words)))
+        prior = list(found[-1])
     return features, ms, prior
+
+
+def _embedding(text: str) -> Callable[[], Flow[Any]]:
+    return lambda: embedding_flow(text)
+
+
+def _probabilities(text: str, words: list[str],
+                   shots: list[tuple[str, str]] | None = None) -> Callable[[], Flow[Any]]:
+    return lambda: label_probability_flow(text, words, shots)
 
 
 def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model: dict[str, str] | None = None,
          methods_wanted: Sequence[str] | None = None, folds: int = 5, seed: int = 0, k: int = 4,
          descriptions: dict[str, str] | None = None,
          precomputed: tuple[methods.FeatureSet, dict[str, float], list[float] | None] | None = None,
-         adapter: AdapterCandidate | None = None) -> TuneReport:
+         adapter: AdapterCandidate | None = None, cache: FeatureCache | None = None,
+         log: Log | None = None) -> TuneReport:
     """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved; a chosen
     ``lora`` adapter is registered in the LoRA registry).
 
     ``precomputed``: engine features already read for these texts (as :func:`engine_features` returns them);
-    ``adapter``: trains and scores the ``lora`` candidate (skipped without it)."""
+    ``adapter``: trains and scores the ``lora`` candidate (skipped without it); ``cache``: engine features on disk
+    (``passes.py``); ``log``: progress lines (stage, items done, time left)."""
     check_name(name)
     wanted = list(methods_wanted or DEFAULT_METHODS)
     unknown = [m for m in wanted if m not in PASSES]
@@ -178,7 +222,7 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
     folds = max(2, min(folds, int(np.bincount(y).min())))
     splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
     if precomputed is None:
-        precomputed = engine_features(run, examples.texts, words, set(wanted)) if run else \
+        precomputed = engine_features(run, examples.texts, words, set(wanted), cache, log) if run else \
             (methods.FeatureSet(list(examples.texts)), {}, None)
     features, engine_ms, prior = precomputed
     rows: list[MethodScore] = []
@@ -190,7 +234,8 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
             rows.append(_score("lora", min(len(t) for t, _ in splits), found, y, ms))
             params["lora_train_s_per_adapter"] = round(train_s, 1)
             continue
-        rows += _cross_validate(method, features, y, len(labels), splits, prior, engine_ms, run, words, k, seed)
+        rows += _cross_validate(method, features, y, len(labels), splits, prior, engine_ms, run, words, k, seed,
+                                cache, log)
     full = [r for r in rows if r.size == max(x.size for x in rows)]
     best = max(r.accuracy for r in full)
     close = [r for r in full if r.accuracy >= best - TIE]
@@ -223,11 +268,11 @@ def _final_state(method: str, features: methods.FeatureSet, y: np.ndarray, label
 def _cross_validate(method: str, features: methods.FeatureSet, y: np.ndarray, n_labels: int,
                     splits: list[tuple[np.ndarray, np.ndarray]], prior: list[float] | None,
                     engine_ms: dict[str, float], run: Runner | None, words: list[str], k: int,
-                    seed: int) -> list[MethodScore]:
+                    seed: int, cache: FeatureCache | None = None, log: Log | None = None) -> list[MethodScore]:
     pass_ms = engine_ms.get("zeroshot" if method == "zeroshot" else "embeddings", 0.0) if PASSES[method] else 0.0
     if method == "fewshot":
         assert run is not None
-        return [_cross_validate_fewshot(features, y, splits, run, words, k)]
+        return [_cross_validate_fewshot(features, y, splits, run, words, k, cache, log)]
     train_size = min(len(train) for train, _ in splits)
     sizes = [s for s in SIZES if s < train_size] + [train_size]
     if method == "zeroshot":
@@ -246,13 +291,19 @@ def _cross_validate(method: str, features: methods.FeatureSet, y: np.ndarray, n_
 
 
 def _cross_validate_fewshot(features: methods.FeatureSet, y: np.ndarray, splits: list[tuple[np.ndarray, np.ndarray]],
-                            run: Runner, words: list[str], k: int) -> MethodScore:
+                            run: Runner, words: list[str], k: int, cache: FeatureCache | None = None,
+                            log: Log | None = None) -> MethodScore:
     found = np.zeros((len(y), len(words)))
     start = time.perf_counter()
+    items, rows = [], []
     for train, test in splits:
         index = methods.fit_index(features.take(train), y[train], words)
-        flows = [label_probability_flow(features.texts[i], words, methods.neighbour_shots(index, features.texts[i], k))
-                 for i in test]
-        found[test] = np.asarray(run(gather(flows)))
+        for i in test:
+            text = features.texts[i]
+            shots = methods.neighbour_shots(index, text, k)
+            items.append((text_key(text[:MAX_CHARS], json.dumps(shots)), _probabilities(text, words, shots)))
+            rows.append(i)
+    answers = cached_pass(run, "few-shot", items, cache=cache, kind=f"fewshot-{text_key(*words)[:16]}", log=log)
+    found[rows] = np.asarray(answers)
     ms = 1000 * (time.perf_counter() - start) / len(y)
     return _score("fewshot", min(len(t) for t, _ in splits), found, y, ms)

@@ -17,7 +17,7 @@ import httpx
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..client import validate_messages
@@ -26,7 +26,7 @@ from ..lora.selection import AdapterTables, adapter_group
 from ..tasks.bodies import BODIES as TASK_BODIES
 from .admission import EngineHandle
 from .batch_routes import BatchApi, BatchCollector
-from .body import bad_token_budget, log_prompt, read_json, unhonoured_field
+from .body import bad_token_budget, default_temperature, log_prompt, read_json, unhonoured_field
 from .dashboard import sample_forever, stats_payload, ui_headers
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
@@ -183,6 +183,7 @@ def create_app(state: GatewayState) -> Starlette:
             pipe = pipe_for(call)
             if isinstance(body, Response):
                 return pipe.done(call, body)
+            default_temperature(path, body, state.default_temperature)  # deterministic unless told (docs/gateway.md)
             if path in NATIVE_POST and (refused := native_refused(path) if pipe.upstream.handle.remote
                                         else native_problem(path, body)):
                 return pipe.done(call, refused)
@@ -264,11 +265,11 @@ def create_app(state: GatewayState) -> Starlette:
     async def model_route(request: Request) -> Response:  # the openai SDK's models.retrieve
         if (refusal := authenticate(request)[1]) is not None:
             return refusal
-        name = request.path_params["model"]
-        if name not in served_names():
-            return error_response(404, f"model {name!r} is not served here; available: {', '.join(served_names())}",
-                                  "invalid_request_error", "model_not_found")
-        return JSONResponse(model_card(name))
+        try:  # the names chat accepts (pool.resolve: a name without its ":quant" too)
+            entry = state.router.pool.resolve(request.path_params["model"])
+        except TiankongError as exc:
+            return error_response(404, exc.one_line(), "invalid_request_error", "model_not_found")
+        return JSONResponse(model_card(entry.name))
 
     async def metrics_route(request: Request) -> Response:
         if (refusal := authenticate(request)[1]) is not None:
@@ -294,6 +295,7 @@ def create_app(state: GatewayState) -> Starlette:
                             headers={"Cache-Control": "no-store", **UI_HEADERS})
 
     routes = [
+        Route("/", lambda _: RedirectResponse("/ui", status_code=307), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics_route, methods=["GET"]),
         Route("/openapi.json", openapi_route, methods=["GET"]),

@@ -107,3 +107,14 @@ def unhonoured_field(path: str, body: dict[str, Any]) -> JSONResponse | None:
         if field in body and not fine(body[field]):
             return error_response(400, f"{field}: {why}", "invalid_request_error", "unsupported_field", param=field)
     return None
+
+
+#: generation routes whose requests get the gateway's default temperature when they name none
+SAMPLED_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/completion"})
+
+
+def default_temperature(path: str, body: dict[str, Any], temperature: float | None) -> None:
+    """A generation that names no temperature gets ``temperature`` (0: greedy, deterministic like ``Client``;
+    ``server.sampling = "openai"``: 1, OpenAI's default); ``None`` leaves it to the engine."""
+    if temperature is not None and path in SAMPLED_PATHS and body.get("temperature") is None:
+        body["temperature"] = temperature

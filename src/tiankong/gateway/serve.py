@@ -56,6 +56,7 @@ def gateway_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation, body_timeout_s=server.body_timeout_s,
         log_prompts=server.log_prompts, batches=config.batches,
+        default_temperature=0.0 if server.sampling == "deterministic" else 1.0,
     )
 
 
@@ -100,8 +101,8 @@ def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
             detail = f"models: {', '.join(pool.names())}; engines start on first request"
         else:
             detail = f"{state.engine.admission.limit} in flight, queue {state.engine.admission.queue_size}"
-        log(f"gateway on http://{config.server.host}:{config.server.port} (Ctrl-C stops it and the engines); "
-            f"{detail}")
+        address = f"http://{config.server.host}:{config.server.port}"
+        log(f"gateway on {address} (dashboard {address}/ui; Ctrl-C stops it and the engines); {detail}")
         run_server(create_app(state), config)
     finally:
         pool.stop_all()

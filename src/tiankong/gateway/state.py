@@ -45,6 +45,7 @@ class GatewayState:
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout_s: float = 30.0  # a request body must arrive within this long
     log_prompts: bool = False  # one line per request with its prompt fields (logger "tiankong.prompts")
+    default_temperature: float | None = 0.0  # of a generation that names none (server.sampling); None: the engine's
     degradation: DegradationSettings | None = None
     pool: EnginePool | None = None  # the engines (engine/pool.py); None: a pool of one at upstream_url
     batches: BatchesSettings | None = field(default_factory=BatchesSettings)  # None: no Batch API

@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, TransportError
 from .registry import ADAPTER_FILE, AdapterNotFound
+
+if TYPE_CHECKING:
+    import httpx
 
 LoraEntry = dict[str, Any]
 
@@ -137,6 +138,8 @@ def adapter_table(status: int, data: Any) -> list[LoadedAdapter] | None:
 
 async def engine_adapters(http: httpx.AsyncClient, engine_url: str) -> list[LoadedAdapter] | None:
     """``GET /lora-adapters`` of a running server (see :func:`adapter_table`)."""
+    import httpx
+
     try:
         response = await http.get(engine_url.rstrip("/") + "/lora-adapters")
     except httpx.HTTPError as exc:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from ..errors import TiankongError
 from .gguf_meta import read_gguf
 from .registry import resolve_installed, sha256_file
@@ -66,6 +64,8 @@ def verify_model(name: str, *, generate: bool = True, llama_server: str | None =
 
 
 def _generation_check(report: VerifyReport, path: Any, llama_server: str | None) -> None:
+    import httpx
+
     from ..engine import EngineConfig, EngineProcess  # engine is a sibling layer; import lazily
 
     try:

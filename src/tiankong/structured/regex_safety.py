@@ -25,13 +25,14 @@ import re
 import warnings
 from collections.abc import Callable, Iterator
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import re2
-from jsonschema import validators
-from jsonschema.exceptions import ValidationError
 
 from ..errors import SchemaNotSupported
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 _REPEATS = {"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"}
 _UNICODE_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u([0-9A-Fa-f]{4})")
@@ -186,6 +187,8 @@ def full_matcher(pattern: str) -> Callable[[str], bool]:
 # (jsonschema's own ``pattern``, ``patternProperties`` and ``additionalProperties`` call ``re.search``)
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    from jsonschema.exceptions import ValidationError
+
     if validator.is_type(instance, "string") and not safe_search(pattern, instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
@@ -209,6 +212,8 @@ def _additional_properties(validator: Any, additional: Any, instance: Any, schem
         for extra in extras:
             yield from validator.descend(instance[extra], additional, path=extra)
     elif not additional and extras:
+        from jsonschema.exceptions import ValidationError
+
         names = ", ".join(repr(key) for key in sorted(extras))
         yield ValidationError(f"Additional properties are not allowed ({names} unexpected)")
 
@@ -216,5 +221,7 @@ def _additional_properties(validator: Any, additional: Any, instance: Any, schem
 @lru_cache(maxsize=16)
 def bounded_validator_class(cls: Any) -> Any:
     """``cls`` (a jsonschema validator class) with every pattern checked by :func:`safe_search`."""
+    from jsonschema import validators  # jsonschema loads its format checkers: only once a schema is checked
+
     return validators.extend(cls, {"pattern": _pattern, "patternProperties": _pattern_properties,  # type: ignore[no-untyped-call]
                                    "additionalProperties": _additional_properties})

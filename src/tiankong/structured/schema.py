@@ -26,10 +26,8 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
-
-import jsonschema
-from jsonschema.validators import validator_for
 
 from ..errors import InvalidSchema, SchemaNotSupported
 from .budget import DEFAULT_MAX_ITEMS, DEFAULT_MAX_STRING, estimate_tokens
@@ -57,8 +55,13 @@ ANNOTATIONS = {
 }
 FATAL = {"$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"}
 GRAMMAR_FORMATS = {"date", "time", "date-time", "uuid"}
-#: formats jsonschema can check here (with the format-nongpl extra installed)
-CHECKED_FORMATS = set(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
+@cache
+def checked_formats() -> set[str]:
+    """The formats jsonschema can check here (with the format-nongpl extra installed); jsonschema is imported on
+    first use: loading its format checkers takes seconds, which a command that checks no schema never pays."""
+    import jsonschema
+
+    return set(jsonschema.Draft202012Validator.FORMAT_CHECKER.checkers)
 SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SUBSCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
@@ -101,6 +104,9 @@ def load_schema(schema: Any) -> dict[str, Any]:
     if not isinstance(schema, dict):
         raise InvalidSchema(f"a JSON Schema must be an object, not {type(schema).__name__}",
                             hint='for example {"type": "object", "properties": {...}}')
+    import jsonschema
+    from jsonschema.validators import validator_for
+
     cls = validator_for(schema, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(schema)
@@ -124,6 +130,9 @@ def preflight(schema: Any, *, strict: bool = False, max_string: int = DEFAULT_MA
     if strict and unenforced:
         raise SchemaNotSupported("the grammar cannot enforce these keywords", unenforced,
                                  hint="drop strict to enforce them by validation and retry, or remove them")
+    import jsonschema
+    from jsonschema.validators import validator_for
+
     base = validator_for(schema, default=jsonschema.Draft202012Validator)
     validator = bounded_validator_class(base)(schema, format_checker=base.FORMAT_CHECKER)
     engine_schema = bound_schema(schema, max_string=max_string, max_items=max_items)
@@ -149,7 +158,7 @@ def _walk(node: Any, ptr: str, root: dict[str, Any], fatal: list[str], unenforce
             if engine_pattern(str(node["pattern"])) is not None and (key == "minLength" or not fit_node_pattern(node)):
                 unenforced.append(f"{here} ({key} next to a pattern)")
         elif key == "format" and value not in GRAMMAR_FORMATS:
-            if value in CHECKED_FORMATS and (value not in FORMAT_PATTERNS or "pattern" in node):
+            if value in checked_formats() and (value not in FORMAT_PATTERNS or "pattern" in node):
                 unenforced.append(f"{here} (format {value})")
             # a format with a pattern spelling is enforced by the grammar (see _bound); an unknown format is
             # an annotation (JSON Schema 2020-12): nothing checks it

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..deciders.registry import Decider
-from ..deciders.runtime import scores_flow
 from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow, choose_flow
@@ -202,6 +201,8 @@ def decide_flow(decider: Decider, text: str, *, threshold: float | None = None) 
     require_text(text)
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError("threshold must be between 0 and 1")
+    from ..deciders.runtime import scores_flow  # numpy and scikit-learn: only when a decider answers
+
     rows = yield from scores_flow(decider, [text])
     scores = {label: round(float(p), 6) for label, p in zip(decider.labels, rows[0], strict=True)}
     ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)

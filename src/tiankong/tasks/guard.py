@@ -16,7 +16,6 @@ from typing import Any
 
 from ..deciders.registry import Decider
 from ..deciders.rules import heuristics
-from ..deciders.runtime import scores_flow
 from ..errors import ConfigError
 from ..structured.combine import gather, pure
 from ..structured.flow import Flow
@@ -95,6 +94,8 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
     flows: list[Flow[Any]] = [gather([yes_probability(q) for q in questions]),
                               ask_flow(text, policy_questions, limit=MAX_POLICIES) if checks else pure(None)]
     if decider is not None:
+        from ..deciders.runtime import scores_flow  # numpy and scikit-learn: only when a decider answers
+
         flows.append(scores_flow(decider, [text]))
     found = yield from gather(flows)
     model_p = found[0][0] if ask_model else None

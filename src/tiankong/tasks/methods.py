@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client import AsyncBaseClient, BaseClient
+from ..client._shared import ServerInfo
 from ..errors import ConfigError
-from ..structured.drivers import run_async, run_sync
+from ..structured.drivers import SLOT_GATE, run_async, run_sync
 from ..structured.flow import Flow, Structured
 from ..structured.tools import ToolCalls
 from .ask import Answers
@@ -21,6 +22,7 @@ from .classify import Classification
 from .compress import Compression, Summary
 from .guard import GuardVerdict
 from .redact import Redaction
+from .remote import from_json, remote_body
 from .rerank import Reranking
 from .rewrite import Rewrite
 from .route import EscalationTarget, Route, RouteDecision, check_upstream, escalation_text, upstream_key
@@ -48,13 +50,19 @@ class TaskMethods:
     model: str | None
 
     if TYPE_CHECKING:  # provided by BaseClient
-        def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+        def _limited(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+        def server(self) -> ServerInfo: ...
 
     def _run(self, flow: Flow[T]) -> T:
-        return run_sync(flow, self._request)
+        return run_sync(flow, self._limited)  # at most the server's slots in flight (client/sync.py)
 
     def _task(self, spec: TaskSpec[Any, T], **args: Any) -> T:
-        return self._run(spec.flow(args, self.model))
+        """A tiankong gateway gets the task as one call (``tasks/remote.py``); an engine, the flow's calls."""
+        parsed = spec.parse(args)
+        body = remote_body(spec, parsed, self.model) if self.server().gateway else None
+        if body is not None:
+            return from_json(spec.name, self._limited("POST", f"/v1/tasks/{spec.name}", body))  # type: ignore[no-any-return]
+        return self._run(spec.flow(parsed, self.model))
 
     def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
                  descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,
@@ -140,6 +148,8 @@ class TaskMethods:
         """One read-only SELECT answering ``question`` over ``schema`` (DDL text) or ``db`` (a SQLite file): only
         the schema's tables and columns can be written; checked by sqlglot and SQLite's EXPLAIN; ``execute``
         runs it on ``db`` (read-only, at most ``max_rows`` rows)."""
+        if db is None and schema is not None and not execute:
+            return self._task(SQL, question=question, schema=schema, dialect=dialect)
         return self._run(_sql(question, schema, db, dialect, execute, max_rows, self.model))
 
 
@@ -148,12 +158,22 @@ class AsyncTaskMethods:
 
     if TYPE_CHECKING:  # provided by AsyncBaseClient
         async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+        async def _limited(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+        async def server(self) -> ServerInfo: ...
 
     async def _run(self, flow: Flow[T]) -> T:
-        return await run_async(flow, self._request)
+        if SLOT_GATE.get() is not None:  # inside a gateway request: its admission holds the slots
+            return await run_async(flow, self._request)
+        return await run_async(flow, self._limited)
 
     async def _task(self, spec: TaskSpec[Any, T], **args: Any) -> T:
-        return await self._run(spec.flow(args, self.model))
+        parsed = spec.parse(args)
+        body = None
+        if SLOT_GATE.get() is None and (await self.server()).gateway:
+            body = remote_body(spec, parsed, self.model)
+        if body is not None:
+            return from_json(spec.name, await self._limited("POST", f"/v1/tasks/{spec.name}", body))  # type: ignore[no-any-return]
+        return await self._run(spec.flow(parsed, self.model))
 
     async def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
                        descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,
@@ -215,4 +235,6 @@ class AsyncTaskMethods:
 
     async def sql(self, question: str, schema: str | None = None, *, db: str | Path | None = None,
                   dialect: str = "sqlite", execute: bool = False, max_rows: int = 100) -> SqlQuery:
+        if db is None and schema is not None and not execute:
+            return await self._task(SQL, question=question, schema=schema, dialect=dialect)
         return await self._run(_sql(question, schema, db, dialect, execute, max_rows, self.model))
