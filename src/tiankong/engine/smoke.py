@@ -113,7 +113,7 @@ def smoke_test(binary: Path, model: tuple[str, Path] | None = None, timeout_s: f
     name, path = model
     port = _free_port()
     argv = [str(binary), "-m", str(path), "--host", "127.0.0.1", "--port", str(port), "-c", "512", "-np", "1",
-            "-t", "2", "--embeddings", "--pooling", "mean"]
+            "-t", "2", "--embeddings", "--pooling", "mean", "-lv", "4"]  # -lv 4: the system_info line
     started = time.monotonic()
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -140,7 +140,7 @@ def _exercise(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=REQUEST_TIMEOUT_S) as http:
         while True:
-            code = proc.poll()
+            code: int | None = proc.poll()
             if code is not None:
                 return _died(code, "while loading the model")
             try:
@@ -158,7 +158,10 @@ def _exercise(proc: subprocess.Popen[bytes], url: str, timeout_s: float) -> str:
             try:
                 reply = http.post(f"{url}{path}", json=body)
             except httpx.HTTPError as exc:
-                code = proc.poll()
+                try:  # a reset connection is usually the engine dying: give its exit a moment to land
+                    code = proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    code = None
                 return _died(code, f"answering the {what}") if code is not None else f"{what} failed: {exc}"
             if reply.status_code != 200:
                 return f"the {what} call answered HTTP {reply.status_code}: {reply.text[:200]}"
