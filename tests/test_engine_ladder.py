@@ -153,3 +153,9 @@ def test_the_second_identical_start_up_crash_ends_the_restarts(tmp_path: Path) -
         engine.stop()
     finally:
         os.environ.pop("FAKE_COUNTER", None)
+
+
+def test_amx_on_request_is_refused_on_a_cpu_without_amx() -> None:
+    if "amx_int8" in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this CPU has AMX: --amx would start a real second build (measured in docs/benchmarks.md)")
+    assert_one_line_error(run_cli("engine", "install", "--amx"), "this CPU has no AMX", "without --amx")
