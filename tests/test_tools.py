@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from pydantic import BaseModel
 
 from conftest import serve_app
 from tiankong import Client
@@ -215,3 +216,34 @@ def test_gateway_refuses_bad_tool_requests_with_the_field_named(gateway: str, ex
     answer = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=60)
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"] == param
+
+
+class _Address(BaseModel):
+    city: str
+    country: str
+
+
+class _Person(BaseModel):
+    name: str
+    home: _Address
+
+
+def test_parameters_with_defs_refs_are_resolved_against_the_parameters(gateway: str) -> None:
+    """Issue 40: what Pydantic makes for a nested model ($defs + #/$defs/… refs), sent through the openai SDK."""
+    from openai import OpenAI
+
+    parameters = _Person.model_json_schema()
+    assert "$defs" in parameters and "#/$defs/" in json.dumps(parameters)
+    tools = [{"type": "function", "function": {"name": "save_person", "description": "Store a person.",
+                                               "parameters": parameters}}]
+    sdk = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=300)
+    answer = sdk.chat.completions.create(
+        model=TEST_MODEL, messages=[{"role": "user", "content": "Save Ana, who lives in Lisbon, Portugal."}],
+        tools=tools, tool_choice={"type": "function", "function": {"name": "save_person"}})  # type: ignore[list-item]
+    calls = answer.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "save_person"  # type: ignore[union-attr]
+    arguments = json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
+    jsonschema.validate(arguments, parameters)  # the nested object came back whole and valid
+    assert isinstance(arguments["home"], dict) and set(arguments["home"]) >= {"city", "country"}
+    several = calls_schema(parse_tools([*tools, *TOOLS]), parse_tools(tools)[0], 2)
+    assert set(several["$defs"]) == {"t0__Address"}  # lifted to the root once, under the tool's prefix

@@ -227,18 +227,60 @@ def with_instruction(messages: list[dict[str, Any]], tools: list[Tool], instruct
     return [*head, *messages, {"role": "user", "content": instruction}]
 
 
-def call_object(tool: Tool) -> dict[str, Any]:
-    return {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": tool.parameters},
+def _lifted(tool: Tool, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``tool.parameters`` without its local ``$defs``/``definitions``, which come back renamed with ``prefix``,
+    every ``#/$defs/…`` reference rewritten to match. The parameters sit under ``/properties/arguments`` of the
+    call's schema (and several tools under one list), so references relative to the parameters' own root —
+    what Pydantic, instructor and LangChain send for any nested model — must move to the document's root."""
+    params = tool.parameters
+    defs: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        found = params.get(key) if isinstance(params, dict) else None
+        if isinstance(found, dict):
+            defs.update({f"{prefix}{name}": sub for name, sub in found.items()})
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rewrite(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: rewrite(v) for k, v in node.items() if not (node is params and k in ("$defs", "definitions"))}
+        ref = out.get("$ref")
+        for key in ("$defs", "definitions"):
+            if isinstance(ref, str) and ref.startswith(f"#/{key}/"):
+                out["$ref"] = f"#/$defs/{prefix}{ref[len(key) + 3:]}"
+        return out
+
+    return rewrite(params), {name: rewrite(sub) for name, sub in defs.items()}
+
+
+def _call(tool: Tool, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": parameters},
             "required": ["name", "arguments"], "additionalProperties": False}
+
+
+def call_object(tool: Tool) -> dict[str, Any]:
+    """One call of ``tool`` as a schema of its own (its parameters' ``$defs`` lifted to this root)."""
+    parameters, defs = _lifted(tool, "t0_")
+    return {**_call(tool, parameters), **({"$defs": defs} if defs else {})}
 
 
 def calls_schema(tools: list[Tool], first: Tool, count: int) -> dict[str, Any]:
     """The answer's schema: a list of ``count`` calls, the first ``first``'s, the others any declared
-    function's."""
+    function's; every tool's ``$defs`` lifted to the list's root under a per-tool prefix."""
+    defs: dict[str, Any] = {}
+
+    def call(tool: Tool) -> dict[str, Any]:
+        parameters, lifted = _lifted(tool, f"t{tools.index(tool) if tool in tools else len(tools)}_")
+        defs.update(lifted)
+        return _call(tool, parameters)
+
     if count == 1 or len(tools) == 1:
-        return {"type": "array", "items": call_object(first), "minItems": count, "maxItems": count}
-    return {"type": "array", "prefixItems": [call_object(first)],
-            "items": {"anyOf": [call_object(tool) for tool in tools]}, "minItems": count, "maxItems": count}
+        schema = {"type": "array", "items": call(first), "minItems": count, "maxItems": count}
+    else:
+        schema = {"type": "array", "prefixItems": [call(first)],
+                  "items": {"anyOf": [call(tool) for tool in tools]}, "minItems": count, "maxItems": count}
+    return {**schema, **({"$defs": defs} if defs else {})}
 
 
 def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice: str = "auto",
