@@ -81,6 +81,10 @@ def test_queries_are_checked_name_by_name_and_by_explain() -> None:
                         ("SELECT title FROM album WHERE title = 'it's'", "not valid SQL")):  # a token error
         errors = check_query(sql, schema, con)[0]
         assert errors and needle in errors[0], (sql, errors)
+    # names all exist, sqlglot parses them: only SQLite's EXPLAIN can refuse these (a mutant without it passes them)
+    for sql in ("SELECT no_such_function(album.title) FROM album", "SELECT album.title FROM album WHERE count(*) > 1"):
+        errors = check_query(sql, schema, con)[0]
+        assert len(errors) == 1 and errors[0].startswith("SQLite:"), (sql, errors)
 
 
 def test_the_database_connection_cannot_write(db: Path) -> None:
