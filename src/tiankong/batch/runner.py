@@ -6,11 +6,17 @@ record at a time into a queue of at most ``2 × concurrency`` items; ``concurren
 the task and hand the line to an appender (whole lines, fsynced in small groups). An item whose engine is
 unreachable is retried with backoff while the outage lasts less than ``engine_wait_s``; past that the run
 stops (finished items are kept; re-running continues).
+
+Exactly once: the run holds ``OUT.lock`` while it writes (a second run of the same output is refused), each id
+is handed to one worker once, and every result goes through the store's ``OutputWriter``, which refuses (and
+logs as a defect) a second result for an id already written — so no id is ever written twice, whatever happens
+to its engine requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +28,7 @@ from .inputs import Item, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
 from .ray_exec import RayEngines
 from .report import BatchReport, RunStats, build_report
-from .store import Appender, OutputPaths, compact_errors, repair, write_json, written_keys
+from .store import Appender, OutputLock, OutputPaths, OutputWriter, compact_errors, repair, write_json, written_keys
 from .tasks import METER, Meter, MeteredClient, run_task
 
 MAX_BACKOFF_S = 2.0
@@ -55,11 +61,20 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None,
     scan = await asyncio.to_thread(prescan, job_items(job, fmt), job.required_fields())
     check_scan(scan, job)
     paths.output.parent.mkdir(parents=True, exist_ok=True)
+    lock = OutputLock(paths)  # one run writes an output at a time
+    try:
+        return await _locked_run(job, fmt, paths, scan.unique, progress, engines)
+    finally:
+        lock.release()
+
+
+async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, total: int, progress: ProgressSink | None,
+                      engines: BatchEngines | None) -> BatchReport:
     repaired = repair(paths.output) + repair(paths.errors)
-    done = written_keys(paths.output)
-    failed_before = written_keys(paths.errors) - done
+    writer = OutputWriter(paths.output, job.fsync_every)
+    failed_before = written_keys(paths.errors) - writer.written.keys()
     write_json(paths.job, {**job.model_dump(mode="json", by_alias=True), "format": fmt})
-    batch = _Batch(job, fmt, paths, done, failed_before, progress)
+    batch = _Batch(job, fmt, paths, writer, failed_before, progress)
     pool: BatchEngines | RayEngines
     if engines is not None:
         pool = engines
@@ -69,14 +84,14 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None,
         pool = await BatchEngines.open(job)
     try:
         concurrency = job.concurrency or await pool.slots()
-        await batch.go(pool, concurrency, scan.unique)
+        await batch.go(pool, concurrency, total)
     finally:
         batch.close()
         if engines is None:
             await pool.close()
     failed = compact_errors(paths.errors, batch.done)
     report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.task or "openai",
-                          total=scan.unique, done=len(batch.done), failed=failed, repaired=repaired,
+                          total=total, done=len(batch.done), failed=failed, repaired=repaired,
                           concurrency=concurrency, nodes=pool.describe() if isinstance(pool, RayEngines) else None)
     write_json(paths.report, report.model_dump(mode="json"))
     return report
@@ -106,12 +121,12 @@ class _Outage:
 
 
 class _Batch:
-    def __init__(self, job: BatchJob, fmt: str, paths: OutputPaths, done: set[str], failed_before: set[str],
+    def __init__(self, job: BatchJob, fmt: str, paths: OutputPaths, writer: OutputWriter, failed_before: set[str],
                  progress: ProgressSink | None) -> None:
         self.job, self.fmt, self.progress = job, fmt, progress
-        self.done, self.failed_before = done, failed_before
+        self.out, self.failed_before = writer, failed_before
+        self.done = writer.written  # ids with a result in OUT: earlier runs' and this run's
         self.seen: set[str] | None = set() if job.dedupe else None
-        self.out = Appender(paths.output, job.fsync_every)
         self.err = Appender(paths.errors, job.fsync_every)
         self.stats = RunStats()
         self.outage = _Outage(job.engine_wait_s)
@@ -191,6 +206,8 @@ class _Batch:
         started = time.monotonic()
         delay = 0.25
         while True:
+            if item.key in self.done:  # answered meanwhile (never expected: one worker per id): not run again
+                return
             index = pool.acquire()
             try:
                 result = await self._execute(pool, index, item, meter)
@@ -232,13 +249,15 @@ class _Batch:
     def _succeed(self, item: Item, result: Any, meter: Meter, latency: float) -> None:
         if self.fmt == "openai":
             record = openai_fmt.output_line(item.id, result)
+            attempt = str(record["id"])
         else:
+            attempt = f"attempt-{secrets.token_hex(6)}"
             record = {"id": item.id, "task": self.job.task, "result": result, "usage": meter.to_json(),
                       "latency_s": round(latency, 4)}
             if self.job.task == "classify" and isinstance(result, dict):  # the decision at the top level too
                 record.update(label=result.get("label"), scores=result.get("scores"))
-        self.out.add(record)
-        self.done.add(item.key)
+        if not self.out.add(record, attempt):  # the store refused a second result for this id (logged, counted)
+            return
         stats = self.stats
         stats.processed += 1
         stats.prompt_tokens += meter.prompt_tokens

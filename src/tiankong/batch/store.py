@@ -4,7 +4,14 @@
                         OpenAI batch output format);
 * ``OUT.errors.jsonl``  one line per failed item (an append-only log; compacted at the end of a run);
 * ``OUT.job.json``      the job that produced them (so ``batch status`` finds the input);
-* ``OUT.report.json``   the final report of the last finished run.
+* ``OUT.report.json``   the final report of the last finished run;
+* ``OUT.lock``          held (``flock``) by the run writing ``OUT``: a second run on the same output is refused.
+
+Exactly once is the store's own rule, not only the scheduler's: a run writes its results through one
+:class:`OutputWriter`, which knows every id already in ``OUT`` (earlier runs) or written by this run and refuses a
+second result for any of them — the line is not written, and the refusal is logged as a defect naming both
+attempts. Together with the lock (one writer per output at a time, across processes too) no input id can appear
+twice in ``OUT``, whatever happened to its engine requests (retries, a line that stepped aside, an engine restart).
 
 A crash (``kill -9``) can leave a torn last line; :func:`repair` truncates the file to its last newline
 before anything else reads it, so every line that stays is a complete JSON document.
@@ -13,10 +20,12 @@ before anything else reads it, so every line that stays is a complete JSON docum
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +35,7 @@ from .inputs import id_key
 
 CHUNK = 1 << 16
 FLUSH_AFTER_S = 0.25
+log = logging.getLogger("tiankong.batch")
 
 
 @dataclass(frozen=True)
@@ -44,10 +54,14 @@ class OutputPaths:
     def report(self) -> Path:
         return self.output.with_name(self.output.name + ".report.json")
 
+    @property
+    def lock(self) -> Path:
+        return self.output.with_name(self.output.name + ".lock")
+
     def check_input(self, input: str | Path) -> None:
         """The input must not be one of the files the job writes (it would be read while it is rewritten)."""
         source = Path(input).resolve()
-        for written in (self.output, self.errors, self.job, self.report):
+        for written in (self.output, self.errors, self.job, self.report, self.lock):
             if source == written.resolve():
                 raise ConfigError(f"the input {input} is also the job's {written.name} — the output would overwrite "
                                   "what is being read", hint="choose another --output path")
@@ -146,7 +160,77 @@ class Appender:
                 self._fd = None
 
 
-def compact_errors(path: Path, done: set[str]) -> int:
+class OutputLocked(ConfigError):
+    """Another run is writing the same output."""
+
+
+class OutputLock:
+    """An exclusive ``flock`` on ``OUT.lock`` for as long as a run writes ``OUT`` (two runs of one output, in one
+    process or two, would each answer the ids the other has not written yet: every such id twice)."""
+
+    def __init__(self, paths: OutputPaths) -> None:
+        self.path = paths.lock
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = None
+            raise OutputLocked(f"another run is writing {paths.output}",
+                               hint="wait for it to end (or stop it), then run again: finished ids are kept") from None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the lock
+            self._fd = None
+
+
+class OutputWriter:
+    """The output of one run: whole lines through an :class:`Appender`, each input id at most once.
+
+    ``written`` maps every id already in the file (an earlier run's line: its attempt id, or its line number)
+    and every id this run wrote (the attempt id it was written with). :meth:`add` refuses a result for an id in
+    it, logs the refusal as a defect naming both attempts, and counts it in ``refused``."""
+
+    def __init__(self, path: Path, group: int = 16) -> None:
+        self.path = path
+        self.written: dict[str, str | int] = {}
+        for number, record in enumerate(iter_lines(path), start=1):
+            self.written.setdefault(record_key(record), _attempt_of(record) or number)
+        self.appender = Appender(path, group)
+        self.refused = 0
+
+    def add(self, record: dict[str, Any], attempt: str) -> bool:
+        """Write ``record`` (a result of ``attempt``) unless its id has a result already; True when written."""
+        key = record_key(record)
+        first = self.written.get(key)
+        if first is not None:
+            self.refused += 1
+            where = f"line {first} of {self.path.name}" if isinstance(first, int) else f"attempt {first}"
+            log.error("defect: a second result for id %s (attempt %s) was refused; its result was written by %s",
+                      key, attempt, where)
+            return False
+        self.written[key] = attempt
+        self.appender.add(record)
+        return True
+
+    def due(self) -> bool:
+        return self.appender.due()
+
+    def flush(self) -> None:
+        self.appender.flush()
+
+    def close(self) -> None:
+        self.appender.close()
+
+
+def _attempt_of(record: dict[str, Any]) -> str | None:
+    """The attempt id an OpenAI-format line carries (``batch_req_…``)."""
+    value = record.get("id")
+    return value if "custom_id" in record and isinstance(value, str) else None
+
+
+def compact_errors(path: Path, done: Container[str]) -> int:
     """Rewrite the error log with the last entry of each id that is still not done; returns its entries."""
     if not path.exists():
         return 0

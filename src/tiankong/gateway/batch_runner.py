@@ -85,6 +85,7 @@ class BatchRunner:
         self.live: dict[str, LiveCounts] = {}
         self.running: str | None = None
         self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()  # ids in the queue: a batch is queued (and run) once at a time
         self._work: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -92,6 +93,9 @@ class BatchRunner:
     # --- what the routes call ---------------------------------------------------------------------------------
 
     def submit(self, batch_id: str) -> None:
+        if batch_id in self._queued or batch_id == self.running:
+            return
+        self._queued.add(batch_id)
         self._queue.put_nowait(batch_id)
 
     def counts_of(self, batch_id: str) -> dict[str, int]:
@@ -141,6 +145,7 @@ class BatchRunner:
             self.submit(record["id"])
         while True:
             batch_id = await self._queue.get()
+            self._queued.discard(batch_id)
             try:
                 await self._run(batch_id)
             except asyncio.CancelledError:
@@ -268,9 +273,9 @@ class BatchRunner:
         if (paths.errors.exists() and paths.errors.stat().st_size > 0) or self.files.has(f"file-{short}err"):
             error_id = self.files.adopt(paths.errors, f"file-{short}err", filename=f"{batch_id}_error.jsonl",
                                         owner=owner)
-        counts = {"total": record["request_counts"]["total"],
-                  "completed": _lines(self.files.path(output_id, None)),
-                  "failed": _lines(self.files.path(error_id, None)) if error_id else 0}
+        answered = written_keys(self.files.path(output_id, None))  # ids, not lines: one result per custom_id
+        failed = written_keys(self.files.path(error_id, None)) - answered if error_id else set()
+        counts = {"total": record["request_counts"]["total"], "completed": len(answered), "failed": len(failed)}
         fields: dict[str, Any] = {"output_file_id": output_id, "error_file_id": error_id, "request_counts": counts}
         if error is not None:
             fields["errors"] = _errors(*error)
@@ -279,8 +284,3 @@ class BatchRunner:
 
 def _errors(code: str, message: str) -> dict[str, Any]:
     return {"object": "list", "data": [{"code": code, "message": message, "param": None, "line": None}]}
-
-
-def _lines(path: Path) -> int:
-    with path.open("rb") as handle:
-        return sum(1 for raw in handle if raw.strip())
