@@ -15,7 +15,9 @@ against ``tiankong batch run`` on an idle machine — measured side by side in o
       completed; the batch's items/s is its lines over the time from submission to ``completed``.
 
 Printed: interactive p50/p99 quiet vs busy (target: busy p99 ≤ 1.3× quiet) and the batch's items/s against the
-idle baseline (target ≥ 0.8×). Prompts are seeded and distinct per file, so no run reuses another's prompt cache.
+idle baseline (target ≥ 0.8×). For every run (the idle ``batch run`` and each gateway batch) also its output
+lines, unique ids and input lines, which must be equal (issue 44: every id exactly once).
+Prompts are seeded and distinct per file, so no run reuses another's prompt cache.
 """
 
 from __future__ import annotations
@@ -72,6 +74,24 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+def exactly_once(output: Path, errors: Path | None, input_lines: int) -> dict[str, int]:
+    """Output lines (answers and error lines), unique ids among them, and input lines of one run."""
+    ids: list[str] = []
+    for path in (output, errors):
+        if path is not None and path.exists():
+            for raw in path.read_text(encoding="utf-8").splitlines():
+                if raw.strip():
+                    record = json.loads(raw)
+                    ids.append(str(record.get("custom_id", record.get("id"))))
+    return {"output_lines": len(ids), "unique_ids": len(set(ids)), "input_lines": input_lines}
+
+
+def once_text(counts: dict[str, int]) -> str:
+    same = counts["output_lines"] == counts["unique_ids"] == counts["input_lines"]
+    return (f"output lines {counts['output_lines']}, unique ids {counts['unique_ids']}, input lines "
+            f"{counts['input_lines']}{'' if same else ' — NOT exactly once'}")
+
+
 def summary(latencies: list[float]) -> dict[str, float]:
     return {"n": len(latencies), "p50_ms": round(1000 * statistics.median(latencies), 1),
             "p99_ms": round(1000 * pct(latencies, 0.99), 1), "max_ms": round(1000 * max(latencies), 1)}
@@ -122,13 +142,21 @@ async def busy_phase(url: str, model: str, source: Path, rate: float, tokens: in
             await asyncio.sleep(0.25)
             batch = (await http.get(f"/v1/batches/{batch['id']}")).json()
         elapsed = time.perf_counter() - started
+        once: dict[str, int] = {"output_lines": 0, "unique_ids": 0, "input_lines": lines}
+        with tempfile.TemporaryDirectory() as folder:
+            files = {"out": batch.get("output_file_id"), "err": batch.get("error_file_id")}
+            for name, file_id in files.items():
+                if file_id:
+                    content = await http.get(f"/v1/files/{file_id}/content")
+                    (Path(folder) / name).write_bytes(content.content)
+            once = exactly_once(Path(folder) / "out", Path(folder) / "err", lines)
     stop.set()
     latencies = await load
     counts = batch["request_counts"]
     if batch["status"] != "completed" or counts["completed"] != lines:
         raise SystemExit(f"the batch did not complete every line: {batch}")
     return {"interactive": summary(latencies), "batch_items_per_s": round(lines / elapsed, 3),
-            "batch_elapsed_s": round(elapsed, 2)}
+            "batch_elapsed_s": round(elapsed, 2), "exactly_once": once}
 
 
 def gateway(model: str, slots: int, ctx: int, batch_slots: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -198,8 +226,10 @@ def main() -> None:
         raise SystemExit(f"batch run failed: {run.stderr[-500:]}")
     report = json.loads(run.stdout)
     idle = {"items_per_s": report["items_per_s"], "wall_s": round(time.perf_counter() - started, 2),
-            "processed": report["processed"]}
-    print(f"idle `tiankong batch run`: {idle['items_per_s']:.2f} items/s ({report['processed']} lines)", flush=True)
+            "processed": report["processed"],
+            "exactly_once": exactly_once(workdir / "idle.jsonl", workdir / "idle.jsonl.errors.jsonl", args.lines)}
+    print(f"idle `tiankong batch run`: {idle['items_per_s']:.2f} items/s ({report['processed']} lines; "
+          f"{once_text(idle['exactly_once'])})", flush=True)
 
     results: dict[str, Any] = {"args": vars(args), "idle_batch_run": idle, "gateway": {}}
     for setting in args.batch_slots:
@@ -220,7 +250,7 @@ def main() -> None:
               f"{row['interactive']['p50_ms']:.0f} ms, p99 {row['quiet']['p99_ms']:.0f} → "
               f"{row['interactive']['p99_ms']:.0f} ms ({row['p99_ratio']:.2f}x quiet; target <= 1.3); batch "
               f"{row['batch_items_per_s']:.2f} items/s = {row['throughput_ratio']:.2f}x idle batch run "
-              f"(target >= 0.8)", flush=True)
+              f"(target >= 0.8); {once_text(row['exactly_once'])}", flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
