@@ -8,7 +8,8 @@ One ``tiankong serve --model M`` gateway (loopback, defaults: ``[batches] preemp
 batches folder in a temporary directory) serves every run. Each run uploads a ``--lines``-line
 ``/v1/chat/completions`` batch ("Say the number i.", ``max_tokens`` ``--batch-tokens``) with the openai SDK,
 creates the batch, and while it runs ``--threads`` threads send ordinary chats (``max_tokens`` ``--chat-tokens``,
-``--gap`` seconds apart; every ``--cancel-every``-th one streamed and dropped after its first chunk). When the
+``--gap`` seconds apart; every ``--cancel-every``-th one streamed and dropped after its first chunk; for the whole
+batch, or only its first ``--interactive-s`` seconds on a machine where the batch would otherwise starve). When the
 batch has ended the output and error files are read back. Printed and written per run: status, request_counts,
 output lines, error lines, unique ids, input lines, ids written more than once, lines that stepped aside. Every
 run is bounded (``--run-timeout``); the gateway is stopped at the end.
@@ -109,7 +110,16 @@ def chatter(url: str, model: str, tokens: int, gap: float, cancel_every: int, st
             stop.wait(gap)
 
 
+def defects(log: Path) -> list[str]:
+    """The store's refusals the gateway logged (``defect: a second result …``, ``another run is writing …``)."""
+    if not log.exists():
+        return []
+    return [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines()
+            if "defect:" in line or "another run is writing" in line]
+
+
 def one_run(client: openai.OpenAI, url: str, args: argparse.Namespace, number: int) -> dict[str, Any]:
+    logged = len(defects(args.log))
     uploaded = client.files.create(file=(f"run{number}.jsonl", batch_lines(args.model, args.lines,
                                                                             args.batch_tokens)), purpose="batch")
     stop, sent = threading.Event(), Counter[str]()
@@ -125,6 +135,8 @@ def one_run(client: openai.OpenAI, url: str, args: argparse.Namespace, number: i
         while batch.status not in FINAL and time.monotonic() - started < args.run_timeout:
             time.sleep(0.5)
             batch = client.batches.retrieve(batch.id)
+            if args.interactive_s is not None and time.monotonic() - started > args.interactive_s:
+                stop.set()
         if batch.status not in FINAL:
             client.batches.cancel(batch.id)
             while batch.status not in FINAL and time.monotonic() - started < args.run_timeout + 60:
@@ -140,12 +152,12 @@ def one_run(client: openai.OpenAI, url: str, args: argparse.Namespace, number: i
     ids = Counter(line["custom_id"] for line in output + errors)
     stepped = sum(1 for line in output if (line["response"]["body"].get("tiankong") or {}).get("stepped_aside"))
     counts = batch.request_counts
-    return {"run": number, "status": batch.status, "elapsed_s": round(elapsed, 1),
+    return {"run": number, "batch": batch.id, "status": batch.status, "elapsed_s": round(elapsed, 1),
             "request_counts": {"total": counts.total, "completed": counts.completed, "failed": counts.failed}
             if counts else None,
             "input_lines": args.lines, "output_lines": len(output), "error_lines": len(errors),
             "unique_ids": len(ids), "ids_more_than_once": sorted(k for k, v in ids.items() if v > 1),
-            "stepped_aside_lines": stepped, "interactive": dict(sent)}
+            "stepped_aside_lines": stepped, "interactive": dict(sent), "store_refusals": defects(args.log)[logged:]}
 
 
 def _lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
@@ -165,11 +177,14 @@ def main() -> None:
     parser.add_argument("--chat-tokens", type=int, default=40)
     parser.add_argument("--gap", type=float, default=0.3, help="seconds between one thread's chats")
     parser.add_argument("--cancel-every", type=int, default=0, help="stream and drop every Nth chat (0: never)")
+    parser.add_argument("--interactive-s", type=float, default=None,
+                        help="stop the interactive threads after this many seconds of a run (default: never)")
     parser.add_argument("--run-timeout", type=float, default=600.0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="tk-exactly-once-"))
     proc, url = start_gateway(args.model, workdir, args.slots)
+    args.log = workdir / "gateway.log"
     runs: list[dict[str, Any]] = []
     try:
         client = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
@@ -178,8 +193,9 @@ def main() -> None:
             runs.append(row)
             print(f"run {number}: {row['status']} counts {row['request_counts']} — output lines "
                   f"{row['output_lines']}, error lines {row['error_lines']}, unique ids {row['unique_ids']}, input "
-                  f"lines {row['input_lines']}; twice: {row['ids_more_than_once'][:5] or 'none'}; stepped aside "
-                  f"{row['stepped_aside_lines']}; interactive {row['interactive']} ({row['elapsed_s']} s)", flush=True)
+                  f"lines {row['input_lines']}; twice: {row['ids_more_than_once'][:5] or 'none'}; store refusals "
+                  f"{len(row['store_refusals'])}; stepped aside {row['stepped_aside_lines']}; interactive "
+                  f"{row['interactive']} ({row['elapsed_s']} s)", flush=True)
     finally:
         stop_gateway(proc)
     ok = all(r["output_lines"] + r["error_lines"] == r["unique_ids"] == r["input_lines"] and r["request_counts"] and
@@ -189,7 +205,8 @@ def main() -> None:
           f"/{len(runs)} runs exactly once; all counts consistent: {ok}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs, "exactly_once": ok}, indent=2) + "\n",
+        settings = {key: str(value) for key, value in vars(args).items()}
+        Path(args.out).write_text(json.dumps({"args": settings, "runs": runs, "exactly_once": ok}, indent=2) + "\n",
                                   encoding="utf-8")
     if not ok:
         raise SystemExit(1)

@@ -311,7 +311,7 @@ def _chatter(url: str, stop: threading.Event, seed: int, seen: Counter[str]) -> 
                     seen[str(http.post("/v1/chat/completions", json=body).status_code)] += 1
             except httpx.HTTPError as exc:
                 seen[type(exc).__name__] += 1
-            stop.wait(0.8)
+            stop.wait(1.5)
 
 
 def test_a_batch_beside_interactive_chats_answers_every_line_once(smol_engine: EngineProcess,
@@ -332,14 +332,14 @@ def test_a_batch_beside_interactive_chats_answers_every_line_once(smol_engine: E
         try:
             batch = sdk.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions",
                                        completion_window="24h")
-            deadline = time.monotonic() + 1500
-            while batch.status not in FINAL and time.monotonic() < deadline:
+            began = time.monotonic()
+            while batch.status not in FINAL and time.monotonic() < began + 1200:
                 time.sleep(0.5)
                 batch = sdk.batches.retrieve(batch.id)
                 counts = batch.request_counts
                 assert counts is None or counts.completed + counts.failed <= counts.total, counts
-                if counts is not None and counts.completed >= 40:
-                    stop.set()  # the last lines run on an idle engine (a bounded test on a small machine)
+                if (counts is not None and counts.completed >= 40) or time.monotonic() > began + 150:
+                    stop.set()  # the last lines run on an idle engine (bounded on a small, busy machine)
         finally:
             stop.set()
             for thread in threads:
