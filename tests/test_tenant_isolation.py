@@ -254,7 +254,7 @@ def test_per_key_quotas_answer_429_naming_the_limit(smol_engine: EngineProcess, 
         a_file = upload(url, A, [chat_line(i) for i in range(31)]).json()["id"]
         pending = create_batch(url, A, a_file)
         assert pending.status_code == 429 and pending.json()["error"]["param"] == "key_max_pending_requests"
-        httpx.post(f"{url}/v1/batches/{first.json()['id']}/cancel", headers=B, timeout=30)
+        httpx.post(f"{url}/v1/batches/{first.json()['id']}/cancel", headers=B, timeout=30, json={})
 
 
 def test_files_expire_and_are_removed(smol_engine: EngineProcess, tmp_path: Path) -> None:
@@ -266,3 +266,27 @@ def test_files_expire_and_are_removed(smol_engine: EngineProcess, tmp_path: Path
         assert httpx.get(f"{url}/v1/files", headers=A, timeout=30).json()["data"] == []
         upload(url, A, [chat_line(2)])  # an upload sweeps the expired files away
         assert not (tmp_path / "b" / "files" / f"{made['id']}.jsonl").exists()
+
+
+def test_a_small_batch_is_not_stuck_behind_another_keys_large_one(smol_engine: EngineProcess,
+                                                                   tmp_path: Path) -> None:
+    with serve_app(gateway(smol_engine, tmp_path / "b", turn_s=2.0)) as url:
+        large = upload(url, B, [chat_line(i, max_tokens=24) for i in range(400)]).json()["id"]
+        b_batch = create_batch(url, B, large).json()
+        assert wait_until(lambda: httpx.get(f"{url}/v1/batches/{b_batch['id']}", headers=B, timeout=30)
+                          .json()["request_counts"]["completed"] >= 2, 120)
+        began = time.monotonic()
+        a_batch = create_batch(url, A, upload(url, A, [chat_line(1)]).json()["id"]).json()
+        a_done = wait_batch(url, A, a_batch["id"], timeout_s=60)
+        waited = time.monotonic() - began
+        b_now = httpx.get(f"{url}/v1/batches/{b_batch['id']}", headers=B, timeout=30).json()
+        assert a_done["status"] == "completed" and a_done["request_counts"]["completed"] == 1
+        assert waited < 20, waited  # its turn came within seconds, not after B's 400 lines
+        assert b_now["status"] == "in_progress", b_now["status"]
+        assert wait_until(lambda: httpx.get(f"{url}/v1/batches/{b_batch['id']}", headers=B, timeout=30)
+                          .json()["request_counts"]["completed"] > b_now["request_counts"]["completed"], 60)
+        httpx.post(f"{url}/v1/batches/{b_batch['id']}/cancel", headers=B, timeout=30, json={})
+        done = wait_batch(url, B, b_batch["id"])
+        output = httpx.get(f"{url}/v1/files/{done['output_file_id']}/content", headers=B, timeout=30).text
+        ids = [json.loads(line)["custom_id"] for line in output.splitlines() if line.strip()]
+        assert len(ids) == len(set(ids)) == done["request_counts"]["completed"]  # turns repeat no line

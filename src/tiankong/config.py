@@ -223,6 +223,8 @@ class BatchesSettings(_Strict):
     concurrency: int | None = Field(None, ge=1, description="lines of a batch in flight (default: the engines' "
                                     "slots)")
     engine_wait_s: float = Field(3600.0, ge=0, description="an engine down this long fails the running batch")
+    turn_s: float = Field(5.0, gt=0, description="a batch that has run this long while another waits stops and "
+                          "goes on after it (round-robin, so one key's large batch does not hold back another's)")
     completion_windows: list[str] = Field(default_factory=lambda: ["24h"], min_length=1, description="the "
                                           "completion_window values a batch may ask for, matched exactly "
                                           "(<N>h or <N>m)")

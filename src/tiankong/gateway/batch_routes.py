@@ -66,7 +66,8 @@ class BatchApi:
         migrate_batch_owners(root / "batches", legacy)
         self.store = BatchStore(root)
         self.runner = BatchRunner(self.files, self.store, callers, concurrency=concurrency,
-                                  engine_wait_s=settings.engine_wait_s, timeout_s=timeout_s)
+                                  engine_wait_s=settings.engine_wait_s, timeout_s=timeout_s,
+                                  turn_s=settings.turn_s)
         self.max_body_bytes = max_body_bytes
         self._locks: dict[str, asyncio.Lock] = {}
 

@@ -1,11 +1,14 @@
 """``BatchRunner``: the gateway runs its Batch API batches on the batch worker, in the gaps of interactive work.
 
-One batch runs at a time, oldest first. Its lines go through ``tiankong.batch.arun`` (one output line per
-``custom_id``, whole lines fsynced, ids already written skipped on a re-run) with the gateway itself as the
-engine: each line is sent in-process (``httpx.ASGITransport``, no socket) to the gateway's route of its URL,
-with a token that exists only for this run and marks it as a batch line. Such a line passes the same checks as
-any request, but waits in admission's second line (``admission.py``): it takes a slot only when no interactive
-request is waiting, and never more than ``batches.slots`` of an engine.
+One batch runs at a time, in turns: a batch that has run ``turn_s`` while another batch waits stops (the lines
+it wrote stay written) and goes to the back of the line, so a key's small batch is not stuck behind another
+key's large one (round-robin between batches; the stopped one resumes where its output ends, as after a
+restart). Its lines go through ``tiankong.batch.arun`` (one output line per ``custom_id``, whole lines fsynced,
+ids already written skipped on a re-run) with the gateway itself as the engine: each line is sent in-process
+(``httpx.ASGITransport``, no socket) to the gateway's route of its URL, with a token that exists only for this
+run and marks it as a batch line. Such a line passes the same checks as any request, but waits in admission's
+second line (``admission.py``): it takes a slot only when no interactive request is waiting, and never more
+than ``batches.slots`` of an engine.
 
 The batch's status moves along ``batch.batches.TRANSITIONS``; a gateway killed at any moment finds its
 unfinished batches on disk at the next start and carries on (``validating``/``in_progress`` run again from
@@ -78,7 +81,8 @@ class BatchRunner:
     """Runs the batches of ``store`` one after another against ``app`` (the gateway's own ASGI app)."""
 
     def __init__(self, files: FileStore, store: BatchStore, callers: dict[str, ApiKey], *,
-                 concurrency: Callable[[], int], engine_wait_s: float, timeout_s: float) -> None:
+                 concurrency: Callable[[], int], engine_wait_s: float, timeout_s: float,
+                 turn_s: float = 5.0) -> None:
         self.files, self.store, self.callers = files, store, callers
         self.concurrency, self.engine_wait_s, self.timeout_s = concurrency, engine_wait_s, timeout_s
         self.app: Any = None
@@ -88,6 +92,8 @@ class BatchRunner:
         self._queued: set[str] = set()  # ids in the queue: a batch is queued (and run) once at a time
         self._work: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
+        self.turn_s = turn_s
+        self._yielded: set[str] = set()  # batches whose turn ended (they wait in the queue again)
         self._locks: dict[str, asyncio.Lock] = {}
 
     # --- what the routes call ---------------------------------------------------------------------------------
@@ -159,6 +165,7 @@ class BatchRunner:
                 self.running = None
                 self.live.pop(batch_id, None)
                 self._cancelled.discard(batch_id)
+                self._yielded.discard(batch_id)
                 self._locks.pop(batch_id, None)
 
     async def _run(self, batch_id: str) -> None:
@@ -193,12 +200,16 @@ class BatchRunner:
         self._work = asyncio.ensure_future(self._execute(batch_id, source, record["owner"]))
         try:
             async with asyncio.timeout(remaining):
-                await self._work
+                await self._turn(batch_id, self._work)
         except TimeoutError:
             await asyncio.to_thread(self._expire, batch_id, source)
             return
         except asyncio.CancelledError:
             current = asyncio.current_task()
+            if batch_id in self._yielded and not (current is not None and current.cancelling()):
+                self.running = None  # no longer running: submit queues it again
+                self.submit(batch_id)  # its turn is over: on again after the batches that wait
+                return
             if batch_id not in self._cancelled or (current is not None and current.cancelling()):
                 raise  # the gateway is stopping: the batch stays in progress and resumes at the next start
             await asyncio.to_thread(self._finish, batch_id, S.CANCELLED)
@@ -210,6 +221,20 @@ class BatchRunner:
             self._work = None
         self.store.move(batch_id, S.FINALIZING, expected=(S.IN_PROGRESS,))
         await asyncio.to_thread(self._finish, batch_id, S.COMPLETED)
+
+    async def _turn(self, batch_id: str, work: asyncio.Future[None]) -> None:
+        """Wait for ``work``; once it has run ``turn_s`` while another batch waits, stop it (``_yielded``)."""
+        began = time.monotonic()
+        try:
+            while not work.done():
+                await asyncio.wait({work}, timeout=0.5)
+                if not work.done() and not self._queue.empty() and time.monotonic() - began >= self.turn_s:
+                    self._yielded.add(batch_id)
+                    work.cancel()
+        except asyncio.CancelledError:  # the gateway stops, or the window ended: the run stops with it
+            work.cancel()
+            raise
+        await work
 
     def _reclaim(self, batch_id: str) -> None:
         """Files a crash left half-registered by an ending (moved, status not yet changed) go back to the batch
