@@ -9,6 +9,10 @@ a ReDoS pattern, an ambiguous-nesting pattern (both refused up front), 10,000 gu
 their head or body slowly. Printed: the well-behaved client's p50/p99 in each phase and their ratio, the status
 codes the abuser got (5xx must be 0), and ``/health`` availability during the abuse.
 
+``--flood`` (issue 46): the abuser is instead a second API key that floods the Batch API — uploads of 2,000
+request lines, one batch each, as fast as it is let (its rpm 30, the default per-key quotas) — and after the
+abuse phase the well-behaved key submits a 1-line batch: the seconds until it completes are printed.
+
     .venv/bin/python benchmarks/gateway_abuse.py --out benchmarks/results/gateway-abuse.txt
 """
 
@@ -35,6 +39,51 @@ from serving import serve
 
 KEY = "abuse-bench-key-0123"
 HEADERS = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
+FLOOD_KEY = "flood-bench-key-0123"
+FLOOD_CONFIG = f'[[server.keys]]\nkey = "{FLOOD_KEY}"\nname = "flood"\nrpm = 30\n'
+
+
+def _batch_input(lines: int, tag: str) -> bytes:
+    body = {"messages": [{"role": "user", "content": "Count to ten."}], "max_tokens": 8, "temperature": 0}
+    return "".join(json.dumps({"custom_id": f"{tag}-{i}", "method": "POST", "url": "/v1/chat/completions",
+                               "body": body}) + "\n" for i in range(lines)).encode()
+
+
+def submit_batch(client: httpx.Client, url: str, key: str, data: bytes) -> tuple[int, str | None]:
+    """Upload ``data`` and start a batch of it: (the last status code, the batch id or None)."""
+    auth = {"authorization": f"Bearer {key}"}
+    uploaded = client.post(f"{url}/v1/files", headers=auth, files={"file": ("in.jsonl", data)},
+                           data={"purpose": "batch"})
+    if uploaded.status_code != 200:
+        return uploaded.status_code, None
+    batch = client.post(f"{url}/v1/batches", headers={**auth, "content-type": "application/json"},
+                        json={"input_file_id": uploaded.json()["id"], "endpoint": "/v1/chat/completions",
+                              "completion_window": "24h"})
+    return batch.status_code, batch.json().get("id") if batch.status_code == 200 else None
+
+
+def flood(url: str, stop: Any, codes: Counter[str]) -> None:
+    """A second key filling the Batch API: 2,000-line uploads and a batch of each, as fast as it is let."""
+    data = _batch_input(2000, "flood")
+    with httpx.Client(timeout=300) as client:
+        while not stop.is_set():
+            status, _ = submit_batch(client, url, FLOOD_KEY, data)
+            codes[str(status)] += 1
+            if status == 429:
+                time.sleep(1.0)
+
+
+def small_batch_seconds(url: str) -> float:
+    """Seconds from submitting a 1-line batch of the well-behaved key to its completion."""
+    began = time.monotonic()
+    with httpx.Client(timeout=300) as client:
+        _, batch_id = submit_batch(client, url, KEY, _batch_input(1, "small"))
+        while batch_id is not None and time.monotonic() - began < 1800:
+            answer = client.get(f"{url}/v1/batches/{batch_id}", headers={"authorization": f"Bearer {KEY}"})
+            if answer.json().get("status") in ("completed", "failed", "cancelled", "expired"):
+                break
+            time.sleep(0.5)
+    return time.monotonic() - began
 
 
 def free_port() -> int:
@@ -112,11 +161,14 @@ def abuse(url: str, port: int, stop: Any, codes: Counter[str]) -> None:
                 thread.join()
 
 
-def abuse_process(url: str, port: int, stop: Any, out: Any) -> None:
+def abuse_process(url: str, port: int, stop: Any, out: Any, flooding: bool = False) -> None:
     """The abuser in a process of its own: in the measuring process its threads would hold the GIL the
     well-behaved client needs, and the client's own waiting would be counted as the gateway's latency."""
     codes: Counter[str] = Counter()
-    abuse(url, port, stop, codes)
+    if flooding:
+        flood(url, stop, codes)
+    else:
+        abuse(url, port, stop, codes)
     out.put(dict(codes))
 
 
@@ -141,15 +193,23 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/gateway-abuse.txt")
     parser.add_argument("--config", default=None, help="a tiankong config file for the gateway (its text is "
                         "written into the result)")
+    parser.add_argument("--flood", action="store_true", help="the abuser is a second key flooding the Batch API")
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    if args.flood:  # a config with the flooding key (the well-behaved one comes from --api-key)
+        flood_config = Path(args.out).with_suffix(".config.toml")
+        flood_config.parent.mkdir(parents=True, exist_ok=True)
+        flood_config.write_text((Path(args.config).read_text(encoding="utf-8") + "\n" if args.config else "") +
+                                FLOOD_CONFIG, encoding="utf-8")
+        args.config = str(flood_config)
     proc = start(args.model, port, args.config)
+    small_s = None
     try:
         quiet = chat_latencies(url, args.seconds)
         spawn = multiprocessing.get_context("spawn")
         stop, results, codes, health = spawn.Event(), spawn.Queue(), Counter[str](), list[bool]()
-        abuser = spawn.Process(target=abuse_process, args=(url, port, stop, results), daemon=True)
+        abuser = spawn.Process(target=abuse_process, args=(url, port, stop, results, args.flood), daemon=True)
         watch_stop = threading.Event()
         watcher = threading.Thread(target=health_watch, args=(url, watch_stop, health), daemon=True)
         abuser.start()
@@ -160,6 +220,12 @@ def main() -> None:
         codes.update(results.get(timeout=180))
         abuser.join(timeout=60)
         watcher.join(timeout=60)
+        if args.flood:  # the flooding key's batches are still pending: how long does a small batch wait?
+            pending = httpx.get(f"{url}/metrics", headers=HEADERS, timeout=30).text
+            codes.update({"pending_lines_then": int(float(next(
+                (line.split()[-1] for line in pending.splitlines()
+                 if line.startswith("tiankong_batch_pending_requests ")), "0")))})
+            small_s = small_batch_seconds(url)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
@@ -173,6 +239,8 @@ def main() -> None:
              f"p99 ratio {pct(loud, 0.99) / pct(quiet, 0.99):.2f} (target ≤ 2)",
              f"abuser status codes: {dict(sorted(codes.items()))}; 5xx: {fives} (target 0)",
              f"/health during abuse: {sum(health)}/{len(health)} answered 200"]
+    if small_s is not None:
+        lines.append(f"the well-behaved key's 1-line batch, submitted after the flood: completed in {small_s:.1f} s")
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text, encoding="utf-8")
