@@ -166,6 +166,14 @@ def _lines(client: openai.OpenAI, file_id: str | None) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in client.files.content(file_id).text.splitlines() if raw.strip()]
 
 
+def save(args: argparse.Namespace, runs: list[dict[str, Any]], ok: bool | None) -> None:
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        settings = {key: str(value) for key, value in vars(args).items()}
+        Path(args.out).write_text(json.dumps({"args": settings, "runs": runs, "exactly_once": ok}, indent=2) + "\n",
+                                  encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct:q4_1")
@@ -191,6 +199,7 @@ def main() -> None:
         for number in range(1, args.runs + 1):
             row = one_run(client, url, args, number)
             runs.append(row)
+            save(args, runs, None)  # after every run: a run stopped part-way keeps what it measured
             print(f"run {number}: {row['status']} counts {row['request_counts']} — output lines "
                   f"{row['output_lines']}, error lines {row['error_lines']}, unique ids {row['unique_ids']}, input "
                   f"lines {row['input_lines']}; twice: {row['ids_more_than_once'][:5] or 'none'}; store refusals "
@@ -203,11 +212,7 @@ def main() -> None:
              for r in runs)
     print(f"{sum(1 for r in runs if r['unique_ids'] == r['input_lines'] == r['output_lines'] + r['error_lines'])}"
           f"/{len(runs)} runs exactly once; all counts consistent: {ok}")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        settings = {key: str(value) for key, value in vars(args).items()}
-        Path(args.out).write_text(json.dumps({"args": settings, "runs": runs, "exactly_once": ok}, indent=2) + "\n",
-                                  encoding="utf-8")
+    save(args, runs, ok)
     if not ok:
         raise SystemExit(1)
 
