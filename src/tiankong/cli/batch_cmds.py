@@ -8,10 +8,7 @@ from typing import Any
 
 import click
 
-from ..batch import build_job, read_report, read_schema, run, status
 from ..batch.job import TASKS
-from ..batch.progress import RichProgress
-from ..batch.remote import BatchService
 from . import emit_json, parse_labels
 from .run_cmds import API_KEY_OPTION, cli_api_key
 
@@ -63,6 +60,9 @@ def run_cmd(job_file: str | None, input_path: str | None, output: str | None, fm
             label_items: tuple[str, ...], schema_file: str | None, no_model: bool | None, urls: tuple[str, ...],
             show_progress: bool | None, as_json: bool, **keys: Any) -> None:
     """Run (or resume) a batch job; prints the report (also written to OUTPUT.report.json)."""
+    from ..batch import build_job, read_schema, run
+    from ..batch.progress import RichProgress
+
     keys.update(input=input_path, output=output, format=fmt, url=list(urls) or None,
                 labels=parse_labels(labels, label_items),
                 schema=read_schema(schema_file) if schema_file else None,
@@ -90,6 +90,9 @@ def run_cmd(job_file: str | None, input_path: str | None, output: str | None, fm
 def status_cmd(target: str, input_path: str | None, url: str | None, wait: bool, as_json: bool) -> None:
     """Done / failed / pending ids of OUTPUT against its input (safe while a run is going on); with --url, the
     status of a batch on a gateway."""
+    from ..batch import status
+    from ..batch.remote import BatchService
+
     if url is not None:
         with BatchService(url, cli_api_key()) as service:
             batch = service.wait(target, on_poll=None if as_json else _echo_progress) if wait else \
@@ -127,6 +130,8 @@ def submit_cmd(input_path: str, url: str, endpoint: str | None, window: str, met
                wait: bool, as_json: bool) -> None:
     """Upload INPUT to a gateway and start a batch on it; prints the batch id (fetch the results with
     `tiankong batch fetch ID --url URL --output OUT.jsonl`)."""
+    from ..batch.remote import BatchService
+
     metadata = dict(_pair(item) for item in metadata_items) or None
     with BatchService(url, cli_api_key()) as service:
         batch = service.submit(input_path, endpoint=endpoint, window=window, metadata=metadata)
@@ -154,6 +159,8 @@ def _pair(item: str) -> tuple[str, str]:
 @API_KEY_OPTION
 def fetch_cmd(batch_id: str, url: str, output: str, errors: str | None, as_json: bool) -> None:
     """Download a finished batch's output and error files."""
+    from ..batch.remote import BatchService
+
     with BatchService(url, cli_api_key()) as service:
         written = service.fetch(batch_id, output, errors)
     if as_json:
@@ -173,6 +180,8 @@ def fetch_cmd(batch_id: str, url: str, output: str, errors: str | None, as_json:
 @API_KEY_OPTION
 def cancel_cmd(batch_id: str, url: str, as_json: bool) -> None:
     """Cancel a batch on a gateway (the lines already answered stay in its output file)."""
+    from ..batch.remote import BatchService
+
     with BatchService(url, cli_api_key()) as service:
         batch = service.cancel(batch_id)
     if as_json:
@@ -186,4 +195,6 @@ def cancel_cmd(batch_id: str, url: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the default: it is JSON).")
 def report_cmd(output: str, as_json: bool) -> None:
     """Print the JSON report of the last finished run on OUTPUT."""
+    from ..batch import read_report
+
     emit_json(read_report(output))
