@@ -29,7 +29,7 @@ from deciders import SIZES, corpus, sklearn_default  # noqa: E402
 from tiankong import Client  # noqa: E402
 from tiankong.deciders import methods as M  # noqa: E402
 from tiankong.deciders.adapter import adapter_scores_flow, label_examples, settings  # noqa: E402
-from tiankong.deciders.tune import stratified_subset, verbalise  # noqa: E402
+from tiankong.deciders.tuning import stratified_subset, verbalise  # noqa: E402
 from tiankong.lora.train import train_adapters  # noqa: E402
 
 

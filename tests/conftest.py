@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from hypothesis import HealthCheck, settings
 
+from tiankong import paths
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, locate_engine
 from tiankong.gateway import GatewayState, create_app
 from tiankong.gateway.listen import server_config
@@ -29,6 +30,22 @@ settings.load_profile("tiankong")
 HERE = Path(__file__).parent
 FAKE_SERVER = HERE / "helpers" / "fake_server.py"
 TIANKONG = str(Path(sys.executable).parent / "tiankong")
+
+
+#: where the installed models are (``make test`` pulls them there); every test module gets a data dir of its own
+#: that links to it, so a batch, decider or adapter one module leaves behind is never picked up by another
+#: module's gateway (a gateway resumes every unfinished batch in its data dir at start-up), and the user's own
+#: data dir is never written by the tests
+INSTALLED_DATA_DIR = paths.data_dir()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("data")
+    (root / "models").symlink_to(INSTALLED_DATA_DIR / "models", target_is_directory=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIANKONG_DATA_DIR", str(root))
+        yield root
 
 
 @pytest.fixture(scope="session")

@@ -229,8 +229,13 @@ def test_gateway_classify_with_a_decider_and_embeddings(data_dir: Path, examples
         body = ok.json()
         assert body["label"] in ("spam", "ham") and set(body["scores"]) == {"spam", "ham"}
         assert body["decider"] == "spam@1"
+        # over HTTP an unknown name gets the one answer every unknown name gets (issue 46): no suggestion that
+        # would list the host's deciders, the name not echoed, the same as for a file path
         missing = httpx.post(f"{url}/v1/tasks/classify", json={"text": PROBES[0], "decider": "spma"}, timeout=60)
-        assert missing.status_code == 400 and "spam" in missing.json()["error"]["message"]
+        path = httpx.post(f"{url}/v1/tasks/classify", json={"text": PROBES[0], "decider": "/etc/passwd"}, timeout=60)
+        assert missing.status_code == path.status_code == 400
+        assert missing.json()["error"] == path.json()["error"] and "spma" not in missing.text
+        assert missing.json()["error"]["param"] == "decider"
         neither = httpx.post(f"{url}/v1/tasks/classify", json={"text": PROBES[0]}, timeout=60)
         assert neither.status_code == 400 and "decider" in neither.json()["error"]["message"]
         empty = httpx.post(f"{url}/v1/tasks/classify", json={"text": " ", "decider": "spam"}, timeout=60)

@@ -11,8 +11,9 @@ if TYPE_CHECKING:
     from .api import AsyncClient, Client
     from .batch.batches import BatchNotFound, IllegalBatchTransition
     from .batch.engines import EngineGone
-    from .batch.files import FileInUse, FileNotFound, FileTooLarge, InvalidFile
+    from .batch.files import FileInUse, FileNotFound, FileTooLarge, InvalidFile, QuotaExceeded
     from .batch.ray_exec import RemoteItemError
+    from .batch.store import OutputLocked
     from .batch.tasks import MissingField
     from .client import ChatResult, StreamChunk, Usage
     from .client.assemble import StreamFailed
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
         TuneReport,
         tune_classify,
     )
-    from .deciders.registry import InvalidDecider
+    from .deciders.registry import InvalidDecider, NoSuchDecider
     from .engine.pool import PoolFull
     from .engine.supervised import IllegalTransition
     from .engine.vocab import VocabMismatch
@@ -120,6 +121,9 @@ _EXPORTS = {
     "InvalidModelFile": ".errors",
     "InvalidSchema": ".errors",
     "MissingField": ".batch.tasks",
+    "NoSuchDecider": ".deciders.registry",
+    "OutputLocked": ".batch.store",
+    "QuotaExceeded": ".batch.files",
     "MissingTrainingExtra": ".lora.train",
     "ModelNotFound": ".errors",
     "ModelNotInstalled": ".errors",
@@ -186,8 +190,9 @@ __all__ = [  # every public name (a test holds it to _EXPORTS)
     "EscalationTarget", "ExamplesError", "FileInUse", "FileNotFound", "FileTooLarge", "FlagError", "GuardVerdict",
     "IllegalBatchTransition", "IllegalTransition", "InputTooLong", "InvalidAdapter", "InvalidDecider",
     "InvalidFile", "InvalidImage", "InvalidMessages", "InvalidModelFile", "InvalidSchema", "MissingField",
-    "MissingTrainingExtra", "ModelNotFound", "ModelNotInstalled", "OutputError", "PoolFull", "PortInUse", "Ranked",
-    "Redaction", "RemoteItemError", "Reranking", "RetriesExhausted", "Rewrite", "Route", "RouteDecision", "SPECS",
+    "MissingTrainingExtra", "ModelNotFound", "ModelNotInstalled", "NoSuchDecider", "OutputError", "OutputLocked",
+    "PoolFull", "PortInUse", "QuotaExceeded", "Ranked", "Redaction", "RemoteItemError", "Reranking",
+    "RetriesExhausted", "Rewrite", "Route", "RouteDecision", "SPECS",
     "SchemaNotSupported", "ServerError", "SqlQuery", "StreamChunk", "StreamFailed", "Structured", "Summary", "TaskSpec",
     "TiankongError", "Tool", "ToolCall", "ToolCalls",
     "TransportError", "TruncatedOutput", "TuneReport", "UnsafePattern", "UnscorableLabels",

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .data import MIN_PER_LABEL, Examples, ExamplesError, check_examples, load_examples
     from .features import DeciderEngineError, engine_model_flow  # noqa: F401
     from .runtime import DeciderModelMismatch, EngineNeeds, engine_needs, scores_flow
-    from .tune import DEFAULT_METHODS, MethodScore, TuneReport, tune
+    from .tuning import DEFAULT_METHODS, MethodScore, TuneReport, tune
 
 #: names served from submodules on first use: tuning and scoring pull in numpy, scipy and scikit-learn, which a
 #: command that only names a decider (or none) should not pay for at start-up
@@ -36,8 +36,8 @@ _LAZY = {
     "AdapterCandidate": "adapter", "MIN_PER_LABEL": "data", "Examples": "data", "ExamplesError": "data",
     "check_examples": "data", "load_examples": "data", "DeciderEngineError": "features",
     "engine_model_flow": "features", "DeciderModelMismatch": "runtime", "EngineNeeds": "runtime",
-    "engine_needs": "runtime", "scores_flow": "runtime", "DEFAULT_METHODS": "tune", "MethodScore": "tune",
-    "TuneReport": "tune", "tune": "tune",
+    "engine_needs": "runtime", "scores_flow": "runtime", "DEFAULT_METHODS": "tuning", "MethodScore": "tuning",
+    "TuneReport": "tuning", "tune": "tuning",
 }
 
 
@@ -73,7 +73,7 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
     from .adapter import AdapterCandidate
     from .data import load_examples
     from .passes import FeatureCache, retrying
-    from .tune import tune
+    from .tuning import tune
 
     examples = load_examples(data, labels=labels)
     if model is None and url is None:
