@@ -132,6 +132,102 @@ def test_model_and_adapter_paths_in_bodies_are_refused(shared: tuple[str, Path])
         assert "root:" not in answer.text
 
 
+# --- the prompt cache: no key learns another's prompt from what the engine had cached ------------------------
+
+SECRET = "My bank PIN is 4831 and my name is Alice Wong. Summarise this in one line, please."
+GUESS = "My bank PIN is 4831 and my name is Alice"
+
+
+def cache_reuse(answer: dict[str, Any]) -> tuple[int, int]:
+    """What an answer says of reused cache: ``usage.prompt_tokens_details.cached_tokens`` and ``timings.cache_n``."""
+    cached = (answer.get("usage", {}).get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return int(cached), int((answer.get("timings") or {}).get("cache_n", 0))
+
+
+def guess_after_secret(url: str, **extra: Any) -> dict[str, Any]:
+    secret = httpx.post(f"{url}/v1/chat/completions", headers=A, timeout=120, json={
+        "messages": [{"role": "user", "content": SECRET}], "max_tokens": 4})
+    assert secret.status_code == 200, secret.text
+    guess = httpx.post(f"{url}/v1/chat/completions", headers=B, timeout=120, json={
+        "messages": [{"role": "user", "content": GUESS}], "max_tokens": 1, **extra})
+    assert guess.status_code == 200, guess.text
+    answer: dict[str, Any] = guess.json()
+    return answer
+
+
+def test_a_key_learns_nothing_from_another_keys_cached_prompt(shared: tuple[str, Path],
+                                                              smol_engine: EngineProcess) -> None:
+    """Issue 46 row 2: B's guess at A's prompt reports no reuse (usage, timings), also when B asks for the cache
+    (``cache_prompt: true``) and on the native path; the same probe on a gateway that shares the cache shows the
+    reuse, so the probe can see a leak (this is what every keyed gateway did before)."""
+    url, _ = shared
+    assert cache_reuse(guess_after_secret(url)) == (0, 0)
+    assert cache_reuse(guess_after_secret(url, cache_prompt=True)) == (0, 0)
+    native = httpx.post(f"{url}/completion", headers=B, timeout=120, json={"prompt": GUESS, "n_predict": 1})
+    assert native.status_code == 200 and native.json()["timings"]["cache_n"] == 0, native.text
+    sharing = gateway(smol_engine, Path(str(shared[1]) + "-sharing"))
+    sharing.share_prompt_cache = True
+    sharing.__post_init__()
+    with serve_app(sharing) as shared_url:
+        cached, cache_n = cache_reuse(guess_after_secret(shared_url))
+    assert cached > 10 and cache_n == cached, (cached, cache_n)  # the prefix up to "Alice" (38 of 44 tokens here)
+
+
+def test_task_calls_never_reuse_another_requests_prompt(smol_engine: EngineProcess) -> None:
+    """The tasks' engine calls (library code that knows no keys) go out through ``IsolatingTransport``: a call
+    that starts a request's work is sent with ``cache_prompt: false`` and reports ``cache_n`` 0 although the same
+    text was just read; a call that continues its own request on the slot it pinned keeps its cache."""
+    import asyncio
+
+    from tiankong.api import AsyncClient
+    from tiankong.gateway.cache_isolation import PROMPT_PATHS, IsolatingTransport
+
+    sent: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    class Recording(httpx.AsyncBaseTransport):  # the real transport, with what went out and came back kept
+        def __init__(self) -> None:
+            self.inner = httpx.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            response = await self.inner.handle_async_request(request)
+            if request.url.path in PROMPT_PATHS:
+                content = await response.aread()
+                body = json.loads(request.content)
+                if not body.get("stream"):
+                    sent.append((body, json.loads(content)))
+                return httpx.Response(response.status_code, headers=response.headers, content=content)
+            return response
+
+    async def twice(transport: httpx.AsyncBaseTransport) -> None:
+        async with AsyncClient(smol_engine.url, transport=transport) as client:
+            for _ in range(2):
+                await client.choose(SECRET, ["finance", "travel", "sport"])
+
+    asyncio.run(twice(IsolatingTransport(Recording())))
+    assert sent, "no engine call was seen"
+    starts = [(body, answer) for body, answer in sent if body.get("id_slot") in (None, -1)]
+    assert starts and all(body["cache_prompt"] is False for body, _ in starts)
+    assert all(answer.get("timings", {}).get("cache_n", 0) == 0 for _, answer in starts), starts
+    assert all(body.get("cache_prompt") is not False for body, _ in sent if body.get("id_slot") not in (None, -1))
+    sent.clear()
+    asyncio.run(twice(Recording()))  # the same calls without isolation: the second run reuses the first's prompt
+    assert any(answer.get("timings", {}).get("cache_n", 0) > 0 for _, answer in sent[len(sent) // 2:]), sent
+
+
+def test_the_cache_is_shared_only_with_fewer_than_two_keys_unless_configured() -> None:
+    from tiankong.config import TiankongConfig
+    from tiankong.gateway.cache_isolation import isolated, share_cache
+
+    assert share_cache(None, 0) and share_cache(None, 1) and not share_cache(None, 2)
+    assert share_cache(True, 5) and not share_cache(False, 0)
+    body = {"messages": [], "cache_prompt": True}
+    assert isolated("/v1/chat/completions", body)["cache_prompt"] is False
+    assert isolated("/completion", {**body, "id_slot": 1}) == {**body, "id_slot": 1}  # its own pinned slot
+    assert isolated("/completion", {**body, "id_slot": -1})["cache_prompt"] is False  # -1: the engine chooses
+    assert isolated("/v1/embeddings", body) is body
+    assert TiankongConfig.model_validate({"server": {"share_prompt_cache": True}}).server.share_prompt_cache
+
+
 # --- 2. private files, salted owners ---------------------------------------------------------------------------
 
 

@@ -99,6 +99,10 @@ class ServerSettings(_Strict):
     sampling: Literal["deterministic", "openai"] = Field(
         "deterministic", description="a chat or completion that names no temperature: 'deterministic' decodes "
         "greedily (temperature 0, like tiankong.Client); 'openai' samples at OpenAI's default temperature 1")
+    share_prompt_cache: bool | None = Field(
+        None, description="let requests reuse prompts other requests left in the engine's cache; unset: only "
+        "when fewer than two API keys can call (several keys: off, so no key learns another's prompts from "
+        "cached_tokens, timings or latency; docs/security.md)")
 
     @field_validator("api_keys")
     @classmethod

@@ -75,7 +75,8 @@ def create_app(state: GatewayState) -> Starlette:
     def pipeline(handle: EngineHandle) -> Pipeline:
         return Pipeline(handle, metrics, timeout_s=state.request_timeout_s, keepalive_s=state.keepalive_s,
                         idle_timeout_s=state.stream_idle_timeout_s, retry_wait_s=state.engine_retry_wait_s,
-                        assemble_min_tokens=state.assemble_min_tokens)
+                        assemble_min_tokens=state.assemble_min_tokens,
+                        isolate_prompts=not state.shares_prompt_cache)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

@@ -56,13 +56,14 @@ class Pipeline:
     """Admission, deadline, disconnect and metrics around the routes' work, for one engine."""
 
     def __init__(self, handle: EngineHandle, metrics: GatewayMetrics, *, timeout_s: float, keepalive_s: float,
-                 idle_timeout_s: float, retry_wait_s: float, assemble_min_tokens: int) -> None:
+                 idle_timeout_s: float, retry_wait_s: float, assemble_min_tokens: int,
+                 isolate_prompts: bool = False) -> None:
         self.handle = handle
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.keepalive_s = keepalive_s
         self.idle_timeout_s = idle_timeout_s
-        self.upstream = Upstream(handle, timeout_s, retry_wait_s, assemble_min_tokens)
+        self.upstream = Upstream(handle, timeout_s, retry_wait_s, assemble_min_tokens, isolate_prompts)
         self._background: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:

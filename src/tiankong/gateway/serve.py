@@ -55,7 +55,7 @@ def gateway_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
         adapter_batching=server.adapter_batching, assemble_min_tokens=server.assemble_min_tokens,
         stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
         max_body_bytes=server.max_body_bytes, degradation=config.degradation, body_timeout_s=server.body_timeout_s,
-        log_prompts=server.log_prompts, batches=config.batches,
+        log_prompts=server.log_prompts, batches=config.batches, share_prompt_cache=server.share_prompt_cache,
         default_temperature=0.0 if server.sampling == "deterministic" else 1.0,
     )
 

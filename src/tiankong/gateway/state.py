@@ -12,6 +12,7 @@ from ..client.assemble import MIN_TOKENS
 from ..config import BatchesSettings, DegradationSettings, key_from_env
 from ..engine.pool import EnginePool, EngineProcess
 from .admission import Admission, EngineHandle
+from .cache_isolation import share_cache
 from .keys import ApiKey, bearer_token, find_key
 from .router import ModelRouter
 
@@ -45,6 +46,7 @@ class GatewayState:
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout_s: float = 30.0  # a request body must arrive within this long
     log_prompts: bool = False  # one line per request with its prompt fields (logger "tiankong.prompts")
+    share_prompt_cache: bool | None = None  # None: shared only with fewer than two keys (cache_isolation.py)
     default_temperature: float | None = 0.0  # of a generation that names none (server.sampling); None: the engine's
     degradation: DegradationSettings | None = None
     pool: EnginePool | None = None  # the engines (engine/pool.py); None: a pool of one at upstream_url
@@ -54,6 +56,7 @@ class GatewayState:
 
     def __post_init__(self) -> None:
         self.keys = [ApiKey(h, h[7:15], None) for h in self.api_key_hashes] + list(self.api_keys)
+        self.shares_prompt_cache = share_cache(self.share_prompt_cache, len(self.keys))
         if self.pool is None:
             self.pool = EnginePool.of_url(self.upstream_url, self.model_name, self.aliases, slots=self.slots)
         self.router = ModelRouter(self.pool, max_in_flight=self.max_in_flight, queue_size=self.queue_size,

@@ -21,9 +21,11 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from ..api import AsyncClient
+from ..client._shared import http_limits
 from ..client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
 from ..errors import OutputError, ServerError, TiankongError, TransportError
 from .admission import EngineHandle
+from .cache_isolation import IsolatingTransport, isolated
 from .engine_http import ConnectionPool, EngineHTTPError, EngineResponse, EngineTimeout
 from .metrics import RequestRecord
 from .responses import engine_unavailable, error_for, error_response, upstream_error
@@ -36,8 +38,11 @@ class Upstream:
     """One engine's HTTP side: the lean pool for proxied requests, httpx for probes, task clients per URL."""
 
     def __init__(self, handle: EngineHandle, timeout_s: float, retry_wait_s: float,
-                 assemble_min_tokens: int = MIN_TOKENS) -> None:
+                 assemble_min_tokens: int = MIN_TOKENS, isolate_prompts: bool = False) -> None:
         self.handle = handle
+        # several keys share this engine: no request reuses a prompt another left in its cache (cache_isolation.py);
+        # a remote upstream keeps its own cache policy (and may refuse llama.cpp's fields)
+        self.isolate_prompts = isolate_prompts and not handle.remote
         self.assemble_min_tokens = assemble_min_tokens
         self.timeout_s = timeout_s
         self.retry_wait_s = retry_wait_s
@@ -56,11 +61,17 @@ class Upstream:
         upstream is also sent the model's name (OpenAI-compatible servers require it)."""
         key = (self.handle.url(), model if self.handle.remote else None)
         if key not in self._clients:
-            client = AsyncClient(key[0], model=key[1], timeout_s=self.timeout_s, api_key=self.handle.api_key)
+            transport = IsolatingTransport(httpx.AsyncHTTPTransport(limits=http_limits())) \
+                if self.isolate_prompts else None
+            client = AsyncClient(key[0], model=key[1], timeout_s=self.timeout_s, api_key=self.handle.api_key,
+                                 transport=transport)
             # a remote upstream may be any OpenAI-compatible server: no llama.cpp /completion to fast-forward on
             client.fast_forward = not self.handle.remote
             self._clients[key] = client
         return self._clients[key]
+
+    def as_sent(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return isolated(path, body) if self.isolate_prompts else body
 
     async def wait_for_engine(self) -> bool:
         """True once the engine is ready and answers ``/health`` again, within ``retry_wait_s``."""
@@ -97,7 +108,7 @@ class Upstream:
     async def send(self, call: RequestRecord, path: str, body: dict[str, Any],
                    stream: bool) -> EngineResponse | Response:
         """POST to the engine (retried once). Errors come back as OpenAI-style responses."""
-        payload = json.dumps(body, ensure_ascii=False).encode()
+        payload = json.dumps(self.as_sent(path, body), ensure_ascii=False).encode()
 
         async def post() -> EngineResponse | Response:
             try:
@@ -124,7 +135,7 @@ class Upstream:
         """A non-streamed answer read from the engine as a stream (assemble.py says why); retried once when
         the engine fails mid-answer, since nothing has reached the client yet."""
 
-        payload = json.dumps(streamed_body(body), ensure_ascii=False).encode()
+        payload = json.dumps(streamed_body(self.as_sent(path, body)), ensure_ascii=False).encode()
 
         async def read() -> Response:
             try:
