@@ -8,7 +8,9 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,23 +188,44 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in found]
 
 
-def test_kill_9_mid_batch_resumes_every_line_exactly_once(tmp_path: Path) -> None:
+def _up(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _chat_until(url: Callable[[], str], stop: threading.Event, answers: list[int], gap_s: float = 0.2) -> None:
+    """Interactive traffic for the kill test: short and longer chats until ``stop``; a failure (the gateway
+    killed under it) is counted as 0 and the thread goes on with whatever gateway answers next."""
+    i = 0
+    while not stop.is_set():
+        i += 1
+        try:
+            answer = httpx.post(url(), timeout=60, json={
+                "messages": [{"role": "user", "content": f"Tell me about the number {i}."}],
+                "max_tokens": 8 if i % 2 else 40})
+            answers.append(answer.status_code)
+        except httpx.HTTPError:
+            answers.append(0)
+        stop.wait(gap_s)
+
+
+def _kill_9_then_resume(tmp_path: Path, interactive: bool) -> None:
+    """A 60-line batch on ``tiankong serve``; the gateway killed with SIGKILL mid-batch (with ``interactive``:
+    while chats make lines step aside), started again on the same folder: every line answered exactly once."""
     config = tmp_path / "config.toml"
     config.write_text(f'[batches]\ndir = "{tmp_path / "batches"}"\n')
     log = tmp_path / "gateway.log"
     procs: list[subprocess.Popen[bytes]] = []
+    stop, answers, current = threading.Event(), list[int](), {"url": ""}
+    chatters = [threading.Thread(target=_chat_until, args=(lambda: current["url"] + "/v1/chat/completions", stop,
+                                                           answers), daemon=True) for _ in range(2)]
     try:
         port = free_port()
         procs.append(_serve(config, port, log))
-        url = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            try:
-                return httpx.get(url + "/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        assert wait_until(up, 120), log.read_text()[-2000:]
+        current["url"] = url = f"http://127.0.0.1:{port}"
+        assert wait_until(lambda: _up(url), 120), log.read_text()[-2000:]
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         lines = [chat_line(i, max_tokens=24) for i in range(60)]
         uploaded = client.files.create(file=("r.jsonl", jsonl(lines)), purpose="batch")
@@ -210,23 +233,32 @@ def test_kill_9_mid_batch_resumes_every_line_exactly_once(tmp_path: Path) -> Non
                                       completion_window="24h")
         running = poll(client, batch.id, lambda b: b.status in FINAL or b.request_counts.completed >= 6)
         assert running.status == "in_progress", running
+        if interactive:
+            for thread in chatters:
+                thread.start()
+            assert wait_until(lambda: _preemptions(url) >= 1, 120), "no batch line stepped aside for the chats"
         engines = _children(procs[0].pid)
         os.kill(procs[0].pid, signal.SIGKILL)
         procs[0].wait(30)
         assert wait_until(lambda: not any(pid_alive(p) for p in engines), 30), "the engine outlived its gateway"
 
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        current["url"] = url = f"http://127.0.0.1:{port}"  # the chats go on against the restarted gateway
         procs.append(_serve(config, port, log))
-        assert wait_until(up, 120), log.read_text()[-2000:]
+        assert wait_until(lambda: _up(url), 120), log.read_text()[-2000:]
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-        finished = poll(client, batch.id)
+        finished = poll(client, batch.id, timeout_s=600)
         assert finished.status == "completed", finished
         output = lines_of(client.files.content(finished.output_file_id).text)
         ids = [line["custom_id"] for line in output]
         assert sorted(ids) == sorted(f"req-{i}" for i in range(60))  # every line, none twice
         assert finished.error_file_id is None and finished.request_counts.completed == 60
+        assert all(line["response"]["status_code"] == 200 for line in output)
+        assert "defect" not in log.read_text()  # the store never had to refuse a second result
+        if interactive:
+            assert answers.count(200) >= 2, answers  # interactive traffic really ran beside the batch
     finally:
+        stop.set()
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -235,6 +267,24 @@ def test_kill_9_mid_batch_resumes_every_line_exactly_once(tmp_path: Path) -> Non
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(10)
+
+
+def _preemptions(url: str) -> float:
+    try:
+        text = httpx.get(url + "/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0
+    return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith("tiankong_batch_preemptions"))
+
+
+def test_kill_9_mid_batch_resumes_every_line_exactly_once(tmp_path: Path) -> None:
+    _kill_9_then_resume(tmp_path, interactive=False)
+
+
+def test_kill_9_while_lines_step_aside_for_chats_resumes_every_line_exactly_once(tmp_path: Path) -> None:
+    """Issue 44: the gateway killed while two threads of chats make batch lines step aside (a line half-answered,
+    its continuation pending), restarted with the chats going on: 60 ids, each once, all 200."""
+    _kill_9_then_resume(tmp_path, interactive=True)
 
 
 # --- idle capacity first ------------------------------------------------------------------------------------

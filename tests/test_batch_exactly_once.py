@@ -354,6 +354,7 @@ def test_a_batch_beside_interactive_chats_answers_every_line_once(smol_engine: E
         counts = batch.request_counts
         assert counts is not None and counts.completed + counts.failed == counts.total == 50, counts
         stepped = [x for x in output if (x["response"]["body"].get("tiankong") or {}).get("stepped_aside")]
+        assert stepped, "no line stepped aside for the chats: the scenario missed the path issue 44 is about"
         for line in stepped[:3]:  # a line that stepped aside says what an uninterrupted run says
             request = next(x["body"] for x in lines if x["custom_id"] == line["custom_id"])
             alone = httpx.post(f"{url}/v1/chat/completions", json=request, timeout=300,
