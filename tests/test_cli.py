@@ -100,3 +100,17 @@ def test_default_model_and_config_come_from_the_environment(tmp_path) -> None:  
     (home / "tiankong").mkdir(parents=True)
     (home / "tiankong" / "config.toml").write_text("[nonsense]\n", encoding="utf-8")
     assert_one_line_error(run_cli("serve", env={"XDG_CONFIG_HOME": str(home)}), "nonsense")
+
+
+def test_listings_share_one_table_style_with_a_header_row() -> None:
+    """Issue 45: `deciders list` and `models list` print the same kind of table, a header row first, at 80
+    columns no name is cut (the old `deciders list` printed tab-separated rows without a header)."""
+    env = {"COLUMNS": "80"}
+    for verb, header, name in ((["deciders", "list"], "method", "guard@1"),
+                               (["models", "list"], "installed", TEST_MODEL)):
+        proc = run_cli(*verb, env=env)
+        assert proc.returncode == 0, proc.stderr
+        rows = proc.stdout.splitlines()
+        assert rows[0].startswith("┏") and "name" in rows[1] and header in rows[1], proc.stdout
+        assert all(len(row) <= 80 for row in rows), proc.stdout
+        assert any(name in row for row in rows), proc.stdout

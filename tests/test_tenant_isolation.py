@@ -386,3 +386,49 @@ def test_a_small_batch_is_not_stuck_behind_another_keys_large_one(smol_engine: E
         output = httpx.get(f"{url}/v1/files/{done['output_file_id']}/content", headers=B, timeout=30).text
         ids = [json.loads(line)["custom_id"] for line in output.splitlines() if line.strip()]
         assert len(ids) == len(set(ids)) == done["request_counts"]["completed"]  # turns repeat no line
+
+
+def test_turns_go_round_robin_between_keys_then_between_a_keys_batches() -> None:
+    """``KeyTurns`` (sans-I/O): B's four batches and A's one; each turn that ends puts its batch back. A's batch
+    gets the second turn, not the fifth; B's batches take their turns in order, and no id is lost or doubled."""
+    import asyncio
+
+    from tiankong.gateway.fair_queue import KeyTurns
+
+    async def order() -> list[str]:
+        turns, served = KeyTurns(), []
+        for name in ("b1", "b2", "b3", "b4"):
+            turns.put("B", name)
+        first = await turns.get()
+        turns.put("A", "a1")  # A arrives while B's first batch runs
+        served.append(first)
+        turns.put("B", first)  # its turn ended: queued again behind B's others
+        while not turns.empty():
+            served.append(await turns.get())
+        return served
+
+    assert asyncio.run(order()) == ["b1", "a1", "b2", "b3", "b4", "b1"]
+
+
+def test_a_keys_batch_runs_before_another_keys_other_open_batches(smol_engine: EngineProcess,
+                                                                  tmp_path: Path) -> None:
+    """Issue 46 row 3, by key: B has three open batches; A's 1-line batch, created while B's first runs, is
+    answered before B's second and third have run a single line (round-robin between batches would give B two
+    more turns first)."""
+    with serve_app(gateway(smol_engine, tmp_path / "b", turn_s=2.0)) as url:
+        b_ids = [create_batch(url, B, upload(url, B, [chat_line(i, max_tokens=24) for i in range(150)])
+                              .json()["id"]).json()["id"] for _ in range(3)]
+
+        def b_batch(batch_id: str) -> dict[str, Any]:
+            found: dict[str, Any] = httpx.get(f"{url}/v1/batches/{batch_id}", headers=B, timeout=30).json()
+            return found
+
+        assert wait_until(lambda: b_batch(b_ids[0])["request_counts"]["completed"] >= 2, 120)
+        a_batch = create_batch(url, A, upload(url, A, [chat_line(1)]).json()["id"]).json()
+        a_done = wait_batch(url, A, a_batch["id"], timeout_s=300)
+        assert a_done["status"] == "completed" and a_done["request_counts"]["completed"] == 1
+        assert [b_batch(b)["request_counts"]["completed"] for b in b_ids[1:]] == [0, 0]
+        for batch_id in b_ids:
+            httpx.post(f"{url}/v1/batches/{batch_id}/cancel", headers=B, timeout=30, json={})
+        for batch_id in b_ids:
+            assert wait_batch(url, B, batch_id)["status"] in FINAL

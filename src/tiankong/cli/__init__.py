@@ -64,6 +64,24 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
+def emit_table(columns: list[str], rows: list[list[str]], wrap: str | None = None) -> None:
+    """The one table style of every listing verb (``models list``, ``deciders list``): a header row, names never
+    cut; only the ``wrap`` column folds when the terminal is narrow (rich, imported here on first use)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for index, column in enumerate(columns):
+        widest = max((len(row[index]) for row in rows), default=len(column))
+        if column == wrap:
+            table.add_column(column, overflow="fold")
+        else:
+            table.add_column(column, no_wrap=True, overflow="fold", min_width=max(widest, len(column)))
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
 #: command name → (module in tiankong.cli, attribute, the short help ``tiankong --help`` lists); a command's
 #: module is imported only when the command runs or shows its own help (a test holds the helps to the commands)
 COMMANDS: dict[str, tuple[str, str, str]] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..deciders import list_deciders, load_decider, remove_decider, tune_classify
-from . import emit_json
+from . import emit_json, emit_table
 
 
 @click.group()
@@ -65,10 +65,10 @@ def list_cmd(as_json: bool) -> None:
     if as_json:
         emit_json(found)
         return
-    for row in found:
-        accuracy = "-" if row["cv_accuracy"] is None else f"{row['cv_accuracy']:.3f}"
-        click.echo(f"{row['name']}@{row['version']}\t{row['method']}\t{accuracy}\t{','.join(row['labels'])}\t"
-                   f"{row['base_model'] or '(no engine)'}\t{row['source']}")
+    emit_table(["name", "method", "cv accuracy", "labels", "base model", "source"], [
+        [f"{row['name']}@{row['version']}", str(row["method"]),
+         "-" if row["cv_accuracy"] is None else f"{row['cv_accuracy']:.3f}", ", ".join(row["labels"]),
+         str(row["base_model"] or "(no engine)"), str(row["source"])] for row in found], wrap="labels")
 
 
 @deciders.command("show")

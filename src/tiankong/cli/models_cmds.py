@@ -5,11 +5,9 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from .. import models as M
-from . import emit_json
+from . import emit_json, emit_table
 
 
 def _log(as_json: bool) -> M.pull.Log:
@@ -29,15 +27,9 @@ def list_cmd(as_json: bool) -> None:
     if as_json:
         emit_json([record.to_json() for record in records])
         return
-    table = Table()
-    table.add_column("name", no_wrap=True, overflow="fold", min_width=max((len(r.name) for r in records), default=4))
-    table.add_column("installed", no_wrap=True)
-    table.add_column("size", no_wrap=True, min_width=7)
-    table.add_column("notes", overflow="fold")  # names are never cut: the notes wrap instead
-    for record in records:
-        notes = record.catalog.notes if record.catalog else record.source
-        table.add_row(record.name, "yes" if record.installed else "no", f"{record.bytes / 1e6:.0f} MB", notes)
-    Console().print(table)
+    emit_table(["name", "installed", "size", "notes"], [
+        [r.name, "yes" if r.installed else "no", f"{r.bytes / 1e6:.0f} MB",
+         (r.catalog.notes if r.catalog else r.source) or ""] for r in records], wrap="notes")
 
 
 @models.command()

@@ -2,13 +2,14 @@
 
 One batch runs at a time, in turns: a batch that has run ``turn_s`` while another batch waits stops (the lines
 it wrote stay written) and goes to the back of the line, so a key's small batch is not stuck behind another
-key's large one (round-robin between batches; the stopped one resumes where its output ends, as after a
-restart). Its lines go through ``tiankong.batch.arun`` (one output line per ``custom_id``, whole lines fsynced,
-ids already written skipped on a re-run) with the gateway itself as the engine: each line is sent in-process
-(``httpx.ASGITransport``, no socket) to the gateway's route of its URL, with a token that exists only for this
-run and marks it as a batch line. Such a line passes the same checks as any request, but waits in admission's
-second line (``admission.py``): it takes a slot only when no interactive request is waiting, and never more
-than ``batches.slots`` of an engine.
+key's large one. Turns go round-robin between keys, then between one key's batches (``fair_queue.KeyTurns``):
+a key with four open batches gets one turn for every turn of another key; the stopped batch resumes where its
+output ends, as after a restart. Its lines go through ``tiankong.batch.arun`` (one output line per
+``custom_id``, whole lines fsynced, ids already written skipped on a re-run) with the gateway itself as the
+engine: each line is sent in-process (``httpx.ASGITransport``, no socket) to the gateway's route of its URL,
+with a token that exists only for this run and marks it as a batch line. Such a line passes the same checks as
+any request, but waits in admission's second line (``admission.py``): it takes a slot only when no interactive
+request is waiting, and never more than ``batches.slots`` of an engine.
 
 The batch's status moves along ``batch.batches.TRANSITIONS``; a gateway killed at any moment finds its
 unfinished batches on disk at the next start and carries on (``validating``/``in_progress`` run again from
@@ -39,6 +40,7 @@ from ..batch.runner import arun
 from ..batch.store import Appender, iter_lines, record_key, repair, written_keys
 from ..batch.tasks import MeteredClient
 from ..errors import TiankongError
+from .fair_queue import KeyTurns
 from .keys import ApiKey
 
 log = logging.getLogger("tiankong.gateway")
@@ -88,7 +90,7 @@ class BatchRunner:
         self.app: Any = None
         self.live: dict[str, LiveCounts] = {}
         self.running: str | None = None
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queue = KeyTurns()  # round-robin between keys, then between one key's batches
         self._queued: set[str] = set()  # ids in the queue: a batch is queued (and run) once at a time
         self._work: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
@@ -102,7 +104,7 @@ class BatchRunner:
         if batch_id in self._queued or batch_id == self.running:
             return
         self._queued.add(batch_id)
-        self._queue.put_nowait(batch_id)
+        self._queue.put(self.store.get(batch_id, None)["owner"], batch_id)
 
     def counts_of(self, batch_id: str) -> dict[str, int]:
         counts = self.live.get(batch_id)
