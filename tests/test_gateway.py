@@ -29,10 +29,12 @@ class Served:
     log: list[str]
 
 
-def start_serve(*extra: str, port: int | None = None) -> Served:
+def start_serve(*extra: str, port: int | None = None, ctx: int | None = 2048) -> Served:
+    """``tiankong serve`` on SmolLM2 with 2 slots (``ctx=None``: the default context, sized by the memory plan)."""
     port = port or free_port()
+    sized = [] if ctx is None else ["--ctx", str(ctx)]
     proc = subprocess.Popen(
-        [TIANKONG, "serve", "--model", TEST_MODEL, "--port", str(port), "--slots", "2", "--ctx", "2048", *extra],
+        [TIANKONG, "serve", "--model", TEST_MODEL, "--port", str(port), "--slots", "2", *sized, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     log: list[str] = []

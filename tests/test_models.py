@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -139,8 +141,14 @@ def test_pull_recovers_from_torn_download_and_stale_partial(tmp_registry: Path) 
     target.mkdir(parents=True)
     (target / ".model.gguf.partial").write_bytes(os.urandom(1024))
     assert not resolve(TEST_MODEL).installed
-    record = pull_model(TEST_MODEL, log=lambda _: None)
+    fed: list[tuple[int, int | None]] = []
+    lines: list[str] = []
+    record = pull_model(TEST_MODEL, log=lines.append, on_bytes=lambda done, total: fed.append((done, total)))
     assert record.installed and record.sha256 == entry.sha256
+    # the byte feed of a progress bar: the whole model's total, never backwards, ending complete
+    assert len(fed) >= 2 and all(total == entry.bytes for _, total in fed), fed[:5]
+    assert [done for done, _ in fed] == sorted(done for done, _ in fed) and fed[-1][0] == entry.bytes
+    assert any(TEST_MODEL in line for line in lines) and not any(" MB/s" in line for line in lines), lines
     assert verify_model(TEST_MODEL, generate=False).ok
     assert not (target / ".model.gguf.partial").exists()
 
@@ -162,6 +170,30 @@ def test_pull_killed_midway_then_rerun_completes(tmp_registry: Path) -> None:
     rerun = run_cli("models", "pull", TEST_MODEL, env=env)
     assert rerun.returncode == 0, rerun.stderr
     assert verify_model(TEST_MODEL, generate=False).ok
+
+
+def test_pull_in_a_terminal_draws_one_byte_bar_with_speed_and_time_left(tmp_registry: Path) -> None:
+    """Issue 45: `tiankong models pull` on a terminal shows the model's name with bytes, speed and time left
+    (rich's bar; in a log or pipe it prints plain lines instead, as above)."""
+    import pty
+
+    env = {**os.environ, "TIANKONG_DATA_DIR": str(tmp_registry / "data"), "COLUMNS": "120",
+           "TIANKONG_CACHE_DIR": str(tmp_registry / "cache")}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([TIANKONG, "models", "pull", TEST_MODEL], env=env, stdout=follower, stderr=follower)
+    os.close(follower)
+    screen = b""
+    with contextlib.suppress(OSError):  # the pty reads EIO once the CLI has exited
+        while chunk := os.read(leader, 65536):
+            screen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=600) == 0, screen[-2000:]
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode("utf-8", "replace"))
+    entry = find_entry(TEST_MODEL)
+    assert entry is not None and entry.bytes
+    size = f"{entry.bytes / 1e6:.1f}"
+    assert TEST_MODEL in text and re.search(rf"[0-9.]+/{re.escape(size)} MB", text) and "MB/s" in text, text[-2000:]
+    assert f"{size}/{size} MB" in text and "installed" in text
 
 
 def test_catalog_wheel_members_are_declared_consistently() -> None:

@@ -35,7 +35,7 @@ def gateway(smol_engine: EngineProcess) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def served_embeddings() -> Iterator[Served]:
-    served = start_serve("--embeddings")
+    served = start_serve("--embeddings", ctx=None)  # the default context, as a user gets it
     try:
         yield served
     finally:
@@ -83,6 +83,29 @@ def test_embeddings_models_and_the_banner_on_a_served_gateway(served_embeddings:
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
     home = httpx.get(f"{url}/", timeout=30)
     assert home.status_code in (302, 303, 307) and home.headers["location"] == "/ui"
+
+
+def test_the_default_context_is_sized_by_the_memory_plan(served_embeddings: Served) -> None:
+    """Issue 45: `tiankong serve` without --ctx gives each slot the largest context up to 8,192 that the memory
+    plan fits (SmolLM2 was trained for 8,192), says so at start-up, and answers a chat whose schema and text make
+    about 3,000 tokens — refused by the old 2,048-token slots."""
+    from tiankong.models import model_path
+    from tiankong.plan.auto import PER_SLOT_FLOOR, auto_ctx
+
+    ready = next(line for line in served_embeddings.log if "engine ready" in line)
+    assert "8192 tokens per slot" in ready and "memory plan" in ready, ready
+    rows = (ROOT / "tests" / "data" / "jsonschemabench-dev" / "schemas.jsonl").read_text(encoding="utf-8")
+    text = "Fill in this JSON Schema for a record:\n" + rows[:9000]
+    answer = httpx.post(f"{served_embeddings.url}/v1/chat/completions", timeout=300, json={
+        "messages": [{"role": "user", "content": text}], "max_tokens": 2})
+    assert answer.status_code == 200, answer.text[:300]
+    assert 2048 < answer.json()["usage"]["prompt_tokens"] <= 8192
+    smol = model_path(TEST_MODEL)
+    assert auto_ctx(smol, 2, available=64 * 2**30).per_slot == 8192  # capped by the model's trained context
+    squeezed = auto_ctx(smol, 2, available=600_000_000)  # a plan of half of 600 MB: a smaller slot, still whole
+    assert PER_SLOT_FLOOR <= squeezed.per_slot < 8192 and squeezed.planned_bytes <= 300_000_000
+    assert squeezed.ctx == 2 * squeezed.per_slot and squeezed.per_slot % 256 == 0
+    assert auto_ctx(smol, 2, available=1).per_slot == PER_SLOT_FLOOR  # never below the old default
 
 
 def test_a_closed_pipe_ends_the_cli_quietly() -> None:

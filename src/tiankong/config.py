@@ -28,7 +28,9 @@ class EngineKeys(_Strict):
     """The keys that shape one llama-server: the single ``[engine]`` and every local ``[[pool.models]]`` entry
     take the same ones (``tiankong.engine.settings.engine_config`` maps them to flags for both)."""
 
-    ctx: int = Field(4096, ge=64)
+    ctx: int | None = Field(None, ge=64, description="total context (llama-server -c, split between slots); "
+                            "unset: the largest per-slot context up to 8192 (and the model's own) that the memory "
+                            "plan fits in half the memory available, times slots (plan/auto.py)")
     slots: int = Field(2, ge=1, le=256)
     threads: int | None = Field(None, ge=1)
     kv_type: KvType = "f16"

@@ -56,17 +56,25 @@ def directory_bytes(directory: Path) -> int:
 
 @contextmanager
 def watching_bytes(directory: Path, what: str, log: Log, total: int | None = None,
-                   every_s: float = 10.0) -> Iterator[None]:
-    """While the body runs, log how many bytes have arrived under ``directory`` (a download's temp dir)."""
+                   every_s: float | None = 10.0, on_bytes: Callable[[int], None] | None = None,
+                   poll_s: float = 0.25) -> Iterator[None]:
+    """While the body runs, log how many bytes have arrived under ``directory`` (a download's temp dir) every
+    ``every_s`` (None: never), and hand the count to ``on_bytes`` every ``poll_s`` (a progress bar's feed)."""
     stop = threading.Event()
-    started = time.monotonic()
+    started = last = time.monotonic()
 
     def watch() -> None:
-        while not stop.wait(every_s):
+        nonlocal last
+        while not stop.wait(poll_s if on_bytes else (every_s or 10.0)):
             done = directory_bytes(directory)
-            rate = done / max(time.monotonic() - started, 1e-6)
-            tail = eta(done, total, time.monotonic() - started) if total else \
-                f"{_clock(time.monotonic() - started)} elapsed"
+            if on_bytes is not None:
+                on_bytes(done)
+            now = time.monotonic()
+            if every_s is None or now - last < every_s - 1e-3:
+                continue
+            last = now
+            rate = done / max(now - started, 1e-6)
+            tail = eta(done, total, now - started) if total else f"{_clock(now - started)} elapsed"
             log(f"{what}: {done / 1e6:.0f} MB{f' of {total / 1e6:.0f} MB' if total else ''} "
                 f"({rate / 1e6:.1f} MB/s) · {tail}")
 

