@@ -107,17 +107,25 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
         decider_p = float(found[2][0][decider.labels.index(positive_label(decider))])
         score = decider_p if model_p is None else 1.0 - (1.0 - decider_p) * (1.0 - model_p)
         if decider_p >= flag:
-            reasons.append(f"decider {decider.ref} judges it an injection attempt (p={decider_p:.2f})")
+            reasons.append(f"decider {decider.ref} {_judgement(decider_p, flag, block)}")
     else:
         assert model_p is not None
         score = 1.0 - (1.0 - rule_score) * (1.0 - model_p)
     if model_p is not None and model_p >= flag:
-        reasons.append(f"model judges it an injection attempt (p={model_p:.2f})")
+        reasons.append(f"model {_judgement(model_p, flag, block)}")
     reasons += [f"may violate policy: {p} (p={v:.2f})" for p, v in policy_p.items() if v >= flag]
     worst = max([score, *policy_p.values()])
     verdict = "block" if worst >= block else "flag" if worst >= flag else "allow"
     return GuardVerdict(verdict, score, reasons, rule_score, decider.ref if decider else None, decider_p, model_p,
                         policy_p)
+
+
+def _judgement(p: float, flag: float, block: float) -> str:
+    """Words that match the score: only a score past ``block_at`` is called an injection attempt."""
+    if p >= block:
+        return f"judges it an injection attempt (p={p:.2f}, blocked from {block:.2f})"
+    return f"finds it somewhat like an injection attempt (p={p:.2f}: flagged for review from {flag:.2f}, " \
+        f"blocked from {block:.2f})"
 
 
 def _policy_question(policy: str, lang: str) -> str:
