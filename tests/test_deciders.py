@@ -300,11 +300,11 @@ def test_shipped_guard_needs_no_engine_and_answers_with_a_verdict() -> None:
     assert zh["verdict"] in ("flag", "block")
     # issue 45: the words match the score — only a blocked text is "an injection attempt"
     assert any("judges it an injection attempt" in r for r in verdict["reasons"])
-    flagged = json.loads(run_cli("guard", "--json", "--flag-at", "0.01", "--block-at", "0.99",
+    flagged = json.loads(run_cli("guard", "--json", "--flag-at", "0.001", "--block-at", "0.99",
                                  "What time does the Beijing office open tomorrow?").stdout)
     assert flagged["verdict"] == "flag", flagged
     assert not any("judges it an injection attempt" in r for r in flagged["reasons"]), flagged
-    assert any("flagged for review from 0.01" in r for r in flagged["reasons"]), flagged
+    assert any("flagged for review from 0.001," in r for r in flagged["reasons"]), flagged
 
 
 def test_eval_items_can_use_a_decider(data_dir: Path, examples_file: Path, tmp_path: Path) -> None:

@@ -123,9 +123,9 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
 def _judgement(p: float, flag: float, block: float) -> str:
     """Words that match the score: only a score past ``block_at`` is called an injection attempt."""
     if p >= block:
-        return f"judges it an injection attempt (p={p:.2f}, blocked from {block:.2f})"
-    return f"finds it somewhat like an injection attempt (p={p:.2f}: flagged for review from {flag:.2f}, " \
-        f"blocked from {block:.2f})"
+        return f"judges it an injection attempt (p={p:.2f}, blocked from {block:.3g})"
+    return f"finds it somewhat like an injection attempt (p={p:.2f}: flagged for review from {flag:.3g}, " \
+        f"blocked from {block:.3g})"
 
 
 def _policy_question(policy: str, lang: str) -> str:
