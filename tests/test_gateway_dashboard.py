@@ -7,7 +7,9 @@ under pytest's ``tmp_path`` and prints the path.
 
 from __future__ import annotations
 
+import contextlib
 import html
+import json
 import os
 import re
 import shutil
@@ -19,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from conftest import wait_until
 from test_gateway_admission import LONG, post, serve_app, state_for
 from tiankong.engine import EngineProcess
 from tiankong.gateway.app import hash_key
@@ -142,3 +145,104 @@ def test_dashboard_renders_live_numbers_in_headless_chromium(traffic: str, tmp_p
     assert done.returncode == 0, done.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     print(f"dashboard screenshot: {shot}")
+
+
+class DevTools:
+    """Real headless Chromium driven over the DevTools protocol (its websocket; no browser download): open a
+    page, run JavaScript in it, wait for what it shows."""
+
+    def __init__(self, profile: Path) -> None:
+        from websockets.sync.client import connect
+
+        self.proc = subprocess.Popen([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                                      "--remote-debugging-port=0", "about:blank"],
+                                     stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        port = None
+        for line in self.proc.stderr:  # "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/…"
+            if (found := re.search(r"ws://127\.0\.0\.1:(\d+)/", line)) is not None:
+                port = found.group(1)
+                break
+        assert port, "chromium printed no DevTools address"
+        page = next(t for t in httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=30).json()
+                    if t["type"] == "page")
+        self.stack = contextlib.ExitStack()
+        self.socket = self.stack.enter_context(connect(page["webSocketDebuggerUrl"], max_size=None))
+        self.ids = 0
+
+    def send(self, method: str, **params: Any) -> dict[str, Any]:
+        self.ids += 1
+        self.socket.send(json.dumps({"id": self.ids, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.socket.recv(timeout=120))
+            if message.get("id") == self.ids:
+                assert "error" not in message, message
+                result: dict[str, Any] = message["result"]
+                return result
+
+    def evaluate(self, expression: str) -> Any:
+        answer = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        assert "exceptionDetails" not in answer, answer
+        return answer["result"].get("value")
+
+    def wait_for(self, expression: str, timeout_s: float = 180) -> Any:
+        """The value of ``expression`` once it is truthy (a page still loading counts as falsy)."""
+        found: list[Any] = []
+
+        def probe() -> bool:
+            answer = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+            found.append(None if "exceptionDetails" in answer else answer["result"].get("value"))
+            return bool(found[-1])
+
+        assert wait_until(probe, timeout_s, 0.2), f"{expression} stayed false"
+        return found[-1]
+
+    def close(self) -> None:
+        self.stack.close()
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+@pytest.fixture()
+def browser(tmp_path: Path) -> Iterator[DevTools]:
+    if CHROMIUM is None:
+        pytest.fail("no chromium binary: .ci/run installs it (Debian: apt-get install -y chromium)")
+    tools = DevTools(tmp_path / "profile-devtools")
+    try:
+        yield tools
+    finally:
+        tools.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
+                    reason="no chromium binary (Debian: apt-get install -y chromium)")
+def test_playground_streams_a_chat_and_answers_a_task_in_headless_chromium(gateway: str,
+                                                                           browser: DevTools) -> None:
+    """Issue 45: the /ui playground in real Chromium. A chat typed in and run with the button streams into the
+    page (seen part-way, then whole: the text the API gives at temperature 0); a classify filled in from the
+    address (``?mode=…&input=…&run=1``) shows its JSON answer; the model list comes from /v1/models."""
+    prompt = "Name three colours and say one thing about each."
+    expected = httpx.post(f"{gateway}/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": prompt}], "max_tokens": 256}).json()["choices"][0]["message"]
+    browser.send("Page.enable")
+    browser.send("Page.navigate", url=f"{gateway}/ui")
+    assert browser.wait_for("document.querySelectorAll('#pg-model option').length >= 2")  # (default) + models
+    browser.evaluate(f"document.getElementById('pg-input').value = {json.dumps(prompt)};"
+                     "document.getElementById('pg-run').click(); true")
+    states = {browser.wait_for("(() => { const s = document.getElementById('pg-output').dataset.state;"
+                               " return s === 'running' ? '' : s; })()")}
+    while (state := browser.evaluate("document.getElementById('pg-output').dataset.state")) == "streaming":
+        states.add(state)
+    assert state == "done" and "streaming" in states, states  # text arrived in pieces, then the whole
+    assert browser.evaluate("document.getElementById('pg-output').textContent") == expected["content"]
+    assert "first token" in browser.evaluate("document.getElementById('pg-meta').textContent")
+
+    query = httpx.QueryParams({"mode": "classify", "input": "I was charged twice this month",
+                               "extra": "billing, bug", "run": "1"})
+    browser.send("Page.navigate", url=f"{gateway}/ui?{query}")
+    state = browser.wait_for("(() => { const s = document.getElementById('pg-output').dataset.state;"
+                             " return ['done', 'error'].includes(s) ? s : ''; })()")
+    text = browser.evaluate("document.getElementById('pg-output').textContent")
+    assert state == "done", text
+    answer = json.loads(text)
+    assert answer["label"] in ("billing", "bug") and set(answer["scores"]) == {"billing", "bug"}

@@ -1,5 +1,10 @@
 """The dashboard page served at ``GET /ui``: one self-contained HTML document (inline CSS and JS, no network
-access beyond its own ``/ui/stats``), drawing its charts on ``<canvas>`` by hand."""
+access beyond this gateway: ``/ui/stats``, and the playground's ``/v1/models``, ``/v1/chat/completions`` and
+``/v1/tasks/*``), drawing its charts on ``<canvas>`` by hand.
+
+The playground tries a prompt or a task against a served model: a chat streams into the page as it is decoded;
+classify, summarize and extract show their JSON answer. ``/ui?mode=chat&input=…&run=1`` fills it in (and runs
+it) from the address, so a link can share a try."""
 
 from __future__ import annotations
 
@@ -36,6 +41,12 @@ PAGE = """<!doctype html>
            font-variant-numeric: tabular-nums; }
   th { color: var(--dim); font-weight: 500; font-size: 12px; }
   #auth { display: none; margin: 10px 0; }
+  #playground { margin: 12px 0; }
+  #playground .row { display: flex; gap: 8px; flex-wrap: wrap; margin-bottom: 8px; align-items: center; }
+  #playground textarea { width: 100%; background: var(--bg); color: var(--fg); border: 1px solid #26313c;
+                         border-radius: 6px; padding: 8px; font: inherit; }
+  #pg-output { white-space: pre-wrap; min-height: 3em; background: var(--bg); border-radius: 6px; padding: 8px;
+               margin: 8px 0 4px; }
   #error { color: var(--bad); min-height: 1.4em; }
 </style>
 </head>
@@ -80,6 +91,19 @@ PAGE = """<!doctype html>
     <div class="legend"><span><i style="background:var(--a)"></i>requests holding a slot (max per interval)</span>
     </div></div>
 </section>
+<section id="playground" class="chart">
+  <h2>Playground</h2>
+  <div class="row">
+    <label>model <select id="pg-model"><option value="">(default)</option></select></label>
+    <label>try <select id="pg-mode"><option value="chat">chat</option><option value="classify">classify</option>
+      <option value="summarize">summarize</option><option value="extract">extract</option></select></label>
+    <input id="pg-extra" size="48" placeholder="classify: labels a,b,c · extract: a JSON Schema">
+    <button id="pg-run">run</button> <button id="pg-stop">stop</button>
+  </div>
+  <textarea id="pg-input" rows="4" placeholder="a prompt, or the text of a task"></textarea>
+  <div id="pg-output" data-state="idle"></div>
+  <div id="pg-meta" class="dim"></div>
+</section>
 <table id="engines">
   <thead><tr><th>engine</th><th>models</th><th>state</th><th>in flight</th><th>queue</th><th>busy slots</th>
     <th>RSS</th><th>restarts</th></tr></thead>
@@ -92,7 +116,9 @@ PAGE = """<!doctype html>
 const POLL_MS = 2000;
 const $ = (id) => document.getElementById(id);
 const keyFromHash = new URLSearchParams(location.hash.slice(1)).get("key");
-if (keyFromHash) { sessionStorage.setItem("tiankong-key", keyFromHash); history.replaceState(null, "", "/ui"); }
+if (keyFromHash) {
+  sessionStorage.setItem("tiankong-key", keyFromHash); history.replaceState(null, "", "/ui" + location.search);
+}
 
 function fmt(x, digits) {
   if (x === null || x === undefined) return "-";
@@ -214,6 +240,95 @@ async function poll() {
 $("save").addEventListener("click", () => { sessionStorage.setItem("tiankong-key", $("key").value); poll(); });
 poll();
 setInterval(poll, POLL_MS);
+</script>
+<script>
+"use strict";
+(() => {
+  const $ = (id) => document.getElementById(id);
+  let running = null;
+  function headers() {
+    const key = sessionStorage.getItem("tiankong-key");
+    return Object.assign({ "Content-Type": "application/json" }, key ? { "Authorization": "Bearer " + key } : {});
+  }
+  function show(text, state) {
+    $("pg-output").textContent = text; $("pg-output").dataset.state = state;
+  }
+  async function models() {
+    try {
+      const answer = await fetch("/v1/models", { headers: headers() });
+      if (!answer.ok) return;
+      (await answer.json()).data.forEach((m) => {
+        const option = document.createElement("option"); option.value = m.id; option.textContent = m.id;
+        $("pg-model").appendChild(option);
+      });
+    } catch (err) { /* the dashboard shows the gateway's state */ }
+  }
+  function body(mode, text, extra, model) {
+    const chosen = model ? { model: model } : {};
+    if (mode === "chat") return ["/v1/chat/completions", Object.assign(chosen, {
+      messages: [{ role: "user", content: text }], max_tokens: 256, stream: true,
+      stream_options: { include_usage: true } })];
+    if (mode === "classify") return ["/v1/tasks/classify", Object.assign(chosen, {
+      text: text, labels: extra.split(",").map((l) => l.trim()).filter((l) => l) })];
+    if (mode === "extract") return ["/v1/tasks/extract", Object.assign(chosen, { text: text,
+      schema: JSON.parse(extra || '{"type": "object"}') })];
+    return ["/v1/tasks/summarize", Object.assign(chosen, { text: text })];
+  }
+  async function streamed(answer, started) {
+    const reader = answer.body.getReader(), decoder = new TextDecoder();
+    let text = "", rest = "", tokens = null, first = null;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      rest += decoder.decode(value, { stream: true });
+      const lines = rest.split("\\n"); rest = lines.pop();
+      for (const line of lines) {
+        if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
+        const event = JSON.parse(line.slice(6));
+        if (event.error) throw new Error(event.error.message || "the stream failed");
+        const piece = event.choices && event.choices[0] && event.choices[0].delta.content;
+        if (piece) { if (first === null) first = performance.now(); text += piece; show(text, "streaming"); }
+        if (event.usage) tokens = event.usage.completion_tokens;
+      }
+    }
+    show(text, "done");
+    const ttft = first === null ? "-" : Math.round(first - started) + " ms";
+    $("pg-meta").textContent = (tokens === null ? "" : tokens + " tokens · ") + "first token " + ttft +
+      " · " + Math.round(performance.now() - started) + " ms in all";
+  }
+  async function run() {
+    if (running) running.abort();
+    const controller = new AbortController(); running = controller;
+    const mode = $("pg-mode").value, text = $("pg-input").value, extra = $("pg-extra").value;
+    show("", "running"); $("pg-meta").textContent = "";
+    const started = performance.now();
+    try {
+      const [path, payload] = body(mode, text, extra, $("pg-model").value);
+      const answer = await fetch(path, { method: "POST", headers: headers(), body: JSON.stringify(payload),
+                                         signal: controller.signal });
+      if (!answer.ok) {
+        const data = await answer.json().catch(() => ({}));
+        show((data.error && data.error.message) || "HTTP " + answer.status, "error"); return;
+      }
+      if (mode === "chat") { await streamed(answer, started); return; }
+      show(JSON.stringify(await answer.json(), null, 2), "done");
+      $("pg-meta").textContent = Math.round(performance.now() - started) + " ms";
+    } catch (err) {
+      show(err.name === "AbortError" ? "stopped" : String(err.message || err), err.name === "AbortError" ?
+           "stopped" : "error");
+    } finally { if (running === controller) running = null; }
+  }
+  $("pg-run").addEventListener("click", run);
+  $("pg-stop").addEventListener("click", () => { if (running) running.abort(); });
+  const asked = new URLSearchParams(location.search);
+  for (const [name, id] of [["mode", "pg-mode"], ["input", "pg-input"], ["extra", "pg-extra"]]) {
+    if (asked.has(name)) $(id).value = asked.get(name);
+  }
+  models().then(() => {
+    if (asked.has("model")) $("pg-model").value = asked.get("model");
+    if (asked.get("run") === "1") run();
+  });
+})();
 </script>
 </body>
 </html>
