@@ -361,3 +361,52 @@ def test_a_batch_beside_interactive_chats_answers_every_line_once(smol_engine: E
                                headers={"Authorization": f"Bearer {KEY}"}).json()
             assert line["response"]["body"]["choices"][0]["message"]["content"] == \
                 alone["choices"][0]["message"]["content"]
+
+
+def test_a_local_batch_run_through_a_busy_gateway_writes_every_id_once(smol_engine: EngineProcess, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44 item 3, the local executor: `batch run --url GATEWAY` while two threads chat with the same
+    gateway (its default 2 slots and queue of 4, so some calls wait or get 429 + Retry-After): every id once,
+    nothing failed, the store refused nothing, and a re-run of the same output adds nothing."""
+    from tiankong.batch import run
+
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": f"t{i}", "text": f"I was charged twice for order {i}, please "
+                                                                 "refund the second payment."}) + "\n"
+                              for i in range(16)), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    state = GatewayState.for_engine(smol_engine, TEST_MODEL, api_keys=[ApiKey(hash_key(KEY), "one")])
+    refusals: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "defect" in record.getMessage():
+                refusals.append(record)
+
+    handler = Collect()
+    logging.getLogger("tiankong.batch").addHandler(handler)
+    try:
+        with serve_app(state) as url:
+            stop, seen = threading.Event(), Counter[str]()
+            threads = [threading.Thread(target=_chatter, args=(url, stop, 1000 * t, seen), daemon=True)
+                       for t in range(2)]
+            for thread in threads:
+                thread.start()
+            try:
+                monkeypatch.setenv("TIANKONG_API_KEY", KEY)  # what `batch run --url` sends a keyed gateway
+                job = make_job(input=str(source), output=str(out), task="classify", labels=["billing", "bug"],
+                               url=[url])
+                report = run(job)
+            finally:
+                stop.set()
+                for thread in threads:
+                    thread.join(300)
+            again = run(job)
+    finally:
+        logging.getLogger("tiankong.batch").removeHandler(handler)
+    assert seen["200"] > 0, seen  # the chats ran beside the batch
+    assert report.complete and report.done == 16 and report.failed == 0, report
+    ids = Counter(line["id"] for line in iter_lines(out))
+    assert ids == Counter(f"t{i}" for i in range(16)), ids  # every id exactly once
+    assert again.processed == 0 and again.skipped_done == 16 and len(list(iter_lines(out))) == 16
+    assert not refusals, [r.getMessage() for r in refusals]

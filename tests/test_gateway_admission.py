@@ -102,6 +102,27 @@ def test_queue_full_answers_429_with_retry_after_and_no_5xx(smol_engine: EngineP
         assert total(samples, "tiankong_requests_total", status="429") == len(refused)
 
 
+def test_tokenize_and_templates_are_answered_while_every_slot_and_the_queue_are_full(
+        smol_engine: EngineProcess) -> None:
+    """A task client's preparation calls take no engine slot (llama-server answers them on its HTTP thread), so
+    the gateway neither queues nor refuses them: with 1 slot and no queue held by a long generation, /tokenize,
+    /detokenize and /apply-template answer 200 while a second generation gets 429 (before, all of them did —
+    the local batch executor through a busy gateway spent most of its calls on those 429s)."""
+    assert wait_until(lambda: idle(smol_engine), 300)
+    with serve_app(state_for(smol_engine, max_in_flight=1, queue_size=0)) as url, ThreadPoolExecutor(1) as pool:
+        holding = pool.submit(post, url, {**LONG, "max_tokens": 200})
+        assert wait_until(lambda: total(metrics(url), "tiankong_in_flight") >= 1, 60)
+        assert post(url, LONG).status_code == 429  # the slot and the queue are full
+        tokens = post(url, {"content": "hello there"}, "/tokenize")
+        assert tokens.status_code == 200 and tokens.json()["tokens"], tokens.text
+        text = post(url, {"tokens": tokens.json()["tokens"]}, "/detokenize")
+        assert text.status_code == 200 and "hello" in text.json()["content"], text.text
+        template = post(url, {"messages": [{"role": "user", "content": "hi"}]}, "/apply-template")
+        assert template.status_code == 200 and "hi" in template.json()["prompt"], template.text
+        assert not holding.done()  # all of it while the generation held the slot
+        assert holding.result().status_code == 200
+
+
 def test_admission_is_fifo_and_bounded() -> None:
     import asyncio
 

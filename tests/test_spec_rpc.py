@@ -118,7 +118,8 @@ def test_engine_settings_map_to_engine_config(smol_path: Path, tmp_path: Path) -
     settings = load_config(toml).engine
     config = EngineConfig(model=smol_path, **speed_kwargs(settings))
     config.validate()
-    assert config.draft_model == smol_path and config.spec == "auto" and config.rpc == ["127.0.0.1:50052"]
+    assert config.draft_model is not None and config.draft_model.resolve() == smol_path.resolve()  # data dir link
+    assert config.spec == "auto" and config.rpc == ["127.0.0.1:50052"]
     assert config.spec_auto.n_max_values == (2,) and config.spec_auto.ngram_types == ("ngram-mod",)
     toml.write_text('[engine]\nspec = "always"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="engine.spec"):

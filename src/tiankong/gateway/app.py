@@ -32,7 +32,15 @@ from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
 from .keys import ApiKey, AuthThrottle, RateLimiter, hash_key
 from .metrics import GatewayMetrics, RequestRecord
-from .native import NATIVE_GET, NATIVE_POST, detokenize_problem, native_problem, native_refused, vocab_size
+from .native import (
+    NATIVE_GET,
+    NATIVE_POST,
+    SLOTLESS,
+    detokenize_problem,
+    native_problem,
+    native_refused,
+    vocab_size,
+)
 from .openapi import build_openapi
 from .origin import OriginCheck
 from .pipeline import Pipeline
@@ -224,7 +232,8 @@ def create_app(state: GatewayState) -> Starlette:
             if call.batch and admission.preempt and preemptible(path, body):
                 return await pipe.run(request, call, lambda: forward_preemptible(pipe.upstream, admission, call,
                                                                                  path, body))
-            return await pipe.run(request, call, lambda: pipe.upstream.forward(call, path, body))
+            return await pipe.run(request, call, lambda: pipe.upstream.forward(call, path, body),
+                                  slot=path not in SLOTLESS)
 
         return handler
 

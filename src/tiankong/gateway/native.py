@@ -18,6 +18,8 @@ NATIVE_POST = {"/completion": ("prompt", (str, list)), "/tokenize": ("content", 
                "/detokenize": ("tokens", (list,)), "/apply-template": ("messages", (list,)),
                "/embeddings": ("content", (str, list))}  # path → the field it needs and its JSON types
 NATIVE_GET = ("/props", "/lora-adapters")
+#: native paths llama-server answers without a slot (on its HTTP thread): the gateway does not queue them
+SLOTLESS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
 MAX_DETOKENIZE = 65536  # token ids in one /detokenize
 _VOCAB: dict[tuple[str, int | None], int] = {}  # (engine URL, pid) → its vocabulary size
 

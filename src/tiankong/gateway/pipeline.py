@@ -80,12 +80,16 @@ class Pipeline:
         admission = self.handle.admission
         return queue_full(admission.retry_after_s(), admission.waiting)
 
-    async def run(self, request: Request, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
-        """A request answered in one piece."""
+    async def run(self, request: Request, call: RequestRecord, work: Callable[[], Awaitable[Response]],
+                  slot: bool = True) -> Response:
+        """A request answered in one piece. ``slot=False``: work that takes no engine slot (llama-server answers
+        ``/tokenize``, ``/detokenize`` and ``/apply-template`` on its HTTP thread), so it neither waits in the
+        queue nor fills it: a task client's preparation calls never get a 429 from a busy engine."""
         call.engine = self.handle.name
-        if not call.batch and not self.handle.admission.has_room():
+        if slot and not call.batch and not self.handle.admission.has_room():
             return self.done(call, self.reject(call))
-        response = await until_disconnect(request.receive, self._deadlined(call, work))
+        answered = self._deadlined(call, work) if slot else self._unslotted(work)
+        response = await until_disconnect(request.receive, answered)
         if response is None:
             self.metrics.finish(call, CLIENT_GONE)
             return Response(status_code=CLIENT_GONE)
@@ -113,6 +117,13 @@ class Pipeline:
         except TimeoutError:
             return deadline_exceeded(self.timeout_s, "in the queue" if call.queue_wait_s is None else
                                      "while the engine worked")
+
+    async def _unslotted(self, work: Callable[[], Awaitable[Response]]) -> Response:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await work()
+        except TimeoutError:
+            return deadline_exceeded(self.timeout_s, "while the engine worked")
 
     async def _with_slot(self, call: RequestRecord, work: Callable[[], Awaitable[Response]],
                          deadline: asyncio.Timeout) -> Response:
