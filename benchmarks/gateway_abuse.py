@@ -19,15 +19,18 @@ abuse phase the well-behaved key submits a 1-line batch: the seconds until it co
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -200,8 +203,12 @@ def main() -> None:
     if args.flood:  # a config with the flooding key (the well-behaved one comes from --api-key)
         flood_config = Path(args.out).with_suffix(".config.toml")
         flood_config.parent.mkdir(parents=True, exist_ok=True)
+        # a batches folder of this run's own: a gateway resumes every unfinished batch in its folder, so a shared
+        # one (the data dir's) would start the next run with this run's flood still pending
+        batches_dir = tempfile.mkdtemp(prefix="tk-flood-batches-")
+        atexit.register(shutil.rmtree, batches_dir, ignore_errors=True)
         flood_config.write_text((Path(args.config).read_text(encoding="utf-8") + "\n" if args.config else "") +
-                                FLOOD_CONFIG, encoding="utf-8")
+                                FLOOD_CONFIG + f'\n[batches]\ndir = "{batches_dir}"\n', encoding="utf-8")
         args.config = str(flood_config)
     proc = start(args.model, port, args.config)
     small_s = None
