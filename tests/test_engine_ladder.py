@@ -86,6 +86,18 @@ def test_a_rung_whose_engine_segfaults_gives_way_to_the_next(tmp_path: Path, eng
         ("native", "failed", "SIGSEGV"), ("portable", "ok", "")]
 
 
+def test_a_rung_that_does_not_build_gives_way_to_the_next(tmp_path: Path, engine_binary: EngineBinary) -> None:
+    """A rung whose build fails (flags an older compiler refuses, say) is recorded and the next is tried; before,
+    the first failed build ended the install."""
+    env = ladder_env(tmp_path, tmp_path / "no-such-binary", engine_binary.path)  # the native rung cannot build
+    proc = run_cli("engine", "install", env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rung native did not build" in proc.stdout and "kept rung portable" in proc.stdout, proc.stdout
+    data = json.loads(run_cli("engine", "info", "--json", env=env).stdout)
+    manifest = json.loads((Path(data["build_dir"]) / "build.json").read_text())
+    assert [(a["rung"], a["smoke"]) for a in manifest["attempts"]] == [("native", "not built"), ("portable", "ok")]
+
+
 def test_install_fails_with_one_line_when_every_rung_crashes(tmp_path: Path) -> None:
     crash = crashing_server(tmp_path)
     env = ladder_env(tmp_path, crash, crash)

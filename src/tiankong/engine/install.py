@@ -79,8 +79,15 @@ def install_engine(force: bool = False, log: Log = print, jobs: int | None = Non
 def _climb(source: Path, work: Path, log: Log, jobs: int) -> tuple[Path, list[dict[str, object]]]:
     attempts: list[dict[str, object]] = []
     last: SmokeResult | None = None
+    tail = ""
     for rung in ladder(cpu_features()):
-        staged = compile_rung(source, work / rung.name, log, jobs, rung)
+        try:
+            staged = compile_rung(source, work / rung.name, log, jobs, rung)
+        except EngineBuildError as exc:  # this rung's flags do not build here (an older compiler, say): next
+            tail = exc.log_tail or tail
+            attempts.append({"rung": rung.name, "smoke": "not built", "detail": exc.one_line()[:300], "signal": ""})
+            log(f"rung {rung.name} did not build: {exc.one_line()[:300]}; trying the next rung")
+            continue
         last = _smoke_staged(staged, rung, log)
         attempts.append({"rung": rung.name, "smoke": last.status, "detail": last.detail, "signal": last.signal})
         if last.status != "failed":
@@ -91,7 +98,7 @@ def _climb(source: Path, work: Path, log: Log, jobs: int) -> tuple[Path, list[di
     raise EngineBuildError(
         f"no build of llama-server passed its smoke test ({tried})",
         hint="see the log tail; report the CPU (`tiankong doctor`) and set TIANKONG_LLAMA_SERVER to a working build",
-        log_tail=last.log_tail if last else "",
+        log_tail=last.log_tail if last else tail,
     )
 
 
