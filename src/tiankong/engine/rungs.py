@@ -61,9 +61,11 @@ def ladder(features: list[str], machine: str | None = None) -> tuple[Rung, ...]:
     if x86:
         has_v3 = all(flag in features for flag in X86_64_V3_CPU)
         portable_isa = X86_64_V3 if has_v3 else tuple(f.replace("=ON", "=OFF") for f in X86_64_V3)
+    # the portable rung needs no -mno-amx-*: without -march=native (and GGML_AMX_* left off) the compiler is never
+    # asked for AMX, and GCC before 11 does not know those flags, so on such a compiler it is the rung that builds
     return (
         Rung("native", (*COMMON_FLAGS, "-DGGML_NATIVE=ON", *no_amx)),
-        Rung("portable", (*COMMON_FLAGS, "-DGGML_NATIVE=OFF", *portable_isa, *no_amx)),
+        Rung("portable", (*COMMON_FLAGS, "-DGGML_NATIVE=OFF", *portable_isa)),
     )
 
 
