@@ -100,7 +100,7 @@ def start_serve(config_toml: str, slots: int = 2, ctx: int = 2048) -> Served:
         if not line:
             raise RuntimeError("tiankong serve exited: " + "".join(served.log))
         served.log.append(line)
-        match = re.search(r"pid (\d+), (http://127\.0\.0\.1:\d+)\)", line)
+        match = re.search(r"pid (\d+), (http://127\.0\.0\.1:\d+)[);]", line)
         if match and "engine ready" in line:
             served.engine_pid, served.engine_url = int(match.group(1)), match.group(2)
     while time.monotonic() < deadline:

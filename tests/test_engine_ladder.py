@@ -77,7 +77,7 @@ def test_a_rung_whose_engine_segfaults_gives_way_to_the_next(tmp_path: Path, eng
     env = ladder_env(tmp_path, crashing_server(tmp_path), engine_binary.path)
     proc = run_cli("engine", "install", env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "rung native failed its smoke test" in proc.stdout and "SIGSEGV" in proc.stdout
+    assert "rung native failed its smoke test" in proc.stdout and "SIGSEGV" in proc.stdout, proc.stdout
     assert "kept rung portable" in proc.stdout
     info = run_cli("engine", "info", "--json", env=env)
     data = json.loads(info.stdout)

@@ -288,7 +288,7 @@ def test_the_engine_port_answers_only_the_gateway() -> None:
     served = start_serve()
     try:
         line = next(x for x in served.log if "engine ready" in x)
-        engine_url = re.search(r"(http://127\.0\.0\.1:\d+)\)", line).group(1)  # type: ignore[union-attr]
+        engine_url = re.search(r"(http://127\.0\.0\.1:\d+)[);]", line).group(1)  # type: ignore[union-attr]
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
         direct = httpx.post(f"{engine_url}/v1/chat/completions", json=body, timeout=30)
         assert direct.status_code == 401, direct.text
