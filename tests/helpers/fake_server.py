@@ -63,6 +63,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         if mode == "segv-answer":
             os.kill(os.getpid(), signal.SIGSEGV)
+            time.sleep(60)  # the signal lands asynchronously: this thread must not answer 404 meanwhile
         self.send_response(404)
         self.send_header("Content-Length", "0")
         self.end_headers()
