@@ -30,9 +30,11 @@ B = {"Authorization": f"Bearer {KEY_B}"}
 FINAL = ("completed", "failed", "cancelled", "expired")
 
 
-def gateway(engine: EngineProcess, folder: Path, b_rpm: int | None = None, **limits: Any) -> GatewayState:
+def gateway(engine: EngineProcess, folder: Path, b_rpm: int | None = None, share_prompt_cache: bool | None = None,
+            **limits: Any) -> GatewayState:
     return GatewayState.for_engine(engine, TEST_MODEL, batches=BatchesSettings(dir=str(folder), **limits),
-                                   api_keys=[ApiKey(hash_key(KEY_A), "a"), ApiKey(hash_key(KEY_B), "b", b_rpm)])
+                                   api_keys=[ApiKey(hash_key(KEY_A), "a"), ApiKey(hash_key(KEY_B), "b", b_rpm)],
+                                   share_prompt_cache=share_prompt_cache)
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +167,7 @@ def test_a_key_learns_nothing_from_another_keys_cached_prompt(shared: tuple[str,
     assert cache_reuse(guess_after_secret(url, cache_prompt=True)) == (0, 0)
     native = httpx.post(f"{url}/completion", headers=B, timeout=120, json={"prompt": GUESS, "n_predict": 1})
     assert native.status_code == 200 and native.json()["timings"]["cache_n"] == 0, native.text
-    sharing = gateway(smol_engine, Path(str(shared[1]) + "-sharing"))
-    sharing.share_prompt_cache = True
-    sharing.__post_init__()
-    with serve_app(sharing) as shared_url:
+    with serve_app(gateway(smol_engine, Path(str(shared[1]) + "-sharing"), share_prompt_cache=True)) as shared_url:
         cached, cache_n = cache_reuse(guess_after_secret(shared_url))
     assert cached > 10 and cache_n == cached, (cached, cache_n)  # the prefix up to "Alice" (38 of 44 tokens here)
 

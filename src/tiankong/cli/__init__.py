@@ -72,11 +72,11 @@ def emit_table(columns: list[str], rows: list[list[str]], wrap: str | None = Non
 
     table = Table()
     for index, column in enumerate(columns):
-        widest = max((len(row[index]) for row in rows), default=len(column))
         if column == wrap:
             table.add_column(column, overflow="fold")
         else:
-            table.add_column(column, no_wrap=True, overflow="fold", min_width=max(widest, len(column)))
+            widest = max([len(column), *(len(row[index]) for row in rows)])
+            table.add_column(column, no_wrap=True, overflow="fold", min_width=widest)
     for row in rows:
         table.add_row(*row)
     Console().print(table)

@@ -165,18 +165,18 @@ class BatchRunner:
                                             error=("internal_error", f"{type(exc).__name__}: {exc}"))
             finally:
                 self.running = None
-                self._keep_counts(batch_id, self.live.pop(batch_id, None))
+                self._keep_counts(batch_id)
+                self.live.pop(batch_id, None)
                 self._cancelled.discard(batch_id)
                 self._yielded.discard(batch_id)
                 self._locks.pop(batch_id, None)
 
-    def _keep_counts(self, batch_id: str, counts: LiveCounts | None) -> None:
-        """A batch whose turn ended (or whose run stopped) keeps the counts it reached: its record's
+    def _keep_counts(self, batch_id: str) -> None:
+        """A batch whose turn ended (or whose run stopped) keeps the live counts it reached: its record's
         ``request_counts`` never go back while it waits for its next turn."""
         with contextlib.suppress(TiankongError):
-            if counts is not None and self.store.get(batch_id, None)["status"] == S.IN_PROGRESS:
-                self.store.update(batch_id, request_counts={"total": counts.total, "completed": counts.completed,
-                                                            "failed": counts.failed})
+            if batch_id in self.live and self.store.get(batch_id, None)["status"] == S.IN_PROGRESS:
+                self.store.update(batch_id, request_counts=self.counts_of(batch_id))
 
     async def _run(self, batch_id: str) -> None:
         async with self._lock(batch_id):
