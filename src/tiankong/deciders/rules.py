@@ -33,6 +33,13 @@ RULES: list[tuple[float, str, re.Pattern[str]]] = [(w, reason, re.compile(p, re.
 
 
 def heuristics(text: str) -> tuple[float, list[str]]:
-    """The strongest matching rule's weight and every matching rule's reason."""
-    hits = [(weight, reason) for weight, reason, pattern in RULES if pattern.search(text)]
-    return max((w for w, _ in hits), default=0.0), [reason for _, reason in hits]
+    """The strongest matching rule's weight and every matching rule's reason, naming the rule and quoting the
+    span it matched (``asks to ignore earlier instructions: "Ignore all previous instructions" at 0-32``)."""
+    hits = [(weight, reason, found) for weight, reason, pattern in RULES if (found := pattern.search(text))]
+    return max((w for w, _, _ in hits), default=0.0), [f"rule: {reason}: {_quote(m.group(0))} at {m.start()}-{m.end()}"
+                                                        for _, reason, m in hits]
+
+
+def _quote(span: str) -> str:
+    span = " ".join(span.split())
+    return '"' + (span if len(span) <= 80 else span[:77] + "...") + '"'

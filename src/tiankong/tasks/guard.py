@@ -2,10 +2,13 @@
 
 The default decider is the shipped ``guard`` (``tiankong deciders show guard``): TF-IDF word and character
 n-grams plus one column per heuristic rule, logistic regression, trained on openly licensed injection and
-jailbreak prompts and benign requests (docs/deciders.md lists the sources). It needs no engine call. Its
-P(injection) is the score: ``block`` at ``block_at``, ``flag`` at ``flag_at`` (defaults from the decider,
-chosen on its training data for a low false-positive rate), else ``allow``. ``use_model=True`` adds the
-chat model's own yes/no judgement (noisy-OR); ``decider=None`` is the old heuristics + model score. Optional
+jailbreak prompts and benign requests over real documents (docs/deciders.md lists the sources). It needs no
+engine call. Its P(injection) is the score — of the whole text and of every window of it (``windows``: a short
+injection inside a long document is read on its own, not diluted by the document), the highest: ``block`` at
+``block_at``, ``flag`` at ``flag_at`` (defaults from the decider, chosen on a validation split of benign requests
+over real documents), else ``allow``. The reasons name what was found: each matching rule with the span it
+matched, and the passage the decider scored highest. ``use_model=True`` adds the chat model's own yes/no
+judgement (noisy-OR); ``decider=None`` is the old heuristics + model score. Optional
 policies (plain-language descriptions of what is not allowed) are each a yes/no question to the model.
 """
 
@@ -25,6 +28,31 @@ from .classify import require_text, yes_probability
 from .prompts import INJECTION
 
 MAX_POLICIES = 16
+#: the decider reads texts longer than WINDOW characters also in windows of about WINDOW, half-overlapping
+WINDOW = 600
+MAX_WINDOWS = 256
+
+
+def windows(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the windows the decider also reads: about ``WINDOW`` characters, half-overlapping, cut at
+    whitespace; none for a text that fits one window; at most ``MAX_WINDOWS`` (wider steps for huge texts)."""
+    if len(text) <= WINDOW:
+        return []
+    step = max(WINDOW // 2, -(-(len(text) - WINDOW) // (MAX_WINDOWS - 1)))
+    spans = []
+    for start in range(0, len(text) - WINDOW // 2, step):
+        cut = text.rfind(" ", start, start + 40) if start else 0
+        begin = cut + 1 if cut > 0 else start
+        end = min(len(text), begin + WINDOW)
+        spans.append((begin, end))
+        if end == len(text):
+            break
+    return spans[:MAX_WINDOWS]
+
+
+def decider_texts(text: str) -> list[str]:
+    """What the decider scores for ``text``: the text itself, then each window."""
+    return [text, *(text[a:b] for a, b in windows(text))]
 
 
 @dataclass
@@ -96,7 +124,7 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
     if decider is not None:
         from ..deciders.runtime import scores_flow  # numpy and scikit-learn: only when a decider answers
 
-        flows.append(scores_flow(decider, [text]))
+        flows.append(scores_flow(decider, decider_texts(text)))
     found = yield from gather(flows)
     model_p = found[0][0] if ask_model else None
     policy_p = {p: float(a.probability or 0.0) for p, a in zip(checks, found[1].answers, strict=True)} \
@@ -104,10 +132,13 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
     rule_score, reasons = heuristics(text)
     decider_p = None
     if decider is not None:
-        decider_p = float(found[2][0][decider.labels.index(positive_label(decider))])
+        column = found[2][:, decider.labels.index(positive_label(decider))]
+        strongest = int(column.argmax())
+        decider_p = float(column[strongest])
         score = decider_p if model_p is None else 1.0 - (1.0 - decider_p) * (1.0 - model_p)
         if decider_p >= flag:
-            reasons.append(f"decider {decider.ref} {_judgement(decider_p, flag, block)}")
+            reasons.append(f"decider {decider.ref} {_judgement(decider_p, flag, block)}"
+                           + _where(text, windows(text)[strongest - 1] if strongest else None))
     else:
         assert model_p is not None
         score = 1.0 - (1.0 - rule_score) * (1.0 - model_p)
@@ -126,6 +157,15 @@ def _judgement(p: float, flag: float, block: float) -> str:
         return f"judges it an injection attempt (p={p:.2f}, blocked from {block:.3g})"
     return f"finds it somewhat like an injection attempt (p={p:.2f}: flagged for review from {flag:.3g}, " \
         f"blocked from {block:.3g})"
+
+
+def _where(text: str, span: tuple[int, int] | None) -> str:
+    """The passage the decider found most like an injection, quoted (a window of a long text, or the text)."""
+    begin, end = span or (0, len(text))
+    quoted = " ".join(text[begin:end].split())
+    quoted = quoted if len(quoted) <= 160 else quoted[:157] + "..."
+    place = f" in characters {begin}-{end}" if span else ""
+    return f"; strongest{place}: \"{quoted}\""
 
 
 def _policy_question(policy: str, lang: str) -> str:
