@@ -14,6 +14,7 @@ policies (plain-language descriptions of what is not allowed) are each a yes/no 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,8 +138,14 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
         decider_p = float(column[strongest])
         score = decider_p if model_p is None else 1.0 - (1.0 - decider_p) * (1.0 - model_p)
         if decider_p >= flag:
-            reasons.append(f"decider {decider.ref} {_judgement(decider_p, flag, block)}"
-                           + _where(text, windows(text)[strongest - 1] if strongest else None))
+            span = windows(text)[strongest - 1] if strongest else (0, len(text))
+            pieces = _pieces(text, span)
+            if len(pieces) > 1:  # the piece of the strongest passage the decider scores highest is quoted
+                from ..deciders.runtime import scores_flow
+
+                found_pieces = yield from scores_flow(decider, [text[a:b] for a, b in pieces])
+                span = pieces[int(found_pieces[:, decider.labels.index(positive_label(decider))].argmax())]
+            reasons.append(f"decider {decider.ref} {_judgement(decider_p, flag, block)}" + _where(text, span))
     else:
         assert model_p is not None
         score = 1.0 - (1.0 - rule_score) * (1.0 - model_p)
@@ -159,13 +166,25 @@ def _judgement(p: float, flag: float, block: float) -> str:
         f"blocked from {block:.3g})"
 
 
-def _where(text: str, span: tuple[int, int] | None) -> str:
-    """The passage the decider found most like an injection, quoted (a window of a long text, or the text)."""
-    begin, end = span or (0, len(text))
+def _pieces(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """(start, end) of the lines and sentences inside ``span`` (at least 20 characters each)."""
+    pieces, begin = [], span[0]
+    for match in re.finditer(r"\n+|(?<=[.!?。！？])\s+", text[span[0]:span[1]]):
+        end = span[0] + match.start()
+        if end - begin >= 20:
+            pieces.append((begin, end))
+        begin = span[0] + match.end()
+    if span[1] - begin >= 20:
+        pieces.append((begin, span[1]))
+    return pieces
+
+
+def _where(text: str, span: tuple[int, int]) -> str:
+    """The passage the decider found most like an injection, quoted with where it is."""
+    begin, end = span
     quoted = " ".join(text[begin:end].split())
-    quoted = quoted if len(quoted) <= 160 else quoted[:157] + "..."
-    place = f" in characters {begin}-{end}" if span else ""
-    return f"; strongest{place}: \"{quoted}\""
+    quoted = quoted if len(quoted) <= 200 else quoted[:197] + "..."
+    return f"; strongest in characters {begin}-{end}: \"{quoted}\""
 
 
 def _policy_question(policy: str, lang: str) -> str:
