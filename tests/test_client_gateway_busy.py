@@ -1,15 +1,24 @@
 """Our client against our gateway (issue 45): a default ``tiankong serve`` (2 slots, a queue of 4) answers every task
 verb of the CLI and of ``Client(url=…)`` — each task one ``/v1/tasks/<task>`` call — and 8 CLI users at once get
-their answers, not a 429: the client keeps within the server's slots and honours ``Retry-After``."""
+their answers, not a 429: the client keeps within the server's slots and honours ``Retry-After``.
+
+How many requests one client has in flight is counted by the server's side of the socket: a scripted HTTP server
+that answers ``/health`` and ``/props`` like a tiankong gateway with 2 slots (the task calls), and a counting
+proxy in front of the real engine (a task's own flow, call by call)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -77,6 +86,107 @@ def cli_invocations(tmp_path: Path) -> dict[str, list[str]]:
     }
 
 
+class InFlight:
+    """Requests in flight at a server, and the most there were at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = self.peak = self.total = 0
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.total += 1
+            self.peak = max(self.peak, self.now)
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+@contextmanager
+def http_server(answer: Any) -> Iterator[str]:
+    """A threading HTTP server on a free loopback port; ``answer(method, path, body) -> (status, type, bytes)``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self, method: str) -> None:
+            size = int(self.headers.get("content-length") or 0)
+            status, kind, data = answer(method, self.path, self.rfile.read(size) if size else b"")
+            self.send_response(status)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._answer("GET")
+
+        def do_POST(self) -> None:
+            self._answer("POST")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+CLASSIFIED = {"label": "billing", "labels": ["billing", "bug"], "scores": {"billing": 0.9, "bug": 0.1}, "margin": 0.8}
+
+
+@contextmanager
+def scripted_gateway(flight: InFlight, slots: int = 2) -> Iterator[str]:
+    """Answers like a tiankong gateway with ``slots`` slots: ``/health`` with its engine and pool, ``/props`` with
+    ``total_slots``, and each ``/v1/tasks/classify`` after 0.1 s (long enough for calls to overlap)."""
+
+    def answer(method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+        if path == "/health":
+            return 200, "application/json", json.dumps({"status": "ok", "engine": "ready", "pool": []}).encode()
+        if path == "/props":
+            return 200, "application/json", json.dumps({"total_slots": slots}).encode()
+        if method == "POST" and path == "/v1/tasks/classify":
+            with flight:
+                time.sleep(0.1)
+            return 200, "application/json", json.dumps(CLASSIFIED).encode()
+        return 404, "application/json", b'{"error": {"message": "no route"}}'
+
+    with http_server(answer) as url:
+        yield url
+
+
+@contextmanager
+def counting_proxy(upstream: str, flight: InFlight) -> Iterator[str]:
+    """Forwards every request to ``upstream`` (the real engine), counting the engine calls in flight."""
+    forward = httpx.Client(base_url=upstream, timeout=300)
+
+    def answer(method: str, path: str, body: bytes) -> tuple[int, str, bytes]:
+        counted = flight if path not in ("/health", "/props") else None
+        if counted is not None:
+            counted.__enter__()
+        try:
+            reply = forward.request(method, path, content=body or None,
+                                    headers={"content-type": "application/json"} if body else None)
+            return reply.status_code, reply.headers.get("content-type", "application/json"), reply.content
+        finally:
+            if counted is not None:
+                counted.__exit__()
+
+    try:
+        with http_server(answer) as url:
+            yield url
+    finally:
+        forward.close()
+
+
 def test_every_cli_task_verb_answers_through_a_default_gateway(gateway: str, tmp_path: Path) -> None:
     for verb, args in cli_invocations(tmp_path).items():
         proc = run_cli(*args, "--url", gateway, *(["--json"] if verb != "extract" else []))
@@ -118,11 +228,12 @@ def test_client_sends_each_task_as_one_gateway_call(gateway: str) -> None:
             "ask": client.ask(TEXT, [{"id": "q1", "type": "yes_no", "question": "Is a refund requested?"}]),
             "call": client.call("Refund order 42", TOOLS),
             "sql": client.sql("How many orders are there?", DDL),
+            "extract": client.extract_result("Ada Lovelace wrote the first program.", SCHEMA),
         }
         after = requests_by_route(gateway)
     for task, result in results.items():
         assert after.get(f"/v1/tasks/{task}", 0) - before.get(f"/v1/tasks/{task}", 0) == 1, task
-        assert hasattr(result, "to_json") or task == "tag", task
+        assert hasattr(result, "to_json") or task in ("tag", "extract"), task
     for route in ENGINE_ROUTES:  # no flow ran call by call on the client's side
         assert after.get(route, 0) == before.get(route, 0), route
     classified = results["classify"]
@@ -131,6 +242,9 @@ def test_client_sends_each_task_as_one_gateway_call(gateway: str) -> None:
     assert len(results["rerank"].results) == 1 and results["guard"].verdict in ("allow", "flag", "block")
     assert results["sql"].sql.lower().startswith("select") and results["ask"].answers[0].id == "q1"
     assert isinstance(results["tag"].data, dict)
+    extracted = results["extract"]  # read back whole: the data and its evidence
+    assert isinstance(extracted.data["name"], str) and extracted.attempts >= 1 and extracted.usage.total_tokens > 0
+    assert extracted.path in ("fast_forward", "grammar")
 
 
 def test_async_clients_at_once_get_answers_not_429(gateway: str) -> None:
@@ -155,3 +269,45 @@ def test_retry_after_is_honoured_and_bounded() -> None:
     assert server_info(200, {"status": "ok"}, {"total_slots": 4}).gateway is False
     info = server_info(503, {"status": "unavailable", "engine": "starting", "pool": []}, None)
     assert info.gateway and info.slots == 2
+
+
+def test_a_client_keeps_its_task_calls_within_the_gateways_slots() -> None:
+    """Many task calls at once from one ``Client`` (threads) and one ``AsyncClient`` (gather): at most the
+    gateway's 2 slots reach it at a time (client/sync.py and aio.py ``_limited``); the rest wait in the client."""
+    flight = InFlight()
+    with scripted_gateway(flight) as url:
+        with Client(url) as client, ThreadPoolExecutor(max_workers=10) as pool:
+            labels = list(pool.map(lambda i: client.classify(f"{TEXT} ({i})", ["billing", "bug"]).label, range(10)))
+        assert labels == ["billing"] * 10 and flight.total == 10
+        assert flight.peak == 2, f"{flight.peak} task calls in flight at a gateway with 2 slots"
+
+        async def many() -> list[str]:
+            async with AsyncClient(url) as client:
+                results = await asyncio.gather(*(client.classify(f"{TEXT} ({i})", ["billing", "bug"])
+                                                 for i in range(10)))
+                return [result.label for result in results]
+
+        flight.peak = 0
+        assert asyncio.run(many()) == ["billing"] * 10 and flight.total == 20
+        assert flight.peak == 2, f"{flight.peak} task calls in flight at a gateway with 2 slots"
+
+
+def test_a_tasks_own_flow_keeps_within_the_engines_slots(smol_engine: EngineProcess) -> None:
+    """At an engine (not a gateway) the flow's calls run here, side by side: a pointwise rerank of 8 documents
+    asks 8 questions at once, yet at most the engine's 2 slots of them are in flight (counted by a proxy)."""
+    flight = InFlight()
+    documents = [f"document {i}: {'a refund was issued' if i % 2 else 'the printer is broken'}" for i in range(8)]
+    with counting_proxy(smol_engine.url, flight) as url:
+        with Client(url) as client:
+            assert not client.server().gateway and client.server().slots == 2
+            ranked = client.rerank("refund", documents, mode="pointwise")
+        assert len(ranked.scores) == 8 and flight.total >= 8
+        assert flight.peak == 2, f"{flight.peak} engine calls in flight at an engine with 2 slots"
+
+        async def reranked() -> int:
+            async with AsyncClient(url) as client:
+                return len((await client.rerank("refund", documents, mode="pointwise")).scores)
+
+        flight.peak = 0
+        assert asyncio.run(reranked()) == 8 and flight.total >= 16
+        assert flight.peak == 2, f"{flight.peak} engine calls in flight at an engine with 2 slots"

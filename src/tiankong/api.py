@@ -148,6 +148,10 @@ class Client(_SlotLeasing, TaskMethods, BaseClient):
     def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                        max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
         """Like ``extract`` with the evidence: raw text, attempts, usage, keywords enforced by validation."""
+        remote = self._gateway_extract(text, schema, instructions, strict=strict, max_tokens=max_tokens,
+                                       max_attempts=max_attempts)  # a tiankong gateway: one /v1/tasks/extract call
+        if remote is not None:
+            return remote
         flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
                              self.grammar_support, self.fast_forward, self.slot_leases)
         return run_sync(flow, self._request)
@@ -182,6 +186,10 @@ class AsyncClient(_SlotLeasing, AsyncTaskMethods, AsyncBaseClient):
 
     async def extract_result(self, text: str, schema: Any, *, instructions: str | None = None, strict: bool = False,
                              max_tokens: int | None = None, max_attempts: int = 2) -> Structured[Any]:
+        remote = await self._gateway_extract(text, schema, instructions, strict=strict, max_tokens=max_tokens,
+                                             max_attempts=max_attempts)
+        if remote is not None:
+            return remote
         flow = _extract_flow(self.model, text, schema, instructions, strict, max_tokens, max_attempts,
                              self.grammar_support, self.fast_forward, self.slot_leases)
         return await run_async(flow, self._request)

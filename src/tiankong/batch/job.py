@@ -84,6 +84,8 @@ class BatchJob(BaseModel):
     dedupe: bool = False
     retry_failed: bool = False
     fsync_every: int = Field(default=16, ge=1)
+    #: OUT in input order once a run finishes (store.put_in_order); completion order otherwise
+    keep_order: bool = False
 
     @field_validator("url", mode="before")
     @classmethod

@@ -54,6 +54,9 @@ class BatchReport(BaseModel):
     errors_file: str | None = None
     #: a Ray run: per node (actor) its CPUs, slots, items processed and failed, items/s
     nodes: list[dict[str, Any]] | None = None
+    #: the run was asked for input order; ``reordered``: it rewrote OUT into it (False: already in order)
+    keep_order: bool = False
+    reordered: bool = False
 
     def summary(self) -> str:
         return (f"done {self.done}/{self.total} · failed {self.failed} · {self.processed} processed in "
@@ -109,8 +112,8 @@ class RunStats:
 
 
 def build_report(stats: RunStats, *, input: str, output: Path, fmt: str, task: str, total: int, done: int,
-                 failed: int, repaired: int, concurrency: int,
-                 nodes: list[dict[str, Any]] | None = None) -> BatchReport:
+                 failed: int, repaired: int, concurrency: int, nodes: list[dict[str, Any]] | None = None,
+                 keep_order: bool = False, reordered: bool = False) -> BatchReport:
     elapsed = max(stats.elapsed, 1e-9)
     errors = OutputPaths(output).errors
     return BatchReport(
@@ -123,7 +126,7 @@ def build_report(stats: RunStats, *, input: str, output: Path, fmt: str, task: s
         tokens={"prompt": stats.prompt_tokens, "completion": stats.completion_tokens, "total": stats.tokens},
         tokens_per_s=round(stats.tokens / elapsed, 2), latency_s=stats.percentiles(),
         started_at=stats.started_at, finished_at=_now(), errors_file=str(errors) if errors.exists() else None,
-        nodes=nodes,
+        nodes=nodes, keep_order=keep_order, reordered=reordered,
     )
 
 

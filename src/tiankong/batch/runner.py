@@ -11,6 +11,10 @@ Exactly once: the run holds ``OUT.lock`` while it writes (a second run of the sa
 is handed to one worker once, and every result goes through the store's ``OutputWriter``, which refuses (and
 logs as a defect) a second result for an id already written — so no id is ever written twice, whatever happens
 to its engine requests.
+
+Order: lines are appended as items finish (completion order). With ``keep_order`` a run that finishes then puts
+``OUT`` in input order with one atomic rewrite (``store.put_in_order``, which says why it is done that way and not
+by holding results back): the writing, and so the exactly-once rules, stay those of an unordered run.
 """
 
 from __future__ import annotations
@@ -28,7 +32,17 @@ from .inputs import Item, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
 from .ray_exec import RayEngines
 from .report import BatchReport, RunStats, build_report
-from .store import Appender, OutputLock, OutputPaths, OutputWriter, compact_errors, repair, write_json, written_keys
+from .store import (
+    Appender,
+    OutputLock,
+    OutputPaths,
+    OutputWriter,
+    compact_errors,
+    put_in_order,
+    repair,
+    write_json,
+    written_keys,
+)
 from .tasks import METER, Meter, MeteredClient, run_task
 
 MAX_BACKOFF_S = 2.0
@@ -40,20 +54,24 @@ class ProgressSink(Protocol):
     def stop(self) -> None: ...
 
 
-def run(job: BatchJob, *, progress: ProgressSink | None = None, executor: str = "local") -> BatchReport:
+def run(job: BatchJob, *, progress: ProgressSink | None = None, executor: str = "local",
+        keep_order: bool | None = None) -> BatchReport:
     """Run (or resume) a batch job to the end; returns the report (also written to ``OUT.report.json``).
-    ``executor="ray"``: on the Ray cluster of ``job.ray`` (default: a one-machine cluster; ``ray_exec.py``)."""
+    ``executor="ray"``: on the Ray cluster of ``job.ray`` (default: a one-machine cluster; ``ray_exec.py``).
+    ``keep_order=True`` (or the job's ``keep_order``): ``OUT`` ends in input order (completion order otherwise)."""
     if executor not in ("local", "ray"):
         raise ConfigError(f"unknown executor {executor!r}", hint="use executor=\"local\" or \"ray\"")
     if executor == "ray" and job.ray is None:
         job = job.model_copy(update={"ray": "local"})
-    return asyncio.run(arun(job, progress=progress))
+    return asyncio.run(arun(job, progress=progress, keep_order=keep_order))
 
 
-async def arun(job: BatchJob, *, progress: ProgressSink | None = None,
-               engines: BatchEngines | None = None) -> BatchReport:
+async def arun(job: BatchJob, *, progress: ProgressSink | None = None, engines: BatchEngines | None = None,
+               keep_order: bool | None = None) -> BatchReport:
     """``run`` in a running event loop; ``engines``: run on these (the caller opens and closes them) instead of
     the job's own. Cancelling it keeps every finished item (whole lines are flushed on the way out)."""
+    if keep_order is not None and keep_order != job.keep_order:
+        job = job.model_copy(update={"keep_order": keep_order})
     paths = OutputPaths(Path(job.output))
     paths.check_input(job.input)
     fmt = detect_format(job.input, job.format)
@@ -71,6 +89,7 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None,
 async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, total: int, progress: ProgressSink | None,
                       engines: BatchEngines | None) -> BatchReport:
     repaired = repair(paths.output) + repair(paths.errors)
+    paths.ordering.unlink(missing_ok=True)  # a copy a killed run was putting in order: OUT is still whole
     writer = OutputWriter(paths.output, job.fsync_every)
     failed_before = written_keys(paths.errors) - writer.written.keys()
     write_json(paths.job, {**job.model_dump(mode="json", by_alias=True), "format": fmt})
@@ -89,10 +108,15 @@ async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, total: int, p
         batch.close()
         if engines is None:
             await pool.close()
+    reordered = False
+    if job.keep_order:  # only after a run that finished: a stopped one leaves completion order to the next run
+        keys = (item.key for item in job_items(job, fmt))
+        reordered = await asyncio.to_thread(put_in_order, paths.output, keys, paths.ordering)
     failed = compact_errors(paths.errors, batch.done)
     report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.task or "openai",
                           total=total, done=len(batch.done), failed=failed, repaired=repaired,
-                          concurrency=concurrency, nodes=pool.describe() if isinstance(pool, RayEngines) else None)
+                          concurrency=concurrency, nodes=pool.describe() if isinstance(pool, RayEngines) else None,
+                          keep_order=job.keep_order, reordered=reordered)
     write_json(paths.report, report.model_dump(mode="json"))
     return report
 

@@ -5,7 +5,9 @@
 * ``OUT.errors.jsonl``  one line per failed item (an append-only log; compacted at the end of a run);
 * ``OUT.job.json``      the job that produced them (so ``batch status`` finds the input);
 * ``OUT.report.json``   the final report of the last finished run;
-* ``OUT.lock``          held (``flock``) by the run writing ``OUT``: a second run on the same output is refused.
+* ``OUT.lock``          held (``flock``) by the run writing ``OUT``: a second run on the same output is refused;
+* ``OUT.ordering``      ``keep_order`` only: the input-ordered copy of ``OUT`` while it is written (renamed over
+                        ``OUT`` when complete; a leftover one is removed at the start of the next run).
 
 Exactly once is the store's own rule, not only the scheduler's: a run writes its results through one
 :class:`OutputWriter`, which knows every id already in ``OUT`` (earlier runs) or written by this run and refuses a
@@ -15,6 +17,18 @@ twice in ``OUT``, whatever happened to its engine requests (retries, a line that
 
 A crash (``kill -9``) can leave a torn last line; :func:`repair` truncates the file to its last newline
 before anything else reads it, so every line that stays is a complete JSON document.
+
+Input order (``keep_order``, :func:`put_in_order`) is a step *after* a run, not a way of writing: results are
+still appended in completion order through the one ``OutputWriter`` (so the exactly-once rules above, the resume
+rule "the ids in ``OUT`` are done" and the crash behaviour are exactly those of an unordered run), and when the
+run has finished, ``OUT`` is copied line by line into ``OUT.ordering`` in the input's order, fsynced and renamed
+over ``OUT`` in one ``rename``. A crash at any moment leaves either the old ``OUT`` or the ordered one — the same
+set of lines either way, each id once (the copy takes every line exactly once and is only renamed when its line
+count equals the original's) — and the next run that finishes orders whatever a killed run appended. Holding
+results back in memory until the ones before them are done was the other way; it was not taken because one slow
+or failed item would hold back (and a crash would lose) everything after it, memory would grow with the
+distance between the oldest unfinished item and the newest finished one, and a resumed or ``--retry-failed`` run
+appends ids that belong before lines already written, which only a rewrite can put in place.
 """
 
 from __future__ import annotations
@@ -25,7 +39,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,10 +72,14 @@ class OutputPaths:
     def lock(self) -> Path:
         return self.output.with_name(self.output.name + ".lock")
 
+    @property
+    def ordering(self) -> Path:
+        return self.output.with_name(self.output.name + ".ordering")
+
     def check_input(self, input: str | Path) -> None:
         """The input must not be one of the files the job writes (it would be read while it is rewritten)."""
         source = Path(input).resolve()
-        for written in (self.output, self.errors, self.job, self.report, self.lock):
+        for written in (self.output, self.errors, self.job, self.report, self.lock, self.ordering):
             if source == written.resolve():
                 raise ConfigError(f"the input {input} is also the job's {written.name} — the output would overwrite "
                                   "what is being read", hint="choose another --output path")
@@ -228,6 +246,63 @@ def _attempt_of(record: dict[str, Any]) -> str | None:
     """The attempt id an OpenAI-format line carries (``batch_req_…``)."""
     value = record.get("id")
     return value if "custom_id" in record and isinstance(value, str) else None
+
+
+def put_in_order(path: Path, keys: Iterable[str], scratch: Path) -> bool:
+    """Rewrite ``path`` (a repaired ``OUT``, no writer open on it) with its lines in the order of ``keys`` (the
+    input's ids in input order); lines of ids not in ``keys`` follow, in their order in the file. The copy is
+    written to ``scratch``, fsynced and renamed over ``path`` only when it holds every line of ``path`` once.
+    Memory: one offset per line (like the id set of :class:`OutputWriter`). True when the file was rewritten,
+    False when it was already in order (then it is not touched)."""
+    if not path.exists():
+        return False
+    where: dict[str, tuple[int, int]] = {}  # id -> (offset, length) of its (first) line
+    others: list[tuple[int, int]] = []  # lines of a repeated id (never written by a writer): kept, in file order
+    offset = lines = 0
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                record = json.loads(raw) if raw.endswith(b"\n") else None
+            except ValueError:
+                record = None
+            if record is None:
+                raise ConfigError(f"{path} line {number} is not a whole JSON line",
+                                  hint="the file was edited or damaged; fix or remove that line") from None
+            span = (offset, len(raw))
+            key = record_key(record) if isinstance(record, dict) else None
+            if key is None or key in where:
+                others.append(span)
+            else:
+                where[key] = span
+            offset += len(raw)
+            lines += 1
+    order = [where.pop(key) for key in keys if key in where]
+    order += sorted([*where.values(), *others])  # not in the input (or repeated): after the input's ids
+    if all(a[0] < b[0] for a, b in zip(order, order[1:], strict=False)):
+        return False
+    copied = 0
+    with path.open("rb") as source, scratch.open("wb") as target:
+        for start, length in order:
+            source.seek(start)
+            target.write(source.read(length))
+            copied += 1
+        target.flush()
+        os.fsync(target.fileno())
+    if copied != lines:  # never expected: the rename would lose or repeat lines
+        scratch.unlink(missing_ok=True)
+        raise ConfigError(f"putting {path} in input order copied {copied} of its {lines} lines; left as it was")
+    os.replace(scratch, path)
+    _fsync_dir(path.parent)
+    return True
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def compact_errors(path: Path, done: Container[str]) -> int:

@@ -53,6 +53,8 @@ def batch() -> None:
               help="Seconds to wait for an unreachable engine before stopping (default 300).")
 @click.option("--dedupe", is_flag=True, default=None, help="Keep the first of duplicate ids instead of refusing.")
 @click.option("--retry-failed", is_flag=True, default=None, help="Run the ids in OUTPUT.errors.jsonl again.")
+@click.option("--keep-order", is_flag=True, default=None,
+              help="OUTPUT in input order when the run finishes (default: completion order).")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Live progress bar on stderr (default: when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

@@ -22,7 +22,7 @@ from .classify import Classification
 from .compress import Compression, Summary
 from .guard import GuardVerdict
 from .redact import Redaction
-from .remote import from_json, remote_body
+from .remote import extract_body, from_json, remote_body
 from .rerank import Reranking
 from .rewrite import Rewrite
 from .route import EscalationTarget, Route, RouteDecision, check_upstream, escalation_text, upstream_key
@@ -46,6 +46,11 @@ def _sql(question: str, schema: str | None, db: str | Path | None, dialect: str,
                     model=model)
 
 
+def _decoding_defaults(client: object) -> bool:
+    """The client decodes the default way (grammars, fast-forward): what a gateway does with an extract body."""
+    return getattr(client, "grammar_support", True) is True and getattr(client, "fast_forward", True) is True
+
+
 class TaskMethods:
     model: str | None
 
@@ -63,6 +68,17 @@ class TaskMethods:
         if body is not None:
             return from_json(spec.name, self._limited("POST", f"/v1/tasks/{spec.name}", body))  # type: ignore[no-any-return]
         return self._run(spec.flow(parsed, self.model))
+
+    def _gateway_extract(self, text: str, schema: Any, instructions: str | None, *, strict: bool,
+                         max_tokens: int | None, max_attempts: int) -> Structured[Any] | None:
+        """``extract`` at a tiankong gateway: one ``/v1/tasks/extract`` call within its slots, like the tasks
+        (``tasks/remote.py``); ``None``: not a gateway, or arguments its body cannot carry (then the flow runs
+        here)."""
+        body = extract_body(text, schema, instructions, self.model, strict=strict, max_tokens=max_tokens,
+                            max_attempts=max_attempts, decoding_defaults=_decoding_defaults(self))
+        if body is None or not self.server().gateway:
+            return None
+        return from_json("extract", self._limited("POST", "/v1/tasks/extract", body))  # type: ignore[no-any-return]
 
     def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
                  descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,
@@ -174,6 +190,17 @@ class AsyncTaskMethods:
         if body is not None:
             return from_json(spec.name, await self._limited("POST", f"/v1/tasks/{spec.name}", body))  # type: ignore[no-any-return]
         return await self._run(spec.flow(parsed, self.model))
+
+    async def _gateway_extract(self, text: str, schema: Any, instructions: str | None, *, strict: bool,
+                               max_tokens: int | None, max_attempts: int) -> Structured[Any] | None:
+        """``TaskMethods._gateway_extract``; never inside a gateway's own request (its engine is not one)."""
+        if SLOT_GATE.get() is not None:
+            return None
+        body = extract_body(text, schema, instructions, self.model, strict=strict, max_tokens=max_tokens,
+                            max_attempts=max_attempts, decoding_defaults=_decoding_defaults(self))
+        if body is None or not (await self.server()).gateway:
+            return None
+        return from_json("extract", await self._limited("POST", "/v1/tasks/extract", body))  # type: ignore[no-any-return]
 
     async def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
                        descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,

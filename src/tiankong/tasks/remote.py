@@ -7,6 +7,11 @@ Pure: no I/O here, both clients use it.
 
 Runs locally instead (the flow's calls, within the server's slots): a task that names a decider (deciders live in
 the caller's registry, tuned on the caller's machine) and arguments that are not JSON (a Pydantic model class).
+
+``extract`` (``Client.extract``, not a registered task) goes the same way: ``POST /v1/tasks/extract {text, schema,
+instructions?, model?}`` (:func:`extract_body`), its answer read back into a ``Structured`` (:func:`structured`),
+unless it asks for what that body cannot carry (a Pydantic model class, ``strict``, ``max_tokens``,
+``max_attempts`` other than 2, a client set to decode differently).
 """
 
 from __future__ import annotations
@@ -45,6 +50,34 @@ def remote_body(spec: TaskSpec[Any, Any], args: BaseModel, model: str | None) ->
     if model:
         body["model"] = model
     return body
+
+
+def extract_body(text: str, schema: Any, instructions: str | None, model: str | None, *, strict: bool,
+                 max_tokens: int | None, max_attempts: int, decoding_defaults: bool) -> dict[str, Any] | None:
+    """The ``/v1/tasks/extract`` body, or ``None`` when the extraction must run here (see the module)."""
+    if not isinstance(schema, (dict, str)) or strict or max_tokens is not None or max_attempts != 2:
+        return None
+    if not decoding_defaults:  # grammar_support / fast_forward turned off on the client: its own decoding
+        return None
+    body: dict[str, Any] = {"text": text, "schema": schema}
+    if instructions is not None:
+        body["instructions"] = instructions
+    if model:
+        body["model"] = model
+    return body
+
+
+def structured(d: dict[str, Any]) -> Structured[Any]:
+    """An extract answer ``{data, attempts, usage, enforced_by_validation, minimal, tiankong}`` as a ``Structured``."""
+    evidence = d.get("tiankong") or {}
+    return Structured(data=d["data"], raw=json.dumps(d["data"], ensure_ascii=False), attempts=d.get("attempts", 1),
+                      usage=_usage(d), unenforced=list(d.get("enforced_by_validation") or []),
+                      minimal=bool(d.get("minimal", False)), path=evidence.get("path", "grammar"),
+                      decoded_tokens=int(evidence.get("decoded_tokens", 0) or 0),
+                      forced_tokens=int(evidence.get("fast_forwarded_tokens", 0) or 0),
+                      fallback_reason=evidence.get("fallback_reason", ""),
+                      schema_in_prompt=evidence.get("schema_in_prompt", ""),
+                      simplified=bool(evidence.get("simplified", False)))
 
 
 def _usage(data: dict[str, Any]) -> Usage:
@@ -126,7 +159,7 @@ READERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "classify": _classification, "route": _route, "rewrite": lambda d: Rewrite(d["query"], list(d["queries"]),
                                                                               d.get("hypothetical")),
     "rerank": _rerank, "redact": _redact, "guard": _guard, "compress": _compress, "summarize": _summary,
-    "tag": _tag, "ask": _ask, "call": _call, "sql": _sql,
+    "tag": _tag, "ask": _ask, "call": _call, "sql": _sql, "extract": structured,
 }
 
 
