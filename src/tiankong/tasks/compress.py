@@ -1,4 +1,10 @@
-"""compress / summarize: token-aware map-reduce over documents longer than the effective context.
+"""compress / summarize: keep what matters of a long text within a token budget.
+
+``mode="extractive"`` (default): the text's own sentences, scored against the question (BM25 and the embedding
+part, fused by reciprocal rank) or, without one, against the document's centroid (``extractive.py``); the best
+that fit ``budget_tokens`` are kept whole, in document order (``kept``: their indices, ``spans``: their offsets).
+``mode="hybrid"``: the same selection at twice the budget, then the chat model shortens it into key points.
+``mode="abstractive"``: token-aware map-reduce with the chat model alone:
 
 1. One ``/tokenize`` call (with pieces) gives the model's own token boundaries; the text is cut at sentence
    ends into chunks of at most ``chunk_tokens``.
@@ -10,19 +16,27 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..models.catalog import EMBEDDING_MODEL
 from ..structured.combine import gather
 from ..structured.flow import Call, Flow
 from ..structured.prompts import language
 from .classify import require_text
+from .extractive import choose, score_sentences
 from .generate import json_task, string_list
 from .prompts import KEY_POINTS, KEY_POINTS_Q, SUMMARIZE
 
 MAX_ROUNDS = 3
-_SENTENCE_END = re.compile(r"(?<=[。！？；!?;])|(?<=[.:])\s+|\n+")
+MODES = ("extractive", "abstractive", "hybrid")
+#: hybrid: the sentences handed to the chat model may take this many times the budget
+HYBRID_FACTOR = 2
+_SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?])\s+|\n+")
+#: a full stop after these is not a sentence end ("e.g. BM25", "Smith et al. (2020)", "J. Smith", "Fig. 3")
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|et al|etc|vs|cf|Fig|Figs|Eq|Eqs|Sec|Tab|Ref|No|Dr|Mr|Mrs|Ms|St|approx"
+                           r"|resp|incl)|(?<![\w.])[A-Z])\.$")
 
 
 @dataclass
@@ -34,6 +48,14 @@ class Compression:
     chunks: int
     rounds: int
     trimmed: bool = False
+    mode: str = "abstractive"
+    #: extractive and hybrid: indices of the kept sentences (in the text's sentence split, document order) and
+    #: their character spans in the text
+    kept: list[int] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    #: the rule that scored the sentences (``extractive.FUSED`` …) and what it went without
+    scoring: str = ""
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -42,7 +64,8 @@ class Compression:
     def to_json(self) -> dict[str, Any]:
         return {"points": self.points, "text": self.text, "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens, "ratio": round(self.ratio, 4), "chunks": self.chunks,
-                "rounds": self.rounds, "trimmed": self.trimmed}
+                "rounds": self.rounds, "trimmed": self.trimmed, "mode": self.mode, "kept": self.kept,
+                "spans": [list(span) for span in self.spans], "scoring": self.scoring, "notes": self.notes}
 
 
 @dataclass
@@ -66,13 +89,29 @@ def count_tokens(text: str) -> Flow[int]:
 
 def chunk_text(text: str, chunk_tokens: int) -> Flow[tuple[list[str], int]]:
     """Chunks of whole sentences of at most ``chunk_tokens`` tokens (a longer sentence is its own chunk)."""
+    spans, costs, total = yield from sentence_costs(text)
+    return _chunks(text, spans, costs, chunk_tokens), total
+
+
+def sentence_costs(text: str) -> Flow[tuple[list[tuple[int, int]], list[int], int]]:
+    """The text's sentence spans, the model's tokens in each, and the text's tokens (one ``/tokenize`` call)."""
     (answer,) = yield [Call("POST", "/tokenize", {"content": text, "add_special": False, "with_pieces": True})]
     if isinstance(answer, Exception):
         raise answer
     starts = _token_char_starts(text, answer["tokens"])
+    spans = _sentences(text)
+    costs, position = [], 0
+    for _, end in spans:  # spans are contiguous and ordered: one pass over the token starts
+        count = 0
+        while position < len(starts) and starts[position] < end:
+            count, position = count + 1, position + 1
+        costs.append(count)
+    return spans, costs, len(starts)
+
+
+def _chunks(text: str, spans: list[tuple[int, int]], costs: list[int], chunk_tokens: int) -> list[str]:
     chunks, current, current_tokens = [], "", 0
-    for start, end in _sentences(text):
-        tokens = sum(1 for s in starts if start <= s < end)
+    for (start, end), tokens in zip(spans, costs, strict=True):
         if current and current_tokens + tokens > chunk_tokens:
             chunks.append(current)
             current, current_tokens = "", 0
@@ -80,7 +119,7 @@ def chunk_text(text: str, chunk_tokens: int) -> Flow[tuple[list[str], int]]:
         current_tokens += tokens
     if current.strip():
         chunks.append(current)
-    return chunks, len(starts)
+    return chunks
 
 
 def _token_char_starts(text: str, pieces: list[Any]) -> list[int]:
@@ -104,14 +143,24 @@ def _token_char_starts(text: str, pieces: list[Any]) -> list[int]:
 
 
 def _sentences(text: str) -> list[tuple[int, int]]:
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        if match.end() > start:
-            spans.append((start, match.end()))
-            start = match.end()
-    if start < len(text):
-        spans.append((start, len(text)))
+    """Contiguous spans covering the text, each ending after a sentence end (or a line break)."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for end in [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]:
+        if end <= start:
+            continue
+        if spans and _abbreviated(text[spans[-1][0]:spans[-1][1]]):
+            spans[-1] = (spans[-1][0], end)
+        else:
+            spans.append((start, end))
+        start = end
     return spans
+
+
+def _abbreviated(span: str) -> bool:
+    """The span ends with an abbreviation's full stop on the same line (the sentence goes on)."""
+    body = span.rstrip()
+    return "\n" not in span[len(body):] and _ABBREVIATION.search(body) is not None
 
 
 def _points_flow(chunk: str, question: str | None, max_points: int, model: str | None) -> Flow[list[str]]:
@@ -124,11 +173,67 @@ def _points_flow(chunk: str, question: str | None, max_points: int, model: str |
 
 
 def compress_flow(text: str, *, budget_tokens: int = 512, chunk_tokens: int = 1024, question: str | None = None,
-                  model: str | None = None) -> Flow[Compression]:
+                  mode: str = "extractive", model: str | None = None,
+                  part: str | None = EMBEDDING_MODEL) -> Flow[Compression]:
+    """``part``: the embedding part that scores sentences (``None``: BM25 / term frequency alone)."""
     require_text(text)
     if budget_tokens < 16 or chunk_tokens < 64:
         raise ConfigError("budget_tokens must be ≥ 16 and chunk_tokens ≥ 64")
-    chunks, input_tokens = yield from chunk_text(text, chunk_tokens)
+    if mode not in MODES:
+        raise ConfigError(f"unknown compress mode {mode!r}", hint=f"one of {', '.join(MODES)}")
+    if mode == "abstractive":
+        chunks, input_tokens = yield from chunk_text(text, chunk_tokens)
+        return (yield from _map_reduce(chunks, input_tokens, budget_tokens, chunk_tokens, question, model))
+    spans, costs, input_tokens = yield from sentence_costs(text)
+    units = [i for i, (start, end) in enumerate(spans) if text[start:end].strip()]
+    sentences = [text[spans[i][0]:spans[i][1]].strip() for i in units]
+    unit_costs = [costs[i] for i in units]
+    scored = yield from score_sentences(sentences, question, part)
+    limit = min(input_tokens, budget_tokens * HYBRID_FACTOR) if mode == "hybrid" else budget_tokens
+    kept, scoring = choose(scored, unit_costs, limit)
+    trimmed = not kept
+    if not kept:  # no sentence fits: the best one, cut to the budget
+        best = max(range(len(sentences)), key=lambda i: (scored.scores[i], -i))
+        kept, sentences[best] = [best], (yield from _cut(sentences[best], limit))
+    picked = [sentences[i] for i in kept]
+    joined = "\n".join(picked)
+    output_tokens = yield from count_tokens(joined)
+    while output_tokens > limit and len(kept) > 1:  # joining may tokenize a little longer than the parts
+        drop = min(kept, key=lambda i: (scored.scores[i], -i))
+        kept, trimmed = [i for i in kept if i != drop], True
+        picked = [sentences[i] for i in kept]
+        joined = "\n".join(picked)
+        output_tokens = yield from count_tokens(joined)
+    n_chunks = len(_chunks(text, spans, costs, chunk_tokens))
+    result = Compression(picked, joined, input_tokens, output_tokens, n_chunks, 0, trimmed, mode, kept,
+                         [spans[units[i]] for i in kept], scoring, scored.notes)
+    if mode == "hybrid":
+        groups = _chunks("\n".join(picked) + "\n", _line_spans(picked), [unit_costs[i] for i in kept], chunk_tokens)
+        shortened = yield from _map_reduce(groups, input_tokens, budget_tokens, chunk_tokens, question, model)
+        result.points, result.text, result.output_tokens = shortened.points, shortened.text, shortened.output_tokens
+        result.rounds, result.trimmed = shortened.rounds, shortened.trimmed
+    return result
+
+
+def _line_spans(lines: list[str]) -> list[tuple[int, int]]:
+    spans, start = [], 0
+    for line in lines:
+        spans.append((start, start + len(line) + 1))
+        start += len(line) + 1
+    return spans
+
+
+def _cut(sentence: str, budget: int) -> Flow[str]:
+    """The sentence's first ``budget`` tokens (at a token boundary)."""
+    (answer,) = yield [Call("POST", "/tokenize", {"content": sentence, "add_special": False, "with_pieces": True})]
+    if isinstance(answer, Exception):
+        raise answer
+    starts = _token_char_starts(sentence, answer["tokens"])
+    return sentence[:starts[budget]].rstrip() if len(starts) > budget else sentence
+
+
+def _map_reduce(chunks: list[str], input_tokens: int, budget_tokens: int, chunk_tokens: int, question: str | None,
+                model: str | None) -> Flow[Compression]:
     per_chunk = max(2, min(12, chunk_tokens // 100))
     points_lists = yield from gather([_points_flow(c, question, per_chunk, model) for c in chunks])
     points = [p for plist in points_lists for p in plist]

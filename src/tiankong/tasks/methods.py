@@ -133,10 +133,12 @@ class TaskMethods:
                           use_model=use_model)
 
     def compress(self, text: str, *, budget_tokens: int = 512, chunk_tokens: int = 1024,
-                 question: str | None = None) -> Compression:
-        """Key points of a long text within a token budget (map over chunks in parallel, reduce)."""
+                 question: str | None = None, mode: str = "extractive") -> Compression:
+        """What matters of a long text within a token budget: its best sentences against the question (or the
+        document's centroid), kept whole in document order (``mode="extractive"``); ``"hybrid"``: then shortened
+        by the chat model; ``"abstractive"``: the chat model's key points (map over chunks in parallel, reduce)."""
         return self._task(COMPRESS, text=text, budget_tokens=budget_tokens, chunk_tokens=chunk_tokens,
-                          question=question)
+                          question=question, mode=mode)
 
     def summarize(self, text: str, *, words: int = 80, chunk_tokens: int = 1024) -> Summary:
         """A summary of at most ``words`` words (long texts are compressed first)."""
@@ -242,9 +244,9 @@ class AsyncTaskMethods:
                                 policies=policies, use_model=use_model)
 
     async def compress(self, text: str, *, budget_tokens: int = 512, chunk_tokens: int = 1024,
-                       question: str | None = None) -> Compression:
+                       question: str | None = None, mode: str = "extractive") -> Compression:
         return await self._task(COMPRESS, text=text, budget_tokens=budget_tokens, chunk_tokens=chunk_tokens,
-                                question=question)
+                                question=question, mode=mode)
 
     async def summarize(self, text: str, *, words: int = 80, chunk_tokens: int = 1024) -> Summary:
         return await self._task(SUMMARIZE, text=text, words=words, chunk_tokens=chunk_tokens)

@@ -132,7 +132,11 @@ class CompressArgs(TaskArgs):
     text: str = TEXT
     budget_tokens: int = Field(512, ge=16, le=65536, description="Output token budget.")
     chunk_tokens: int = Field(1024, ge=64, le=65536, description="Tokens per chunk of the map step.")
-    question: str | None = Field(None, description="Keep the points that help answer this question.")
+    question: str | None = Field(None, description="Keep the sentences (points) that help answer this question.")
+    mode: Literal["extractive", "abstractive", "hybrid"] = Field(
+        "extractive", description="extractive: the text's own best sentences (scored against the question or the "
+        "document's centroid by BM25 and the embedding part), kept whole in document order; hybrid: that selection "
+        "at twice the budget, shortened by the chat model; abstractive: the chat model's key points (map-reduce).")
 
 
 class SummarizeArgs(TaskArgs):
@@ -302,8 +306,9 @@ GUARD: TaskSpec[GuardArgs, GuardVerdict] = TaskSpec(
     "guard", GuardArgs, _guard, "allow / flag / block for prompt injection and policies.")
 COMPRESS: TaskSpec[CompressArgs, Compression] = TaskSpec(
     "compress", CompressArgs, lambda a, m: compress_flow(a.text, budget_tokens=a.budget_tokens,
-                                                         chunk_tokens=a.chunk_tokens, question=a.question, model=m),
-    "Key points of a long text within a token budget.")
+                                                         chunk_tokens=a.chunk_tokens, question=a.question,
+                                                         mode=a.mode, model=m),
+    "What matters of a long text within a token budget (its best sentences, or key points).")
 SUMMARIZE: TaskSpec[SummarizeArgs, Summary] = TaskSpec(
     "summarize", SummarizeArgs, lambda a, m: summarize_flow(a.text, words=a.words, chunk_tokens=a.chunk_tokens,
                                                             model=m),
