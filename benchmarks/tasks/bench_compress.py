@@ -52,7 +52,7 @@ async def quality(url: str, docs: list[dict], budget: int) -> list[list[object]]
         ratios, ours, base = [], [], []
         for doc in docs:
             text = " ".join(doc["sentences"])
-            result = await client.compress(text, budget_tokens=budget, chunk_tokens=512)
+            result = await client.compress(text, budget_tokens=budget, chunk_tokens=512, mode="abstractive")
             gold = highlighted(doc)
             ours.append(sum(covered(s, result.points) for s in gold) / len(gold))
             leading = await lead(client, doc["sentences"], budget)
@@ -66,7 +66,7 @@ async def quality(url: str, docs: list[dict], budget: int) -> list[list[object]]
 async def timed(url: str, text: str) -> tuple[float, int, int]:
     async with AsyncClient(url, timeout_s=1800.0) as client:
         started = time.monotonic()
-        result = await client.compress(text, budget_tokens=1024, chunk_tokens=1024)
+        result = await client.compress(text, budget_tokens=1024, chunk_tokens=1024, mode="abstractive")
         return time.monotonic() - started, result.input_tokens, result.chunks
 
 
