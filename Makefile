@@ -6,9 +6,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tiankong-installed
-EXTRAS := $(VENV)/.tiankong-extras-lora-ray
+EXTRAS := $(VENV)/.tiankong-extras-lora-ray-retrieval
 DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
 TEST_MODEL    := smollm2-135m-instruct:q4_1
+EMBED_MODEL   := all-minilm-l6-v2:f16
 PYTEST_ARGS ?=
 
 .PHONY: serve test setup engine models lint typecheck bench clean docs
@@ -21,9 +22,10 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) models engine
 
 # the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft;
-# [ray]: the Ray executor of batch jobs)
+# [ray]: the Ray executor of batch jobs; [retrieval]: the converter of the embedding part) and the embedding part
 $(EXTRAS): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray,retrieval]'
+	$(BIN)/tiankong models pull $(EMBED_MODEL)
 	touch $(EXTRAS)
 
 # after the models: every build ends with a smoke test on the smallest installed model

@@ -277,7 +277,8 @@ def test_a_tasks_side_by_side_engine_calls_hold_admission_slots(gateway: str) ->
             finished[name] = time.monotonic()
             return answer
 
-        rerank = pool.submit(timed, "rerank", {"query": "security incidents", "documents": docs}, "/v1/tasks/rerank")
+        rerank = pool.submit(timed, "rerank", {"query": "security incidents", "documents": docs, "mode": "pointwise"},
+                             "/v1/tasks/rerank")
         chat = None
         while not rerank.done():
             samples = metrics(gateway)

@@ -103,9 +103,9 @@ def test_rerank_listwise_is_a_permutation(client: Client) -> None:
     assert sorted(r.index for r in result.results) == [0, 1, 2]
 
 
-def test_rerank_refuses_more_than_50(client: Client) -> None:
+def test_pointwise_rerank_refuses_more_than_50(client: Client) -> None:
     with pytest.raises(ConfigError, match="more than the 50"):
-        client.rerank("q", [f"doc {i}" for i in range(51)])
+        client.rerank("q", [f"doc {i}" for i in range(51)], mode="pointwise")
 
 
 def test_rewrite_and_hyde(client: Client) -> None:
@@ -212,10 +212,10 @@ def test_input_beyond_the_context_is_a_clear_error(client: Client) -> None:
 def test_async_twin_runs_candidates_concurrently(smol_engine: EngineProcess) -> None:
     async def go() -> list[float]:
         async with AsyncClient(smol_engine.url) as c:
-            return (await c.rerank("cats", ["cats purr", "bonds yield", "a cat"])).scores
+            return (await c.rerank("cats", ["cats purr", "bonds yield", "a cat"], mode="pointwise")).scores
 
     with Client(smol_engine.url) as sync:
-        expected = sync.rerank("cats", ["cats purr", "bonds yield", "a cat"]).scores
+        expected = sync.rerank("cats", ["cats purr", "bonds yield", "a cat"], mode="pointwise").scores
     got = asyncio.run(go())
     # concurrent candidates share llama.cpp batches, whose float sums differ slightly from one-at-a-time
     # evaluation (seen: 0.025; CI once swapped two candidates whose scores were that close): the scores must
@@ -249,7 +249,7 @@ def test_http_tasks_answer_json(http: TestClient) -> None:
     ("/v1/tasks/classify", {"text": "x", "labels": ["a", "b"], "examples": [{"text": "y", "label": "z"}]}, 400,
      "unknown label"),
     ("/v1/tasks/classify", {"text": "x", "labels": "a,b"}, 400, "labels"),
-    ("/v1/tasks/rerank", {"query": "q", "documents": [f"d{i}" for i in range(51)]}, 400, "50"),
+    ("/v1/tasks/rerank", {"query": "q", "documents": [f"d{i}" for i in range(51)], "mode": "pointwise"}, 400, "50"),
     ("/v1/tasks/redact", {"text": "x", "colour": "red"}, 400, "colour"),
     ("/v1/tasks/classify", {"text": "word " * 5000, "labels": ["a", "b"]}, 413, "too long"),
     ("/v1/tasks/translate", {"text": "x"}, 404, "unknown task"),

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         tune_classify,
     )
     from .deciders.registry import InvalidDecider, NoSuchDecider
+    from .engine.parts import PartMissing
     from .engine.pool import PoolFull
     from .engine.supervised import IllegalTransition
     from .engine.vocab import VocabMismatch
@@ -91,7 +92,8 @@ _EXPORTS = {
     "Client": ".api",
     "Compression": ".tasks",
     "ConfigError": ".errors",
-    "ConversionError": ".lora.convert",
+    "ConversionError": ".models.convert",
+    "PartMissing": ".engine.parts",
     "Decider": ".deciders",
     "DeciderEngineError": ".deciders",
     "DeciderModelMismatch": ".deciders",
@@ -185,7 +187,8 @@ __all__ = [  # every public name (a test holds it to _EXPORTS)
     "AdapterNotFound", "AmbiguousPattern", "Answer", "Answers", "AsyncClient",
     "BatchNotFound", "ChatResult", "Classification", "Client",
     "Compression",
-    "ConfigError", "ConversionError", "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
+    "ConfigError", "ConversionError", "PartMissing",
+    "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
     "Decision", "EngineBuildError", "EngineError", "EngineGone", "EngineNotFound", "EngineStartError", "Entity",
     "EscalationTarget", "ExamplesError", "FileInUse", "FileNotFound", "FileTooLarge", "FlagError", "GuardVerdict",
     "IllegalBatchTransition", "IllegalTransition", "InputTooLong", "InvalidAdapter", "InvalidDecider",

@@ -52,6 +52,30 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
                    f"use it: tiankong classify --decider {report.name} TEXT")
 
 
+@tune.command("rerank")
+@click.option("--data", "data", required=True, help="Labelled rows: JSONL or CSV with query,passage,relevant "
+              "(0/1 or a grade; several passages per query, some relevant and some not; ≥ 6 queries).")
+@click.option("--name", required=True, help="Register the decider under this name (a new version each time).")
+@click.option("--folds", type=int, default=5, show_default=True, help="Folds by query (repeated with 3 seeds).")
+@click.option("--method", type=click.Choice(["bm25", "embedding", "rrf", "lr-fusion"]), default=None,
+              help="Register this method instead of the one the one-standard-error rule picks.")
+@click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")
+@click.option("--json", "as_json", is_flag=True, help="Print the CV report as JSON.")
+def tune_rerank_cmd(data: str, name: str, folds: int, method: str | None, dry_run: bool, as_json: bool) -> None:
+    """Learn how to combine BM25 and the embedding part from labelled (query, passage, relevant) rows."""
+    from ..deciders.rerank_tuning import tune_rerank
+
+    report = tune_rerank(data, name=name, folds=folds, save=not dry_run, method=method,
+                         log=lambda msg: click.echo(msg, err=True))
+    if as_json:
+        emit_json(report.to_json())
+        return
+    click.echo(report.table())
+    if report.decider is not None and not dry_run:
+        click.echo(f"registered decider {report.decider.ref} ({report.chosen}); "
+                   f"use it: tiankong rerank --decider {report.name} QUERY -d …")
+
+
 @click.group()
 def deciders() -> None:
     """Registered deciders (made by `tiankong tune`) and the built-in ones."""

@@ -183,15 +183,17 @@ def rewrite(query: str | None, mode: str, n: int, model: str | None, url: str | 
 @spec_option("rerank", "top_n", "--top-n")
 @spec_option("rerank", "top_k", "--top-k")
 @spec_option("rerank", "mode", "--mode")
+@spec_option("rerank", "decider", "--decider")
 @task_options
 def rerank(query: str, docs: tuple[str, ...], docs_file: str | None, top_n: int | None, top_k: int | None,
-           mode: str, model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Score candidate texts against QUERY; print the top-n, best first."""
+           mode: str, decider: str | None, model: str | None, url: str | None, llama_server: str | None,
+           as_json: bool) -> None:
+    """Rank candidates against QUERY (BM25 + embedding, fused); print the best first."""
     candidates = list(docs)
     if docs_file:
         candidates += [line for line in read_text(None, docs_file).splitlines() if line.strip()]
     with client_for(model, url, llama_server) as client:
-        result = client.rerank(query, candidates, top_n=top_n, top_k=top_k, mode=mode)
+        result = client.rerank(query, candidates, top_n=top_n, top_k=top_k, mode=mode, decider=decider)
     render(result, as_json, lambda r: "\n".join(f"{x.score:.3f}\t{x.index}\t{x.text[:80]}" for x in r.results))
 
 
@@ -259,13 +261,15 @@ def _decider_needs_engine(ref: str) -> bool:
 @spec_option("compress", "budget_tokens", "--budget")
 @spec_option("compress", "chunk_tokens", "--chunk-tokens")
 @spec_option("compress", "question", "--question")
+@spec_option("compress", "mode", "--mode")
 @task_options
 def compress(text: str | None, file: str | None, budget_tokens: int, chunk_tokens: int, question: str | None,
-             model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Key points of a long TEXT within a token budget (map-reduce over chunks)."""
+             mode: str, model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
+    """The sentences of a long TEXT that matter, within a token budget."""
     body = read_text(text, file)
     with client_for(model, url, llama_server) as client:
-        result = client.compress(body, budget_tokens=budget_tokens, chunk_tokens=chunk_tokens, question=question)
+        result = client.compress(body, budget_tokens=budget_tokens, chunk_tokens=chunk_tokens, question=question,
+                                 mode=mode)
     render(result, as_json, lambda r: "\n".join(f"- {p}" for p in r.points))
 
 

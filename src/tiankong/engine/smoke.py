@@ -91,8 +91,10 @@ def managed_flags(binary: Path) -> list[str]:
 
 
 def smallest_model() -> tuple[str, Path] | None:
-    """The smallest installed model (name, path), or None when none is installed."""
-    records = sorted(installed_models(), key=lambda record: record.bytes)
+    """The smallest installed chat model (name, path), or None when none is installed (a retrieval part cannot
+    answer the completion the smoke test asks)."""
+    records = sorted((r for r in installed_models() if r.catalog is None or r.catalog.kind == "chat"),
+                     key=lambda record: record.bytes)
     return (records[0].name, records[0].path) if records else None
 
 

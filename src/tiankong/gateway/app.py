@@ -48,7 +48,7 @@ from .preempt import forward_preemptible, preemptible
 from .responses import engine_unavailable, error_for, error_response, rpm_exceeded, upstream_error
 from .state import GatewayState
 from .structured_routes import extract_task, structured_chat, tool_chat, wants_structured, wants_tools
-from .task_routes import embeddings_answer, run_task
+from .task_routes import cohere_rerank_answer, cohere_rerank_body, embeddings_answer, run_task
 from .upstream import note_json
 
 __all__ = ["GatewayState", "create_app", "error_response", "hash_key"]
@@ -132,8 +132,9 @@ def create_app(state: GatewayState) -> Starlette:
             return None
         return rpm_exceeded(wait, rpm or 0)
 
-    async def guarded(request: Request, call: RequestRecord) -> dict[str, Any] | Response:
-        """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route."""
+    async def guarded(request: Request, call: RequestRecord, names_engine: bool = True) -> dict[str, Any] | Response:
+        """Auth, per-key rate, JSON body, model, degradation and engine checks shared by every POST route.
+        ``names_engine`` false: the body's ``model`` names something else (``/v1/rerank``'s ranker), not an engine."""
         key, refusal = authenticate(request)
         if refusal is not None or key is None:
             assert refusal is not None
@@ -155,12 +156,16 @@ def create_app(state: GatewayState) -> Starlette:
             call.degraded = "fallback"
             body["model"] = call.model = state.fallback_model()
             return body
+        named = None if names_engine else body.pop("model", None)
         routed = await state.router.route(body, call)
+        if named is not None:
+            body["model"] = named
         return routed if isinstance(routed, Response) else body
 
     async def admitted(request: Request, call: RequestRecord,
-                       work: Callable[[Pipeline, dict[str, Any]], Awaitable[Response]]) -> Response:
-        body = await guarded(request, call)
+                       work: Callable[[Pipeline, dict[str, Any]], Awaitable[Response]],
+                       names_engine: bool = True) -> Response:
+        body = await guarded(request, call, names_engine)
         pipe = pipe_for(call)
         if isinstance(body, Response):
             return pipe.done(call, body)
@@ -184,6 +189,17 @@ def create_app(state: GatewayState) -> Starlette:
 
         return await admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
             call, lambda c: work(c, body)))
+
+    async def rerank(request: Request) -> Response:
+        """``/v1/rerank``: the Cohere/Jina shape over the rerank task (the same ranking as /v1/tasks/rerank)."""
+        call = RequestRecord("/v1/rerank")
+
+        async def work(client: Any, body: dict[str, Any]) -> Response:
+            answer = await run_task(client, "rerank", cohere_rerank_body(body))
+            return note_json(call, JSONResponse(cohere_rerank_answer(answer, body)))
+
+        return await admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
+            call, lambda c: work(c, body)), names_engine=False)
 
     def proxy(path: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:
@@ -316,6 +332,7 @@ def create_app(state: GatewayState) -> Starlette:
         Route("/v1/chat/completions", proxy("/v1/chat/completions"), methods=["POST"]),
         Route("/v1/completions", proxy("/v1/completions"), methods=["POST"]),
         Route("/v1/embeddings", proxy("/v1/embeddings"), methods=["POST"]),
+        Route("/v1/rerank", rerank, methods=["POST"]),
         Route("/v1/tasks/extract", extract, methods=["POST"]),
         Route("/v1/tasks/{task}", task, methods=["POST"]),
         *(Route(path, proxy(path), methods=["POST"]) for path in NATIVE_POST),

@@ -66,3 +66,35 @@ def as_base64(answer: Any) -> Any:
         if isinstance(vector, list):
             item["embedding"] = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
     return answer
+
+
+RERANK_FIELDS = {"model", "query", "documents", "top_n", "return_documents", "decider"}
+
+
+def cohere_rerank_body(body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/rerank`` (Cohere / Jina / llama-server shape) → the rerank task's body. Documents may be strings
+    or ``{"text": …}`` objects; unknown fields are refused, not dropped."""
+    unknown = sorted(set(body) - RERANK_FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown rerank field(s) {unknown}", hint=f"fields: {', '.join(sorted(RERANK_FIELDS))}")
+    documents = body.get("documents")
+    if not isinstance(documents, list):
+        raise ConfigError("documents must be a list of strings or {text} objects")
+    texts = [d.get("text") if isinstance(d, dict) else d for d in documents]
+    task = {"query": body.get("query"), "documents": texts}
+    for key in ("top_n", "decider"):
+        if body.get(key) is not None:
+            task[key] = body[key]
+    return task
+
+
+def cohere_rerank_answer(answer: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """The task's ranking in Cohere's shape: ``results: [{index, relevance_score, document?}]``, best first."""
+    results = []
+    for item in answer["results"]:
+        row: dict[str, Any] = {"index": item["index"], "relevance_score": item["score"]}
+        if body.get("return_documents"):
+            row["document"] = {"text": item["text"]}
+        results.append(row)
+    return {"model": body.get("model") or "tiankong-rerank", "results": results,
+            "meta": {"parts": answer.get("parts", []), "notes": answer.get("notes", [])}}

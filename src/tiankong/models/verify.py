@@ -59,8 +59,37 @@ def verify_model(name: str, *, generate: bool = True, llama_server: str | None =
     report.add("chat_template", info.chat_template == wants_template,
                "present" if info.chat_template else "absent (completion-only model)")
     if generate and size_ok and report.ok:
-        _generation_check(report, record.path, llama_server)
+        if record.catalog is not None and record.catalog.kind == "embedding":
+            _embedding_check(report, record.path, llama_server, info.embedding)
+        else:
+            _generation_check(report, record.path, llama_server)
     return report
+
+
+def _embedding_check(report: VerifyReport, path: Any, llama_server: str | None, dims: int) -> None:
+    """A retrieval part: one sentence embedded, of the model's width, near-duplicates closer than unrelated text."""
+    import httpx
+
+    from ..engine import EngineConfig, EngineProcess
+
+    texts = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."]
+    try:
+        config = EngineConfig(model=path, ctx=512, slots=1, embeddings=True, pooling="mean", batch=512, ubatch=512)
+        with EngineProcess(config, llama_server) as engine:
+            answer = httpx.post(f"{engine.url}/v1/embeddings", json={"input": texts}, timeout=60).json()
+            vectors = [item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"])]
+        near, far = _cos(vectors[0], vectors[1]), _cos(vectors[0], vectors[2])
+        ok = all(len(v) == dims for v in vectors) and near > far
+        report.add("embedding", ok, f"{len(vectors[0])} dims; cosine {near:.3f} (paraphrase) vs {far:.3f} (unrelated)")
+    except (TiankongError, httpx.HTTPError, ValueError, KeyError) as exc:
+        detail = exc.one_line() if isinstance(exc, TiankongError) else str(exc)
+        report.add("embedding", False, detail)
+
+
+def _cos(a: list[float], b: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = (sum(x * x for x in a) * sum(y * y for y in b)) ** 0.5
+    return dot / norm if norm else 0.0
 
 
 def _generation_check(report: VerifyReport, path: Any, llama_server: str | None) -> None:

@@ -8,11 +8,14 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from ..engine.parts import PartMissing, part_request
 from ..errors import InputTooLong, TransportError
 from .flow import Call, Flow
 
 #: errors a call's answer may be: the flow decides (a flow that does not handle one raises it)
 ANSWERED = (TransportError, InputTooLong)
+#: a part call's answer may also be: the part is not installed (the flow goes on without it, and says so)
+PART_ANSWERED = (*ANSWERED, PartMissing)
 
 T = TypeVar("T")
 
@@ -28,8 +31,10 @@ def run_sync(flow: Flow[T], request: Callable[[str, str, dict[str, Any] | None],
     """Batches of one run inline; larger batches (parallel task steps) on a small thread pool."""
     def one(call: Call) -> Any:
         try:
+            if call.part is not None:
+                return part_request(call.part, call.method, call.path, call.body)
             return request(call.method, call.path, call.body)
-        except ANSWERED as exc:
+        except PART_ANSWERED as exc:
             return exc
 
     pool: ThreadPoolExecutor | None = None
@@ -111,6 +116,11 @@ async def run_async(flow: Flow[T], request: Callable[[str, str, dict[str, Any] |
     slots = _Slots(SLOT_GATE.get())
 
     async def one(call: Call) -> Any:
+        if call.part is not None:  # another engine: no slot of the request's own
+            try:
+                return await asyncio.to_thread(part_request, call.part, call.method, call.path, call.body)
+            except PART_ANSWERED as exc:
+                return exc
         extra = await slots.take()
         try:
             return await request(call.method, call.path, call.body)

@@ -42,6 +42,8 @@ class Call:
     method: str
     path: str
     body: dict[str, Any] | None = None
+    #: a retrieval part answers this call (an installed embedding model's own engine, ``engine/parts.py``)
+    part: str | None = None
 
 
 Flow = Generator[list[Call], list[Any], T]

@@ -114,10 +114,12 @@ class TaskMethods:
         return self._task(REWRITE, query=query, mode=mode, n=n)
 
     def rerank(self, query: str, documents: list[str], *, top_n: int | None = None, top_k: int | None = None,
-               mode: str = "pointwise") -> Reranking:
-        """Candidates scored by relevance (P(yes) per candidate, all slots at once) and the top-n
-        (``top_k`` is an alias)."""
-        return self._task(RERANK, query=query, documents=documents, top_n=top_n, top_k=top_k, mode=mode)
+               mode: str = "fusion", decider: str | None = None) -> Reranking:
+        """Candidates ranked by relevance, best first, and the top-n (``top_k`` is an alias). Default: BM25 and the
+        embedding part combined by the shipped rerank decider (or ``decider``, from ``tiankong tune rerank``) into
+        P(relevant); ``mode="pointwise"``: the chat model's P(yes) per candidate."""
+        return self._task(RERANK, query=query, documents=documents, top_n=top_n, top_k=top_k, mode=mode,
+                          decider=decider)
 
     def redact(self, text: str, *, style: str = "placeholder", use_model: bool = True,
                types: list[str] | None = None, salt: str = "") -> Redaction:
@@ -230,8 +232,9 @@ class AsyncTaskMethods:
         return await self._task(REWRITE, query=query, mode=mode, n=n)
 
     async def rerank(self, query: str, documents: list[str], *, top_n: int | None = None,
-                     top_k: int | None = None, mode: str = "pointwise") -> Reranking:
-        return await self._task(RERANK, query=query, documents=documents, top_n=top_n, top_k=top_k, mode=mode)
+                     top_k: int | None = None, mode: str = "fusion", decider: str | None = None) -> Reranking:
+        return await self._task(RERANK, query=query, documents=documents, top_n=top_n, top_k=top_k, mode=mode,
+                                decider=decider)
 
     async def redact(self, text: str, *, style: str = "placeholder", use_model: bool = True,
                      types: list[str] | None = None, salt: str = "") -> Redaction:

@@ -100,7 +100,8 @@ def _route(d: dict[str, Any]) -> RouteDecision:
 
 def _rerank(d: dict[str, Any]) -> Reranking:
     return Reranking(results=[Ranked(r["index"], r["score"], r["text"]) for r in d["results"]],
-                     scores=list(d["scores"]), mode=d["mode"])
+                     scores=list(d["scores"]), mode=d["mode"], parts=list(d.get("parts") or []),
+                     notes=list(d.get("notes") or []), truncated=list(d.get("truncated") or []))
 
 
 def _redact(d: dict[str, Any]) -> Redaction:
@@ -120,7 +121,9 @@ def _guard(d: dict[str, Any]) -> GuardVerdict:
 def _compress(d: dict[str, Any]) -> Compression:
     return Compression(points=list(d["points"]), text=d["text"], input_tokens=d["input_tokens"],
                        output_tokens=d["output_tokens"], chunks=d["chunks"], rounds=d["rounds"],
-                       trimmed=d.get("trimmed", False))
+                       trimmed=d.get("trimmed", False), mode=d.get("mode", "abstractive"),
+                       kept=list(d.get("kept") or []), spans=[(int(a), int(b)) for a, b in d.get("spans") or []],
+                       scoring=d.get("scoring", ""), notes=list(d.get("notes") or []))
 
 
 def _summary(d: dict[str, Any]) -> Summary:

@@ -97,8 +97,12 @@ class RerankArgs(TaskArgs):
     documents: list[str] = Field(max_length=1000, description="The candidate texts.")
     top_n: int | None = Field(None, ge=1, description="Keep the best N (default: all).")
     top_k: int | None = Field(None, ge=1, description="Alias of top_n.")
-    mode: Literal["pointwise", "listwise"] = Field("pointwise", description="P(yes) per candidate, or one ranked "
-                                                   "list.")
+    mode: Literal["fusion", "rrf", "bm25", "embedding", "pointwise", "listwise"] = Field(
+        "fusion", description="fusion: BM25 and the embedding part combined by a rerank decider (P(relevant)); rrf: "
+        "reciprocal-rank fusion of the two; bm25 or embedding alone; pointwise: the chat model's P(yes) per "
+        "candidate; listwise: one ranked list from the chat model.")
+    decider: str | None = Field(None, max_length=200, description="A rerank decider (`tiankong tune rerank`) "
+                                "instead of the shipped one (mode fusion).")
 
     @model_validator(mode="after")
     def _one_top(self) -> RerankArgs:
@@ -230,6 +234,7 @@ def _route(a: RouteArgs, model: str | None) -> Flow[RouteDecision]:
 
 def _rerank(a: RerankArgs, model: str | None) -> Flow[Reranking]:
     return rerank_flow(a.query, a.documents, top_k=a.top_n if a.top_n is not None else a.top_k, mode=a.mode,
+                       decider=load_decider(a.decider) if a.decider else None,
                        model=model)
 
 

@@ -1,0 +1,59 @@
+"""Build the shipped rerank decider (``src/tiankong/deciders/builtin/rerank.json``) from the *dev* halves only.
+
+    .venv/bin/python benchmarks/build_rerank.py [--chatterbot-queries 600]
+
+Rows: ACLSum ``val`` (query = aspect summary, passages = the paper's sentences, relevant = highlighted), the dev
+halves of chatterbot-corpus English and Chinese (query = first turn, passages = its reply and 39 others); the frozen
+test splits (docs/tasks.md) are never read here. ``tune_rerank`` scores the methods by repeated query-fold CV and
+the one-standard-error rule picks one; the printed table and the artifact's sha256 go to
+benchmarks/results/retrieval/build-rerank.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "tasks"))
+
+from retrieval import aclsum, chatterbot  # noqa: E402
+
+from tiankong.deciders.rerank_tuning import tune_rerank  # noqa: E402
+from tiankong.engine.parts import stop_parts  # noqa: E402
+
+TARGET = Path(__file__).resolve().parents[1] / "src" / "tiankong" / "deciders" / "builtin" / "rerank.json"
+
+
+def rows(chatterbot_queries: int) -> list[dict[str, object]]:
+    items = aclsum(None, "dev")
+    items += chatterbot("english", 40, chatterbot_queries, "dev")
+    items += chatterbot("chinese", 40, chatterbot_queries, "dev")
+    return [{"query": q, "passage": d, "relevant": r} for q, docs, rel in items for d, r in zip(docs, rel, strict=True)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chatterbot-queries", type=int, default=600)
+    args = parser.parse_args()
+    try:
+        report = tune_rerank(rows(args.chatterbot_queries), name="rerank", save=False, log=print)
+    finally:
+        stop_parts()
+    assert report.decider is not None
+    report.decider.version = 1
+    report.decider.created = "2026-12-04T00:00:00+00:00"
+    report.decider.params = {"sources": ["aclsum==0.1.2 val.jsonl (CC BY 4.0)",
+                                         "chatterbot-corpus==1.3.3 english/chinese dev halves (BSD-3-Clause)"],
+                             "built_by": "benchmarks/build_rerank.py"}
+    text = json.dumps(report.decider.to_json(), ensure_ascii=False, sort_keys=True)
+    TARGET.write_text(text, encoding="utf-8")
+    print(report.table())
+    print(f"wrote {TARGET} sha256 {hashlib.sha256(text.encode()).hexdigest()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""Retrieval features shared by rerank and compress: BM25, the embedding part's cosine, reciprocal-rank fusion.
+
+* BM25 is ``bm25s`` (Okapi BM25 over sparse matrices) on our own tokens: lower-cased words for alphabetic scripts,
+  and for CJK text every character and every pair of adjacent characters (Chinese has no spaces; bm25s's default
+  tokenizer would make a whole Chinese sentence one token).
+* The embedding part is an installed sentence-embedding model served by its own engine (``engine/parts.py``);
+  texts longer than its context are cut, and the caller is told which.
+* RRF (Cormack et al., 2009): ``score = Σ 1 / (k + rank)`` over the parts' rankings, ``k = 60``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..engine.parts import PartMissing
+from ..models.catalog import EMBEDDING_MODEL, find_entry
+from ..structured.flow import Call, Flow
+from ..structured.prompts import language
+
+RRF_K = 60
+#: texts sent in one embeddings request (llama-server embeds them in one batch)
+EMBED_BATCH = 32
+#: BERT-family models count their [CLS] and [SEP] among the context's positions
+_SPECIAL_TOKENS = 2
+_WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-cased words; CJK runs as characters and adjacent pairs."""
+    out: list[str] = []
+    for word in _WORD.findall(text.casefold()):
+        if _CJK.search(word):
+            chars = [c for c in word if _CJK.match(c)] or list(word)
+            out += chars + [a + b for a, b in zip(chars, chars[1:], strict=False)]
+        else:
+            out.append(word)
+    return out
+
+
+def bm25_scores(query: str, documents: Sequence[str]) -> list[float]:
+    """Okapi BM25 (bm25s defaults: k1 1.5, b 0.75) of every document for the query."""
+    import bm25s  # ~0.3 s import (scipy): only when a rerank runs
+
+    corpus = [tokens(d) for d in documents]
+    wanted = tokens(query)
+    if not wanted or not any(corpus):
+        return [0.0] * len(documents)
+    retriever = bm25s.BM25()
+    retriever.index([c or ["\x00"] for c in corpus], show_progress=False)
+    known = [t for t in wanted if t in retriever.vocab_dict]
+    if not known:
+        return [0.0] * len(documents)
+    return [float(s) for s in retriever.get_scores(known)]
+
+
+@dataclass
+class Embedded:
+    """Cosine of every document to the query, or why there is none."""
+
+    cosine: list[float] | None
+    truncated: list[int] = field(default_factory=list)  # documents cut to the part's context
+    missing: str = ""  # the part is not installed / failed: the reason
+
+
+def part_reads(part: str, texts: Sequence[str]) -> str:
+    """'' when the part reads the texts' language, else why not (an English-only part on Chinese text ranks noise:
+    on chatterbot-zh's dev half its cosine alone scored below BM25 and pulled the fusion down)."""
+    entry = find_entry(part)
+    lang = language(" ".join(t[:300] for t in texts[:50]))
+    if entry is None or not entry.languages or lang in entry.languages:
+        return ""
+    return f"{part} reads {'/'.join(entry.languages)} only, this text is {lang}"
+
+
+def embedding_scores(query: str, documents: Sequence[str], part: str = EMBEDDING_MODEL) -> Flow[Embedded]:
+    texts = [query, *documents]
+    unread = part_reads(part, texts)
+    if unread:
+        return Embedded(None, missing=unread)
+    fitted, cut = yield from fit_texts(texts, part)
+    if fitted is None:
+        return Embedded(None, missing=cut)
+    vectors: list[list[float]] = []
+    batches = [fitted[i:i + EMBED_BATCH] for i in range(0, len(fitted), EMBED_BATCH)]
+    answers = yield [Call("POST", "/v1/embeddings", {"input": b}, part=part) for b in batches]
+    for answer in answers:
+        if isinstance(answer, Exception):
+            return Embedded(None, missing=f"{part}: {answer}")
+        vectors += [item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"])]
+    q = vectors[0]
+    return Embedded([cosine(q, v) for v in vectors[1:]], [i - 1 for i in map(int, cut.split(",")) if i > 0]
+                    if cut else [])
+
+
+def fit_texts(texts: list[str], part: str) -> Flow[tuple[list[str] | None, str]]:
+    """Texts cut to the part's context (by its own tokenizer); ``(None, reason)`` when the part is unavailable.
+    The second value lists the indices of the texts that were cut, comma-separated. Only texts with more
+    characters than the context has tokens are tokenized (every token covers at least one character)."""
+    try:
+        limit = yield from part_context(part)
+    except PartMissing as exc:
+        return None, f"{part}: {exc.message}"
+    except Exception as exc:  # noqa: BLE001 - the part's engine did not answer: the task goes on without it
+        return None, f"{part}: {exc}"
+    long = [i for i, t in enumerate(texts) if len(t) > limit]
+    answers = yield [Call("POST", "/tokenize", {"content": texts[i], "add_special": False}, part=part) for i in long]
+    failed = next((a for a in answers if isinstance(a, Exception)), None)
+    if failed is not None:
+        return None, f"{part}: {failed}"
+    fitted, cut = list(texts), []
+    for index, answer in zip(long, answers, strict=True):
+        n = len(answer["tokens"])
+        text = texts[index]
+        while n > limit and text:
+            text = text[: max(1, int(len(text) * limit / n * 0.97))]
+            (again,) = yield [Call("POST", "/tokenize", {"content": text, "add_special": False}, part=part)]
+            if isinstance(again, Exception):
+                return None, f"{part}: {again}"
+            n = len(again["tokens"])
+        if text != texts[index]:
+            fitted[index] = text
+            cut.append(index)
+    return fitted, ",".join(map(str, cut))
+
+
+_CONTEXT: dict[str, int] = {}
+
+
+def part_context(part: str) -> Flow[int]:
+    """Tokens one text may have on the part (its per-slot context less the special tokens)."""
+    if part not in _CONTEXT:
+        props, special = yield [Call("GET", "/props", None, part=part),
+                                Call("POST", "/tokenize", {"content": "", "add_special": True}, part=part)]
+        for answer in (props, special):
+            if isinstance(answer, Exception):
+                raise answer
+        n_ctx = int(props.get("default_generation_settings", {}).get("n_ctx") or 512)
+        specials = len(special["tokens"]) if isinstance(special, dict) else _SPECIAL_TOKENS
+        _CONTEXT[part] = n_ctx - max(specials, _SPECIAL_TOKENS)
+    return _CONTEXT[part]
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
+
+
+def ranks(scores: Sequence[float]) -> list[int]:
+    """1-based rank of every item, best first; tied items share the best rank of their tie (input order must not
+    rank them: a list in which most candidates tie would otherwise rank noise)."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    rank = [0] * len(scores)
+    for position, index in enumerate(order, start=1):
+        previous = order[position - 2] if position > 1 else None
+        tied = previous is not None and scores[previous] == scores[index]
+        rank[index] = rank[previous] if tied and previous is not None else position
+    return rank
+
+
+def rrf(score_lists: Sequence[Sequence[float]], k: int = RRF_K,
+        retrieved: Sequence[Sequence[bool] | None] | None = None) -> list[float]:
+    """Reciprocal-rank fusion of several score lists over the same items. ``retrieved[j][i]`` false: list ``j``
+    did not retrieve item ``i`` (BM25 with no query word in it) and gives it nothing, as RRF over retrieved lists
+    defines it."""
+    if not score_lists:
+        return []
+    fused = [0.0] * len(score_lists[0])
+    for j, scores in enumerate(score_lists):
+        mask = retrieved[j] if retrieved is not None else None
+        for index, rank in enumerate(ranks(scores)):
+            if mask is None or mask[index]:
+                fused[index] += 1.0 / (k + rank)
+    return fused
+
+
+def bm25_retrieved(scores: Sequence[float]) -> list[bool]:
+    return [s > 0 for s in scores]
