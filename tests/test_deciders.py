@@ -114,7 +114,7 @@ def test_tune_saves_an_artifact_that_reloads_to_the_same_answers(data_dir: Path,
                            methods=["tfidf", "probe-mean", "probe-last", "stack", "zeroshot"], folds=3)
     assert {r.method for r in report.rows} == {"tfidf", "probe-mean", "probe-last", "stack", "zeroshot"}
     assert all(0.0 <= r.accuracy <= 1.0 and 0.0 <= r.ece <= 1.0 for r in report.rows)
-    assert report.chosen in {r.method for r in report.rows} and "highest CV accuracy" in report.rule
+    assert report.chosen in {r.method for r in report.rows} and "one-standard-error rule" in report.rule
     assert "chosen:" in report.table()
     fresh = report.decider
     assert fresh is not None and fresh.version == 1
