@@ -47,7 +47,8 @@ from tiankong.engine.parts import stop_parts  # noqa: E402
 from tiankong.models import DEFAULT_MODEL  # noqa: E402
 from tiankong.models.catalog import EMBEDDING_MODEL  # noqa: E402
 from tiankong.structured.drivers import run_sync  # noqa: E402
-from tiankong.tasks.retrieval import bm25_retrieved, bm25_scores, cosine, fit_texts, part_reads, rrf  # noqa: E402
+from tiankong.structured.part_flows import fit_texts  # noqa: E402
+from tiankong.tasks.retrieval import bm25_retrieved, bm25_scores, cosine, part_reads, rrf  # noqa: E402
 
 Item = tuple[str, list[str], list[int]]  # query, candidates, relevance per candidate
 

@@ -121,3 +121,27 @@ def engine_model_flow() -> Flow[tuple[str, str | None]]:
                                  hint="point the client at llama-server or the gateway's engine")
     path = str(props.get("model_path") or "") if isinstance(props, dict) else ""
     return path, (model_sha256(path) if path and os.path.exists(path) else None)
+
+
+def part_vector_flow(text: str) -> Flow[list[float]]:
+    """One text's sentence vector from the retrieval part (``probe-part``), cut to the part's context."""
+    from ..models.catalog import EMBEDDING_MODEL
+    from ..structured.part_flows import part_vectors
+
+    vectors, reason = yield from part_vectors([text[:MAX_CHARS]], EMBEDDING_MODEL)
+    if vectors is None:
+        raise DeciderEngineError(f"the embedding part gives no vectors ({reason})",
+                                 hint=f"tiankong models pull {EMBEDDING_MODEL}")
+    return vectors[0]
+
+
+def part_vectors_flow(texts: list[str]) -> Flow[np.ndarray]:
+    """``(n, d)`` sentence vectors of many texts from the retrieval part."""
+    from ..models.catalog import EMBEDDING_MODEL
+    from ..structured.part_flows import part_vectors
+
+    vectors, reason = yield from part_vectors([t[:MAX_CHARS] for t in texts], EMBEDDING_MODEL)
+    if vectors is None:
+        raise DeciderEngineError(f"the embedding part gives no vectors ({reason})",
+                                 hint=f"tiankong models pull {EMBEDDING_MODEL}")
+    return np.asarray(vectors)

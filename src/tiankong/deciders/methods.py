@@ -41,6 +41,8 @@ _CHAR = {"analyzer": "char_wb", "ngram_range": (2, 4), "sublinear_tf": True, "mi
 
 LOCAL = ("tfidf", "tfidf-rules")
 PROBES = ("probe-mean", "probe-last")
+#: a probe on the retrieval part's sentence vectors (``all-minilm-l6-v2``): no chat-engine pass, the part's own engine
+PART_PROBE = "probe-part"
 
 
 @dataclass
@@ -124,7 +126,7 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
     """Fitted state of ``method`` on ``features`` with label indices ``y``."""
     if method in ("tfidf", "tfidf-rules"):
         return fit_tfidf(features, y, n_labels, rules=method == "tfidf-rules")
-    if method in PROBES:
+    if method in PROBES or method == PART_PROBE:
         pooling = method.split("-", 1)[1]
         return {"pooling": pooling, "linear": fit_linear(features.embeddings[pooling], y, n_labels, C_PROBE)}
     if method == "zeroshot":
@@ -137,7 +139,7 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
 def predict(method: str, state: dict[str, Any], features: FeatureSet) -> np.ndarray:
     if method in ("tfidf", "tfidf-rules"):
         return predict_linear(state["linear"], tfidf_matrix(state, features.texts))
-    if method in PROBES:
+    if method in PROBES or method == PART_PROBE:
         return predict_linear(state["linear"], features.embeddings[state["pooling"]])
     if method == "zeroshot":
         assert features.zeroshot is not None

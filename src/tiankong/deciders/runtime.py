@@ -17,7 +17,7 @@ from ..structured.combine import gather
 from ..structured.flow import Flow
 from . import methods
 from .adapter import adapter_scores_flow, decider_adapter_file
-from .features import DeciderEngineError, embeddings_flow, engine_model_flow, label_probability_flow
+from .features import DeciderEngineError, embeddings_flow, engine_model_flow, label_probability_flow, part_vectors_flow
 from .registry import Decider
 
 
@@ -66,6 +66,8 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
         yield from _verify_model(decider)
     if methods.needs_embeddings(decider.method, decider.state):
         features.embeddings = yield from embeddings_flow(texts)
+    if decider.method == methods.PART_PROBE:
+        features.embeddings = {"part": (yield from part_vectors_flow(texts))}
     if decider.method == "zeroshot":
         found = yield from gather([label_probability_flow(t, decider.words) for t in texts])
         features.zeroshot = np.asarray(found)

@@ -31,21 +31,22 @@ from ..structured.flow import Flow
 from . import methods
 from .adapter import AdapterCandidate
 from .data import Examples
-from .features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow
+from .features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow, part_vector_flow
 from .passes import FeatureCache, Log, cached_pass, text_key
 from .registry import Decider, check_name
 
 #: how many parameters a method fits to the examples, as a level (fewest first): the one-SE rule's "simplest"
-SIMPLICITY = {"zeroshot": 0, "fewshot": 1, "probe-mean": 2, "probe-last": 2, "tfidf": 3, "tfidf-rules": 3,
+SIMPLICITY = {"zeroshot": 0, "fewshot": 1, "probe-mean": 2, "probe-last": 2, "probe-part": 2, "tfidf": 3,
+              "tfidf-rules": 3,
               "stack": 4, "lora": 5}
 SIZES = (20, 50, 100, 200, 500, 1000)
 CONTENT_FREE = "N/A"
 #: label names that are jargon to a general model, and words it knows (user descriptions take precedence)
 VERBALISERS = {"ham": "normal message", "pos": "positive", "neg": "negative", "0": "no", "1": "yes"}
 PASSES = {"tfidf": 0, "tfidf-rules": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1,
-          "lora": 1}
+          "lora": 1, "probe-part": 0}  # probe-part: no chat-engine pass (the retrieval part's own engine reads)
 #: ``lora`` is asked for by name: it trains k + 1 adapters, minutes each on a CPU (docs/deciders.md)
-DEFAULT_METHODS = ("tfidf", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
+DEFAULT_METHODS = ("tfidf", "probe-part", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
 
 Runner = Callable[[Flow[Any]], Any]
 
@@ -187,6 +188,34 @@ def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set
     return features, ms, prior
 
 
+def part_unusable(texts: Sequence[str]) -> str:
+    """Why ``probe-part`` cannot be scored on these texts ('' when it can)."""
+    from ..models.catalog import EMBEDDING_MODEL
+    from ..models.registry import resolve
+    from ..tasks.retrieval import part_reads
+
+    if not resolve(EMBEDDING_MODEL).installed:
+        return f"needs the embedding part (tiankong models pull {EMBEDDING_MODEL})"
+    return part_reads(EMBEDDING_MODEL, list(texts))
+
+
+def part_features(texts: list[str], cache: FeatureCache | None, log: Log | None) -> np.ndarray:
+    """The retrieval part's sentence vector of every text, through ``cache`` like the engine passes."""
+    from ..structured.drivers import run_sync
+
+    def no_engine(*_: Any) -> Any:
+        raise ConfigError("the part's vectors need no chat engine")
+
+    rows = cached_pass(lambda flow: run_sync(flow, no_engine), "part embeddings",
+                       [(text_key(t[:MAX_CHARS]), _part_vector(t)) for t in texts], cache=cache,
+                       kind=f"part-{MAX_CHARS}", log=log)
+    return np.asarray(rows)
+
+
+def _part_vector(text: str) -> Callable[[], Flow[Any]]:
+    return lambda: part_vector_flow(text)
+
+
 def _embedding(text: str) -> Callable[[], Flow[Any]]:
     return lambda: embedding_flow(text)
 
@@ -215,7 +244,9 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         raise ConfigError(f"unknown method(s) {unknown}", hint=f"choose from {', '.join(PASSES)}")
     skipped = {m: "needs an engine (pass --model or --url)" for m in wanted
                if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")
-               and not (m == "lora" and adapter is not None)}
+               and not (m == "lora" and adapter is not None) and m != methods.PART_PROBE}
+    if methods.PART_PROBE in wanted and (why := part_unusable(examples.texts)):
+        skipped[methods.PART_PROBE] = why
     if "lora" in wanted and adapter is None and "lora" not in skipped:
         skipped["lora"] = "needs a model to fine-tune (--model) and the [lora] extra"
     wanted = [m for m in wanted if m not in skipped]
@@ -231,6 +262,10 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         precomputed = engine_features(run, examples.texts, words, set(wanted), cache, log) if run else \
             (methods.FeatureSet(list(examples.texts)), {}, None)
     features, engine_ms, prior = precomputed
+    if methods.PART_PROBE in wanted and "part" not in features.embeddings:
+        start = time.perf_counter()
+        features.embeddings["part"] = part_features(examples.texts, cache, log)
+        engine_ms["part"] = 1000 * (time.perf_counter() - start) / len(examples.texts)
     rows: list[MethodScore] = []
     params: dict[str, Any] = {"k": k, "C_text": methods.C_TEXT, "C_probe": methods.C_PROBE}
     for method in wanted:
@@ -289,7 +324,8 @@ def _cross_validate(method: str, features: methods.FeatureSet, y: np.ndarray, n_
                     splits: list[tuple[np.ndarray, np.ndarray]], prior: list[float] | None,
                     engine_ms: dict[str, float], run: Runner | None, words: list[str], k: int,
                     seed: int, cache: FeatureCache | None = None, log: Log | None = None) -> list[MethodScore]:
-    pass_ms = engine_ms.get("zeroshot" if method == "zeroshot" else "embeddings", 0.0) if PASSES[method] else 0.0
+    pass_ms = engine_ms.get("part", 0.0) if method == methods.PART_PROBE else \
+        engine_ms.get("zeroshot" if method == "zeroshot" else "embeddings", 0.0) if PASSES[method] else 0.0
     if method == "fewshot":
         assert run is not None
         return [_cross_validate_fewshot(features, y, splits, run, words, k, cache, log)]

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from ..models.catalog import EMBEDDING_MODEL
 from ..structured.flow import Call, Flow
-from .retrieval import EMBED_BATCH, bm25_scores, cosine, embedding_scores, fit_texts, part_reads, rrf, tokens
+from ..structured.part_flows import EMBED_BATCH, fit_texts
+from .retrieval import bm25_scores, cosine, embedding_scores, part_reads, rrf, tokens
 
 #: scoring rules, named in the result (``Compression.scoring``)
 FUSED, BM25, CENTROID, CENTRALITY, LEAD = "bm25+embedding", "bm25", "embedding-centroid", "tf-centrality", "lead"

@@ -15,16 +15,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..engine.parts import PartMissing
 from ..models.catalog import EMBEDDING_MODEL, find_entry
-from ..structured.flow import Call, Flow
+from ..structured.flow import Flow
+from ..structured.part_flows import part_vectors
 from ..structured.prompts import language
 
 RRF_K = 60
-#: texts sent in one embeddings request (llama-server embeds them in one batch)
-EMBED_BATCH = 32
-#: BERT-family models count their [CLS] and [SEP] among the context's positions
-_SPECIAL_TOKENS = 2
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 
@@ -81,67 +77,12 @@ def embedding_scores(query: str, documents: Sequence[str], part: str = EMBEDDING
     unread = part_reads(part, texts)
     if unread:
         return Embedded(None, missing=unread)
-    fitted, cut = yield from fit_texts(texts, part)
-    if fitted is None:
+    vectors, cut = yield from part_vectors(texts, part)
+    if vectors is None:
         return Embedded(None, missing=cut)
-    vectors: list[list[float]] = []
-    batches = [fitted[i:i + EMBED_BATCH] for i in range(0, len(fitted), EMBED_BATCH)]
-    answers = yield [Call("POST", "/v1/embeddings", {"input": b}, part=part) for b in batches]
-    for answer in answers:
-        if isinstance(answer, Exception):
-            return Embedded(None, missing=f"{part}: {answer}")
-        vectors += [item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"])]
     q = vectors[0]
-    return Embedded([cosine(q, v) for v in vectors[1:]], [i - 1 for i in map(int, cut.split(",")) if i > 0]
-                    if cut else [])
-
-
-def fit_texts(texts: list[str], part: str) -> Flow[tuple[list[str] | None, str]]:
-    """Texts cut to the part's context (by its own tokenizer); ``(None, reason)`` when the part is unavailable.
-    The second value lists the indices of the texts that were cut, comma-separated. Only texts with more
-    characters than the context has tokens are tokenized (every token covers at least one character)."""
-    try:
-        limit = yield from part_context(part)
-    except PartMissing as exc:
-        return None, f"{part}: {exc.message}"
-    except Exception as exc:  # noqa: BLE001 - the part's engine did not answer: the task goes on without it
-        return None, f"{part}: {exc}"
-    long = [i for i, t in enumerate(texts) if len(t) > limit]
-    answers = yield [Call("POST", "/tokenize", {"content": texts[i], "add_special": False}, part=part) for i in long]
-    failed = next((a for a in answers if isinstance(a, Exception)), None)
-    if failed is not None:
-        return None, f"{part}: {failed}"
-    fitted, cut = list(texts), []
-    for index, answer in zip(long, answers, strict=True):
-        n = len(answer["tokens"])
-        text = texts[index]
-        while n > limit and text:
-            text = text[: max(1, int(len(text) * limit / n * 0.97))]
-            (again,) = yield [Call("POST", "/tokenize", {"content": text, "add_special": False}, part=part)]
-            if isinstance(again, Exception):
-                return None, f"{part}: {again}"
-            n = len(again["tokens"])
-        if text != texts[index]:
-            fitted[index] = text
-            cut.append(index)
-    return fitted, ",".join(map(str, cut))
-
-
-_CONTEXT: dict[str, int] = {}
-
-
-def part_context(part: str) -> Flow[int]:
-    """Tokens one text may have on the part (its per-slot context less the special tokens)."""
-    if part not in _CONTEXT:
-        props, special = yield [Call("GET", "/props", None, part=part),
-                                Call("POST", "/tokenize", {"content": "", "add_special": True}, part=part)]
-        for answer in (props, special):
-            if isinstance(answer, Exception):
-                raise answer
-        n_ctx = int(props.get("default_generation_settings", {}).get("n_ctx") or 512)
-        specials = len(special["tokens"]) if isinstance(special, dict) else _SPECIAL_TOKENS
-        _CONTEXT[part] = n_ctx - max(specials, _SPECIAL_TOKENS)
-    return _CONTEXT[part]
+    truncated = [i - 1 for i in map(int, cut.split(",")) if i > 0] if cut else []
+    return Embedded([cosine(q, v) for v in vectors[1:]], truncated)
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
