@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..deciders import list_deciders, load_decider, remove_decider, tune_classify
@@ -43,13 +45,7 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
                            log=lambda msg: click.echo(msg, err=True))
     if report.warning:
         click.echo(f"warning: {report.warning}", err=True)
-    if as_json:
-        emit_json(report.to_json())
-        return
-    click.echo(report.table())
-    if report.decider is not None and not dry_run:
-        click.echo(f"registered decider {report.decider.ref} ({report.chosen}); "
-                   f"use it: tiankong classify --decider {report.name} TEXT")
+    render_tune(report, as_json, dry_run, f"tiankong classify --decider {report.name} TEXT")
 
 
 @tune.command("rerank")
@@ -67,13 +63,17 @@ def tune_rerank_cmd(data: str, name: str, folds: int, method: str | None, dry_ru
 
     report = tune_rerank(data, name=name, folds=folds, save=not dry_run, method=method,
                          log=lambda msg: click.echo(msg, err=True))
+    render_tune(report, as_json, dry_run, f"tiankong rerank --decider {report.name} QUERY -d …")
+
+
+def render_tune(report: Any, as_json: bool, dry_run: bool, usage: str) -> None:
+    """A tune report as JSON or its CV table, and how to use the registered decider."""
     if as_json:
         emit_json(report.to_json())
         return
     click.echo(report.table())
     if report.decider is not None and not dry_run:
-        click.echo(f"registered decider {report.decider.ref} ({report.chosen}); "
-                   f"use it: tiankong rerank --decider {report.name} QUERY -d …")
+        click.echo(f"registered decider {report.decider.ref} ({report.chosen}); use it: {usage}")
 
 
 @click.group()
