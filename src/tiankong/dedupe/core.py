@@ -1,0 +1,333 @@
+"""Dedupe as a sans-I/O flow: exact keys, MinHash LSH, the embedding part's cosine, an optional decider for the
+uncertain band; union-find clusters; a kept record per cluster by a rule.
+
+The stages run in order on what the earlier ones left: exact groups are found first (``keys.py``), near and semantic
+pairs are searched among one member per exact group only. A pair at or above a stage's threshold merges its two
+clusters; a pair in the stage's uncertain band (``low ≤ score < threshold``) is merged only when the decider
+(``decider=NAME``) says "same", otherwise it is left apart and reported as uncertain. The only calls the flow yields
+are the embedding part's (``part_vectors``) and the decider's; MinHash, the index and the clustering are computed
+in place, so the same flow serves the library, the CLI and ``POST /v1/tasks/dedupe``.
+
+Deterministic: fixed MinHash seed, a single-threaded index build, pairs sorted, clusters named by their first
+record (input order), ties of the kept rule broken by input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import ConfigError
+from ..structured.flow import Flow
+from .keys import KeyOptions
+from .near import near_pairs, shingle_size
+
+Stage = Literal["exact", "near", "semantic"]
+STAGES: tuple[Stage, ...] = ("exact", "near", "semantic")
+#: labels of a decider that mean "the two texts are the same item"
+SAME_LABELS = ("same", "duplicate", "yes", "true", "1")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One input record: its id, the text compared, and every field (for the kept rules)."""
+
+    id: str | int
+    text: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DedupeOptions:
+    """Thresholds and rules; the defaults are the CLI's and the HTTP body's."""
+
+    near: float = 0.7  # MinHash Jaccard estimate that merges
+    near_low: float | None = None  # near pairs in [near_low, near) are uncertain (None: no band)
+    semantic: float = 0.9  # cosine of the part's sentence vectors that merges
+    semantic_low: float | None = 0.8  # semantic pairs in [semantic_low, semantic) are uncertain
+    shingle: int | None = None  # characters per shingle (None: 3 for mostly-CJK text, else 5)
+    keep: str = "first"  # first | longest | most-complete | field:NAME
+    stages: tuple[Stage, ...] = STAGES
+    decider: str | None = None  # decides the uncertain band
+    part: str = ""  # the embedding part ('' : the catalog's)
+    keys: KeyOptions = KeyOptions()
+
+    def check(self) -> DedupeOptions:
+        for name in ("near", "semantic"):
+            value = getattr(self, name)
+            low = getattr(self, f"{name}_low")
+            if not 0.0 < value <= 1.0:
+                raise ConfigError(f"{name} threshold {value} is outside (0, 1]", hint=f"give --{name} a number "
+                                  "such as 0.8")
+            if low is not None and not 0.0 < low <= value:
+                raise ConfigError(f"{name}_low {low} must be above 0 and at most {name} ({value})",
+                                  hint="the uncertain band is [low, threshold)")
+        if self.shingle is not None and not 1 <= self.shingle <= 64:
+            raise ConfigError(f"shingle size {self.shingle} is outside 1..64", hint="use 3 to 9 characters")
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown or not self.stages:
+            raise ConfigError(f"unknown or no stages {unknown or '(none)'}", hint=f"choose from {', '.join(STAGES)}")
+        if self.keep not in ("first", "longest", "most-complete") and not (
+                self.keep.startswith("field:") and len(self.keep) > 6):
+            raise ConfigError(f"unknown keep rule {self.keep!r}", hint="use first, longest, most-complete or "
+                              "field:NAME (the record with the largest NAME is kept)")
+        return self
+
+
+DEFAULTS = DedupeOptions()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One pair that joined two records (or, ``merged=False``, one left apart as uncertain)."""
+
+    stage: Stage
+    other: str | int
+    score: float
+    merged: bool = True
+    decided_by: str | None = None  # the decider that decided this uncertain pair
+    p_same: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"stage": self.stage, "with": self.other, "score": self.score, "merged": self.merged}
+        if self.decided_by is not None:
+            data.update(decided_by=self.decided_by, p_same=self.p_same)
+        return data
+
+
+@dataclass
+class Assignment:
+    """A record's line of the output: its cluster, whether it is kept, and the pairs that put it there."""
+
+    id: str | int
+    cluster: str | int
+    kept: bool
+    evidence: list[Evidence]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "cluster": self.cluster, "kept": self.kept,
+                "evidence": [e.to_json() for e in self.evidence]}
+
+
+@dataclass
+class Dedupe:
+    """Every record's assignment (input order) and a report: counts per stage, and why a stage was skipped."""
+
+    records: list[Assignment]
+    report: dict[str, Any]
+
+    def clusters(self) -> list[dict[str, Any]]:
+        """``[{ids, kept, evidence}]``, one per cluster in order of its first record; evidence: merged pairs
+        and uncertain ones, each once."""
+        by: dict[str | int, dict[str, Any]] = {}
+        for a in self.records:
+            entry = by.setdefault(a.cluster, {"ids": [], "kept": None, "evidence": []})
+            entry["ids"].append(a.id)
+            if a.kept:
+                entry["kept"] = a.id
+        seen: set[tuple[str, ...]] = set()
+        for a in self.records:
+            for e in a.evidence:
+                key = (e.stage, *sorted((repr(a.id), repr(e.other))))
+                if key not in seen:
+                    seen.add(key)
+                    by[a.cluster]["evidence"].append({"a": a.id, **e.to_json(), "b": e.other})
+        for entry in by.values():
+            for item in entry["evidence"]:
+                item["ids"] = [item.pop("a"), item.pop("b")]
+                item.pop("with")
+        return list(by.values())
+
+    def kept_ids(self) -> list[str | int]:
+        return [a.id for a in self.records if a.kept]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"clusters": self.clusters(), "report": self.report}
+
+
+class _Forest:
+    """Union-find over record indices (path halving); the root of a set is its smallest index."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> bool:
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return False
+        self.parent[max(ra, rb)] = min(ra, rb)
+        return True
+
+
+def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None) -> Flow[Dedupe]:
+    """Clusters of duplicate ``records`` (ids unique) and the evidence for every merge; see the module."""
+    options = (options or DEFAULTS).check()
+    check_ids(records)
+    n = len(records)
+    forest = _Forest(n)
+    evidence: list[list[Evidence]] = [[] for _ in range(n)]
+    report: dict[str, Any] = {"records": n, "stages": {}, "notes": []}
+
+    def link(a: int, b: int, stage: Stage, score: float, merged: bool = True, decided_by: str | None = None,
+             p_same: float | None = None) -> bool:
+        joined = forest.union(a, b) if merged else forest.find(a) != forest.find(b)
+        if joined:
+            evidence[a].append(Evidence(stage, records[b].id, score, merged, decided_by, p_same))
+            evidence[b].append(Evidence(stage, records[a].id, score, merged, decided_by, p_same))
+        return joined
+
+    # exact: one group per normalised key; the later members joined to the first
+    first: dict[str, int] = {}
+    exact_merged = 0
+    for i, record in enumerate(records):
+        key = options.keys.key(record.text) if "exact" in options.stages else f"#{i}"
+        if key in first:
+            exact_merged += link(first[key], i, "exact", 1.0)
+        else:
+            first[key] = i
+    if "exact" in options.stages:
+        report["stages"]["exact"] = {"merged": exact_merged}
+    heads = sorted(first.values())  # one record per exact group: the later stages compare these
+    texts = [options.keys.normalise(records[i].text) for i in heads]
+    uncertain: list[tuple[int, int, Stage, float]] = []
+
+    def apply(stage: Stage, pairs: list[tuple[int, int, float]], hi: float, low: float | None) -> dict[str, Any]:
+        merged = found = band = 0
+        for a, b, score in pairs:
+            found += 1
+            if score >= hi:
+                merged += link(heads[a], heads[b], stage, score)
+            elif low is not None and score >= low:
+                band += 1
+                uncertain.append((heads[a], heads[b], stage, score))
+        return {"pairs": found, "merged": merged, "uncertain": band}
+
+    if "near" in options.stages:
+        k = options.shingle or shingle_size(texts)
+        low = options.near_low if options.near_low is not None else options.near
+        found = near_pairs(texts, low=low, k=k) if len(texts) > 1 else []
+        stats = apply("near", [(p.a, p.b, p.jaccard) for p in found], options.near, options.near_low)
+        report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": k, **stats}
+    if "semantic" in options.stages:
+        stats_or_note = yield from _semantic(texts, options)
+        if isinstance(stats_or_note, str):
+            report["stages"]["semantic"] = {"skipped": stats_or_note}
+            report["notes"].append(f"semantic stage skipped: {stats_or_note}")
+        else:
+            pairs, cut = stats_or_note
+            stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], options.semantic, options.semantic_low)
+            report["stages"]["semantic"] = {"threshold": options.semantic, "band": options.semantic_low, **stats}
+            if cut:
+                report["notes"].append(f"{len(cut.split(','))} texts were cut to the embedding part's context")
+    report["uncertain"] = yield from _decide(uncertain, records, options, link, report)
+    return _assign(records, forest, evidence, options.keep, report)
+
+
+def _semantic(texts: list[str], options: DedupeOptions) -> Flow[tuple[list[Any], str] | str]:
+    """The semantic pairs among ``texts`` and the cut note, or why the stage could not run."""
+    from ..models.catalog import EMBEDDING_MODEL
+    from ..structured.part_flows import part_vectors
+    from ..tasks.retrieval import part_reads
+    from .semantic import semantic_pairs
+
+    if len(texts) < 2:
+        return [], ""
+    part = options.part or EMBEDDING_MODEL
+    unread = part_reads(part, texts)
+    if unread:
+        return unread
+    vectors, cut = yield from part_vectors(list(texts), part)
+    if vectors is None:
+        return cut
+    low = options.semantic_low if options.semantic_low is not None else options.semantic
+    return semantic_pairs(vectors, low=low), cut
+
+
+def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Record], options: DedupeOptions,
+            link: Any, report: dict[str, Any]) -> Flow[dict[str, Any]]:
+    """The uncertain pairs merged when the decider says "same" (p ≥ 0.5), or left apart and counted."""
+    summary: dict[str, Any] = {"pairs": len(uncertain), "decided_same": 0, "decided_different": 0, "left": 0}
+    if not uncertain or options.decider is None:
+        for a, b, stage, score in uncertain:
+            summary["left"] += link(a, b, stage, score, merged=False)
+        return summary
+    from ..deciders.registry import load_decider
+    from ..deciders.runtime import scores_flow
+
+    decider = load_decider(options.decider)
+    same = next((i for i, label in enumerate(decider.labels) if label.lower() in SAME_LABELS), None)
+    if same is None:
+        raise ConfigError(f"decider {decider.ref} has labels {decider.labels}, none meaning 'same'",
+                          hint=f"tune one on pairs labelled with one of {', '.join(SAME_LABELS)}")
+    texts = [pair_text(records[a].text, records[b].text) for a, b, _, _ in uncertain]
+    rows = yield from scores_flow(decider, texts)
+    summary["decider"] = decider.ref
+    for (a, b, stage, score), row in zip(uncertain, rows, strict=True):
+        p = round(float(row[same]), 6)
+        if p >= 0.5:
+            summary["decided_same"] += link(a, b, stage, score, True, decider.ref, p)
+        else:
+            summary["decided_different"] += link(a, b, stage, score, False, decider.ref, p)
+    return summary
+
+
+def pair_text(a: str, b: str) -> str:
+    """How a pair is shown to a decider (and how `tune` should show its labelled pairs)."""
+    return f"A: {a}\nB: {b}"
+
+
+def check_ids(records: Sequence[Record]) -> None:
+    seen: dict[str | int, int] = {}
+    for index, record in enumerate(records):
+        if record.id in seen:
+            raise ConfigError(f"record {index + 1} has the id {record.id!r} of record {seen[record.id] + 1}",
+                              hint="ids must be unique: fix or renumber them")
+        seen[record.id] = index
+
+
+def _assign(records: Sequence[Record], forest: _Forest, evidence: list[list[Evidence]], keep: str,
+            report: dict[str, Any]) -> Dedupe:
+    members: dict[int, list[int]] = {}
+    for i in range(len(records)):
+        members.setdefault(forest.find(i), []).append(i)
+    kept = {root: _kept(records, group, keep) for root, group in members.items()}
+    out = []
+    for i, record in enumerate(records):
+        root = forest.find(i)
+        order = {"exact": 0, "near": 1, "semantic": 2}
+        ev = sorted(evidence[i], key=lambda e: (not e.merged, order[e.stage], -e.score, repr(e.other)))
+        out.append(Assignment(record.id, records[root].id, kept[root] == i, ev))
+    report["clusters"] = len(members)
+    report["duplicates"] = len(records) - len(members)
+    report["kept"] = keep
+    return Dedupe(out, report)
+
+
+def _kept(records: Sequence[Record], group: list[int], rule: str) -> int:
+    """The index of the kept record of a cluster (``group`` in input order); ties go to the first."""
+    if rule == "first":
+        return group[0]
+    if rule == "longest":
+        return max(group, key=lambda i: (len(records[i].text), -i))
+    if rule == "most-complete":
+        return max(group, key=lambda i: (sum(v not in (None, "", [], {}) for v in records[i].fields.values()),
+                                         len(records[i].text), -i))
+    name = rule.removeprefix("field:")
+
+    def value(i: int) -> tuple[int, Any, int]:
+        v = records[i].fields.get(name)
+        if v is None or v == "":
+            return (0, 0, -i)
+        return (2, v, -i) if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, str(v), -i)
+
+    try:
+        return max(group, key=value)
+    except TypeError:  # numbers and text mixed across kinds never compare: kinds are ranked first
+        return group[0]

@@ -1,0 +1,146 @@
+"""Dedupe of a file: records read from JSONL or CSV, the flow run, the output written atomically.
+
+Every input problem is one ``ConfigError`` naming the line and saying what to do: bytes that are not UTF-8, a line
+that is not a JSON object, a record without its id or text field, a repeated id. An empty file is a defined
+result (no records, an empty output). The output (one ``{"id", "cluster", "kept", "evidence"}`` line per record
+in input order, or with ``keep_ids`` only the kept ids, one per line) is written to a temporary file beside OUT,
+flushed to disk and renamed over OUT: a run killed at any point leaves OUT as it was, and since the clusters are
+deterministic a re-run writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..structured.drivers import run_sync
+from .core import DEFAULTS, Dedupe, DedupeOptions, Record, check_ids, dedupe_flow
+
+Request = Callable[[str, str, dict[str, Any] | None], Any]
+
+
+def no_chat_engine(method: str, path: str, body: dict[str, Any] | None) -> Any:
+    """The request function of a run without a chat engine (the embedding part's calls never come here)."""
+    raise ConfigError(f"this dedupe run asked a chat engine ({method} {path}), and none is given",
+                      hint="use a decider that needs no chat engine (tuned with the tfidf or probe-part method), or "
+                      "run through a Client")
+
+
+def dedupe_records(records: list[Record], options: DedupeOptions = DEFAULTS,
+                   request: Request = no_chat_engine) -> Dedupe:
+    """The library call: ``records`` clustered (``dedupe_flow`` run here; part calls go to the part's engine)."""
+    return run_sync(dedupe_flow(records, options), request)
+
+
+def read_records(path: str | Path, *, field: str = "text", id_field: str = "id") -> list[Record]:
+    """Records of a JSONL file (or CSV, by the ``.csv`` suffix) with an id and a text field."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", hint="check the --input path") from None
+    text = _utf8(raw, path)
+    rows = _csv_rows(text, path) if path.suffix.lower() == ".csv" else _jsonl_rows(text, path)
+    records = []
+    for line, row in rows:
+        where = f"{path.name} line {line}"
+        if id_field not in row or row[id_field] in (None, ""):
+            raise ConfigError(f"{where}: the record has no {id_field!r} field",
+                              hint="give every record a unique id (--id-field NAME reads another field)")
+        rid = row[id_field]
+        if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+            raise ConfigError(f"{where}: the id {rid!r} is not a string or an integer", hint="use text or integer ids")
+        if isinstance(rid, str) and ("\n" in rid or "\r" in rid):
+            raise ConfigError(f"{where}: the id {rid!r} holds a line break", hint="ids must fit on one line")
+        value = row.get(field)
+        if not isinstance(value, str):
+            problem = "has no" if value is None else "has a non-text"
+            raise ConfigError(f"{where}: the record {problem} {field!r} field",
+                              hint="every record needs the text to compare (--field NAME reads another field)")
+        records.append(Record(rid, value, row))
+    try:
+        check_ids(records)
+    except ConfigError as exc:
+        raise ConfigError(f"{path.name}: {exc.message}", hint=exc.hint) from None
+    return records
+
+
+def _utf8(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path.name} line {line} is not UTF-8 (byte 0x{raw[exc.start]:02x})",
+                          hint="convert the file first, e.g. iconv -f GBK -t UTF-8 IN > IN.utf8") from None
+
+
+def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line, content in enumerate(text.splitlines(), 1):
+        if not content.strip():
+            continue
+        try:
+            row = json.loads(content)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path.name} line {line} is not JSON ({exc.msg})",
+                              hint="one JSON object per line (JSONL), or a .csv file with a header") from None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path.name} line {line} is not a JSON object", hint='write {"id": …, "text": …}')
+        yield line, row
+
+
+def _csv_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    for row in reader:
+        if None in row:
+            raise ConfigError(f"{path.name} line {reader.line_num} has more cells than the header",
+                              hint="quote cells that hold commas")
+        yield reader.line_num, dict(row)
+
+
+def write_atomic(path: str | Path, lines: list[str]) -> None:
+    """``lines`` written to ``path`` all at once: a temporary file beside it, fsynced, renamed over it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.writelines(line + "\n" for line in lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def output_lines(result: Dedupe, *, keep_ids: bool = False) -> list[str]:
+    if keep_ids:
+        return [str(i) for i in result.kept_ids()]
+    return [json.dumps(a.to_json(), ensure_ascii=False, sort_keys=True) for a in result.records]
+
+
+def dedupe_file(input: str | Path, output: str | Path, *, field: str = "text", id_field: str = "id",
+                options: DedupeOptions = DEFAULTS, keep_ids: bool = False,
+                request: Request = no_chat_engine) -> dict[str, Any]:
+    """``tiankong dedupe``: IN's records clustered, OUT written atomically; returns the report."""
+    if Path(input).resolve() == Path(output).resolve():
+        raise ConfigError("--output is the --input file", hint="write the output to another path")
+    options.check()
+    records = read_records(input, field=field, id_field=id_field)
+    result = dedupe_records(records, options, request) if records else _empty()
+    write_atomic(output, output_lines(result, keep_ids=keep_ids))
+    report = dict(result.report)
+    report.update(input=str(input), output=str(output), keep_ids=keep_ids)
+    return report
+
+
+def _empty() -> Dedupe:
+    return Dedupe([], {"records": 0, "clusters": 0, "duplicates": 0, "stages": {}, "uncertain": {"pairs": 0},
+                       "notes": ["the input holds no records"]})
