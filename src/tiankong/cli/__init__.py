@@ -91,6 +91,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         'Memory plan: weights, KV cache, compute buffers and total for a llama-server configuration.'),
     "batch": ("batch_cmds", "batch",
         'Resumable batch jobs: every input exactly once in the output, even after a crash.'),
+    "dedupe": ("dedupe_cmds", "dedupe",
+        "Find exact, near and semantic duplicates in --input; write clusters (or the kept ids) to --output."),
     "eval": ("eval_cmds", "eval_group", 'Eval sets: run models greedily on fixed items, compare them, report.'),
     "bench": ("bench_cmds", "bench", 'Speed and capacity benchmarks (managed engine or any OpenAI-compatible URL).'),
     "lora": ("lora_cmds", "lora", 'LoRA adapters: registry, training, per-request selection (docs/lora.md).'),

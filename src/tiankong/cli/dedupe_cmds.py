@@ -1,0 +1,63 @@
+"""``tiankong dedupe``: exact, near and semantic duplicates of a JSONL/CSV file (``tiankong.dedupe.dedupe_file``)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import click
+
+from ..dedupe.core import DEFAULTS as _D  # the library's defaults are the options' (light: no numpy, no faiss)
+from . import emit_json
+
+
+@click.command()
+@click.option("--input", "input_path", required=True, help="JSONL (one object per line) or .csv with a header.")
+@click.option("--output", required=True, help="One {id, cluster, kept, evidence} line per input record "
+              "(written at once: temp file + rename).")
+@click.option("--field", default="text", show_default=True, help="The record field holding the text compared.")
+@click.option("--id-field", default="id", show_default=True, help="The record field holding the (unique) id.")
+@click.option("--near", type=float, default=_D.near, show_default=True,
+              help="MinHash Jaccard estimate at which two texts are near duplicates.")
+@click.option("--near-low", type=float, default=_D.near_low,
+              help="Near pairs in [near-low, near) are uncertain (default: no near band).")
+@click.option("--shingle", type=int, default=_D.shingle,
+              help="Characters per MinHash shingle (default: 3 for mostly-CJK text, else 5).")
+@click.option("--semantic", type=float, default=_D.semantic, show_default=True,
+              help="Cosine of the embedding part's sentence vectors at which two texts are duplicates.")
+@click.option("--semantic-low", type=float, default=_D.semantic_low, show_default=True,
+              help="Semantic pairs in [semantic-low, semantic) are uncertain.")
+@click.option("--stages", default=",".join(_D.stages), show_default=True,
+              help="Stages to run, comma-separated: exact, near, semantic.")
+@click.option("--keep", default=_D.keep, show_default=True,
+              help="The record kept per cluster: first, longest, most-complete or field:NAME (largest NAME).")
+@click.option("--decider", default=None, help="Decides the uncertain pairs (labels same/different; "
+              "`tiankong deciders list`); without it they stay apart and are reported.")
+@click.option("--keep-ids", is_flag=True, help="Write only the kept ids, one per line.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def dedupe(input_path: str, output: str, field: str, id_field: str, near: float, near_low: float | None,
+           shingle: int | None, semantic: float, semantic_low: float | None, stages: str, keep: str,
+           decider: str | None, keep_ids: bool, as_json: bool) -> None:
+    """Find exact, near and semantic duplicates in --input; write clusters (or the kept ids) to --output."""
+    from ..dedupe import DedupeOptions, dedupe_file
+    from ..dedupe.core import Stage
+
+    chosen = tuple(cast(Stage, s.strip()) for s in stages.split(",") if s.strip())
+    options = DedupeOptions(near=near, near_low=near_low, semantic=semantic, semantic_low=semantic_low,
+                            shingle=shingle, keep=keep, stages=chosen, decider=decider)
+    report = dedupe_file(input_path, output, field=field, id_field=id_field, options=options, keep_ids=keep_ids)
+    if as_json:
+        emit_json(report)
+        return
+    click.echo(f"{report['records']} records → {report['clusters']} clusters ({report['duplicates']} duplicates); "
+               f"{'kept ids' if keep_ids else 'clusters'} in {output}")
+    for stage, stats in report["stages"].items():
+        line = ", ".join(f"{k} {v}" for k, v in stats.items() if v is not None)
+        click.echo(f"  {stage}: {line}")
+    uncertain = report["uncertain"]
+    if uncertain.get("pairs"):
+        click.echo(f"  uncertain: {uncertain['pairs']} pairs" + (
+            f", decided by {uncertain['decider']}: {uncertain['decided_same']} same, "
+            f"{uncertain['decided_different']} different" if "decider" in uncertain else
+            " left apart (give --decider NAME to decide them)"))
+    for note in report["notes"]:
+        click.echo(f"  note: {note}")
