@@ -21,6 +21,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
 
 from ..deciders.registry import load_decider
+from ..dedupe.core import Dedupe, DedupeOptions, Record, dedupe_flow
 from ..errors import ConfigError
 from ..structured.flow import Flow, Structured
 from ..structured.tools import MAX_TOOLS, ToolCalls, call_flow, parse_tool_choice, parse_tools
@@ -199,6 +200,44 @@ class SqlArgs(TaskArgs):
                          "names); it is checked in SQLite.")
 
 
+#: most records one /v1/tasks/dedupe body may hold (larger sets: `tiankong dedupe` on a file)
+MAX_DEDUPE_RECORDS = 10_000
+
+
+class DedupeRecordArgs(BaseModel):
+    """One record of a dedupe body: its id and text; other fields are kept for the kept rules."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str | int = Field(description="Unique within the body.")
+    text: str = Field(max_length=100_000, description="The text compared.")
+
+
+class DedupeArgs(TaskArgs):
+    records: list[DedupeRecordArgs] = Field(max_length=MAX_DEDUPE_RECORDS, description="[{id, text, …}, …]; ids "
+                                            "unique.")
+    near: float = Field(0.7, gt=0.0, le=1.0, description="MinHash Jaccard estimate that merges two records.")
+    near_low: float | None = Field(None, gt=0.0, le=1.0, description="Near pairs in [near_low, near) are "
+                                   "uncertain.")
+    semantic: float = Field(0.9, gt=0.0, le=1.0, description="Cosine of the embedding part's vectors that merges.")
+    semantic_low: float | None = Field(0.8, gt=0.0, le=1.0, description="Semantic pairs in [semantic_low, "
+                                       "semantic) are uncertain.")
+    shingle: int | None = Field(None, ge=1, le=64, description="Characters per shingle (default: 3 for CJK, "
+                                "else 5).")
+    keep: str = Field("first", max_length=200, description="Kept record: first, longest, most-complete, "
+                      "field:NAME.")
+    stages: list[Literal["exact", "near", "semantic"]] = Field(["exact", "near", "semantic"], min_length=1,
+                                                               description="The stages that run.")
+    decider: str | None = Field(None, max_length=200, description="A decider (labels same/different) decides "
+                                "the uncertain pairs.")
+
+
+def _dedupe(a: DedupeArgs, model: str | None) -> Flow[Dedupe]:
+    records = [Record(r.id, r.text, r.model_dump()) for r in a.records]
+    options = DedupeOptions(near=a.near, near_low=a.near_low, semantic=a.semantic, semantic_low=a.semantic_low,
+                            shingle=a.shingle, keep=a.keep, stages=tuple(a.stages), decider=a.decider)
+    return dedupe_flow(records, options)
+
+
 def _call(a: CallArgs, model: str | None) -> Flow[ToolCalls]:
     tools = parse_tools(a.tools)
     mode, name = parse_tool_choice(a.tool_choice, tools)
@@ -329,6 +368,16 @@ CALL: TaskSpec[CallArgs, ToolCalls] = TaskSpec(
 SQL: TaskSpec[SqlArgs, SqlQuery] = TaskSpec(
     "sql", SqlArgs, _sql, "One read-only SELECT for a question, only the schema's tables and columns.",
     text="question")
+
+# Dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), declared
+# here in full; it is not yet in SPECS because registering a task also gives it a row in docs/tasks.md's parameter
+# tables, a CLI twin in cli/task_cmds.py's COMMANDS (its CLI reads a file: cli/dedupe_cmds.py) and an exported
+# result type in tiankong/__init__.py, which tests/test_task_registry.py holds every registered task to; those
+# files belong to other work in progress. Adding DEDUPE to the tuple below then serves POST /v1/tasks/dedupe,
+# its OpenAPI body and the 400 beyond MAX_DEDUPE_RECORDS with no other change.
+DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
+    "dedupe", DedupeArgs, _dedupe, "Clusters of exact, near and semantic duplicates, a kept record each, and the "
+    "evidence of every merge.", text="records")
 
 #: every registered task by name
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
