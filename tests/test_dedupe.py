@@ -1,0 +1,194 @@
+"""Dedupe (issue 42): planted exact, near and semantic duplicates are clustered by their stage and a distinct record is
+not; the uncertain band is reported, and decided by a decider when one is given; bad input gives one-line errors or a
+defined result; the CLI's --keep-ids; two runs (and a run killed with SIGKILL, then re-run) write the same bytes.
+Real embedding part engine (all-minilm-l6-v2), no mocks."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import TIANKONG, assert_one_line_error, run_cli
+from tiankong.deciders import load_examples, tune
+from tiankong.deciders.registry import save_decider
+from tiankong.dedupe import DedupeOptions, Record, dedupe_records, pair_text, read_records
+from tiankong.dedupe.files import no_chat_engine
+from tiankong.engine.parts import stop_parts
+from tiankong.errors import ConfigError
+from tiankong.structured.drivers import run_sync
+from tiankong.tasks.specs import DEDUPE, MAX_DEDUPE_RECORDS
+
+PLANTED = [
+    {"id": "a1", "text": "Refund request: my order #1234 arrived broken, please send a replacement."},
+    {"id": "a2", "text": "REFUND REQUEST -- My order #1234 arrived   broken; please send a replacement!!"},
+    {"id": "b1", "text": "The quarterly report shows revenue grew by twelve percent while costs stayed flat across "
+                         "all regions."},
+    {"id": "b2", "text": "Across all regions costs stayed flat while the quarterly report shows revenue grew by "
+                         "twelve percent."},
+    {"id": "c1", "text": "How do I reset my password?"},
+    {"id": "c2", "text": "How can I reset my password?"},
+    {"id": "u1", "text": "How do I cancel my subscription?"},
+    {"id": "u2", "text": "I want to stop my subscription, how?"},  # cosine ≈ 0.87: the uncertain band
+    {"id": "d1", "text": "The cat sat quietly on the warm windowsill watching birds."},
+    {"id": "e1", "text": "Our train to Berlin was delayed by two hours because of a signal failure."},
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def parts_stopped() -> Iterator[None]:
+    yield
+    stop_parts()
+
+
+def _records() -> list[Record]:
+    return [Record(r["id"], r["text"], r) for r in PLANTED]
+
+
+def _write(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _by_id(result: object) -> dict[str, dict[str, object]]:
+    return {a.id: a.to_json() for a in result.records}  # type: ignore[attr-defined]
+
+
+def test_planted_duplicates_are_clustered_by_their_stage_and_a_distinct_record_is_not() -> None:
+    result = dedupe_records(_records())
+    rows = _by_id(result)
+    cluster = {i: r["cluster"] for i, r in rows.items()}
+    stage = {i: [e["stage"] for e in r["evidence"] if e["merged"]] for i, r in rows.items()}
+    assert cluster["a2"] == cluster["a1"] and stage["a2"] == ["exact"]  # case, punctuation, spaces
+    assert cluster["b2"] == cluster["b1"] and stage["b2"] == ["near"]  # reordered copy
+    assert cluster["c2"] == cluster["c1"] and stage["c2"] == ["semantic"]  # paraphrase
+    assert len({cluster[i] for i in ("a1", "b1", "c1", "u1", "u2", "d1", "e1")}) == 7  # distinct ones stay apart
+    assert rows["d1"]["kept"] and rows["d1"]["evidence"] == []
+    assert [r["kept"] for r in rows.values()].count(True) == 7  # one kept per cluster
+    report = result.report
+    assert report["clusters"] == 7 and report["duplicates"] == 3
+    assert report["stages"]["exact"]["merged"] == 1 and report["stages"]["near"]["merged"] == 1
+    assert report["stages"]["semantic"]["merged"] == 1
+    # the uncertain band: reported, not merged, and said on both records
+    assert report["uncertain"]["pairs"] == 1 and report["uncertain"]["left"] == 1
+    (ev,) = rows["u1"]["evidence"]
+    assert ev["with"] == "u2" and ev["merged"] is False and ev["stage"] == "semantic" and 0.8 <= ev["score"] < 0.9
+
+
+def test_the_uncertain_band_goes_to_the_decider(tmp_path: Path) -> None:
+    same = [("How do I cancel my subscription?", "Cancel my subscription, how?"),
+            ("Stop my subscription please", "I want to end the subscription"),
+            ("How to cancel the plan?", "Ending my subscription plan"),
+            ("Unsubscribe me from the newsletter", "I want to stop the newsletter subscription")]
+    different = [("How do I cancel my subscription?", "Where is the train station?"),
+                 ("The weather is sunny", "My invoice total is wrong"),
+                 ("Open a new account", "The cat sat on the mat"),
+                 ("Ship it to Berlin", "When does the store open?")]
+    rows = [{"text": pair_text(a, b), "label": "same"} for _ in range(3) for a, b in same]
+    rows += [{"text": pair_text(a, b), "label": "different"} for _ in range(3) for a, b in different]
+    data = _write(tmp_path / "pairs.jsonl", rows)  # type: ignore[arg-type]
+    report = tune(load_examples(data), name="dedupe-pairs", methods_wanted=["tfidf"], run=None)
+    assert report.decider is not None
+    save_decider(report.decider)
+    result = dedupe_records(_records(), DedupeOptions(decider="dedupe-pairs"))
+    by = _by_id(result)
+    assert by["u1"]["cluster"] == by["u2"]["cluster"]
+    (ev,) = by["u2"]["evidence"]
+    assert ev["merged"] is True and ev["decided_by"].startswith("dedupe-pairs") and ev["p_same"] >= 0.5
+    assert result.report["uncertain"]["decided_same"] == 1 and result.report["uncertain"]["decider"]
+    assert by["d1"]["cluster"] == "d1"  # the decider sees only the band: distinct records stay apart
+
+
+def test_the_cli_writes_one_line_per_record_keep_ids_and_the_same_bytes_twice(tmp_path: Path) -> None:
+    src = _write(tmp_path / "in.jsonl", PLANTED)  # type: ignore[arg-type]
+    first, second, kept = tmp_path / "one.jsonl", tmp_path / "two.jsonl", tmp_path / "kept.txt"
+    proc = run_cli("dedupe", "--input", str(src), "--output", str(first), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["clusters"] == 7
+    lines = [json.loads(x) for x in first.read_text(encoding="utf-8").splitlines()]
+    assert [x["id"] for x in lines] == [r["id"] for r in PLANTED]
+    assert all(set(x) == {"id", "cluster", "kept", "evidence"} for x in lines)
+    assert run_cli("dedupe", "--input", str(src), "--output", str(second)).returncode == 0
+    assert first.read_bytes() == second.read_bytes()
+    proc = run_cli("dedupe", "--input", str(src), "--output", str(kept), "--keep-ids", "--keep", "longest")
+    assert proc.returncode == 0, proc.stderr
+    assert kept.read_text(encoding="utf-8").split() == ["a2", "b1", "c2", "u1", "u2", "d1", "e1"]
+
+
+def test_a_run_killed_with_sigkill_leaves_the_output_whole_and_a_rerun_writes_the_same(tmp_path: Path) -> None:
+    rows = [{"id": f"r{i}", "text": f"Ticket {i}: the printer on floor {i % 7} jams when printing page {i}."}
+            for i in range(3000)]
+    src = _write(tmp_path / "in.jsonl", rows)  # type: ignore[arg-type]
+    out, ref = tmp_path / "out.jsonl", tmp_path / "ref.jsonl"
+    assert run_cli("dedupe", "--input", str(src), "--output", str(ref), "--stages", "exact,near").returncode == 0
+    out.write_text("previous\n", encoding="utf-8")
+    proc = subprocess.Popen([TIANKONG, "dedupe", "--input", str(src), "--output", str(out), "--stages",
+                             "exact,near"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert out.read_bytes() in (b"previous\n", ref.read_bytes())  # never a half-written file
+    assert run_cli("dedupe", "--input", str(src), "--output", str(out), "--stages", "exact,near").returncode == 0
+    assert out.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize(("content", "needles"), [
+    (b'{"id": "1", "text": "a"}\n{"id": "2", "body": "b"}\n', ("line 2", "'text'", "--field")),
+    (b'{"id": "1", "text": "a"}\n{"id": "1", "text": "b"}\n', ("id", "unique")),
+    (b'{"id": "1", "text": "caf\xe9"}\n', ("line 1", "not utf-8", "iconv")),
+    (b'{"id": "1", "text": "a"}\nnot json\n', ("line 2", "not json")),
+    (b'{"text": "a"}\n', ("line 1", "'id'")),
+])
+def test_bad_input_is_one_clear_line(tmp_path: Path, content: bytes, needles: tuple[str, ...]) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(content)
+    out = tmp_path / "out.jsonl"
+    assert_one_line_error(run_cli("dedupe", "--input", str(src), "--output", str(out)), *needles)
+    assert not out.exists()
+
+
+def test_an_empty_file_and_a_single_record_have_defined_results(tmp_path: Path) -> None:
+    empty, out = tmp_path / "empty.jsonl", tmp_path / "out.jsonl"
+    empty.write_bytes(b"")
+    proc = run_cli("dedupe", "--input", str(empty), "--output", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["records"] == 0 and out.read_bytes() == b""
+    one = tmp_path / "one.csv"
+    one.write_text("id,text\n7,just one record\n", encoding="utf-8")
+    proc = run_cli("dedupe", "--input", str(one), "--output", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text(encoding="utf-8")) == {"id": "7", "cluster": "7", "kept": True, "evidence": []}
+
+
+def test_read_records_takes_another_text_field_and_csv(tmp_path: Path) -> None:
+    src = tmp_path / "in.csv"
+    src.write_text('id,body\n1,"Hello, world"\n2,hello world\n', encoding="utf-8")
+    records = read_records(src, field="body")
+    assert [r.text for r in records] == ["Hello, world", "hello world"]
+    assert dedupe_records(records, DedupeOptions(stages=("exact",))).kept_ids() == ["1"]
+
+
+def test_chinese_text_skips_the_english_only_semantic_stage_and_says_so() -> None:
+    records = [Record(1, "我的订单还没有发货，请尽快处理。"), Record(2, "我的订单还没有发货!请尽快处理"),
+               Record(3, "今天天气很好，我们去公园散步吧。")]
+    result = dedupe_records(records)
+    assert result.report["stages"]["near"]["shingle"] == 3
+    assert "skipped" in result.report["stages"]["semantic"] and result.report["notes"]
+    assert [a.cluster for a in result.records] == [1, 1, 3]
+
+
+def test_the_task_spec_answers_clusters_and_caps_the_records() -> None:
+    answer = DEDUPE.to_json(run_sync(DEDUPE.flow({"records": PLANTED[:6]}), no_chat_engine))
+    groups = {tuple(c["ids"]): c for c in answer["clusters"]}
+    assert set(groups) == {("a1", "a2"), ("b1", "b2"), ("c1", "c2")}
+    assert groups[("b1", "b2")]["kept"] == "b1" and groups[("b1", "b2")]["evidence"][0]["stage"] == "near"
+    with pytest.raises(ConfigError, match="at most 10000") as caught:
+        DEDUPE.parse({"records": [{"id": i, "text": "x"} for i in range(MAX_DEDUPE_RECORDS + 1)]})
+    assert caught.value.http_status == 400 and caught.value.param == "records"
+    with pytest.raises(ConfigError, match="unique"):
+        run_sync(DEDUPE.flow({"records": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]}), no_chat_engine)
