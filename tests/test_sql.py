@@ -4,9 +4,12 @@ end (library, CLI, HTTP)."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,8 +20,8 @@ from tiankong.engine import EngineProcess
 from tiankong.errors import ConfigError
 from tiankong.gateway import GatewayState
 from tiankong.models import TEST_MODEL
-from tiankong.tasks.sql import check_query, empty_copy, read_only, schema_from_db, schema_from_ddl
-from tiankong.tasks.sql_grammar import sql_grammar
+from tiankong.tasks.sql import DbSchema, check_query, empty_copy, read_only, schema_from_db, schema_from_ddl, sql_flow
+from tiankong.tasks.sql_grammar import Scope, scope_of, sql_grammar
 
 DDL = """
 CREATE TABLE artist (id INTEGER PRIMARY KEY, name TEXT);
@@ -45,6 +48,93 @@ def names_in_schema(sql: str, schema_ddl: str = DDL) -> None:
     schema = schema_from_ddl(schema_ddl)
     errors, tables, _ = check_query(sql, schema, empty_copy(schema))
     assert errors == [] and tables and set(tables) <= {"artist", "album"}
+
+
+# --- a GBNF acceptor (the subset our grammars use: literals, classes, groups, ? * + {m,n}) ---------------
+
+TOKEN = re.compile(r'\s+|"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z][A-Za-z0-9_-]*|\{\d+(?:,\d*)?\}|[()|?*+]')
+
+
+def gbnf(text: str) -> dict[str, Any]:
+    rules = {}
+    for name, body in re.findall(r"^([A-Za-z][A-Za-z0-9_-]*) ::= (.*?)(?=^[A-Za-z][A-Za-z0-9_-]* ::= |\Z)", text,
+                                 re.M | re.S):
+        tokens = [t for t in TOKEN.findall(body) if not t.isspace()]
+        rules[name], rest = _alternatives(tokens)
+        assert not rest, (name, rest)
+    return rules
+
+
+def _alternatives(tokens: list[str]) -> tuple[Any, list[str]]:
+    options = []
+    while True:
+        sequence: list[Any] = []
+        while tokens and tokens[0] not in "|)":
+            atom, tokens = _atom(tokens)
+            sequence.append(atom)
+        options.append(("seq", sequence))
+        if not tokens or tokens[0] == ")":
+            return ("alt", options), tokens
+        tokens = tokens[1:]
+
+
+def _atom(tokens: list[str]) -> tuple[Any, list[str]]:
+    head, tokens = tokens[0], tokens[1:]
+    if head == "(":
+        atom, tokens = _alternatives(tokens)
+        tokens = tokens[1:]
+    elif head.startswith('"'):
+        atom = ("lit", json.loads(head))
+    elif head.startswith("["):
+        inner = head[1:-1].encode().decode("unicode_escape")
+        negate = inner.startswith("^")
+        atom = ("cls", re.compile("[" + ("^" if negate else "") + re.escape(inner[negate:]).replace("\\-", "-") + "]"))
+    else:
+        atom = ("ref", head)
+    while tokens and (tokens[0] in "?*+" or tokens[0].startswith("{")):
+        low, high = {"?": (0, 1), "*": (0, 99), "+": (1, 99)}.get(tokens[0], (0, 0))
+        if tokens[0].startswith("{"):
+            bounds = tokens[0][1:-1].split(",")
+            low = int(bounds[0])
+            high = low if len(bounds) == 1 else int(bounds[1]) if bounds[1] else 99
+        atom, tokens = ("rep", atom, low, high), tokens[1:]
+    return atom, tokens
+
+
+def accepts(grammar: str, text: str) -> bool:
+    rules = gbnf(grammar)
+
+    @cache
+    def ends(node: Any, at: int) -> frozenset[int]:
+        kind = node[0]
+        if kind == "lit":
+            return frozenset({at + len(node[1])}) if text.startswith(node[1], at) else frozenset()
+        if kind == "cls":
+            return frozenset({at + 1}) if at < len(text) and node[1].fullmatch(text[at]) else frozenset()
+        if kind == "ref":
+            return ends(rules[node[1]], at)
+        if kind == "alt":
+            return frozenset().union(*(ends(option, at) for option in node[1]))
+        if kind == "seq":
+            here = frozenset({at})
+            for part in node[1]:
+                here = frozenset().union(*(ends(part, p) for p in here))
+            return here
+        _, inner, low, high = node
+        out, here = set(), frozenset({at})
+        for count in range(high + 1):
+            if count >= low:
+                out |= here
+            here = frozenset().union(*(ends(inner, p) for p in here)) if here else here
+        return frozenset(out)
+
+    def freeze(node: Any) -> Any:
+        if node[0] in ("alt", "seq"):
+            return (node[0], tuple(freeze(n) for n in node[1]))
+        return ("rep", freeze(node[1]), node[2], node[3]) if node[0] == "rep" else node
+
+    rules = {name: freeze(node) for name, node in rules.items()}
+    return len(text) in ends(("ref", "root"), 0)
 
 
 # --- no engine -------------------------------------------------------------------------------------------
@@ -85,6 +175,64 @@ def test_queries_are_checked_name_by_name_and_by_explain() -> None:
     for sql in ("SELECT no_such_function(album.title) FROM album", "SELECT album.title FROM album WHERE count(*) > 1"):
         errors = check_query(sql, schema, con)[0]
         assert len(errors) == 1 and errors[0].startswith("SQLite:"), (sql, errors)
+    # valid for the grammar, names all in the schema: SQLite's EXPLAIN alone refuses them
+    grammar = sql_grammar(schema)
+    for sql in ("SELECT album.title FROM album WHERE COUNT(*) > 1", "SELECT SUM(COUNT(*)) FROM album",
+                "SELECT id FROM album AS T1 JOIN artist AS T2 ON T1.artist_id = T2.id"):  # ambiguous: EXPLAIN says
+        assert accepts(grammar, sql), sql
+        errors = check_query(sql, schema, con)[0]
+        assert len(errors) == 1 and errors[0].startswith("SQLite:"), (sql, errors)
+
+
+ALIASED = ("SELECT T2.title FROM artist AS T1 JOIN album AS T2 ON T1.id = T2.artist_id WHERE T1.name = 'AC/DC'",
+           "SELECT a.title, ar.name FROM album a LEFT JOIN artist ar ON a.artist_id = ar.id ORDER BY a.year DESC "
+           "LIMIT 2")
+QUALIFIED = ("SELECT album.title FROM album JOIN artist ON album.artist_id = artist.id WHERE artist.name = 'AC/DC'",
+             "SELECT artist.name, COUNT(album.id) FROM artist JOIN album ON album.artist_id = artist.id "
+             "GROUP BY artist.name HAVING COUNT(*) > 1")
+SQLITE = ("SELECT COUNT(*) FROM album WHERE strftime('%Y', date('now', '-1 month')) > '1900' AND year BETWEEN 1950 "
+          "AND 2000", "SELECT ROUND(AVG(year), 1), MIN(LOWER(title)), MAX(UPPER(title)) FROM album",
+          "SELECT CASE WHEN year < 1980 THEN 'old' ELSE 'new' END, COALESCE(title, '') FROM album WHERE title LIKE "
+          "'%Black%' OR artist_id IN (1, 2)",
+          "SELECT title FROM album WHERE julianday('now') - julianday(CAST(year AS TEXT) || '-01-01') > 0 AND "
+          "artist_id IN (SELECT id FROM artist WHERE name = 'AC/DC')")
+
+
+def test_the_grammar_writes_aliases_qualified_columns_and_sqlites_functions_which_validate_and_run(db: Path) -> None:
+    schema = schema_from_ddl(DDL)
+    grammar = sql_grammar(schema)
+    with read_only(db) as con:
+        for sql in (*ALIASED, *QUALIFIED, *SQLITE):
+            assert accepts(grammar, sql), sql
+            errors, tables, _ = check_query(sql, schema, con)
+            assert errors == [] and set(tables) <= {"album", "artist"}, (sql, errors)
+            assert con.execute(sql).fetchall(), sql
+        assert con.execute(ALIASED[0]).fetchall() == [("Back in Black",), ("Highway to Hell",)] or \
+            sorted(con.execute(ALIASED[0]).fetchall()) == [("Back in Black",), ("Highway to Hell",)]
+    for sql in ("SELECT album.name FROM album", "SELECT genre FROM album", "SELECT * FROM albums",
+                "DELETE FROM album", "SELECT title FROM album; DROP TABLE album", "SELECT albums.title FROM album"):
+        assert not accepts(grammar, sql), sql  # names not in the schema, writes: not writable
+
+
+def test_a_bare_column_of_a_table_not_in_from_is_refused_then_cannot_be_written() -> None:
+    schema = schema_from_ddl(DDL)
+    con = empty_copy(schema)
+    wrong = "SELECT COUNT(artist_id) FROM artist"  # artist_id is a column of album, not of artist
+    assert accepts(sql_grammar(schema), wrong)  # the open grammar cannot know the FROM clause yet …
+    assert "in none of the tables" in check_query(wrong, schema, con)[0][0]  # … the check refuses it
+    scope = scope_of(wrong, schema)
+    assert scope == Scope((("artist", "", ""),), ("artist",))
+    held = sql_grammar(schema, scope)  # … and the retry's grammar cannot write it
+    assert not accepts(held, wrong) and accepts(held, "SELECT COUNT(id) FROM artist")
+    assert not accepts(held, "SELECT COUNT(id) FROM album")  # the FROM clause is the first answer's
+    # an alias stands for its table: T1.name is writable in the open grammar, refused, then not writable
+    aliased = "SELECT T1.name FROM album AS T1 JOIN artist AS T2 ON T1.artist_id = T2.id"
+    assert accepts(sql_grammar(schema), aliased) and "has no column 'name'" in check_query(aliased, schema, con)[0][0]
+    held = sql_grammar(schema, scope_of(aliased, schema))
+    assert not accepts(held, aliased)
+    assert accepts(held, aliased.replace("T1.name", "T2.name")) and accepts(held, aliased.replace("T1.name", "title"))
+    assert not accepts(held, "SELECT genre FROM album AS T1 JOIN artist AS T2 ON T1.artist_id = T2.id")
+    assert scope_of("SELECT x FROM albums", schema) is None and scope_of("SELECT (", schema) is None
 
 
 def test_the_database_connection_cannot_write(db: Path) -> None:
@@ -114,6 +262,68 @@ def test_sql_over_a_database_file_runs_read_only(client: Client, db: Path) -> No
     assert set(result.tables) <= {"artist", "album"} and result.attempts >= 1
     with read_only(db) as con:  # nothing was changed
         assert con.execute("SELECT COUNT(*) FROM album").fetchone() == (4,)
+
+
+def test_the_engine_compiles_both_grammars_and_an_alias_query_it_writes_validates_and_runs(
+        client: Client, db: Path) -> None:
+    schema = schema_from_db(db)
+    messages = [{"role": "system", "content": "Write one SQLite query.\n" + schema.prompt()},
+                {"role": "user", "content": "List the titles of the albums by AC/DC."}]
+    scope = Scope((("album", "T1", ""), ("artist", "T2", "JOIN")), ("album", "artist"))
+    for grammar in (sql_grammar(schema), sql_grammar(schema, scope)):
+        sql = client.chat(messages, grammar=grammar, max_tokens=120).text.strip()
+        assert accepts(grammar, sql) or not sql.endswith(("'", ")")) and sql, sql  # cut at max_tokens at worst
+    sql = client.chat(messages, grammar=sql_grammar(schema, scope), max_tokens=200).text.strip()
+    assert sql.startswith("SELECT ") and " FROM album AS T1 JOIN artist AS T2 ON " in sql, sql
+    with read_only(db) as con:
+        errors, tables, _ = check_query(sql, schema, con)
+        if not errors:  # names are the grammar's; a 135M model may still misuse an aggregate (EXPLAIN's part)
+            assert tables == ["album", "artist"] and isinstance(con.execute(sql).fetchall(), list)
+
+
+def run_flow(flow: Any, url: str, first: str) -> Any:
+    """Drive a task flow against llama-server, with ``first`` as the engine's first answer (a query a model
+    writes: the retry after it is what is tested); every later call goes to the real engine."""
+    calls, answers = next(flow), []
+    with httpx.Client(base_url=url, timeout=300) as http:
+        while True:
+            answers = []
+            for call in calls:
+                if first:
+                    answers.append({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+                        "role": "assistant", "content": first}}], "usage": {"prompt_tokens": 1,
+                                                                            "completion_tokens": 1}})
+                    first = ""
+                    continue
+                answers.append(http.request(call.method, call.path, json=call.body).json())
+            try:
+                calls = flow.send(answers)
+            except StopIteration as done:
+                return done.value
+
+
+def test_a_first_answer_out_of_scope_is_retried_under_its_from_clause(smol_engine: EngineProcess, db: Path) -> None:
+    schema: DbSchema = schema_from_db(db)
+    sent: list[Any] = []
+    flow = sql_flow("How many artists are there?", schema, db_path=db)
+
+    def watched() -> Any:
+        calls = next(flow)
+        while True:
+            sent.extend(calls)
+            try:
+                calls = flow.send((yield calls))
+            except StopIteration as done:
+                return done.value
+
+    result = run_flow(watched(), smol_engine.url, "SELECT COUNT(artist_id) FROM artist")
+    assert result.attempts == 2 and len(sent) == 2
+    retry_grammar = sent[1].body["grammar"]
+    assert retry_grammar == sql_grammar(schema, Scope((("artist", "", ""),), ("artist",)))
+    assert '"artist_id"' not in retry_grammar and "COUNT(artist_id)" in json.dumps(sent[1].body["messages"])
+    assert "artist_id" not in result.sql and result.tables == ["artist"] and accepts(retry_grammar, result.sql)
+    with read_only(db) as con:
+        assert check_query(result.sql, schema, con)[0] == [] and con.execute(result.sql).fetchall()
 
 
 def test_sql_over_ddl_text_and_another_dialect(client: Client) -> None:

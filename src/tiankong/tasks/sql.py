@@ -3,10 +3,12 @@
 The database schema comes from DDL text (``CREATE TABLE …``, parsed by sqlglot) or a SQLite file (read through a
 read-only connection). From it a GBNF grammar of a read-only SQL subset is built (``sql_grammar.py``) whose
 identifiers are exactly the schema's: a bare column is one of the columns of the schema, a qualified one
-``table.column`` only a column of that table — a hallucinated table or column cannot be written. The answer is
-then parsed by sqlglot, every column checked against the tables the query names, and ``EXPLAIN``-ed by SQLite
-(on the file, read-only, or on an empty copy of the DDL's tables in memory); a failure is retried once with the
-error, then refused. With a database file the query can be run, read-only, with a row limit.
+``table.column`` only a column of that table, tables may be aliased (``FROM track AS T1``) — a hallucinated table
+or column cannot be written. The answer is then parsed by sqlglot, every column checked against the tables the
+query names (an alias resolved to its table), and ``EXPLAIN``-ed by SQLite (on the file, read-only, or on an
+empty copy of the DDL's tables in memory). A failure is retried with the error under a grammar held to the first
+answer's FROM clause (its tables and aliases: ``sql_grammar.Scope``; why in two steps: ``sql_grammar``'s text),
+then refused. With a database file the query can be run, read-only, with a row limit.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RetriesExhausted
 from ..structured.flow import Constraint, Flow, Structured, constrained_flow
+from ..structured.prompts import repair_message
 from .classify import require_text
 from .generate import ANTI_LOOP
-from .sql_grammar import QUERY_TOKENS, sql_grammar
+from .sql_grammar import QUERY_TOKENS, Scope, scope_of, sql_grammar
 
 MAX_TABLES = 200
 MAX_COLUMNS = 1000  # per table (SQLite's own default limit is 2000)
@@ -244,12 +247,39 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
     return errors, sorted(tables), sorted(columns)
 
 
-def sql_constraint(schema: DbSchema, db: sqlite3.Connection) -> Constraint:
+def sql_constraint(schema: DbSchema, db: sqlite3.Connection, scope: Scope | None = None) -> Constraint:
     def check(text: Any) -> list[str]:
         return check_query(str(text), schema, db)[0]
 
-    return Constraint({"grammar": sql_grammar(schema)}, lambda text: text.strip().rstrip(";").strip(), check,
-                      QUERY_TOKENS)
+    return Constraint({"grammar": sql_grammar(schema, scope)}, lambda text: text.strip().rstrip(";").strip(),
+                      check, QUERY_TOKENS)
+
+
+def scoped_flow(messages: list[dict[str, Any]], schema: DbSchema, db: sqlite3.Connection, *, model: str | None,
+                max_attempts: int) -> Flow[Structured[Any]]:
+    """The first answer under the open grammar; when it fails its checks, the retries (with the errors) under the
+    grammar held to its FROM clause — or the open one when its FROM clause cannot be read."""
+    options: dict[str, Any] = {"model": model, "max_tokens": QUERY_TOKENS, "fast_forward": False,
+                               "options": ANTI_LOOP, "grow": True}  # QUERY_TOKENS is our own estimate
+    try:
+        return (yield from constrained_flow(messages, sql_constraint(schema, db), max_attempts=1, **options))
+    except RetriesExhausted as exc:
+        if max_attempts < 2 or not exc.last_raw:
+            raise
+        first, tried = exc.last_raw.strip().rstrip(";").strip(), exc.attempts
+        scope = scope_of(first, schema)
+        sample = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
+        convo = [*messages, {"role": "assistant", "content": exc.last_raw}, repair_message(list(exc.errors), sample)]
+        try:
+            result = yield from constrained_flow(convo, sql_constraint(schema, db, scope),
+                                                 max_attempts=max_attempts - 1, **options)
+        except RetriesExhausted as again:
+            raise RetriesExhausted(again.message.replace(f"after {again.attempts} attempts",
+                                                      f"after {tried + again.attempts} attempts"),
+                                   attempts=tried + again.attempts, last_raw=again.last_raw, errors=again.errors,
+                                   usage=again.usage) from None
+        result.attempts += tried
+        return result
 
 
 def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = None, dialect: str = "sqlite",
@@ -267,9 +297,7 @@ def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = No
     with contextlib.ExitStack() as stack:
         db = stack.enter_context(read_only(db_path)) if db_path is not None else \
             stack.enter_context(contextlib.closing(empty_copy(schema)))
-        result = yield from constrained_flow(messages, sql_constraint(schema, db), model=model,
-                                             max_tokens=QUERY_TOKENS, max_attempts=max_attempts, fast_forward=False,
-                                             options=ANTI_LOOP, grow=True)  # QUERY_TOKENS is our own estimate
+        result = yield from scoped_flow(messages, schema, db, model=model, max_attempts=max_attempts)
         sql = str(result.data)
         _, tables, columns = check_query(sql, schema, db)
         rows = run_query(db, sql, max_rows) if execute else None

@@ -1,18 +1,40 @@
-"""The GBNF grammar of the read-only SQL subset ``sql`` answers in, with the schema's names written in.
+"""The GBNF grammars of the read-only SQL subset ``sql`` answers in, with the schema's names written in.
 
-SELECT [DISTINCT] items FROM table [[LEFT] JOIN table ON a = b]… [WHERE cond] [GROUP BY values] [HAVING cond]
-[ORDER BY value [ASC|DESC], …] [LIMIT n]; values are columns, literals, aggregates (COUNT/SUM/AVG/MIN/MAX, with
-DISTINCT), a few scalar functions, arithmetic and parentheses; conditions compare, LIKE, IN (a list or a
-sub-query), BETWEEN, IS [NOT] NULL, with AND/OR/NOT. Every repetition is bounded (8 items, 5 joins, 6 predicates
-per condition, 4 terms per value…): a small model that repeats itself reaches the end of the grammar, not the
-token cap. Tables are not aliased: a qualified column is
-``table.column`` and the grammar allows, after each table's name, only that table's columns. Written by hand
-because no library emits a grammar for llama.cpp from a database schema; sqlglot checks the result.
+SELECT [DISTINCT] items FROM table [[AS] alias] [[LEFT|INNER] JOIN table [[AS] alias] ON cond]… [WHERE cond]
+[GROUP BY values [HAVING cond]] [ORDER BY value [ASC|DESC], …] [LIMIT n [OFFSET n]]. Values are columns,
+literals, aggregates (COUNT/SUM/AVG/MIN/MAX/GROUP_CONCAT, with DISTINCT), SQLite's common scalar functions
+(ROUND, LOWER/UPPER, LENGTH, ABS, TRIM, SUBSTR, REPLACE, INSTR, COALESCE/IFNULL/NULLIF, CAST) and its date
+functions (strftime, date, time, datetime, julianday, unixepoch with modifiers such as ``'-1 month'``), CASE,
+arithmetic, ``||`` and parentheses; conditions compare, LIKE, IN (a list or a sub-query), BETWEEN, IS [NOT]
+NULL, [NOT] EXISTS, with AND/OR/NOT. Every repetition is bounded (8 items, 4 joins, 6 predicates per condition,
+4 terms per value…): a small model that repeats itself reaches the end of the grammar, not the token cap.
+
+Names. A table is one of the schema's; ``table.column`` only a column of that table. A table alias is short
+(1–3 characters: ``T1``, ``t``, ``ar``), the way models write them. Which table an alias stands for, and which
+tables a bare column may come from, depend on the FROM clause — and in SQL the FROM clause comes *after* the
+select list, so a context-free grammar (GBNF) cannot hold that scope without one copy of the whole expression
+grammar per possible FROM clause (tables × aliases × joins: exponential). So scope is enforced in two steps:
+
+1. ``sql_grammar(schema)``: the open grammar. A bare column is any column of the schema; ``alias.column`` any
+   column of the schema. The answer is then checked (sqlglot resolves each alias to its table, every column
+   against the tables the query names; SQLite ``EXPLAIN``s it).
+2. When that check fails, the FROM clause the model chose is read with sqlglot (``Scope``) and the retry is
+   generated under ``sql_grammar(schema, scope)``: the outer FROM clause is forced to the same tables, aliases
+   and join kinds; ``alias.column`` only a column of the table the alias stands for; a bare column only a column
+   of the tables the first answer names; sub-queries only those tables. A column of a table that is not in the
+   query cannot be written there. (A query that passed step 1's check already keeps to its scope, so generating
+   FROM first every time would only double the cost.)
+
+(llama.cpp ends a rule at a line break outside parentheses: a rule that goes on to the next line is wrapped.)
+Written by hand because no library emits a grammar for llama.cpp from a database schema; sqlglot checks the
+result.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,30 +43,63 @@ if TYPE_CHECKING:
 #: the most tokens a query may take (the grammar ends it; this bounds a run-away sub-query chain)
 QUERY_TOKENS = 320
 
+#: a table alias the grammar lets a model write: 1-3 characters (``T1``, ``t``, ``ar``)
+ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,2}")
+
+
+def _either(*names: str) -> str:
+    """A function name in upper or lower case (models write both; SQLite reads both)."""
+    return "(" + " | ".join(f'"{n}" | "{n.lower()}"' for n in names) + ")"
+
+
 RULES = r"""
-root ::= query
-query ::= "SELECT " ("DISTINCT ")? items " FROM " tbl (" " join){0,4} where? group? order? limit?
 items ::= "*" | item (", " item){0,7}
-item ::= value (" AS " alias)?
-alias ::= [a-z] [a-z0-9_]{0,30}
-join ::= ("LEFT ")? "JOIN " tbl " ON " col " = " col
+item ::= value (" AS " outname)?
+outname ::= [a-z] [a-z0-9_]{0,30}
 where ::= " WHERE " cond
 group ::= " GROUP BY " value (", " value){0,3} (" HAVING " cond)?
 order ::= " ORDER BY " value (" ASC" | " DESC")? (", " value (" ASC" | " DESC")?){0,2}
-limit ::= " LIMIT " [1-9] [0-9]{0,3}
+limit ::= " LIMIT " [1-9] [0-9]{0,3} (" OFFSET " [0-9]{1,4})?
 cond ::= pred ((" AND " | " OR ") pred){0,5}
-pred ::= ("NOT ")? (value cmp value | value " IS " ("NOT ")? "NULL" | value (" NOT")? " LIKE " str
-       | value (" NOT")? " IN (" (query | lit (", " lit){0,11}) ")" | value " BETWEEN " lit " AND " lit | "(" cond ")")
-cmp ::= " = " | " != " | " < " | " <= " | " > " | " >= "
+pred ::= ("NOT ")? (value cmp value | value " IS " ("NOT ")? "NULL" | value (" NOT")? " LIKE " value
+       | value (" NOT")? " IN (" (query | lit (", " lit){0,11}) ")" | value (" NOT")? " BETWEEN " value " AND " value
+       | "EXISTS (" query ")" | "(" cond ")")
+cmp ::= " = " | " != " | " <> " | " < " | " <= " | " > " | " >= "
 value ::= term (arith term){0,3}
-arith ::= " + " | " - " | " * " | " / "
-term ::= agg | fn "(" value ")" | col | lit | "(" value ")" | "(" query ")"
-agg ::= "COUNT(*)" | ("COUNT" | "SUM" | "AVG" | "MIN" | "MAX") "(" ("DISTINCT ")? value ")"
-fn ::= "LOWER" | "UPPER" | "LENGTH" | "ABS" | "ROUND" | "TRIM"
-lit ::= num | str
+arith ::= " + " | " - " | " * " | " / " | " % " | " || "
+term ::= agg | call | case | col | lit | "(" value ")" | "(" query ")"
+agg ::= "COUNT(*)" | AGG "(" ("DISTINCT ")? value ")" | GROUPCONCAT "(" value (", " str)? ")"
+call ::= (ONE "(" value ")" | ROUND "(" value (", " [0-9])? ")" | SUBSTR "(" value ", " value (", " value)? ")"
+       | REPLACE "(" value ", " value ", " value ")" | TWO "(" value ", " value ")"
+       | MANY "(" value (", " value){1,3} ")" | CAST "(" value " AS " ("INTEGER" | "REAL" | "TEXT" | "NUMERIC") ")"
+       | STRFTIME "(" str ", " value (", " str){0,3} ")" | DATEFN "(" value (", " str){0,3} ")")
+case ::= ("CASE" ((" WHEN " cond " THEN " value){1,4} | " " value (" WHEN " lit " THEN " value){1,4})
+         (" ELSE " value)? " END")
+lit ::= num | str | "NULL" | "CURRENT_DATE" | "CURRENT_TIMESTAMP"
 num ::= "-"? [0-9]{1,12} ("." [0-9]{1,6})?
 str ::= "'" ([^'\\\n] | "''"){0,80} "'"
+""" + f"""AGG ::= {_either("COUNT", "SUM", "AVG", "MIN", "MAX", "TOTAL")}
+GROUPCONCAT ::= {_either("GROUP_CONCAT")}
+ONE ::= {_either("LOWER", "UPPER", "LENGTH", "ABS", "TRIM", "LTRIM", "RTRIM", "TYPEOF")}
+ROUND ::= {_either("ROUND")}
+SUBSTR ::= {_either("SUBSTR")}
+REPLACE ::= {_either("REPLACE")}
+TWO ::= {_either("INSTR", "NULLIF")}
+MANY ::= {_either("COALESCE", "IFNULL")}
+CAST ::= {_either("CAST")}
+STRFTIME ::= {_either("STRFTIME")}
+DATEFN ::= {_either("DATE", "TIME", "DATETIME", "JULIANDAY", "UNIXEPOCH")}
 """
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The outer FROM clause of a first answer and every table that answer names (sub-queries included).
+
+    ``sources``: (table, alias or "", join kind: "" for the first table, "JOIN" or "LEFT JOIN" after it)."""
+
+    sources: tuple[tuple[str, str, str], ...]
+    tables: tuple[str, ...]
 
 
 def _literal(text: str) -> str:
@@ -52,12 +107,72 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def sql_grammar(schema: DbSchema) -> str:
+def _columns(schema: DbSchema, prefix: str, table: str) -> str:
     from .sql import quote  # noqa: PLC0415 (sql imports this module)
 
-    tables = " | ".join(_literal(quote(t.name)) for t in schema.tables)
-    bare = sorted({quote(c) for t in schema.tables for c in t.columns})
-    qualified = " | ".join(f"{_literal(quote(t.name) + '.')} ({' | '.join(_literal(quote(c)) for c in t.columns)})"
-                           for t in schema.tables)
-    return (RULES.strip() + f"\ntbl ::= {tables}\ncol ::= qcol | bcol\nqcol ::= {qualified}\n"
-            f"bcol ::= {' | '.join(_literal(c) for c in bare)}\n")
+    found = schema.table(table)
+    assert found is not None
+    return f"{_literal(prefix + '.')} ({' | '.join(_literal(quote(c)) for c in found.columns)})"
+
+
+def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
+    """The open grammar (``scope`` None), or the grammar of a retry held to ``scope`` (see the module's text)."""
+    from .sql import quote  # noqa: PLC0415 (sql imports this module)
+
+    names = [t.name for t in schema.tables] if scope is None else list(scope.tables)
+    tables = " | ".join(_literal(quote(t)) for t in names)
+    bare = sorted({quote(c) for t in names for c in schema.table(t).columns})  # type: ignore[union-attr]
+    qualified = [_columns(schema, quote(t), t) for t in names]
+    body = '"SELECT " ("DISTINCT ")? items " FROM " '
+    tail = " where? group? order? limit?"
+    if scope is None:
+        every = " | ".join(_literal(c) for c in bare)
+        head = (f"root ::= query\nquery ::= {body}tref (join){{0,4}}{tail}\n"
+                f'tref ::= tbl ((" AS " | " ") talias)?\n'
+                f'join ::= (" LEFT" | " INNER")? " JOIN " tref " ON " cond\n'
+                f'talias ::= [A-Za-z] [A-Za-z0-9_]{{0,2}}\nacol ::= talias "." ({every})\n')
+        col = "qcol | acol | bcol"
+    else:
+        parts = []
+        for table, alias, kind in scope.sources:
+            named = quote(table) + (f" AS {alias}" if alias else "")
+            parts.append(_literal((f" {kind} " if kind else "") + named) + (' " ON " cond' if kind else ""))
+        bound = [_columns(schema, alias, table) for table, alias, _ in scope.sources if alias]
+        head = (f"root ::= {body}{' '.join(parts)}{tail}\n"
+                f'query ::= {body}tbl (("" | " LEFT" | " INNER") " JOIN " tbl " ON " cond){{0,2}}{tail}\n'
+                + (f"acol ::= {' | '.join(bound)}\n" if bound else ""))
+        col = "qcol | acol | bcol" if bound else "qcol | bcol"
+    return (head + RULES.strip() + f"\ntbl ::= {tables}\ncol ::= {col}\n"
+            f"qcol ::= {' | '.join(qualified)}\nbcol ::= {' | '.join(_literal(c) for c in bare)}\n")
+
+
+def scope_of(sql: str, schema: DbSchema) -> Scope | None:
+    """The scope of a first answer (``Scope``): None when it does not parse, is not one plain SELECT over the
+    schema's tables, or uses an alias the grammar cannot write."""
+    import sqlglot  # noqa: PLC0415 (loaded by the sql task only)
+    from sqlglot import exp  # noqa: PLC0415
+
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.SqlglotError:
+        return None
+    if not isinstance(tree, exp.Select):
+        return None
+    first = tree.args.get("from") or tree.args.get("from_")
+    if first is None or not isinstance(first.this, exp.Table):
+        return None
+    sources: list[tuple[str, str, str]] = []
+    for node, kind in [(first.this, ""), *((j.this, "LEFT JOIN" if j.side.upper() == "LEFT" else "JOIN")
+                                          for j in tree.args.get("joins") or [])]:
+        table = schema.table(node.name) if isinstance(node, exp.Table) else None
+        if table is None or (node.alias and not ALIAS.fullmatch(node.alias)):
+            return None
+        sources.append((table.name, node.alias, kind))
+    named = []
+    for node in tree.find_all(exp.Table):
+        table = schema.table(node.name)
+        if table is None:
+            return None
+        if table.name not in named:
+            named.append(table.name)
+    return Scope(tuple(sources), tuple(named))
