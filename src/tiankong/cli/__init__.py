@@ -94,6 +94,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "dedupe": ("dedupe_cmds", "dedupe",
         "Find exact, near and semantic duplicates in --input; write clusters (or the kept ids) to --output."),
     "eval": ("eval_cmds", "eval_group", 'Eval sets: run models greedily on fixed items, compare them, report.'),
+    "cascade": ("cascade_cmds", "cascade",
+        "Confidence cascade: measure when a small model's answer is enough and when to escalate."),
     "bench": ("bench_cmds", "bench", 'Speed and capacity benchmarks (managed engine or any OpenAI-compatible URL).'),
     "lora": ("lora_cmds", "lora", 'LoRA adapters: registry, training, per-request selection (docs/lora.md).'),
     "tune": ("decider_cmds", "tune",

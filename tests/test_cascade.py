@@ -1,0 +1,182 @@
+"""Confidence cascade: the curve, the random baseline and the threshold choice on hand-made score tables (pure, no
+engine), bad input through the CLI (refused before any engine starts), and `tiankong cascade eval` end to end with
+the real engine (SmolLM2 as both small and large: the plumbing, and the flat curve that gives)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import TIANKONG
+from tiankong.cascade import Score, build_curve, load_records, random_accuracy
+from tiankong.cascade.report import markdown_table, plot
+from tiankong.errors import ConfigError
+from tiankong.models import TEST_MODEL
+
+
+def table(rows: list[tuple[float, int, int]]) -> list[Score]:
+    return [Score(c, bool(s), bool(g)) for c, s, g in rows]
+
+
+#: the small model is right when confident and wrong when not; the large model is right on 9 of 10
+CONFIDENT = table([(0.95, 1, 1), (0.92, 1, 1), (0.90, 1, 0), (0.85, 1, 1), (0.80, 1, 1), (0.70, 1, 1),
+                   (0.60, 0, 1), (0.55, 0, 1), (0.52, 0, 1), (0.51, 0, 1)])
+
+
+def test_the_curve_runs_from_nothing_to_everything_escalated() -> None:
+    curve = build_curve(CONFIDENT)
+    assert curve.always_small == pytest.approx(0.6) and curve.always_large == pytest.approx(0.9)
+    assert [p.escalated for p in curve.points] == pytest.approx([i / 10 for i in range(11)])
+    assert [p.accuracy for p in curve.points] == pytest.approx([0.6, 0.7, 0.8, 0.9, 1.0, 1.0, 1.0, 1.0, 0.9, 0.9,
+                                                                0.9])
+    thresholds = [p.threshold for p in curve.points]
+    assert thresholds == sorted(thresholds) and thresholds[0] == 0.0
+    # every threshold splits the table exactly as its point says: escalate when confidence < threshold
+    for point in curve.points:
+        assert sum(s.confidence < point.threshold for s in CONFIDENT) / 10 == pytest.approx(point.escalated)
+
+
+def test_the_threshold_is_the_fewest_escalations_reaching_the_target() -> None:
+    curve = build_curve(CONFIDENT, target=0.95)  # 0.95 * 0.9 = 0.855: the 3rd escalation reaches 0.9
+    assert curve.chosen.escalated == pytest.approx(0.3) and curve.chosen.accuracy == pytest.approx(0.9)
+    assert 0.55 < curve.chosen.threshold <= 0.60  # between the last escalated and the first kept confidence
+    assert build_curve(CONFIDENT, target=0.85).chosen.escalated == pytest.approx(0.2)  # 0.765: two suffice
+    assert build_curve(CONFIDENT, target=1.0).chosen.escalated == pytest.approx(0.3)
+
+
+def test_the_chosen_threshold_follows_the_scores() -> None:
+    before = build_curve(CONFIDENT).chosen
+    # the same answers, but the small model's mistakes are now its most confident answers
+    shuffled = table([(0.95, 0, 1), (0.92, 0, 1), (0.90, 1, 0), (0.85, 0, 1), (0.80, 0, 1), (0.70, 1, 1),
+                      (0.60, 1, 1), (0.55, 1, 1), (0.52, 1, 1), (0.51, 1, 1)])
+    after = build_curve(shuffled)
+    assert after.always_small == pytest.approx(0.6) and after.always_large == pytest.approx(0.9)
+    assert after.chosen.threshold != before.threshold
+    assert after.chosen.escalated == pytest.approx(1.0)  # only escalating everything reaches 0.855
+    assert not after.above_random and build_curve(CONFIDENT).above_random
+    # a large model no better than the small one: nothing is escalated
+    assert build_curve(table([(0.9, 1, 1), (0.4, 0, 0), (0.3, 1, 0)])).chosen.escalated == 0.0
+
+
+def test_ties_escalate_together() -> None:
+    curve = build_curve(table([(0.5, 0, 1), (0.5, 1, 1), (0.5, 0, 1), (0.9, 1, 1)]))
+    assert [p.escalated for p in curve.points] == [0.0, 0.75, 1.0]
+    assert [p.accuracy for p in curve.points] == [0.5, 1.0, 1.0]
+    flat = build_curve(table([(0.7, 1, 1), (0.7, 0, 0)]))
+    assert [p.escalated for p in flat.points] == [0.0, 1.0] and not flat.above_random  # no intermediate rate
+
+
+def test_random_escalation_is_the_exact_expectation_over_every_subset() -> None:
+    scores = table([(0.9, 1, 0), (0.8, 0, 1), (0.7, 1, 1), (0.6, 0, 1), (0.5, 0, 0), (0.4, 1, 1)])
+    small, large = 3 / 6, 4 / 6
+    for k in range(7):
+        runs = [sum(s.large_correct if i in chosen else s.small_correct for i, s in enumerate(scores)) / 6
+                for chosen in map(set, itertools.combinations(range(6), k))]
+        assert sum(runs) / len(runs) == pytest.approx(random_accuracy(k / 6, small, large))
+    curve = build_curve(scores)
+    assert [r for r, _ in curve.random] == [p.escalated for p in curve.points]
+    assert [a for _, a in curve.random] == pytest.approx([(1 - p.escalated) * small + p.escalated * large
+                                                          for p in curve.points])
+    assert curve.to_json()["random"][0] == {"escalated": 0.0, "accuracy": pytest.approx(small)}
+    with pytest.raises(ConfigError):
+        random_accuracy(1.5, small, large)
+
+
+def test_bad_tables_and_targets_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="no scored items"):
+        build_curve([])
+    for target in (0.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match="target"):
+            build_curve(CONFIDENT, target=target)
+    with pytest.raises(ConfigError, match="confidence"):
+        build_curve(table([(1.2, 1, 1)]))
+
+
+def test_table_and_plot(tmp_path: Path) -> None:
+    curve = build_curve(CONFIDENT)
+    text = markdown_table(curve)
+    assert text.splitlines()[0].startswith("| threshold | escalated | accuracy | random escalation")
+    assert "**30.0%**" in text and len(text.splitlines()) == 2 + 11
+    out = plot(curve, tmp_path / "curve.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ConfigError, match="png"):
+        plot(curve, tmp_path / "curve.svg")
+
+
+def write(path: Path, lines: list[object]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+def test_records_are_checked_line_by_line(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.jsonl", [{"text": "a", "label": "x"}, "", {"text": "b", "label": "y"}])
+    records, labels = load_records(good)
+    assert [r.label for r in records] == ["x", "y"] and labels == ["x", "y"]
+    assert load_records(good, ["y", "x", "z"])[1] == ["y", "x", "z"]
+    cases = {"empty": ([], "has no records"), "nolabel": ([{"text": "a", "label": "x"}, {"text": "b"}],
+                                                          "line 2 has no label"),
+             "notext": ([{"label": "x"}], "line 1 has no text"), "notjson": (["{oops"], "line 1 is not JSON"),
+             "one": ([{"text": "a", "label": "x"}], "only the label 'x'")}
+    for name, (lines, message) in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            load_records(write(tmp_path / f"{name}.jsonl", lines))
+    with pytest.raises(ConfigError, match="label 'y' is not one of --labels x,z"):
+        load_records(good, ["x", "z"])
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TIANKONG, "cascade", "eval", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_bad_input_is_one_line_before_any_engine(tmp_path: Path) -> None:
+    empty = write(tmp_path / "empty.jsonl", [])
+    unlabelled = write(tmp_path / "unlabelled.jsonl", [{"text": "hello", "label": "a"}, {"text": "bye"}])
+    outside = write(tmp_path / "outside.jsonl", [{"text": "hello", "label": "a"}, {"text": "bye", "label": "c"}])
+    for args, message in (([str(empty)], "has no records"), ([str(unlabelled)], "line 2 has no label"),
+                          ([str(outside), "--labels", "a,b"], "label 'c' is not one of --labels a,b"),
+                          ([str(tmp_path / "missing.jsonl")], "cannot read"),
+                          ([str(outside), "--target", "1.5"], "target 1.5 must be in (0, 1]")):
+        proc = cli("--data", *args, "--small", TEST_MODEL, "--large", TEST_MODEL)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.startswith("error: ") and message in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = cli("--data", str(outside), "--small", TEST_MODEL, "--large", TEST_MODEL, "--task", "extract")
+    assert proc.returncode == 2 and "extract" in proc.stderr
+
+
+SPAM = [{"text": "WINNER!! You have won a free cruise. Call 09061701461 now to claim your prize", "label": "spam"},
+        {"text": "URGENT! Your mobile number won £2000 cash. Text CLAIM to 80062 today", "label": "spam"},
+        {"text": "Free ringtones! Reply STOP to end, txt WIN to 87121 for your free entry", "label": "spam"},
+        {"text": "Are we still meeting for lunch tomorrow at noon?", "label": "not spam"},
+        {"text": "I'll be home late tonight, can you feed the cat", "label": "not spam"},
+        {"text": "Thanks for the birthday wishes, see you at the weekend", "label": "not spam"}]
+
+
+def test_cascade_eval_end_to_end(tmp_path: Path) -> None:
+    data = write(tmp_path / "sms.jsonl", SPAM)
+    png, md = tmp_path / "curve.png", tmp_path / "curve.md"
+    proc = cli("--data", str(data), "--small", TEST_MODEL, "--large", TEST_MODEL, "--labels", "spam,not spam",
+               "--json", "--plot", str(png), "--markdown", str(md), "--items")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert {"curve", "always_small", "always_large", "chosen"} <= set(result)
+    assert result["curve"] and all(set(p) == {"threshold", "escalated", "accuracy"} for p in result["curve"])
+    assert set(result["always_small"]) == {"accuracy"} and set(result["always_large"]) == {"accuracy"}
+    assert set(result["chosen"]) == {"threshold", "escalated", "accuracy"}
+    assert result["curve"][0]["escalated"] == 0.0 and result["curve"][-1]["escalated"] == 1.0
+    assert len(result["random"]) == len(result["curve"]) and result["n"] == 6
+    # the same model twice: it runs once, the curve is flat and nothing is worth escalating
+    assert proc.stderr.count("classify on 6 records") == 1 and "same model" in proc.stderr
+    assert result["always_small"] == result["always_large"]
+    assert {p["accuracy"] for p in result["curve"]} == {result["always_small"]["accuracy"]}
+    assert result["chosen"]["escalated"] == 0.0 and result["route"]["threshold"] == result["chosen"]["threshold"]
+    items = result["items"]
+    assert [i["label"] for i in items] == [r["label"] for r in SPAM]
+    assert all(i["small"] in ("spam", "not spam") and 0.0 < i["small_confidence"] <= 1.0 for i in items)
+    # the table and the curve agree with the answers
+    right = sum(i["small"] == i["label"] for i in items) / 6
+    assert result["always_small"]["accuracy"] == pytest.approx(right)
+    assert png.read_bytes()[:4] == b"\x89PNG" and "| threshold | escalated |" in md.read_text()
