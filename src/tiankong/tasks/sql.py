@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RetriesExhausted
+from ..errors import ConfigError, RetriesExhausted, TruncatedOutput
 from ..structured.flow import Constraint, Flow, Structured, constrained_flow
 from ..structured.prompts import repair_message
 from .classify import require_text
@@ -258,18 +258,22 @@ def sql_constraint(schema: DbSchema, db: sqlite3.Connection, scope: Scope | None
 def scoped_flow(messages: list[dict[str, Any]], schema: DbSchema, db: sqlite3.Connection, *, model: str | None,
                 max_attempts: int) -> Flow[Structured[Any]]:
     """The first answer under the open grammar; when it fails its checks, the retries (with the errors) under the
-    grammar held to its FROM clause — or the open one when its FROM clause cannot be read."""
+    grammar held to its FROM clause — or the open one when its FROM clause cannot be read. A query longer than
+    ``QUERY_TOKENS`` is a run-away (a chain of nested calls or sub-queries, which also slows the grammar down at
+    every token): it is retried, not given a larger budget."""
     options: dict[str, Any] = {"model": model, "max_tokens": QUERY_TOKENS, "fast_forward": False,
-                               "options": ANTI_LOOP, "grow": True}  # QUERY_TOKENS is our own estimate
+                               "options": ANTI_LOOP, "grow": False}
     try:
         return (yield from constrained_flow(messages, sql_constraint(schema, db), max_attempts=1, **options))
-    except RetriesExhausted as exc:
+    except (RetriesExhausted, TruncatedOutput) as exc:
         if max_attempts < 2 or not exc.last_raw:
             raise
         first, tried = exc.last_raw.strip().rstrip(";").strip(), exc.attempts
         scope = scope_of(first, schema)
+        errors = list(exc.errors) if isinstance(exc, RetriesExhausted) else [
+            f"the query was cut off at {QUERY_TOKENS} tokens; write a shorter one"]
         sample = next((str(m.get("content", "")) for m in messages if m.get("role") == "user"), "")
-        convo = [*messages, {"role": "assistant", "content": exc.last_raw}, repair_message(list(exc.errors), sample)]
+        convo = [*messages, {"role": "assistant", "content": exc.last_raw}, repair_message(errors, sample)]
         try:
             result = yield from constrained_flow(convo, sql_constraint(schema, db, scope),
                                                  max_attempts=max_attempts - 1, **options)
