@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from conftest import run_cli, serve_app
+from helpers.cloud_like import serve_handler
 from tiankong import AsyncClient, Client
 from tiankong.client._shared import RETRIES, retry_delay, server_info
 from tiankong.engine import EngineProcess
@@ -129,15 +130,8 @@ def http_server(answer: Any) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_handler(Handler) as url:
+        yield url
 
 
 CLASSIFIED = {"label": "billing", "labels": ["billing", "bug"], "scores": {"billing": 0.9, "bug": 0.1}, "margin": 0.8}
