@@ -27,6 +27,10 @@ from tiankong.models import DEFAULT_MODEL, TEST_MODEL, model_path
 settings.register_profile("tiankong", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tiankong")
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "unit: the unit tier (tests/unit/: no engine, a scripted transport)")
+
 HERE = Path(__file__).parent
 FAKE_SERVER = HERE / "helpers" / "fake_server.py"
 TIANKONG = str(Path(sys.executable).parent / "tiankong")
