@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.scripted import ScriptedEngine, chat_reply, chat_stream, completion
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from helpers.scripted import ScriptedEngine, chat_reply, chat_stream, completion
 from tiankong import Client
 from tiankong.batch.store import OutputWriter
 from tiankong.errors import RetriesExhausted
