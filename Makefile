@@ -12,7 +12,7 @@ TEST_MODEL    := smollm2-135m-instruct:q4_1
 EMBED_MODEL   := all-minilm-l6-v2:f16
 PYTEST_ARGS ?=
 
-.PHONY: serve test setup engine models lint typecheck bench clean docs
+.PHONY: serve test test-unit mutants setup engine models lint typecheck bench clean docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,18 @@ models: $(STAMP)
 serve: setup
 	$(BIN)/tiankong serve
 
+# the whole suite (real engine and models), then the mutation check
 test: setup $(EXTRAS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python tools/mutants.py
+
+# the unit tier alone: sans-I/O flows against a scripted transport, no engine, no model (seconds)
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+
+# each guarantee that matters most removed from a copy of src/: the tests named for it must fail (docs/testing.md)
+mutants: $(STAMP)
+	$(BIN)/python tools/mutants.py
 
 docs: $(STAMP)
 	$(BIN)/python -m tiankong.tasks.doc_tables docs/tasks.md
