@@ -16,6 +16,7 @@ import pytest
 import uvicorn
 from hypothesis import HealthCheck, settings
 
+from helpers.logs import LogWindow
 from tiankong import paths
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess, locate_engine
 from tiankong.gateway import GatewayState, create_app
@@ -68,14 +69,48 @@ def default_model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def smol_engine(engine_binary: EngineBinary, smol_path: Path) -> Iterator[EngineProcess]:
-    """One SmolLM2 engine shared by read-only tests (2 slots, 4096 ctx)."""
+def smol_engine(engine_binary: EngineBinary, smol_path: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
+    """One SmolLM2 engine shared by read-only tests (2 slots, 4096 ctx). Its log is in a logs dir of its own
+    (the other entries of the cache dir linked), so no other engine's start-up prunes it while tests read it."""
     engine = EngineProcess(EngineConfig(model=smol_path, ctx=4096, slots=2, alias=TEST_MODEL), engine_binary)
-    engine.start()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIANKONG_CACHE_DIR", str(cache_with_own_logs(tmp_path_factory.mktemp("smol-cache"))))
+        engine.start()
     try:
         yield engine
     finally:
         engine.stop()
+
+
+def cache_with_own_logs(root: Path) -> Path:
+    """A cache dir whose entries link to the user's (engine builds, downloads) but whose ``logs`` is its own."""
+    installed = paths.cache_dir()
+    for entry in installed.iterdir() if installed.exists() else ():
+        if entry.name != "logs":
+            (root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    (root / "logs").mkdir()
+    return root
+
+
+@pytest.fixture
+def smol_log(smol_engine: EngineProcess) -> LogWindow:
+    """What the shared SmolLM2 engine logs during this test only (``.text()``): never another test's lines."""
+    return LogWindow(smol_engine)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Each real-engine test gets its own slice of the shared engine's log, shown with its failure."""
+    engine = getattr(item, "funcargs", {}).get("smol_engine")
+    window = LogWindow(engine) if isinstance(engine, EngineProcess) else None
+    outcome = yield
+    if window is not None and outcome.excinfo is not None:
+        try:
+            text = window.text()
+        except AssertionError as exc:
+            text = str(exc)
+        item.add_report_section("call", "smol_engine log (this test)", "\n".join(text.splitlines()[-80:]))
 
 
 def free_port() -> int:
