@@ -212,3 +212,11 @@ def test_an_answer_that_never_validates_exhausts_its_retries(engine: ScriptedEng
     assert err.value.attempts == 2 and len(engine.bodies("/v1/chat/completions")) == 2
 
 
+
+
+def test_every_registered_task_has_a_flow_test_here() -> None:
+    from tiankong.tasks.specs import SPECS
+
+    here = {name for name in globals() if name.startswith("test_")}
+    missing = [task for task in SPECS if not any(name.startswith(f"test_{task}_") for name in here)]
+    assert not missing, f"tasks without a unit test of their flow in {__file__}: {missing}"
