@@ -62,7 +62,8 @@ def test_every_question_gets_its_kind_of_answer_in_order(together: Answers) -> N
 
 #: llama.cpp on a CPU is not batch-invariant: the same prompt read in one batch, or from the cache plus a
 #: smaller batch, moves a label's probability by up to ~0.03 (measured, SmolLM2 and Qwen2.5-0.5B). Asking one
-#: question alone twice, cold and then warm, differs as much; ask adds nothing beyond that spread.
+#: question alone twice, cold and then warm, differs as much; ask adds nothing beyond that spread. The bound is
+#: that spread with a margin (~1.7x); re-measure with `PYTHONPATH=src python tools/ask_spread.py` (docs/testing.md).
 BATCH_NOISE = 0.05
 
 
