@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tiankong.deciders.data import Examples
-from tiankong.deciders.tuning import _score, expected_calibration_error, tune
+from tiankong.deciders.tuning import _score, choose, expected_calibration_error, tune
 
 #: four out-of-fold answers over two labels; confidences 0.9, 0.8, 0.7, 0.6, predictions 0, 0, 1, 0
 PROBS = np.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
@@ -64,4 +64,5 @@ def test_separable_examples_score_perfectly_in_every_fold() -> None:
                   folds=4)
     full = [r for r in report.rows if r.size == max(x.size for x in report.rows)]
     assert full[0].accuracy == 1.0 and report.chosen == "tfidf"
-    assert report.decider is not None and report.decider.cv["chosen"]["accuracy"] == 1.0
+    assert report.decider is not None and report.decider.cv["chosen"] == full[0].to_json()
+    assert (report.chosen, report.rule) == choose(report.best_rows(), 16)
