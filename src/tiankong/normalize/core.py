@@ -215,7 +215,7 @@ class Normalizer:
         if kind == "unit":
             return D.unit_derivable(value, raw, spec.unit)
         if kind == "address":
-            return isinstance(value, dict) and any(value.values()) and D.text_derivable(value, raw)
+            return isinstance(value, dict) and any(value.values()) and D.address_derivable(value, raw)
         return isinstance(value, str) and bool(value.strip()) and D.text_derivable(value, raw)
 
     def _validate(self, out: Normalized, raw: dict[str, Any]) -> None:

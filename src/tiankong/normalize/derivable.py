@@ -20,7 +20,7 @@ import unicodedata
 from decimal import Decimal
 from typing import Any
 
-from .rules import CURRENCY_WORDS, UNITS, clean, parse_number
+from .rules import COUNTRIES, CURRENCY_WORDS, UNITS, clean, parse_number
 
 _ZH_DIGIT = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
              "九": 9}
@@ -120,7 +120,8 @@ def phone_derivable(value: str, raw: str, region: str | None) -> bool:
     if at < 0:
         return False
     code = str(number.country_code)
-    return digits[:at].endswith(code) or (region is not None and
+    before = digits[:at]
+    return before.endswith(code) or before.endswith(code + "0") or (region is not None and
                                          phonenumbers.country_code_for_region(region) == number.country_code)
 
 
@@ -187,3 +188,17 @@ def text_derivable(value: Any, raw: str) -> bool:
         elif not re.search(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", plain):
             return False
     return True
+
+
+def address_derivable(value: Any, raw: str) -> bool:
+    """Every level is in ``raw``; the country may also be the canonical name of a spelling in ``raw`` (US → USA)."""
+    if not isinstance(value, dict):
+        return False
+    rest = dict(value)
+    country = rest.pop("country", "")
+    plain = clean(raw).casefold()
+    if country and not text_derivable(country, raw) and not any(
+            code == country and re.search(rf"(?<![^\W_]){re.escape(spelling)}(?![^\W_])", plain)
+            for spelling, code in COUNTRIES.items()):
+        return False
+    return text_derivable(rest, raw)

@@ -287,7 +287,7 @@ US_STATES = {
     "ME", "MD", "MA", "MI", "MN", "MS", "MO", "MT", "NE", "NV", "NH", "NJ", "NM", "NY", "NC", "ND", "OH", "OK",
     "OR", "PA", "RI", "SC", "SD", "TN", "TX", "UT", "VT", "VA", "WA", "WV", "WI", "WY", "DC", "PR", "GU", "VI",
     "AS", "MP"}
-_COUNTRIES = {"usa": "USA", "us": "USA", "u.s.a.": "USA", "u.s.": "USA", "united states": "USA",
+COUNTRIES = {"usa": "USA", "us": "USA", "u.s.a.": "USA", "u.s.": "USA", "united states": "USA",
               "united states of america": "USA", "uk": "UK", "united kingdom": "UK", "canada": "Canada"}
 
 
@@ -316,8 +316,8 @@ def _zh_address(text: str) -> Resolved | None:
 def _en_address(text: str) -> Resolved | None:
     pieces = [p.strip() for p in text.split(",") if p.strip()]
     country = ""
-    if pieces and pieces[-1].lower() in _COUNTRIES:
-        country = _COUNTRIES[pieces.pop().lower()]
+    if pieces and pieces[-1].lower() in COUNTRIES:
+        country = COUNTRIES[pieces.pop().lower()]
     if not pieces:
         return None
     state_zip = re.fullmatch(r"([A-Za-z]{2})(?:\s+(\d{5}(?:-\d{4})?))?", pieces[-1])
@@ -327,7 +327,7 @@ def _en_address(text: str) -> Resolved | None:
     city = pieces.pop()
     street = ", ".join(pieces)
     return Resolved({"street": street, "city": _title(city), "state": state_zip[1].upper(),
-                     "postcode": state_zip[2] or "", "country": country or "USA"}, "address:en-us")
+                     "postcode": state_zip[2] or "", "country": country}, "address:en-us")
 
 
 # --- names -------------------------------------------------------------------------------------------------------
