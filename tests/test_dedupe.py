@@ -5,6 +5,7 @@ Real embedding part engine (all-minilm-l6-v2), no mocks."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -15,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import TIANKONG, assert_one_line_error, run_cli
+from tiankong import AsyncClient, Client
 from tiankong.deciders import load_examples, tune
 from tiankong.deciders.registry import save_decider
-from tiankong.dedupe import DedupeOptions, Record, dedupe_records, pair_text, read_records
+from tiankong.dedupe import Dedupe, DedupeOptions, Record, dedupe_records, pair_text, read_records
 from tiankong.dedupe.files import no_chat_engine
+from tiankong.engine import EngineProcess
 from tiankong.engine.parts import stop_parts
 from tiankong.errors import ConfigError
 from tiankong.structured.drivers import run_sync
@@ -192,3 +195,24 @@ def test_the_task_spec_answers_clusters_and_caps_the_records() -> None:
     assert caught.value.http_status == 400 and caught.value.param == "records"
     with pytest.raises(ConfigError, match="unique"):
         run_sync(DEDUPE.flow({"records": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]}), no_chat_engine)
+
+
+def test_client_and_async_client_dedupe_small_inputs(smol_engine: EngineProcess) -> None:
+    """``Client.dedupe`` / ``AsyncClient.dedupe`` over dicts: the same clusters as the library; over the cap, an
+    error naming the file path to take instead; a record without its text field, one line."""
+    options = DedupeOptions(stages=("exact", "near"))
+    with Client(smol_engine.url) as client:
+        result = client.dedupe(PLANTED, options=options)
+        with pytest.raises(ConfigError, match="dedupe_file"):
+            client.dedupe([{"id": i, "text": "x"} for i in range(MAX_DEDUPE_RECORDS + 1)])
+        with pytest.raises(ConfigError, match="no text field 'body'"):
+            client.dedupe(PLANTED, field="body")
+    library = dedupe_records(_records(), options)
+    assert [a.to_json() for a in result.records] == [a.to_json() for a in library.records]
+    assert {tuple(c["ids"]) for c in result.clusters() if len(c["ids"]) > 1} == {("a1", "a2"), ("b1", "b2")}
+
+    async def run() -> Dedupe:
+        async with AsyncClient(smol_engine.url) as client:
+            return await client.dedupe(PLANTED, options=options)
+
+    assert [a.to_json() for a in asyncio.run(run()).records] == [a.to_json() for a in library.records]

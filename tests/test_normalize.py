@@ -217,7 +217,7 @@ def test_model_resolves_only_what_is_derivable(qwen: Any) -> None:
     assert report["model"]["calls"] == 2 and report["model"]["accepted"] == 1
 
 
-def test_model_cli_path_file(qwen: Any, tmp_path: Path) -> None:
+def test_normalize_file_with_a_client(qwen: Any, tmp_path: Path) -> None:
     """``normalize_file`` with a Client's extract: the output file has one line per record, in order."""
     (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in [
         {"id": 1, "when": "2021年3月5日"}, {"id": 2, "when": "5th of March, 2021"}]) + "\n", encoding="utf-8")
@@ -228,3 +228,24 @@ def test_model_cli_path_file(qwen: Any, tmp_path: Path) -> None:
     for line in lines:  # whatever made the change, the value is the canonical date
         assert line["record"]["when"] == "2021-03-05" or line["flags"]
     assert report["records"] == 2
+
+
+def test_client_and_async_client_normalize(qwen: Any) -> None:
+    """``Client.normalize`` (rules only: no model call) and ``AsyncClient.normalize`` (a date no rule reads goes to
+    the model on the client's engine, awaited on the caller's loop)."""
+    import asyncio
+
+    from tiankong import AsyncClient
+
+    done = qwen.normalize([{"id": 1, "phone": "+86 138 0013 8000", "when": "sometime"}], SCHEMA, rules_only=True)
+    (only,) = done.records
+    assert only.record["phone"] == "+8613800138000" and only.flags[0]["field"] == "when"
+    assert done.report["model"]["calls"] == 0
+
+    async def run() -> Any:
+        async with AsyncClient(qwen.url) as client:
+            return await client.normalize([{"id": 1, "when": "the fifth of March 2021"}], SCHEMA)
+
+    result = asyncio.run(run())
+    assert result.report["model"]["calls"] == 1
+    assert result.records[0].record["when"] == "2021-03-05"  # measured: Qwen2.5-Coder 0.5B, temperature 0
