@@ -114,10 +114,12 @@ def test_derivable_refuses_invented_values() -> None:
 
 def test_refuses_to_invent_missing_fields() -> None:
     """A record with no phone (absent or empty) gets no phone, no change and no flag; the rest is normalised."""
-    records = [{"id": 1, "when": "March 5, 2021", "price": "USD 12"}, {"id": 2, "phone": "", "name": "SMITH, JOHN"}]
+    records = [{"id": 1, "when": "March 5, 2021", "price": "USD 12"}, {"id": 2, "phone": "", "name": "SMITH, JOHN",
+                                                                        "price": {"amount": 3, "currency": "EUR"}}]
     results, report = normalize_records(records, SCHEMA, NormalizeOptions(mode="rules"))
     first, second = results
     assert "phone" not in first.record and second.record["phone"] == ""
+    assert second.record["price"] == {"amount": 3, "currency": "EUR"}  # already an object: left, not flagged
     assert first.record["when"] == "2021-03-05" and first.record["price"] == {"amount": 12.0, "currency": "USD"}
     assert {c["field"]: c["by"] for c in first.changes} == {"when": "date:dateutil", "price": "amount:table"}
     assert not first.flags and not second.flags and first.valid

@@ -19,7 +19,6 @@ field the schema refuses is put back and flagged (fail closed). Every change nam
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -137,10 +136,9 @@ class Normalizer:
         out = Normalized(copy.deepcopy(raw))
         for spec in self.specs:
             value = raw.get(spec.name)
-            if value is None or (isinstance(value, str) and not value.strip()):
-                continue  # nothing to normalise: never filled in
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            resolved = self._resolve(spec, text)
+            if not isinstance(value, str) or not value.strip():
+                continue  # absent or empty: never filled in; a number or object: validated as it is
+            resolved = self._resolve(spec, value)
             if resolved is None:
                 out.flags.append({"field": spec.name, "value": value, "reason": self._why_not(spec)})
                 self.stats["flagged"] += 1
