@@ -176,6 +176,7 @@ def main() -> None:
     parser.add_argument("--modes", default="rules,model,both")
     parser.add_argument("--model", default=None, help="default: the catalog's default model")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=1, help="engine threads")
     parser.add_argument("--per-kind", type=int, default=0, help="score only the first N test items of each kind "
                         "(0: all; the model's calls take seconds each on 2 shared cores)")
     args = parser.parse_args()
@@ -189,13 +190,20 @@ def main() -> None:
         test = [x for k in SCHEMAS for x in [y for y in test if y["kind"] == k][:args.per_kind]]
         result["scored"] = len(test)
     modes = args.modes.split(",")
-    client = None
+    client = engine = None
     if any(m != "rules" for m in modes):
         from tiankong import Client
-        from tiankong.models import DEFAULT_MODEL
+        from tiankong.engine import EngineConfig, EngineProcess
+        from tiankong.models import DEFAULT_MODEL, resolve_installed
 
-        client = Client(model=args.model or DEFAULT_MODEL, slots=1, ctx=2048)
-        result["model"] = args.model or DEFAULT_MODEL
+        record = resolve_installed(args.model or DEFAULT_MODEL)
+        # one engine thread: on cores shared with other work, llama.cpp's threads spin-waiting on each other at
+        # every barrier made a 2-thread engine decode at 0.3 token/s (run-16.log, stopped)
+        engine = EngineProcess(EngineConfig(model=record.path, ctx=2048, slots=1, threads=args.threads,
+                                            alias=record.name)).start()
+        client = Client(engine.url)
+        result["model"] = record.name
+        result["engine_threads"] = args.threads
     try:
         for mode in modes:
             result["modes"][mode] = score(test, mode, client.extract if client else None)
@@ -203,6 +211,8 @@ def main() -> None:
     finally:
         if client is not None:
             client.close()
+        if engine is not None:
+            engine.stop()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
