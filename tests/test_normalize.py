@@ -17,6 +17,7 @@ from tiankong.errors import ConfigError
 from tiankong.normalize import NormalizeOptions, Normalizer, normalize_file, normalize_records
 from tiankong.normalize import derivable as D
 from tiankong.normalize import rules as R
+from tiankong.normalize.core import address_shaped
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -108,6 +109,16 @@ def test_derivable_refuses_invented_values() -> None:
     assert not D.phone_derivable("+8613800138000", "138 0013 8000", "US")  # country code not given nor default
     assert D.amount_derivable({"amount": 35000.0, "currency": "CNY"}, "3.5万元", None)
     assert not D.amount_derivable({"amount": 12.0, "currency": "EUR"}, "12 dollars", None)
+    assert not D.phone_derivable("+15123456789", "0049-151-234-56789", None)  # a "1" from inside other digits
+    assert D.phone_derivable("+4915123456789", "0049-151-234-56789", None)
+    assert not D.amount_derivable({"amount": 2592000000, "currency": "USD"}, "25,92 $", None)  # no multiplier named
+    assert D.amount_derivable({"amount": 25.92, "currency": "USD"}, "25,92 $", None)
+    assert not D.name_complete("Davis Jr.", "Gregory  Davis Jr.")  # shortened
+    assert D.name_complete("George Alvarez", "Mr. George Alvarez")
+    assert not address_shaped({"street": "AUGUSTA", "city": "GA", "state": "USA", "country": "USA"})  # shifted
+    assert address_shaped({"street": "", "city": "Augusta", "state": "GA", "country": "USA"})
+    assert not address_shaped({"province": "深圳", "city": "南山区"})
+    assert address_shaped({"province": "广东省", "city": "深圳市"})
     assert not D.text_derivable({"city": "Shenzhen"}, "深圳市南山区")
     assert D.text_derivable({"city": "南山区", "street": ""}, "深圳市 南山区")
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from . import derivable as D
-from .rules import EN_LEVELS, KINDS, RULES, UNITS, ZH_LEVELS, Resolved
+from .rules import COUNTRIES, EN_LEVELS, KINDS, RULES, UNITS, US_STATES, ZH_LEVELS, Resolved
 
 Extract = Callable[[str, dict[str, Any]], Any]
 Mode = Literal["rules", "model", "both"]
@@ -213,8 +213,13 @@ class Normalizer:
         if kind == "unit":
             return D.unit_derivable(value, raw, spec.unit)
         if kind == "address":
-            return isinstance(value, dict) and any(value.values()) and D.address_derivable(value, raw)
-        return isinstance(value, str) and bool(value.strip()) and D.text_derivable(value, raw)
+            return (isinstance(value, dict) and any(value.values()) and address_shaped(value)
+                    and D.address_derivable(value, raw))
+        if not isinstance(value, str) or not value.strip():
+            return False
+        again = self._rule(spec, value)  # canonical: the name rule leaves it as it is ("DOE, JOHN" is not)
+        return (again is not None and again.value == value and D.text_derivable(value, raw)
+                and D.name_complete(value, raw))
 
     def _validate(self, out: Normalized, raw: dict[str, Any]) -> None:
         changed = {c["field"] for c in out.changes}
@@ -258,3 +263,23 @@ def model_schema(spec: FieldSpec, raw: str) -> tuple[dict[str, Any], str]:
                  "required": list(levels)},
                 "Split this address into its parts, copying each part exactly; leave a part empty if it is absent.")
     return {"type": "string", "maxLength": 80}, "Write this person's name as First Last, copied from the text."
+
+
+_ZH_SUFFIXES = {"province": ("省", "自治区", "特别行政区", "市"), "city": ("市", "自治州", "地区", "盟"),
+                "district": ("区", "县", "旗", "市"), "street": ("街道", "镇", "乡")}
+
+
+def address_shaped(value: dict[str, Any]) -> bool:
+    """Each level holds what that level can hold: a US state code in ``state``, a known country in ``country``, a
+    Chinese level with its level's suffix — so levels the model shifted (a city in ``street``) are refused."""
+    if not all(isinstance(v, str) for v in value.values()):
+        return False
+    if "province" in value:
+        return all(not value.get(level) or str(value[level]).endswith(ends) for level, ends in _ZH_SUFFIXES.items())
+    state, country = value.get("state", ""), value.get("country", "")
+    if state and state.upper() not in US_STATES:
+        return False
+    if country and country not in set(COUNTRIES.values()):
+        return False
+    city = str(value.get("city", ""))
+    return bool(city) and city.upper() not in US_STATES and city.casefold() not in COUNTRIES

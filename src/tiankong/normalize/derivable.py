@@ -30,6 +30,8 @@ _ONES = ["", "one", "two", "three", "four", "five", "six", "seven", "eight", "ni
          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
 _ORD = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth", "nine": "ninth",
         "twelve": "twelfth"}
+_MULTIPLIER_WORDS = [(("k", "thousand", "千"), Decimal(1000)), (("万",), Decimal(10_000)),
+                     (("m", "million", "百万"), Decimal(1_000_000)), (("亿",), Decimal(100_000_000))]
 _SYMBOL_CURRENCIES = {"$": {"USD", "CAD", "AUD", "HKD", "SGD", "NZD", "MXN", "TWD"}, "¥": {"CNY", "JPY"},
                       "￥": {"CNY", "JPY"}}
 
@@ -120,8 +122,10 @@ def phone_derivable(value: str, raw: str, region: str | None) -> bool:
     if at < 0:
         return False
     code = str(number.country_code)
-    before = digits[:at]
-    return before.endswith(code) or before.endswith(code + "0") or (region is not None and
+    before = digits[:at]  # all of it: a country code taken from the middle of other digits is invented
+    if before in (code, "00" + code, code + "0", "00" + code + "0"):
+        return True
+    return before in ("", "0") and (region is not None and
                                          phonenumbers.country_code_for_region(region) == number.country_code)
 
 
@@ -132,8 +136,9 @@ def amount_derivable(value: Any, raw: str, currency: str | None) -> bool:
     plain = _plain(raw)
     digits = re.sub(r"\D", "", plain)
     amount = Decimal(str(value["amount"]))
-    candidates = [amount] + [amount / m for m in (Decimal(1000), Decimal(10_000), Decimal(1_000_000),
-                                                  Decimal(100_000_000))]
+    named = [factor for words, factor in _MULTIPLIER_WORDS if any(re.search(rf"(?<![a-z]){w}(?![a-z])", plain)
+                                                                  for w in words)]
+    candidates = [amount] + [amount / m for m in named]  # 3.5万 is 35000; 25,92 is never 2592000000
     if not any(_digit_string(c) in digits for c in candidates if c == c.to_integral_value() or c >= 1):
         return False
     code = value.get("currency")
@@ -144,8 +149,8 @@ def amount_derivable(value: Any, raw: str, currency: str | None) -> bool:
     if code == currency or code.casefold() in plain:
         return True
     for word, known in CURRENCY_WORDS.items():
-        named = re.search(rf"(?<![a-z]){re.escape(word)}(?![a-z])", plain)
-        if named and (known == code or (known is None and code in _SYMBOL_CURRENCIES.get(word, set()))):
+        spelled = re.search(rf"(?<![a-z]){re.escape(word)}(?![a-z])", plain)
+        if spelled and (known == code or (known is None and code in _SYMBOL_CURRENCIES.get(word, set()))):
             return True
     return False
 
@@ -202,3 +207,13 @@ def address_derivable(value: Any, raw: str) -> bool:
             for spelling, code in COUNTRIES.items()):
         return False
     return text_derivable(rest, raw)
+
+
+_TITLES = {"mr", "mrs", "ms", "miss", "dr", "prof", "sir", "madam"}
+
+
+def name_complete(value: str, raw: str) -> bool:
+    """Every word of ``raw`` but titles and numbers is in the name: a name the model shortened is refused."""
+    kept = set(re.findall(r"[^\W\d_]+", clean(value).casefold()))
+    wanted = {w for w in re.findall(r"[^\W\d_]+", clean(raw).casefold()) if w not in _TITLES}
+    return wanted <= kept
