@@ -9,6 +9,7 @@ from typing import Any, TypeVar, overload
 
 from .client import AsyncBaseClient, BaseClient
 from .client._shared import DEFAULT_SEED, as_messages
+from .client.cleaning import AsyncCleaningMethods, CleaningMethods
 from .errors import ConfigError
 from .structured import (
     Constraint,
@@ -119,7 +120,7 @@ class _SlotLeasing:
         return leases
 
 
-class Client(_SlotLeasing, TaskMethods, BaseClient):
+class Client(_SlotLeasing, CleaningMethods, TaskMethods, BaseClient):
     """Synchronous client: chat/stream/complete/embed/tokenize, extract/generate/choose, and the tasks
     (classify, route, rewrite, rerank, redact, guard, compress, summarize, tag).
 
@@ -172,7 +173,7 @@ class Client(_SlotLeasing, TaskMethods, BaseClient):
         return decide(scores, threshold)
 
 
-class AsyncClient(_SlotLeasing, AsyncTaskMethods, AsyncBaseClient):
+class AsyncClient(_SlotLeasing, AsyncCleaningMethods, AsyncTaskMethods, AsyncBaseClient):
     """Asynchronous twin of ``Client`` (same method names and parameters)."""
 
     grammar_support: bool = True

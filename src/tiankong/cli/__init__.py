@@ -93,6 +93,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         'Resumable batch jobs: every input exactly once in the output, even after a crash.'),
     "dedupe": ("dedupe_cmds", "dedupe",
         "Find exact, near and semantic duplicates in --input; write clusters (or the kept ids) to --output."),
+    "normalize": ("normalize_cmds", "normalize", "Normalise records to a target schema: rules first, then the model."),
     "eval": ("eval_cmds", "eval_group", 'Eval sets: run models greedily on fixed items, compare them, report.'),
     "cascade": ("cascade_cmds", "cascade",
         "Confidence cascade: measure when a small model's answer is enough and when to escalate."),

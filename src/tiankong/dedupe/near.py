@@ -2,22 +2,33 @@
 
 Character shingles rather than words, so Chinese (no spaces) and English go through one path; the shingle size
 defaults by script (3 characters for mostly-CJK text, 5 otherwise — a CJK character carries about as much as a
-short English word). Signatures are built with ``MinHash.bulk`` (hashing vectorised in numpy) and kept as
-``LeanMinHash`` rows; each candidate pair's Jaccard is the signatures' estimate. Shingles are hashed with CRC-32
-(``zlib``, in C) rather than datasketch's default SHA-1 prefix: three times faster, and the permutations that
-follow spread its values (measured in ``benchmarks/dedupe.py``).
+short English word).
+
+Signatures are datasketch's ``affine32`` scheme (its permutations ``h -> a*h + b mod 2^32`` from the fixed seed,
+after the MurmurHash3 finalizer), computed in numpy over many records at once instead of one Python call per
+shingle: a text's code points are one array, each ``k``-character window is hashed by a multilinear hash of its
+code points (``sum(c_j * M_j) mod 2^64``, the high 32 bits), and the minimum of every permutation over a record's
+window hashes is one ``np.minimum.reduceat``. Rows are kept in one ``uint32`` matrix (512 bytes a record);
+``datasketch.MinHashLSH`` (banding tuned for the threshold) gives the candidates, and each candidate pair's
+Jaccard is the signatures' estimate, all pairs in one vectorised comparison (``benchmarks/dedupe.py``).
 """
 
 from __future__ import annotations
 
 import re
-import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 NUM_PERM = 128
 SEED = 1
+SCHEME = "affine32"
+#: the multilinear hash's multipliers (odd, 64-bit, fixed): window position j is multiplied by _MULT[j]
+_MULT = (np.random.RandomState(SEED).randint(0, 1 << 62, 64, dtype=np.uint64) * np.uint64(2) + np.uint64(1))
+_CHUNK_WINDOWS = 1 << 16  # windows per signature block: 65,536 x 128 permutations x 4 bytes = 32 MiB
 
 
 def shingle_size(texts: Sequence[str]) -> int:
@@ -28,14 +39,49 @@ def shingle_size(texts: Sequence[str]) -> int:
     return 3 if letters and cjk / letters > 0.5 else 5
 
 
-def shingles(text: str, k: int) -> set[bytes]:
-    """Every ``k``-character window of ``text`` (the whole text when shorter)."""
-    if len(text) <= k:
-        return {text.encode("utf-8")} if text else set()
-    if text.isascii():  # one character per byte: slicing the bytes is the same windows, about twice as fast
-        raw = text.encode("ascii")
-        return {raw[i:i + k] for i in range(len(raw) - k + 1)}
-    return {text[i:i + k].encode("utf-8") for i in range(len(text) - k + 1)}
+def shingle_hashes(text: str, k: int) -> np.ndarray[Any, np.dtype[np.uint32]]:
+    """The distinct 32-bit hashes of every ``k``-character window of ``text`` (the whole text when shorter)."""
+    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    n = len(points)
+    if n == 0:
+        return np.zeros(1, dtype=np.uint32)  # the empty text: one fixed shingle, as every empty text shares
+    width = min(k, n)
+    count = n - width + 1
+    acc = np.zeros(count, dtype=np.uint64)
+    for j in range(width):  # uint64 arithmetic wraps: the hash is mod 2^64 by design
+        acc += points[j:j + count] * _MULT[j]
+    return np.unique((acc >> np.uint64(32)).astype(np.uint32))
+
+
+def _fmix32(h: np.ndarray[Any, np.dtype[np.uint32]]) -> np.ndarray[Any, np.dtype[np.uint32]]:
+    """MurmurHash3's 32-bit finalizer (as datasketch applies before its affine permutations)."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def signatures(texts: Sequence[str], k: int, num_perm: int = NUM_PERM) -> np.ndarray[Any, np.dtype[np.uint32]]:
+    """One MinHash row per text (``uint32``, ``num_perm`` wide): datasketch's affine32 permutations of seed 1."""
+    from datasketch import MinHash
+
+    a, b = (p.astype(np.uint32).reshape(-1, 1) for p in MinHash(num_perm=num_perm, seed=SEED,
+                                                                   scheme=SCHEME).permutations)
+    out = np.empty((len(texts), num_perm), dtype=np.uint32)
+    start = 0
+    while start < len(texts):
+        hashes, offsets, total, end = [], [], 0, start
+        while end < len(texts) and (total < _CHUNK_WINDOWS or end == start):
+            h = shingle_hashes(texts[end], k)
+            offsets.append(total)
+            hashes.append(h)
+            total += len(h)
+            end += 1
+        mixed = _fmix32(np.concatenate(hashes)).reshape(1, -1)  # permutations down, windows across: rows
+        out[start:end] = np.minimum.reduceat(a * mixed + b, np.asarray(offsets), axis=1).T  # reduce contiguously
+        start = end
+    return out
 
 
 @dataclass(frozen=True)
@@ -47,25 +93,50 @@ class NearPair:
 
 def near_pairs(texts: Sequence[str], *, low: float, k: int, num_perm: int = NUM_PERM) -> list[NearPair]:
     """Pairs ``(a < b)`` whose estimated Jaccard is at least ``low``, by LSH banding tuned for ``low``."""
-    from datasketch import LeanMinHash, MinHash, MinHashLSH
-
-    lsh = MinHashLSH(threshold=low, num_perm=num_perm)
-    signatures: list[LeanMinHash] = []
-    batch = 1024
-    for start in range(0, len(texts), batch):
-        sets = [shingles(t, k) or {b""} for t in texts[start:start + batch]]
-        for offset, minhash in enumerate(MinHash.bulk(sets, num_perm=num_perm, seed=SEED, hashfunc=zlib.crc32)):
-            lean = LeanMinHash(minhash)
-            lsh.insert(start + offset, lean, check_duplication=False)
-            signatures.append(lean)
-    found: list[NearPair] = []
-    for a, signature in enumerate(signatures):
-        for b in _later(lsh.query(signature), a):
-            score = signature.jaccard(signatures[b])
-            if score >= low:
-                found.append(NearPair(a, b, float(score)))
-    return found
+    rows = signatures(texts, k, num_perm)
+    left, right = candidate_pairs(rows, band_ranges(low, num_perm))
+    if not len(left):
+        return []
+    scores = np.empty(len(left), dtype=np.float64)
+    for at in range(0, len(left), 8192):  # the estimate: the share of equal signature positions
+        scores[at:at + 8192] = (rows[left[at:at + 8192]] == rows[right[at:at + 8192]]).mean(axis=1)
+    keep = scores >= low
+    return [NearPair(int(x), int(y), float(s)) for x, y, s in zip(left[keep], right[keep], scores[keep], strict=True)]
 
 
-def _later(candidates: Iterable[int], a: int) -> list[int]:
-    return sorted(b for b in candidates if b > a)
+def band_ranges(low: float, num_perm: int = NUM_PERM) -> list[tuple[int, int]]:
+    """datasketch's banding for the threshold: the ``(start, end)`` signature slice of each band (``MinHashLSH``
+    chooses bands and rows by minimising the false positive and negative areas at ``low``)."""
+    from datasketch import MinHashLSH
+
+    return [(int(a), int(b)) for a, b in MinHashLSH(threshold=low, num_perm=num_perm).hashranges]
+
+
+def candidate_pairs(rows: np.ndarray[Any, np.dtype[np.uint32]],
+                    ranges: Sequence[tuple[int, int]]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Every pair of rows equal in at least one band, ``a < b``, sorted: the candidates ``MinHashLSH.query``
+    returns, found by sorting each band's 64-bit key instead of a dict of sets per band (about 16 bytes a record
+    at a time, where the dicts take about 4 KB a record: ``benchmarks/dedupe.py --tiny``)."""
+    n = len(rows)
+    found: list[np.ndarray[Any, Any]] = []
+    for start, end in ranges:
+        keys = np.zeros(n, dtype=np.uint64)
+        for j in range(start, end):  # the band's values folded into one key (wrapping uint64 arithmetic)
+            keys = keys * np.uint64(0x9E3779B97F4A7C15) + rows[:, j].astype(np.uint64)
+        order = np.argsort(keys, kind="stable")
+        ranked = keys[order]
+        edges = np.flatnonzero(ranked[1:] != ranked[:-1]) + 1
+        starts = np.concatenate(([0], edges))
+        sizes = np.diff(np.concatenate((starts, [n])))
+        for at, size in zip(starts[sizes > 1], sizes[sizes > 1], strict=True):
+            members = np.sort(order[at:at + size])
+            band = rows[members, start:end]
+            for block in range(0, size, 1024):  # the folded key's collisions left out; big buckets in blocks
+                same = (band[block:block + 1024, None, :] == band[None, :, :]).all(axis=2)
+                a, b = np.nonzero(np.triu(same, 1 + block))
+                found.append(members[a + block].astype(np.int64) * n + members[b])
+    if not found:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    codes = np.unique(np.concatenate(found))
+    return codes // n, codes % n

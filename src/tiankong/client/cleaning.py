@@ -1,0 +1,116 @@
+"""Data cleaning on a client: ``dedupe`` (small inputs, at most ``MAX_DEDUPE_RECORDS``) and ``normalize``.
+
+Both run the library here (``tiankong.dedupe``, ``tiankong.normalize``); the client's engine answers what needs a
+model: a decider for dedupe's uncertain band, the extraction of the fields no normalising rule resolves. The
+embedding part of the semantic stage runs on its own engine, as in ``tiankong dedupe``. For files and large inputs
+use ``tiankong.dedupe.dedupe_file`` / ``tiankong.normalize.normalize_file`` (or the CLI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..dedupe import Dedupe, DedupeOptions, Record
+    from ..normalize import Normalized, NormalizeOptions
+
+
+@dataclass
+class Normalization:
+    """``normalize``'s result: one ``Normalized`` per record (input order) and the report."""
+
+    records: list[Normalized]
+    report: dict[str, Any]
+
+
+def _records(records: Sequence[Record | Mapping[str, Any]], field: str, id_field: str) -> list[Record]:
+    from ..dedupe import Record
+    from ..tasks.specs import MAX_DEDUPE_RECORDS
+
+    if len(records) > MAX_DEDUPE_RECORDS:
+        raise ConfigError(f"{len(records)} records is more than a client call takes ({MAX_DEDUPE_RECORDS})",
+                          hint="use tiankong.dedupe.dedupe_file or `tiankong dedupe --input FILE`")
+    out = []
+    for index, record in enumerate(records):
+        if isinstance(record, Record):
+            out.append(record)
+            continue
+        rid, text = record.get(id_field), record.get(field)
+        if not isinstance(rid, (str, int)) or isinstance(rid, bool):
+            raise ConfigError(f"record {index + 1} has no string or integer {id_field!r}", hint="give each an id")
+        if not isinstance(text, str):
+            raise ConfigError(f"record {index + 1} has no text field {field!r}", hint=f"pass field= or add {field}")
+        out.append(Record(rid, text, dict(record)))
+    return out
+
+
+def _normalizer_options(options: NormalizeOptions | None, rules_only: bool) -> NormalizeOptions:
+    from dataclasses import replace
+
+    from ..normalize import NormalizeOptions
+
+    base = options or NormalizeOptions()
+    return replace(base, mode="rules") if rules_only else base
+
+
+class CleaningMethods:
+    """``Client.dedupe`` and ``Client.normalize``."""
+
+    if TYPE_CHECKING:  # provided by BaseClient and Client
+        def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+        def extract(self, text: str, schema: Any) -> Any: ...
+
+    def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, options: DedupeOptions | None = None,
+               field: str = "text", id_field: str = "id") -> Dedupe:
+        """Clusters of exact, near and semantic duplicates among ``records`` (``Record``s or ``{id, text, …}``
+        dicts); the uncertain band goes to ``options.decider`` on this client's engine."""
+        from ..dedupe import dedupe_flow
+        from ..structured.drivers import run_sync
+
+        return run_sync(dedupe_flow(_records(records, field, id_field), options), self._request)
+
+    def normalize(self, records: Sequence[Mapping[str, Any]], schema: dict[str, Any], *,
+                  options: NormalizeOptions | None = None, rules_only: bool = False) -> Normalization:
+        """``records`` brought to ``schema``: the rules first, this client's model only where no rule resolves."""
+        from ..normalize import normalize_records
+
+        chosen = _normalizer_options(options, rules_only)
+        results, report = normalize_records([dict(r) for r in records], schema, chosen,
+                                            None if chosen.mode == "rules" else self.extract)
+        return Normalization(results, report)
+
+
+class AsyncCleaningMethods:
+    """``AsyncClient.dedupe`` and ``AsyncClient.normalize`` (same parameters)."""
+
+    if TYPE_CHECKING:  # provided by AsyncBaseClient and AsyncClient
+        async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
+        async def extract(self, text: str, schema: Any) -> Any: ...
+
+    async def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, options: DedupeOptions | None = None,
+                     field: str = "text", id_field: str = "id") -> Dedupe:
+        from ..dedupe import dedupe_flow
+        from ..structured.drivers import run_async
+
+        return await run_async(dedupe_flow(_records(records, field, id_field), options), self._request)
+
+    async def normalize(self, records: Sequence[Mapping[str, Any]], schema: dict[str, Any], *,
+                        options: NormalizeOptions | None = None, rules_only: bool = False) -> Normalization:
+        """The rules run in a worker thread; each model extraction is awaited on this loop."""
+        from ..normalize import normalize_records
+
+        chosen = _normalizer_options(options, rules_only)
+        loop = asyncio.get_running_loop()
+
+        def extract(text: str, schema: dict[str, Any]) -> Any:
+            return asyncio.run_coroutine_threadsafe(self.extract(text, schema), loop).result()
+
+        results, report = await asyncio.to_thread(
+            normalize_records, [dict(r) for r in records], schema, chosen,
+            None if chosen.mode == "rules" else extract)
+        return Normalization(results, report)

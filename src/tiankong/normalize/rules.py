@@ -1,0 +1,361 @@
+"""Deterministic normalisers: one function per field kind, each giving the canonical value and the rule's name, or
+``None`` when it cannot be sure (the caller then leaves the value as it was, or asks the model).
+
+Each normaliser fails closed: a date missing its day, a phone number ``phonenumbers`` finds invalid, an amount
+with two numbers in it, a unit that is not in the table — all ``None``, never a guess.
+
+- dates and times: ``python-dateutil`` (light, pure Python), plus the ``2021年3月5日`` spelling; a date is only
+  taken when parsing with two different defaults gives the same result (no component was filled in);
+- phones: ``phonenumbers`` (Google's libphonenumber metadata) to E.164, with a default region for national numbers;
+- amounts: the one number in the text, its currency from an ISO 4217 code, a symbol or a name (a small table);
+- units: a table of length, mass, volume and duration units (SI and common, Chinese included) to a target unit;
+- addresses: Chinese by the level suffixes (省/市/区/县/街道/镇 …), English by comma parts with a US-state and
+  postcode pattern;
+- names: whitespace, ``Last, First`` order and the letter case of all-caps or all-lowercase Latin names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+KINDS = ("date", "datetime", "time", "phone", "amount", "unit", "address", "name")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    value: Any
+    rule: str
+
+
+def clean(text: str) -> str:
+    """NFKC (full-width digits and letters to ASCII) and whitespace runs to one space."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
+
+
+# --- dates and times ---------------------------------------------------------------------------------------------
+
+_ZH_DATE = re.compile(r"^(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]?(.*)$")
+_ZH_TIME = re.compile(r"^\s*(上午|下午|晚上|早上)?\s*(\d{1,2})\s*[点时:]\s*(?:(\d{1,2})\s*分?)?\s*"
+                      r"(?:(\d{1,2})\s*秒)?\s*$")
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_D1 = dt.datetime(2001, 1, 1, 0, 0, 0)
+_D2 = dt.datetime(2002, 2, 2, 1, 1, 1)
+
+
+def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime] | None:
+    from dateutil import parser
+
+    try:
+        a = parser.parse(text, default=_D1, dayfirst=dayfirst, fuzzy=False)
+        b = parser.parse(text, default=_D2, dayfirst=dayfirst, fuzzy=False)
+    except (ValueError, OverflowError, parser.ParserError):
+        return None
+    return a, b
+
+
+def _zh_datetime(text: str) -> tuple[dt.date, dt.time | None] | None:
+    match = _ZH_DATE.match(text)
+    if not match:
+        return None
+    try:
+        day = dt.date(int(match[1]), int(match[2]), int(match[3]))
+    except ValueError:
+        return None
+    rest = match[4].strip()
+    if not rest:
+        return day, None
+    clock = _ZH_TIME.match(rest)
+    if not clock:
+        return None
+    hour = int(clock[2]) + (12 if clock[1] in ("下午", "晚上") and int(clock[2]) < 12 else 0)
+    try:
+        return day, dt.time(hour, int(clock[3] or 0), int(clock[4] or 0))
+    except ValueError:
+        return None
+
+
+def norm_date(raw: str, *, dayfirst: bool = False) -> Resolved | None:
+    text = clean(raw)
+    zh = _zh_datetime(text)
+    if zh is not None:
+        return Resolved(zh[0].isoformat(), "date:zh")
+    if re.fullmatch(r"\d{8}", text):  # 20210305
+        try:
+            return Resolved(dt.date(int(text[:4]), int(text[4:6]), int(text[6:])).isoformat(), "date:compact")
+        except ValueError:
+            return None
+    both = _both_defaults(text, dayfirst)
+    if both is None or both[0].date() != both[1].date():
+        return None  # unparseable, or a year/month/day the text does not give
+    return Resolved(both[0].date().isoformat(), "date:dateutil")
+
+
+def norm_datetime(raw: str, *, dayfirst: bool = False) -> Resolved | None:
+    text = clean(raw)
+    zh = _zh_datetime(text)
+    if zh is not None:
+        if zh[1] is None:
+            return None
+        return Resolved(dt.datetime.combine(zh[0], zh[1]).isoformat(), "datetime:zh")
+    both = _both_defaults(text, dayfirst)
+    if both is None:
+        return None
+    a, b = both
+    if a.date() != b.date() or a.hour != b.hour:
+        return None  # the hour must be given; missing minutes/seconds are zero only when the text gives the hour
+    value = a.replace(minute=a.minute if a.minute == b.minute else 0, second=a.second if a.second == b.second else 0)
+    return Resolved(value.isoformat(), "datetime:dateutil")
+
+
+def norm_time(raw: str, **_: Any) -> Resolved | None:
+    text = clean(raw)
+    clock = _ZH_TIME.match(text)
+    if clock and (clock[1] or re.search(r"[点时]", text)):
+        hour = int(clock[2]) + (12 if clock[1] in ("下午", "晚上") and int(clock[2]) < 12 else 0)
+        try:
+            return Resolved(dt.time(hour, int(clock[3] or 0), int(clock[4] or 0)).isoformat(), "time:zh")
+        except ValueError:
+            return None
+    both = _both_defaults(text, False)
+    if both is None or both[0].hour != both[1].hour or both[0].date() != _D1.date():
+        return None  # no hour, or a date in a time field
+    a, b = both
+    value = dt.time(a.hour, a.minute if a.minute == b.minute else 0, a.second if a.second == b.second else 0)
+    return Resolved(value.isoformat(), "time:dateutil")
+
+
+# --- phones ------------------------------------------------------------------------------------------------------
+
+
+def norm_phone(raw: str, *, region: str | None = None) -> Resolved | None:
+    import phonenumbers
+
+    text = clean(raw)
+    text = re.sub(r"^(tel|phone|ph|mobile|手机|电话)\s*[:：.]?\s*", "", text, flags=re.IGNORECASE)
+    try:
+        number = phonenumbers.parse(text, region)
+    except phonenumbers.NumberParseException:
+        return None
+    if not phonenumbers.is_valid_number(number):
+        return None
+    return Resolved(phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164), "phone:phonenumbers")
+
+
+# --- amounts -----------------------------------------------------------------------------------------------------
+
+#: symbols and names → ISO 4217 (a symbol shared by several currencies maps to none: "$" alone needs a default)
+CURRENCY_WORDS = {
+    "us$": "USD", "usd": "USD", "dollar": "USD", "dollars": "USD", "美元": "USD", "美金": "USD",
+    "€": "EUR", "eur": "EUR", "euro": "EUR", "euros": "EUR", "欧元": "EUR",
+    "£": "GBP", "gbp": "GBP", "pound": "GBP", "pounds": "GBP", "英镑": "GBP",
+    "¥": None, "￥": None, "cny": "CNY", "rmb": "CNY", "元": "CNY", "人民币": "CNY", "块": "CNY", "jpy": "JPY",
+    "yen": "JPY", "日元": "JPY", "円": "JPY", "hk$": "HKD", "hkd": "HKD", "港币": "HKD", "港元": "HKD",
+    "a$": "AUD", "aud": "AUD", "c$": "CAD", "cad": "CAD", "chf": "CHF", "inr": "INR", "₹": "INR", "krw": "KRW",
+    "₩": "KRW", "sgd": "SGD", "s$": "SGD", "$": None,
+}
+_NUMBER = re.compile(r"[-+]?\d[\d,.' ]*\d|[-+]?\d")
+_MULTIPLIER = {"k": Decimal(1000), "m": Decimal(1_000_000), "万": Decimal(10_000), "亿": Decimal(100_000_000),
+               "千": Decimal(1000), "百万": Decimal(1_000_000)}
+
+
+def parse_number(token: str, *, decimal_comma: bool = False) -> Decimal | None:
+    """``1,234.56``, ``1.234,56`` (``decimal_comma`` or two separators), ``1 234``; None when unclear."""
+    token = token.replace(" ", "").replace("'", "")
+    commas, dots = token.count(","), token.count(".")
+    if commas and dots:
+        decimal_sep = "," if token.rfind(",") > token.rfind(".") else "."
+    elif commas == 1 and (decimal_comma or len(token.split(",")[1]) != 3):
+        decimal_sep = ","
+    elif dots == 1 and decimal_comma and len(token.split(".")[1]) == 3:
+        decimal_sep = ","  # 1.234 in a decimal-comma locale is a thousand and more
+    else:
+        decimal_sep = "."
+    thousands = "." if decimal_sep == "," else ","
+    if token.count(decimal_sep) > 1:
+        return None
+    groups = token.replace(decimal_sep, "#").split("#")[0].split(thousands)
+    if len(groups) > 1 and (any(len(g) != 3 for g in groups[1:]) or not groups[0].lstrip("+-")):
+        return None  # 12,34 as thousands: not a number we are sure of
+    try:
+        return Decimal(token.replace(thousands, "").replace(decimal_sep, "."))
+    except InvalidOperation:
+        return None
+
+
+def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = False) -> Resolved | None:
+    """``{"amount", "currency"}``: one number and at most one currency in the text (``currency``: the default)."""
+    text = clean(raw)
+    numbers = _NUMBER.findall(text)
+    if len(numbers) != 1:
+        return None
+    value = parse_number(numbers[0], decimal_comma=decimal_comma)
+    if value is None:
+        return None
+    rest = text.replace(numbers[0], " ", 1).lower()
+    for word, factor in sorted(_MULTIPLIER.items(), key=lambda item: -len(item[0])):
+        if re.search(rf"(?<![a-z]){re.escape(word)}(?![a-z])", rest):
+            value *= factor
+            rest = rest.replace(word, " ", 1)
+            break
+    found: set[str | None] = set()
+    for word, code in sorted(CURRENCY_WORDS.items(), key=lambda item: -len(item[0])):
+        pattern = rf"(?<![a-z]){re.escape(word)}(?![a-z])"
+        if re.search(pattern, rest):
+            found.add(code)
+            rest = re.sub(pattern, " ", rest)
+    if re.search(r"[a-z\u4e00-\u9fff]", rest):
+        return None  # words left over that the table does not know
+    codes = {c for c in found if c is not None}
+    if len(codes) > 1:
+        return None
+    code = next(iter(codes)) if codes else currency
+    if code is None:
+        return None
+    return Resolved({"amount": float(value), "currency": code}, "amount:table")
+
+
+# --- units -------------------------------------------------------------------------------------------------------
+
+#: unit spelling → (dimension, factor to the dimension's base unit: metre, kilogram, litre, second)
+UNITS: dict[str, tuple[str, Decimal]] = {}
+for _names, _dim, _factor in [
+    (("mm", "millimetre", "millimeter", "millimetres", "millimeters", "毫米"), "length", "0.001"),
+    (("cm", "centimetre", "centimeter", "centimetres", "centimeters", "厘米", "公分"), "length", "0.01"),
+    (("m", "metre", "meter", "metres", "meters", "米", "公尺"), "length", "1"),
+    (("km", "kilometre", "kilometer", "kilometres", "kilometers", "公里", "千米"), "length", "1000"),
+    (("in", "inch", "inches", "\"", "英寸"), "length", "0.0254"),
+    (("ft", "foot", "feet", "'", "英尺"), "length", "0.3048"),
+    (("mi", "mile", "miles", "英里"), "length", "1609.344"),
+    (("mg", "milligram", "milligrams", "毫克"), "mass", "0.000001"),
+    (("g", "gram", "grams", "克"), "mass", "0.001"),
+    (("kg", "kilogram", "kilograms", "kilo", "kilos", "公斤", "千克"), "mass", "1"),
+    (("斤",), "mass", "0.5"),
+    (("lb", "lbs", "pound", "pounds", "磅"), "mass", "0.45359237"),
+    (("oz", "ounce", "ounces", "盎司"), "mass", "0.028349523125"),
+    (("t", "tonne", "tonnes", "吨"), "mass", "1000"),
+    (("ml", "millilitre", "milliliter", "millilitres", "milliliters", "毫升"), "volume", "0.001"),
+    (("l", "litre", "liter", "litres", "liters", "升"), "volume", "1"),
+    (("gal", "gallon", "gallons", "加仑"), "volume", "3.785411784"),
+    (("s", "sec", "secs", "second", "seconds", "秒"), "duration", "1"),
+    (("min", "mins", "minute", "minutes", "分钟"), "duration", "60"),
+    (("h", "hr", "hrs", "hour", "hours", "小时"), "duration", "3600"),
+    (("d", "day", "days", "天"), "duration", "86400"),
+]:
+    for _name in _names:
+        UNITS[_name] = (_dim, Decimal(_factor))
+
+
+def norm_unit(raw: str, *, unit: str | None = None, decimal_comma: bool = False) -> Resolved | None:
+    """A number in ``unit`` (the target): ``"5'2\\""``-style compounds are refused; one number, one unit."""
+    if unit is None or unit.lower() not in UNITS:
+        return None
+    text = clean(raw)
+    match = re.fullmatch(r"([-+]?\d[\d,. ]*?)\s*([^\d\s.,].*?)?", text)
+    if not match:
+        return None
+    value = parse_number(match[1].strip(), decimal_comma=decimal_comma)
+    spelled = (match[2] or "").strip().rstrip(".").lower()
+    if value is None or spelled not in UNITS:
+        return None
+    dim, factor = UNITS[spelled]
+    target_dim, target_factor = UNITS[unit.lower()]
+    if dim != target_dim:
+        return None
+    converted = value * factor / target_factor
+    return Resolved(float(round(converted, 6)), f"unit:{spelled}->{unit}")
+
+
+# --- addresses ---------------------------------------------------------------------------------------------------
+
+ZH_LEVELS = ("province", "city", "district", "street", "detail")
+EN_LEVELS = ("street", "city", "state", "postcode", "country")
+_MUNICIPALITIES = ("北京", "上海", "天津", "重庆")
+_ZH_ADDRESS = re.compile(
+    r"^(?:中国)?(?P<province>[\u4e00-\u9fff]{2,7}?(?:省|自治区|特别行政区))?"
+    r"(?P<city>[\u4e00-\u9fff]{2,7}?(?:市|自治州|地区|盟))?"
+    r"(?P<district>[\u4e00-\u9fff]{1,7}?(?:区|县|旗|市))?"
+    r"(?P<street>[\u4e00-\u9fff]{1,9}?(?:街道|镇|乡))?"
+    r"(?P<detail>.*)$")
+US_STATES = {
+    "AL", "AK", "AZ", "AR", "CA", "CO", "CT", "DE", "FL", "GA", "HI", "ID", "IL", "IN", "IA", "KS", "KY", "LA",
+    "ME", "MD", "MA", "MI", "MN", "MS", "MO", "MT", "NE", "NV", "NH", "NJ", "NM", "NY", "NC", "ND", "OH", "OK",
+    "OR", "PA", "RI", "SC", "SD", "TN", "TX", "UT", "VT", "VA", "WA", "WV", "WI", "WY", "DC", "PR", "GU", "VI",
+    "AS", "MP"}
+COUNTRIES = {"usa": "USA", "us": "USA", "u.s.a.": "USA", "u.s.": "USA", "united states": "USA",
+              "united states of america": "USA", "uk": "UK", "united kingdom": "UK", "canada": "Canada"}
+
+
+def norm_address(raw: str, **_: Any) -> Resolved | None:
+    text = clean(raw)
+    if re.search(r"[\u4e00-\u9fff]", text):
+        return _zh_address(text.replace(" ", ""))
+    return _en_address(text)
+
+
+def _zh_address(text: str) -> Resolved | None:
+    match = _ZH_ADDRESS.match(text)
+    if not match:
+        return None
+    parts = {k: (match[k] or "") for k in ZH_LEVELS}
+    if not parts["province"] and parts["city"][:2] in _MUNICIPALITIES:
+        parts["province"] = parts["city"]
+    if not parts["province"] and parts["district"][:2] in _MUNICIPALITIES and parts["district"].endswith("市"):
+        parts["province"] = parts["city"] = parts["district"]
+        parts["district"] = ""
+    if not parts["province"] and not parts["city"]:
+        return None  # no administrative level found: not an address the rule can split
+    return Resolved(parts, "address:zh-levels")
+
+
+def _en_address(text: str) -> Resolved | None:
+    pieces = [p.strip() for p in text.split(",") if p.strip()]
+    country = ""
+    if pieces and pieces[-1].lower() in COUNTRIES:
+        country = COUNTRIES[pieces.pop().lower()]
+    if not pieces:
+        return None
+    state_zip = re.fullmatch(r"([A-Za-z]{2})(?:\s+(\d{5}(?:-\d{4})?))?", pieces[-1])
+    if not state_zip or state_zip[1].upper() not in US_STATES or len(pieces) < 2:
+        return None  # only the US layout is known to the rule
+    pieces.pop()
+    city = pieces.pop()
+    street = ", ".join(pieces)
+    return Resolved({"street": street, "city": _title(city), "state": state_zip[1].upper(),
+                     "postcode": state_zip[2] or "", "country": country}, "address:en-us")
+
+
+# --- names -------------------------------------------------------------------------------------------------------
+
+
+def _title(text: str) -> str:
+    if text.isupper() or text.islower():
+        return " ".join(w[:1].upper() + w[1:].lower() if not w.lower().startswith("mc") else
+                        "Mc" + w[2:3].upper() + w[3:].lower() for w in text.split(" "))
+    return text
+
+
+def norm_name(raw: str, **_: Any) -> Resolved | None:
+    text = clean(raw)
+    if not text:
+        return None
+    if re.fullmatch(r"[\u4e00-\u9fff· ]+", text):
+        return Resolved(text.replace(" ", ""), "name:zh")
+    if not re.fullmatch(r"[A-Za-z .,'\-]+", text) or text.count(",") > 1:
+        return None
+    if "," in text:
+        last, first = (p.strip() for p in text.split(","))
+        if not last or not first:
+            return None
+        text = f"{first} {last}"
+    return Resolved(_title(text), "name:latin")
+
+
+RULES: dict[str, Callable[..., Resolved | None]] = {
+    "date": norm_date, "datetime": norm_datetime, "time": norm_time, "phone": norm_phone,
+    "amount": norm_amount, "unit": norm_unit, "address": norm_address, "name": norm_name}
