@@ -43,6 +43,7 @@ test: setup $(EXTRAS)
 
 docs: $(STAMP)
 	$(BIN)/python -m tiankong.tasks.doc_tables docs/tasks.md
+	$(BIN)/python -m tiankong.cli.help_table src/tiankong/cli/__init__.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
