@@ -123,6 +123,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "ask": "Answer many questions about TEXT, reading it once.",
         "call": "Validated tool calls for TEXT (or a reply in words), with the decision's probabilities.",
         "sql": "One read-only SELECT answering QUESTION; only the schema's tables and columns can be written.",
+        "sentiment": "The sentiment of TEXT: positive, negative or neutral, with probabilities.",
         # </task-commands>
     }.items()},
 }

@@ -56,6 +56,7 @@ from .redact import Redaction, redact_flow
 from .rerank import Reranking, rerank_flow
 from .rewrite import Rewrite, rewrite_flow
 from .route import RouteDecision, check_routes, route_flow
+from .sentiment import Sentiment, SentimentArgs, sentiment_flow, sentiment_text
 from .sql import SqlQuery, schema_from_ddl, sql_flow
 from .tag import tag_flow
 from .taskspec import TaskSpec, invalid_request
@@ -283,6 +284,15 @@ SQL: TaskSpec[SqlArgs, SqlQuery] = TaskSpec(
             c.cli_only("--max-rows", dest="max_rows", default=100, show_default=True, int_range=(1, 1000),
                        help="With --execute: most rows printed."),
         ), c.sql_line))
+SENTIMENT: TaskSpec[SentimentArgs, Sentiment] = TaskSpec(
+    "sentiment", SentimentArgs, lambda a, m: sentiment_flow(a.text, neutral=a.neutral, aspect=a.aspect),
+    "Positive, negative (or neutral) with the probability of each, and a polarity in [-1, 1].", batchable=True,
+    answer_text=_field("label"), scorer="label", from_json=Sentiment.from_json, cli=CliPart(
+        "The sentiment of TEXT: positive, negative or neutral, with probabilities.",
+        (FILE_TEXT, c.option("neutral", "--no-neutral", help="Positive or negative only (no neutral label)."),
+         c.option("aspect", "--aspect")),
+        sentiment_text))
+
 #: extract runs from batch jobs and eval items like the registered tasks; its HTTP route and command are its
 #: own (``/v1/tasks/extract`` answers with usage and the decoding evidence; ``tiankong extract`` reads a schema
 #: file as text), so it is not in ``SPECS``
@@ -301,6 +311,6 @@ DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
 
 #: every registered task by name: served at ``POST /v1/tasks/<name>``, a CLI command each
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
-    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL)}
+    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL, SENTIMENT)}
 #: the registered tasks and extract: what batch jobs and eval items can run (the ``batchable`` ones)
 TASK_SPECS: dict[str, TaskSpec[Any, Any]] = {"extract": EXTRACT, **SPECS}
