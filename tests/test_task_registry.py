@@ -90,6 +90,8 @@ def test_the_batch_task_list_and_the_eval_tasks_are_the_batchable_specs() -> Non
 
 def test_a_stored_job_with_flat_task_keys_still_resumes_and_is_written_back_with_args(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """OUT.job.json of a run before ``args`` (flat keys): loaded into ``args``, the same arguments."""
+    import json
+
     from tiankong.batch import build_job
 
     (tmp_path / "s.json").write_text('{"type": "object"}', encoding="utf-8")
@@ -101,6 +103,14 @@ def test_a_stored_job_with_flat_task_keys_still_resumes_and_is_written_back_with
     assert job.task_args("t").multi_label is True
     written = job.model_dump(mode="json", by_alias=True)
     assert "labels" not in written and written["args"]["labels"] == ["a", "b"]
+    from tiankong.batch.job import LEGACY_KEYS
+
+    dumped = {key: None for key in LEGACY_KEYS if key != "json_schema"}  # an OUT.job.json of a run before args
+    dumped.update(input="in.jsonl", output="out.jsonl", format="jsonl", task="redact", use_model=False, style="mask",
+                  max_tokens=256, template=None, system=None, url=["http://127.0.0.1:9"])
+    stored = tmp_path / "out.jsonl.job.json"
+    stored.write_text(json.dumps(dumped), encoding="utf-8")
+    assert build_job(stored).args == {"use_model": False, "style": "mask"}
     extract = tmp_path / "x.toml"
     extract.write_text('input = "i"\noutput = "o"\ntask = "extract"\nschema = "s.json"\n', encoding="utf-8")
     assert build_job(extract).args == {"schema": {"type": "object"}}
