@@ -72,11 +72,13 @@ class EvalItem(BaseModel):
                 data.pop(key, None)
             return data
         args = dict(data.get("args") or {}) if isinstance(data.get("args") or {}, dict) else data.get("args")
+        spec = TASK_SPECS.get(data["task"]) if isinstance(data.get("task"), str) else None
+        wire = set(spec.wire_names().values()) if spec is not None else set()
         for key in LEGACY_KEYS:
             if key in data and isinstance(args, dict):
-                value = data.pop(key)
-                if value is not None:
-                    args.setdefault("schema" if key == "json_schema" else key, value)
+                value, name = data.pop(key), "schema" if key == "json_schema" else key
+                if value is not None and name in wire:  # a flat key the task does not take: ignored, as before
+                    args.setdefault(name, value)
         data["args"] = args
         return data
 
@@ -116,8 +118,6 @@ class EvalItem(BaseModel):
         if self.task == "chat":
             return
         spec = self.spec
-        wire = set(spec.wire_names().values())
-        self.args = {key: value for key, value in self.args.items() if key in wire}  # flat keys it does not take
         if spec.text in self.args:
             raise ValueError(f"args.{spec.text}: the item's input is the task's {spec.text}")
         try:
