@@ -12,14 +12,14 @@ from click.testing import CliRunner
 
 from tiankong import AsyncClient, Client
 from tiankong.batch import make_job
-from tiankong.batch.job import JOB_KEYS, REGISTERED_TASKS, BatchJob
-from tiankong.cli import main, task_cmds, tool_cmds
+from tiankong.batch.job import REGISTERED_TASKS
+from tiankong.cli import main, task_cmds
 from tiankong.errors import ConfigError
 from tiankong.gateway.openapi import build_openapi
-from tiankong.tasks.specs import SPECS
+from tiankong.tasks.specs import SPECS, TASK_SPECS
 
-COMMANDS = task_cmds.COMMANDS + tool_cmds.COMMANDS
-CLI_NAMES = {**task_cmds.CLI_NAMES, **tool_cmds.CLI_NAMES}
+COMMANDS = task_cmds.COMMANDS
+CLI_NAMES = task_cmds.CLI_NAMES
 CLIENT_ONLY = {"route": {"upstream", "max_tokens"},  # the client sends an escalated request itself
                "sql": {"db", "execute", "max_rows"}}  # a database file is read by the library only
 
@@ -66,22 +66,100 @@ def test_every_argument_is_a_cli_option_with_the_same_default(task: str) -> None
 
 
 @pytest.mark.parametrize("task", REGISTERED_TASKS)
-def test_batch_jobs_take_every_argument_and_default_to_the_spec(task: str) -> None:
+def test_batch_jobs_take_every_argument_in_args_and_default_to_the_spec(task: str) -> None:
     spec = SPECS[task]
-    for field in spec.args.model_fields:
-        if field != spec.text:
-            assert JOB_KEYS.get(field, field) in BatchJob.model_fields, f"batch jobs cannot set {task}.{field}"
     required = {"classify": {"labels": ["a", "b"]}, "route": {"routes": [{"name": "x", "target": "task:x"}]}}
-    job = make_job(input="in.jsonl", output="out.jsonl", task=task, **required.get(task, {}))
+    job = make_job(input="in.jsonl", output="out.jsonl", task=task, args=required.get(task, {}))
     args = job.task_args("some text")
+    assert getattr(args, spec.text) == "some text"
     for field, default in spec.defaults().items():
         if field not in required.get(task, {}):
             assert getattr(args, field) == default, f"batch {task}.{field}"
+    assert job.model_dump(mode="json", by_alias=True)["args"] == required.get(task, {})  # what OUT.job.json holds
+
+
+def test_the_batch_task_list_and_the_eval_tasks_are_the_batchable_specs() -> None:
+    from tiankong.batch.job import TASKS
+    from tiankong.evals.format import TASKS as EVAL_TASKS
+
+    batchable = {name for name, spec in TASK_SPECS.items() if spec.batchable}
+    assert set(REGISTERED_TASKS) == batchable - {"extract"}
+    assert set(TASKS) == batchable | {"chat"} == set(EVAL_TASKS)
+    assert "rerank" not in batchable  # a record holds one text; rerank needs documents per record
+
+
+def test_a_stored_job_with_flat_task_keys_still_resumes_and_is_written_back_with_args(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """OUT.job.json of a run before ``args`` (flat keys): loaded into ``args``, the same arguments."""
+    import json
+
+    from tiankong.batch import build_job
+
+    (tmp_path / "s.json").write_text('{"type": "object"}', encoding="utf-8")
+    old = tmp_path / "job.toml"
+    old.write_text('input = "in.jsonl"\noutput = "out.jsonl"\ntask = "classify"\nlabels = ["a", "b"]\n'
+                   'multi_label = true\nwords = 5\n', encoding="utf-8")
+    job = build_job(old)
+    assert job.args == {"labels": ["a", "b"], "multi_label": True}  # words: not a classify argument (ignored)
+    assert job.task_args("t").multi_label is True
+    written = job.model_dump(mode="json", by_alias=True)
+    assert "labels" not in written and written["args"]["labels"] == ["a", "b"]
+    from tiankong.batch.job import LEGACY_KEYS
+
+    dumped = {key: None for key in LEGACY_KEYS if key != "json_schema"}  # an OUT.job.json of a run before args
+    dumped.update(input="in.jsonl", output="out.jsonl", format="jsonl", task="redact", use_model=False, style="mask",
+                  max_tokens=256, template=None, system=None, url=["http://127.0.0.1:9"])
+    stored = tmp_path / "out.jsonl.job.json"
+    stored.write_text(json.dumps(dumped), encoding="utf-8")
+    assert build_job(stored).args == {"use_model": False, "style": "mask"}
+    extract = tmp_path / "x.toml"
+    extract.write_text('input = "i"\noutput = "o"\ntask = "extract"\nschema = "s.json"\n', encoding="utf-8")
+    assert build_job(extract).args == {"schema": {"type": "object"}}
+    new = tmp_path / "n.toml"
+    new.write_text('input = "i"\noutput = "o"\ntask = "tag"\n[args]\nschema = "s.json"\nmax_keywords = 3\n',
+                   encoding="utf-8")
+    assert build_job(new).task_args("t").max_keywords == 3
+    with pytest.raises(ConfigError, match="max_keywords"):
+        make_job(input="i", output="o", task="tag", args={"max_keywords": 99})
+    with pytest.raises(ConfigError, match="comes from each record"):
+        make_job(input="i", output="o", task="tag", args={"text": "x"})
+
+
+def test_eval_items_take_args_and_old_flat_items_keep_their_cache_key() -> None:
+    from tiankong.evals.format import EvalItem
+
+    flat = EvalItem.model_validate({"id": "1", "task": "classify", "input": "hi", "labels": ["a", "b"],
+                                    "reference": "a"})
+    table = EvalItem.model_validate({"id": "1", "task": "classify", "input": "hi", "args": {"labels": ["a", "b"]},
+                                     "reference": "a"})
+    assert flat.request() == table.request() == {"task": "classify", "input": "hi", "labels": ["a", "b"]}
+    summary = EvalItem.model_validate({"id": "2", "task": "summarize", "input": "x", "reference": "y"})
+    assert summary.request() == {"task": "summarize", "input": "x", "words": 80}  # as before args
+    more = EvalItem.model_validate({"id": "3", "task": "summarize", "input": "x", "reference": "y",
+                                    "args": {"chunk_tokens": 256}})
+    assert more.request()["args"] == {"chunk_tokens": 256}
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        EvalItem.model_validate({"id": "4", "task": "summarize", "input": "x", "reference": "y",
+                                 "args": {"chunk_tokens": 1}})
+    with pytest.raises(ValueError, match="word"):  # an unknown argument in args is refused, not dropped
+        EvalItem.model_validate({"id": "5", "task": "summarize", "input": "x", "reference": "y",
+                                 "args": {"word": 10}})
+    ignored = EvalItem.model_validate({"id": "6", "task": "redact", "input": "x", "reference": "y", "words": 5})
+    assert ignored.args == {}  # a flat key redact does not take: ignored, as before args
+
+
+#: the registered tasks with their own, explicit client method (the typed way; any task: ``client.task(NAME)``)
+EXPLICIT = sorted(task for task in SPECS if hasattr(Client, task))
+
+
+def test_the_shipped_tasks_keep_their_explicit_client_methods() -> None:
+    assert {"classify", "route", "rewrite", "rerank", "redact", "guard", "compress", "summarize", "tag", "ask",
+            "call", "sql"} <= set(EXPLICIT)
 
 
 @pytest.mark.parametrize("cls", [Client, AsyncClient])
-@pytest.mark.parametrize("task", sorted(SPECS))
+@pytest.mark.parametrize("task", EXPLICIT)
 def test_client_methods_have_the_specs_parameters_and_defaults(cls: type, task: str) -> None:
+    """The defaults are written in the spec and again in the signatures (they are the documentation): held equal."""
     signature = inspect.signature(getattr(cls, task))
     params = {name: p for name, p in signature.parameters.items() if name != "self"}
     spec = SPECS[task]
@@ -90,6 +168,16 @@ def test_client_methods_have_the_specs_parameters_and_defaults(cls: type, task: 
     for name, info in wire.items():
         if not info.is_required():
             assert params[name].default == info.default, f"{cls.__name__}.{task}({name}=…) default"
+
+
+def test_client_task_runs_any_registered_task_by_name() -> None:
+    from tiankong.errors import ConfigError as Refused
+
+    with Client("http://127.0.0.1:9") as client:  # never reached: the arguments are refused first
+        with pytest.raises(Refused, match="unknown task 'nope'"):
+            client.task("nope", text="x")
+        with pytest.raises(Refused, match="n"):
+            client.task("rewrite", query="q", n=99)
 
 
 def test_a_limit_declared_once_holds_in_the_library_the_batch_job_and_the_cli() -> None:
@@ -134,7 +222,7 @@ def test_every_library_error_and_task_result_is_exported_from_the_package() -> N
                 todo.append(sub)
     missing = sorted(c.__name__ for c in found if getattr(tiankong, c.__name__, None) is not c)
     assert not missing, f"errors not exported from tiankong: {missing}"
-    for task in SPECS:
+    for task in EXPLICIT:
         result = typing.get_type_hints(getattr(Client, task))["return"]
         result = typing.get_origin(result) or result
         assert getattr(tiankong, result.__name__, None) is result, f"{result.__name__} is not exported"
@@ -242,3 +330,34 @@ def test_fields_a_local_engine_would_drop_are_refused_by_name() -> None:
             assert answer.status_code == 400 and answer.json()["error"]["param"] == field
     assert {"functions", "n"} <= set(UNHONOURED["/v1/chat/completions"])
     assert "tools" not in UNHONOURED["/v1/chat/completions"]  # served: tests/test_tools.py
+
+
+def test_every_task_command_is_made_from_its_spec_and_tiankong_help_lists_it() -> None:
+    """One command per registered task, its help the spec's summary; ``tiankong --help``'s rows for them are
+    written from the registry by ``make docs`` (cli/help_table.py) and are not stale."""
+    from pathlib import Path
+
+    from tiankong.cli import COMMANDS as TOP
+    from tiankong.cli import help_table
+
+    assert [c.name for c in COMMANDS] == [name for name, spec in SPECS.items() if spec.cli is not None]
+    for command in COMMANDS:
+        cli = SPECS[str(command.name)].cli
+        assert cli is not None and command.help == cli.summary
+        assert TOP[str(command.name)][:2] == ("task_cmds", command.name)
+    source = Path(__file__).parent.parent / "src" / "tiankong" / "cli" / "__init__.py"
+    text = source.read_text(encoding="utf-8")
+    assert help_table.update(text) == text, "tiankong --help task rows are stale: run `make docs`"
+
+
+def test_an_engine_free_answer_refuses_an_engine_call_by_name() -> None:
+    from tiankong.cli.task_hooks import NO_ENGINE, EngineNeeded
+
+    with pytest.raises(EngineNeeded, match="POST /completion"):
+        NO_ENGINE("POST", "/completion", {})
+    shown = CliRunner().invoke(main, ["redact", "--no-model", "--json", "mail me at a.b@example.com"])
+    assert shown.exit_code == 0, shown.output
+    import json
+
+    answer = json.loads(shown.output)  # rules only, no engine started
+    assert "a.b@example.com" not in answer["text"] and answer["entities"]

@@ -12,18 +12,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .. import jsonsafe
 from ..errors import ConfigError
 from ..jsonsafe import read_limited
-from ..tasks.specs import SPECS, TaskArgs, TaskSpec
+from ..tasks.specs import TASK_SPECS, TaskArgs, TaskSpec
 
 if TYPE_CHECKING:
     from ..deciders.runtime import EngineNeeds
 
 InputFormat = Literal["auto", "jsonl", "csv", "folder", "openai"]
-#: registered tasks a job runs over one text field per record (rerank needs documents per record: not one)
-REGISTERED_TASKS = ("classify", "summarize", "tag", "redact", "rewrite", "guard", "compress", "route")
+#: the order ``batch run --task`` has always listed these in; tasks added later follow in the registry's order
+_LISTED = ("classify", "summarize", "tag", "redact", "rewrite", "guard", "compress", "route")
+#: registered tasks a job runs over one text field per record: the ``batchable`` specs (``tasks/specs.py``;
+#: rerank needs documents per record: not one)
+REGISTERED_TASKS = tuple(sorted((name for name, spec in TASK_SPECS.items() if spec.batchable and name != "extract"),
+                                key=lambda name: (_LISTED + (name,)).index(name)))
 TEXT_TASKS = ("extract", *REGISTERED_TASKS)
 TASKS = (*TEXT_TASKS, "chat")
-#: a spec argument stored under another job key
-JOB_KEYS = {"schema_": "json_schema"}
+#: job keys of the flat layout (before ``args``): still read, so that a stored job resumes; new jobs are written
+#: with ``args``. A key a task does not take is ignored, as it was.
+LEGACY_KEYS = ("labels", "decider", "descriptions", "examples", "multi_label", "threshold", "calibrate", "schema",
+               "json_schema", "instructions", "words", "chunk_tokens", "style", "use_model", "types", "salt", "mode",
+               "n", "flag_at", "block_at", "policies", "budget_tokens", "question", "max_keywords", "routes",
+               "redline", "escalate_target")
 
 
 class BatchJob(BaseModel):
@@ -37,34 +45,11 @@ class BatchJob(BaseModel):
     format: InputFormat = "auto"
     id_field: str = "id"
     text_field: str = "text"
-    # --- task --- (arguments of a registered task: unset = the task's own default, ``tiankong.tasks.specs``)
+    # --- task ---
     task: str | None = None
-    labels: list[str] | None = None
-    decider: str | None = None
-    descriptions: dict[str, str] | None = None
-    examples: list[dict[str, Any]] | None = None
-    multi_label: bool | None = None
-    threshold: float | None = None
-    calibrate: bool | None = None
-    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
-    instructions: str | None = None
-    words: int | None = None
-    chunk_tokens: int | None = None
-    style: str | None = None
-    use_model: bool | None = None
-    types: list[str] | None = None
-    salt: str | None = None
-    mode: str | None = None
-    n: int | None = None
-    flag_at: float | None = None
-    block_at: float | None = None
-    policies: list[str] | None = None
-    budget_tokens: int | None = None
-    question: str | None = None
-    max_keywords: int | None = None
-    routes: list[dict[str, Any]] | None = None
-    redline: bool | None = None
-    escalate_target: str | None = None
+    #: the task's arguments (``tiankong.tasks.specs``: unset = the task's own default); the record's text goes
+    #: in the task's text field
+    args: dict[str, Any] = Field(default_factory=dict)
     template: str | None = None
     system: str | None = None
     max_tokens: int = Field(default=256, ge=1)
@@ -87,6 +72,26 @@ class BatchJob(BaseModel):
     #: OUT in input order once a run finishes (store.put_in_order); completion order otherwise
     keep_order: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_keys(cls, data: Any) -> Any:
+        """A job written before ``args`` (flat task keys, e.g. ``labels = [...]``): its keys moved into ``args``."""
+        if not isinstance(data, dict) or not any(key in data for key in LEGACY_KEYS):
+            return data
+        data = dict(data)
+        task = data.get("task")
+        spec = TASK_SPECS.get(task) if isinstance(task, str) else None
+        wire = set(spec.wire_names().values()) if spec is not None else set()
+        args = dict(data.get("args") or {})
+        for key in LEGACY_KEYS:
+            if key in data:
+                value = data.pop(key)
+                name = "schema" if key == "json_schema" else key
+                if value is not None and name in wire and name != (spec.text if spec else None):
+                    args.setdefault(name, value)
+        data["args"] = args
+        return data
+
     @field_validator("url", mode="before")
     @classmethod
     def _one_url(cls, value: Any) -> Any:
@@ -102,36 +107,34 @@ class BatchJob(BaseModel):
             raise ValueError(f"no task: set task ({', '.join(TASKS)})")
         if self.task is not None and self.task not in TASKS:
             raise ValueError(f"unknown task {self.task!r} (tasks: {', '.join(TASKS)})")
-        if self.task == "classify" and not self.decider and (not self.labels or len(set(self.labels)) < 2):
-            raise ValueError("task classify needs at least two distinct labels (labels = [\"a\", \"b\"]) "
-                             "or a decider (decider = \"NAME\")")
-        if self.task == "extract" and not self.json_schema:
-            raise ValueError("task extract needs a schema (schema = {...} or --schema FILE)")
         if self.task == "chat":
             template_fields(self.template)
-        if self.task in REGISTERED_TASKS:
+        if self.args and self.task not in TEXT_TASKS:
+            raise ValueError(f"args are the arguments of a task ({', '.join(TEXT_TASKS)}); task "
+                             f"{self.task or '(none)'} takes none")
+        if self.task in TEXT_TASKS:
             try:
                 self.task_args("-")
             except ConfigError as exc:
-                raise ValueError(exc.message.removeprefix(f"invalid {self.task} request: ")) from None
+                problems = exc.message.removeprefix(f"invalid {self.task} request: ").removeprefix("body: ")
+                raise ValueError(f"task {self.task}: {problems}") from None
         return self
 
+    @property
+    def spec(self) -> TaskSpec[TaskArgs, Any]:
+        """The job's task (extract or a registered task)."""
+        assert self.task in TEXT_TASKS, self.task
+        return TASK_SPECS[self.task]
+
     def task_args(self, text: str) -> TaskArgs:
-        """The arguments of a registered task for one record's text: the job's keys over the task's defaults."""
-        assert self.task in REGISTERED_TASKS, self.task
-        spec: TaskSpec[TaskArgs, Any] = SPECS[self.task]
-        given: dict[str, Any] = {spec.text: text}
-        for name, info in spec.args.model_fields.items():
-            value = getattr(self, JOB_KEYS.get(name, name), None) if name != spec.text else None
-            if value is not None:
-                given[info.alias or name] = value
-        return spec.parse(given)
+        """The task's arguments for one record's text: the job's ``args`` over the task's defaults."""
+        return self.spec.with_text(text, self.args)
 
     def decider_engine(self) -> EngineNeeds:
         """What the job's engine must offer: for a job with a decider, what the decider reads."""
         from ..deciders import engine_needs, load_decider
 
-        decider = getattr(self.task_args("-"), "decider", None) if self.task in REGISTERED_TASKS else None
+        decider = getattr(self.task_args("-"), "decider", None) if self.task in TEXT_TASKS else None
         return engine_needs(load_decider(decider) if decider else None)
 
     def check_task(self, fmt: str) -> None:
@@ -196,8 +199,8 @@ def _describe(exc: ValidationError) -> str:
 
 
 def load_job_file(path: str | Path) -> dict[str, Any]:
-    """The raw keys of a TOML or JSON job file; a ``schema`` given as a string is a path to a JSON file
-    (relative to the job file)."""
+    """The raw keys of a TOML or JSON job file; a ``schema`` (in ``args``, or a flat key of an older job) given as
+    a string is a path to a JSON file (relative to the job file)."""
     file = Path(path)
     text = read_limited(file, "job file")
     try:
@@ -207,8 +210,9 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
                           f"{exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"the job file {file} must hold an object of job keys")
-    if isinstance(data.get("schema"), str):
-        data["schema"] = read_schema(file.parent / data["schema"])
+    for keys in (data, data.get("args")):
+        if isinstance(keys, dict) and isinstance(keys.get("schema"), str):
+            keys["schema"] = read_schema(file.parent / keys["schema"])
     return data
 
 

@@ -10,8 +10,6 @@ from typing import Any
 
 from ..api import AsyncClient
 from ..errors import ConfigError
-from ..structured.drivers import run_async
-from ..tasks.specs import SPECS
 from .job import BatchJob
 
 
@@ -86,13 +84,9 @@ async def run_task(client: AsyncClient, job: BatchJob, data: dict[str, Any]) -> 
     """The task's JSON result for one record."""
     if job.task == "chat":
         return await _chat(client, job, data)
-    text = field_text(data, job.text_field)
-    if job.task == "extract":
-        assert job.json_schema is not None
-        return (await client.extract_result(text, job.json_schema, instructions=job.instructions)).data
-    spec = SPECS[str(job.task)]
-    answer = spec.to_json(await run_async(spec.flow(job.task_args(text), client.model), client._request))
-    return answer["data"] if job.task == "tag" else answer  # a tag line holds the metadata itself
+    spec = job.spec
+    answer = spec.to_json(await spec.run_async(client, job.task_args(field_text(data, job.text_field))))
+    return spec.record(answer) if spec.record is not None else answer
 
 
 async def _chat(client: AsyncClient, job: BatchJob, data: dict[str, Any]) -> Any:

@@ -83,7 +83,9 @@ def emit_table(columns: list[str], rows: list[list[str]], wrap: str | None = Non
 
 
 #: command name → (module in tiankong.cli, attribute, the short help ``tiankong --help`` lists); a command's
-#: module is imported only when the command runs or shows its own help (a test holds the helps to the commands)
+#: module is imported only when the command runs or shows its own help (a test holds the helps to the commands).
+#: The task commands' rows come from the task registry: ``make docs`` writes them between the markers (reading
+#: the registry here would load it, and the HTTP stack with it, for every ``tiankong --help``)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "engine": ("engine_cmds", "engine", 'Build, locate and describe the llama-server engine.'),
     "models": ("models_cmds", "models", 'The model catalog and local registry.'),
@@ -108,22 +110,23 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("run_cmds", "doctor", 'Check the engine, models, CPU, memory and directories; say what to fix.'),
     "extract": ("structured_cmds", "extract",
         "Extract fields from TEXT ('-' or absent: stdin) as JSON valid against --schema."),
-    "classify": ("task_cmds", "classify",
-        'Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities.'),
-    "route": ("task_cmds", "route",
-        'Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there).'),
-    "rewrite": ("task_cmds", "rewrite", 'Rewrite QUERY for retrieval (and/or write a hypothetical answer passage).'),
-    "rerank": ("task_cmds", "rerank", 'Rank candidates against QUERY (BM25 + embedding, fused); print the best first.'),
-    "redact": ("task_cmds", "redact", 'Find and redact PII in TEXT (Chinese and English).'),
-    "guard": ("task_cmds", "guard", 'Screen TEXT for prompt injection (and policies): allow, flag or block.'),
-    "compress": ("task_cmds", "compress", 'The sentences of a long TEXT that matter, within a token budget.'),
-    "summarize": ("task_cmds", "summarize", 'Summarize TEXT in at most --words words.'),
-    "tag": ("task_cmds", "tag", 'Keywords and metadata for TEXT as JSON.'),
-    "ask": ("task_cmds", "ask", 'Answer many questions about TEXT, reading it once.'),
-    "call": ("tool_cmds", "call", 'Validated tool calls for TEXT (or a reply in words), with the decision\'s '
-             'probabilities.'),
-    "sql": ("tool_cmds", "sql", 'One read-only SELECT answering QUESTION; only the schema\'s tables and columns '
-            'can be written.'),
+    **{name: ("task_cmds", name, short) for name, short in {
+        # <task-commands> written by `make docs` (cli/help_table.py) from each spec's cli.summary
+        "classify": "Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities.",
+        "route": "Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there).",
+        "rewrite": "Rewrite QUERY for retrieval (and/or write a hypothetical answer passage).",
+        "rerank": "Rank candidates against QUERY (BM25 + embedding, fused); print the best first.",
+        "redact": "Find and redact PII in TEXT (Chinese and English).",
+        "guard": "Screen TEXT for prompt injection (and policies): allow, flag or block.",
+        "compress": "The sentences of a long TEXT that matter, within a token budget.",
+        "summarize": "Summarize TEXT in at most --words words.",
+        "tag": "Keywords and metadata for TEXT as JSON.",
+        "ask": "Answer many questions about TEXT, reading it once.",
+        "call": "Validated tool calls for TEXT (or a reply in words), with the decision's probabilities.",
+        "sql": "One read-only SELECT answering QUESTION; only the schema's tables and columns can be written.",
+        "sentiment": "The sentiment of TEXT: positive, negative or neutral, with probabilities.",
+        # </task-commands>
+    }.items()},
 }
 
 

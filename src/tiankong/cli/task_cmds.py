@@ -1,13 +1,13 @@
-"""Task verbs: classify, route, rewrite, rerank, redact, guard, compress, summarize, tag.
+"""Task verbs, one per registered task (``tasks/specs.py``), made from the spec's command-line part.
 
-Each parses its arguments, calls the ``Client`` method of the same name and renders the result (``--json``:
-the same JSON the gateway's ``/v1/tasks/<task>`` returns).
+Each reads its inputs as ``spec.cli`` declares them (``tasks/cli_part.py``), runs the task on a ``Client``
+(``client.task``; tasks with a CLI-only behaviour have a hook in ``cli/task_hooks.py``) and renders the answer
+as ``spec.cli.line`` (``--json``: the same JSON the gateway's ``/v1/tasks/<task>`` returns).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,14 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..deciders.registry import load_decider
 from ..errors import ConfigError
 from ..models import DEFAULT_MODEL
-from ..structured.drivers import run_sync
-from ..tasks.classify import decide_flow, decider_labels
-from ..tasks.guard import guard_flow
-from ..tasks.redact import redact_flow
-from . import emit_json, parse_labels
+from ..tasks.cli_part import CliInput
+from ..tasks.specs import SPECS, TaskSpec
+from . import emit_json
 from .run_cmds import API_KEY_OPTION, _client
 from .spec_options import spec_option
 
@@ -37,6 +34,7 @@ _options = [
     click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON."),
     API_KEY_OPTION,
 ]
+COMMON = ("model", "url", "llama_server", "as_json")
 
 
 def task_options(func: Callable[..., None]) -> Callable[..., None]:
@@ -94,252 +92,134 @@ def render(result: Any, as_json: bool, line: Callable[[Any], str]) -> None:
         click.echo(line(result))
 
 
-def _scores(scores: dict[str, float]) -> str:
-    return "  ".join(f"{label}={p:.3f}" for label, p in scores.items())
+# --- a command from a spec -----------------------------------------------------------------------------------
 
 
-@click.command()
-@click.argument("text", required=False)
-@click.option("--labels", "label_list", default=None, help="Comma-separated labels, e.g. spam,ham.")
-@click.option("-l", "--label", "labels", multiple=True, help="A label (repeat; or use --labels a,b).")
-@click.option("--decider", default=None, help="Answer with this tuned decider (`tiankong deciders list`).")
-@click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Describe a label (repeat).")
-@click.option("--examples", "examples_file", default=None, help="JSON file: [{text, label}, …] few-shot examples.")
-@spec_option("classify", "instructions", "--instructions")
-@spec_option("classify", "multi_label", "--multi-label")
-@spec_option("classify", "threshold", "--threshold")
-@spec_option("classify", "calibrate", "--calibrate/--no-calibrate")
-@task_options
-def classify(text: str | None, label_list: str | None, labels: tuple[str, ...], decider: str | None,
-             describe: tuple[str, ...], examples_file: str | None, instructions: str | None, multi_label: bool,
-             threshold: float | None, calibrate: bool | None, model: str | None, url: str | None,
-             llama_server: str | None, as_json: bool) -> None:
-    """Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities."""
-    names = parse_labels(label_list, labels) or []
-    if not names and not decider:
-        raise click.UsageError("give --labels a,b (or -l a -l b), or --decider NAME")
-    descriptions = dict(d.split("=", 1) for d in describe if "=" in d) or None
-    examples = read_json(examples_file) if examples_file else None
-    body = read_text(text)
-    if decider and not url and not os.environ.get("TIANKONG_URL") and not _decider_needs_engine(decider):
-        found = load_decider(decider)  # an engine-free decider (tf-idf): no engine is started
-        decider_labels(found.labels, names or None, found.ref)
-        result = run_sync(decide_flow(found, body, threshold=threshold), lambda *a: None)
+def _param(spec: TaskSpec[Any, Any], item: CliInput) -> Callable[[Any], Any]:
+    """The click decorator of one declared input."""
+    if item.kind == "argument":
+        return click.argument(item.name, required=item.required)
+    if item.kind == "option":
+        assert item.field is not None
+        extra = {"help": item.help} if item.help is not None else {}
+        return spec_option(spec.name, item.field, *item.decls, **extra)
+    kwargs: dict[str, Any] = {"help": item.help}
+    if item.kind in ("repeat", "pairs"):
+        kwargs["multiple"] = True
+    elif item.flag:
+        kwargs["is_flag"] = True
     else:
-        with client_for(model, url, llama_server, decider) as client:
-            result = client.classify(body, names or None, decider=decider, descriptions=descriptions,
-                                     examples=examples, instructions=instructions, multi_label=multi_label,
-                                     threshold=threshold, calibrate=calibrate)
-    if result.warning:
-        click.echo(f"warning: {result.warning}", err=True)
-    render(result, as_json, lambda r: f"{','.join(r.labels) or '(abstain)'}\t{_scores(r.scores)}")
+        kwargs["default"] = item.default
+    if item.metavar:
+        kwargs["metavar"] = item.metavar
+    if item.required:
+        kwargs["required"] = True
+    if item.show_default:
+        kwargs["show_default"] = True
+    if item.int_range:
+        kwargs["type"] = click.IntRange(*item.int_range)
+    return click.option(*item.decls, item.name, **kwargs)
 
 
-@click.command()
-@click.argument("text", required=False)
-@click.option("--routes", "routes_file", required=True, help="JSON file: [{name, description, target}, …].")
-@spec_option("route", "threshold", "--threshold")
-@spec_option("route", "redline", "--no-redline", help="Do not escalate red-line requests (maths, reasoning, …).")
-@spec_option("route", "escalate_target", "--escalate-target")
-@click.option("--upstream-url", default=None, help="Send escalated requests to this OpenAI-compatible server.")
-@click.option("--upstream-key-env", default=None, help="Environment variable holding the upstream's API key.")
-@click.option("--upstream-model", default=None, help="Model name at the upstream.")
-@click.option("--no-redact", is_flag=True, help="Send escalated text to the upstream without PII redaction.")
-@spec_option("route", "decider", "--decider")
-@task_options
-def route(text: str | None, routes_file: str, threshold: float, redline: bool, escalate_target: str,
-          upstream_url: str | None, upstream_key_env: str | None, upstream_model: str | None, no_redact: bool,
-          decider: str | None, model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there)."""
-    routes = read_json(routes_file)
-    body = read_text(text)
-    upstream = ({"url": upstream_url, "api_key_env": upstream_key_env, "model": upstream_model,
-                 "redact": not no_redact} if upstream_url else None)
-    with client_for(model, url, llama_server, decider) as client:
-        result = client.route(body, routes, threshold=threshold, redline=redline, escalate_target=escalate_target,
-                              upstream=upstream, decider=decider)
-    render(result, as_json, lambda r: f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t"
-                                      f"{r.confidence:.3f}\t{r.reason}")
+def _read(item: CliInput, value: Any) -> Any:
+    """What one input gives its field (None: nothing given; the field keeps its default)."""
+    if item.kind == "json":
+        return read_json(value) if value else None
+    if item.kind == "text_file":
+        return _read_bytes(value).decode("utf-8", "replace") if value else None
+    if item.kind == "lines":
+        return [line for line in read_text(None, value).splitlines() if line.strip()] if value else None
+    if item.kind == "joined":
+        return [x.strip() for x in (value or "").split(",") if x.strip()]
+    if item.kind == "pairs":
+        return dict(d.split("=", 1) for d in value if "=" in d)
+    if item.kind == "repeat":
+        return list(value)
+    return value
 
 
-@click.command()
-@click.argument("query", required=False)
-@spec_option("rewrite", "mode", "--mode")
-@spec_option("rewrite", "n", "-n")
-@task_options
-def rewrite(query: str | None, mode: str, n: int, model: str | None, url: str | None, llama_server: str | None,
-            as_json: bool) -> None:
-    """Rewrite QUERY for retrieval (and/or write a hypothetical answer passage)."""
-    body = read_text(query)
-    with client_for(model, url, llama_server) as client:
-        result = client.rewrite(body, mode=mode, n=n)
-    render(result, as_json, lambda r: "\n".join([*r.queries, *([r.hypothetical] if r.hypothetical else [])]))
+def gather(spec: TaskSpec[Any, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """The task's arguments from the command's parameter values: files read, repeated flags joined, the
+    argument (or --file, or stdin) read last."""
+    assert spec.cli is not None
+    args: dict[str, Any] = {}
+    text: CliInput | None = None
+    for item in spec.cli.inputs:
+        if item.kind == "argument":
+            text = item
+        elif item.field is not None:
+            value = _read(item, values[item.name])
+            if item.convert is not None:
+                value = item.convert(value, args.get(item.field))
+            elif isinstance(value, list) and isinstance(args.get(item.field), list):
+                value = [*args[item.field], *value]
+            if value is not None:
+                args[item.field] = value
+    for name, value in list(args.items()):  # an empty repeated flag: the field's default (None), or []
+        if value in ([], {}) and spec.args.model_fields[name].default is None:
+            args[name] = None
+    if text is not None and text.field is not None:
+        given = values[text.name]
+        args[text.field] = read_text(given, values.get("file")) if text.stdin else given
+    return {spec.args.model_fields[name].alias or name: value for name, value in args.items()}
 
 
-@click.command()
-@click.argument("query")
-@click.option("-d", "--doc", "docs", multiple=True, help="A candidate text (repeat).")
-@click.option("--docs", "docs_file", default=None, help="File with one candidate per line.")
-@spec_option("rerank", "top_n", "--top-n")
-@spec_option("rerank", "top_k", "--top-k")
-@spec_option("rerank", "mode", "--mode")
-@spec_option("rerank", "decider", "--decider")
-@task_options
-def rerank(query: str, docs: tuple[str, ...], docs_file: str | None, top_n: int | None, top_k: int | None,
-           mode: str, decider: str | None, model: str | None, url: str | None, llama_server: str | None,
-           as_json: bool) -> None:
-    """Rank candidates against QUERY (BM25 + embedding, fused); print the best first."""
-    candidates = list(docs)
-    if docs_file:
-        candidates += [line for line in read_text(None, docs_file).splitlines() if line.strip()]
-    with client_for(model, url, llama_server) as client:
-        result = client.rerank(query, candidates, top_n=top_n, top_k=top_k, mode=mode, decider=decider)
-    render(result, as_json, lambda r: "\n".join(f"{x.score:.3f}\t{x.index}\t{x.text[:80]}" for x in r.results))
+def task_command(spec: TaskSpec[Any, Any]) -> click.Command:
+    """``tiankong <task>``: the spec's inputs, then --model, --url, --llama-server, --json, --api-key."""
+    from .task_hooks import HOOKS, TaskRun
+
+    cli = spec.cli
+    assert cli is not None, spec.name
+
+    def callback(**values: Any) -> None:
+        run = TaskRun(spec, values)
+        hook = HOOKS.get(spec.name)
+        if hook is not None and hook.check is not None:
+            hook.check(run)
+        run.args = gather(spec, values)
+        result = hook.run(run) if hook is not None and hook.run is not None else None
+        if result is None:
+            with client_for(run.model, run.url, run.llama_server,
+                            run.args.get("decider") if cli.engine_decider else None) as client:
+                result = client.task(spec.name, **run.args)
+        if getattr(result, "warning", None):
+            click.echo(f"warning: {result.warning}", err=True)
+        if values["as_json"]:
+            emit_json(spec.to_json(result))
+        else:
+            click.echo(cli.line(result))
+        if hook is not None and hook.after is not None:
+            hook.after(run, result)
+
+    decorators: list[Callable[[Any], Any]] = []
+    for item in cli.inputs:
+        decorators.append(_param(spec, item))
+        if item.kind == "argument" and item.file:
+            decorators.append(click.option("--file", default=None, help="Read the text from this file."))
+    func: Callable[..., Any] = task_options(callback)
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return click.command(spec.name, help=cli.summary)(func)
 
 
-@click.command()
-@click.argument("text", required=False)
-@click.option("--file", default=None, help="Read the text from this file.")
-@spec_option("redact", "style", "--style")
-@spec_option("redact", "use_model", "--no-model", help="Rules only (no names/addresses/organisations).")
-@click.option("--type", "types", multiple=True, help="Only these entity types (repeat).")
-@spec_option("redact", "salt", "--salt")
-@task_options
-def redact(text: str | None, file: str | None, style: str, use_model: bool, types: tuple[str, ...], salt: str,
-           model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Find and redact PII in TEXT (Chinese and English)."""
-    body = read_text(text, file)
-    if not use_model and not (url or model):
-        result = run_sync(redact_flow(body, style=style, use_model=False, types=list(types) or None, salt=salt),
-                          lambda *a: None)
-    else:
-        with client_for(model, url, llama_server) as client:
-            result = client.redact(body, style=style, use_model=use_model, types=list(types) or None, salt=salt)
-    render(result, as_json, lambda r: r.text)
+#: one command per registered task, in the registry's order
+COMMANDS = [task_command(spec) for spec in SPECS.values() if spec.cli is not None]
+_BY_NAME = {command.name: command for command in COMMANDS}
 
 
-@click.command()
-@click.argument("text", required=False)
-@click.option("--policy", "policies", multiple=True, help="A policy the text must not violate (repeat).")
-@spec_option("guard", "decider", "--decider", help="The screening decider.")
-@click.option("--no-decider", is_flag=True, help="Heuristics + the chat model only (the old guard).")
-@spec_option("guard", "use_model", "--use-model")
-@spec_option("guard", "flag_at", "--flag-at")
-@spec_option("guard", "block_at", "--block-at")
-@task_options
-def guard(text: str | None, policies: tuple[str, ...], decider: str, no_decider: bool, use_model: bool,
-          flag_at: float | None, block_at: float | None, model: str | None, url: str | None,
-          llama_server: str | None, as_json: bool) -> None:
-    """Screen TEXT for prompt injection (and policies): allow, flag or block."""
-    body = read_text(text)
-    chosen = None if no_decider else decider
-    if chosen and not policies and not use_model and not url and not _decider_needs_engine(chosen):
-        # the shipped guard reads no engine: none is started
-        result = run_sync(guard_flow(body, decider=load_decider(chosen), flag_at=flag_at, block_at=block_at),
-                          lambda *a: None)
-    else:
-        with client_for(model, url, llama_server, chosen) as client:
-            result = client.guard(body, decider=chosen, flag_at=flag_at, block_at=block_at,
-                                  policies=list(policies) or None, use_model=use_model)
-    render(result, as_json, lambda r: f"{r.verdict}\t{r.score:.3f}\t{'; '.join(r.reasons)}")
-    if result.verdict == "block":
-        sys.exit(EXIT_BLOCKED)  # a pipeline step can stop on it (`tiankong guard … && next-step`)
+def __getattr__(name: str) -> click.Command:
+    """``task_cmds.classify`` etc.: the commands by task name (``tiankong.cli`` loads them this way)."""
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-EXIT_BLOCKED = 1  # `tiankong guard` exit status when the verdict is block (flag and allow: 0)
+def cli_names(spec: TaskSpec[Any, Any]) -> dict[str, str]:
+    """Task field → the command parameter that reads it, where the names differ or the field is read from a
+    file, a repeated flag or the argument (every other field is the option of the same name)."""
+    assert spec.cli is not None
+    return {item.field: item.name for item in spec.cli.inputs
+            if item.field is not None and (item.kind != "option" or item.name != item.field)}
 
 
-def _decider_needs_engine(ref: str) -> bool:
-    from ..deciders import engine_needs
-
-    return engine_needs(load_decider(ref)).engine
-
-
-@click.command()
-@click.argument("text", required=False)
-@click.option("--file", default=None, help="Read the text from this file.")
-@spec_option("compress", "budget_tokens", "--budget")
-@spec_option("compress", "chunk_tokens", "--chunk-tokens")
-@spec_option("compress", "question", "--question")
-@spec_option("compress", "mode", "--mode")
-@task_options
-def compress(text: str | None, file: str | None, budget_tokens: int, chunk_tokens: int, question: str | None,
-             mode: str, model: str | None, url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """The sentences of a long TEXT that matter, within a token budget."""
-    body = read_text(text, file)
-    with client_for(model, url, llama_server) as client:
-        result = client.compress(body, budget_tokens=budget_tokens, chunk_tokens=chunk_tokens, question=question,
-                                 mode=mode)
-    render(result, as_json, lambda r: "\n".join(f"- {p}" for p in r.points))
-
-
-@click.command()
-@click.argument("text", required=False)
-@click.option("--file", default=None, help="Read the text from this file.")
-@spec_option("summarize", "words", "--words")
-@spec_option("summarize", "chunk_tokens", "--chunk-tokens")
-@task_options
-def summarize(text: str | None, file: str | None, words: int, chunk_tokens: int, model: str | None,
-              url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Summarize TEXT in at most --words words."""
-    body = read_text(text, file)
-    with client_for(model, url, llama_server) as client:
-        result = client.summarize(body, words=words, chunk_tokens=chunk_tokens)
-    render(result, as_json, lambda r: r.summary)
-
-
-@click.command()
-@click.argument("text", required=False)
-@click.option("--file", default=None, help="Read the text from this file.")
-@click.option("--schema", "schema_file", default=None, help="JSON Schema for the metadata (default: keywords, "
-              "topic, language).")
-@spec_option("tag", "max_keywords", "--max-keywords")
-@task_options
-def tag(text: str | None, file: str | None, schema_file: str | None, max_keywords: int, model: str | None,
-        url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Keywords and metadata for TEXT as JSON."""
-    schema = read_json(schema_file) if schema_file else None
-    body = read_text(text, file)
-    with client_for(model, url, llama_server) as client:
-        result = client.tag(body, schema=schema, max_keywords=max_keywords)
-    emit_json({"data": result.data, "attempts": result.attempts} if as_json else result.data)
-
-
-@click.command()
-@click.argument("text", required=False)
-@click.option("--file", default=None, help="Read the text from this file.")
-@click.option("--questions", "questions_file", default=None,
-              help="JSON file: [{id, type, question, labels?, schema?}, …] (type: choice, yes_no, score, extract).")
-@click.option("--yes-no", "yes_no", multiple=True, help="A yes/no question (repeatable; ids q1, q2, …).")
-@task_options
-def ask(text: str | None, file: str | None, questions_file: str | None, yes_no: tuple[str, ...], model: str | None,
-        url: str | None, llama_server: str | None, as_json: bool) -> None:
-    """Answer many questions about TEXT, reading it once."""
-    questions = list(read_json(questions_file)) if questions_file else []
-    questions += [{"id": f"q{len(questions) + i + 1}", "type": "yes_no", "question": q} for i, q in enumerate(yes_no)]
-    body = read_text(text, file)
-    with client_for(model, url, llama_server) as client:
-        result = client.ask(body, questions)
-    render(result, as_json, lambda r: "\n".join(_answer_line(a) for a in r.answers))
-
-
-def _answer_line(answer: Any) -> str:
-    if answer.type == "extract":
-        return f"{answer.id}\t{json.dumps(answer.data, ensure_ascii=False)}"
-    extra = f"\tP(yes)={answer.probability:.3f}" if answer.probability is not None else \
-        f"\tscore={answer.score:.2f}" if answer.score is not None else ""
-    return f"{answer.id}\t{answer.label}{extra}\t{_scores(answer.scores or {})}"
-
-
-COMMANDS = [classify, route, rewrite, rerank, redact, guard, compress, summarize, tag, ask]
-
-#: task arguments the CLI reads under another name (files, repeated flags); every other argument is an option
-#: of the same name (``tiankong.cli.spec_options``) — a test holds both to the registry
-CLI_NAMES = {
-    "classify": {"text": "text", "labels": "labels", "descriptions": "describe", "examples": "examples_file"},
-    "route": {"text": "text", "routes": "routes_file"},
-    "rewrite": {"query": "query"}, "rerank": {"query": "query", "documents": "docs"},
-    "redact": {"text": "text"}, "guard": {"text": "text"}, "compress": {"text": "text"},
-    "summarize": {"text": "text"}, "tag": {"text": "text", "schema_": "schema_file"},
-    "ask": {"text": "text", "questions": "questions_file"},
-}
+CLI_NAMES = {spec.name: cli_names(spec) for spec in SPECS.values() if spec.cli is not None}

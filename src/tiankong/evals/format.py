@@ -15,8 +15,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
+from ..tasks.specs import TASK_SPECS, TaskSpec
 
-Task = Literal["classify", "extract", "summarize", "tag", "rewrite", "redact", "chat"]
+#: what an item can ask: every task a batch job runs (the ``batchable`` specs, ``tasks/specs.py``) and chat
+TASKS = (*(name for name, spec in TASK_SPECS.items() if spec.batchable), "chat")
+#: item keys of the flat layout (before ``args``), still read: a key the item's task does not take is ignored
+LEGACY_KEYS = ("labels", "decider", "instructions", "words", "schema", "json_schema")
+#: the request (and so the cache key) of an item keeps these task arguments at its top level, as before ``args``
+_TOP_LEVEL = {"classify": ("labels", "instructions", "decider"), "extract": ("schema", "instructions"),
+              "summarize": ("words",), "tag": ("schema",)}
 SCORERS = ("exact", "label", "json_fields", "key_points", "similarity")
 #: Pass thresholds for scorers with a partial score (per item: ``threshold``).
 DEFAULT_THRESHOLDS = {"exact": 1.0, "label": 1.0, "json_fields": 1.0, "key_points": 1.0, "similarity": 0.3}
@@ -36,21 +43,44 @@ class EvalItem(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     id: str
-    task: Task = "chat"
+    task: str = "chat"
     input: str | list[Message]
     reference: Any = None
     scorer: str | None = None
     threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     tags: list[str] = Field(default_factory=list)
     # --- task keys ---
-    labels: list[str] | None = None
-    #: classify with a tuned decider (its labels; the run's model must be the decider's base model)
-    decider: str | None = None
+    #: the task's arguments (``tiankong.tasks.specs``; the item's input is its text): e.g. ``{"labels": [...]}``;
+    #: classify with a tuned ``decider``: its labels, and the run's model must be the decider's base model
+    args: dict[str, Any] = Field(default_factory=dict)
+    #: chat: the labels the ``label`` scorer looks for in a free-text answer (a task's labels are in ``args``)
+    chat_labels: list[str] | None = Field(default=None, alias="labels")
+    #: chat: the JSON Schema the answer must follow
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
-    instructions: str | None = None
-    words: int = Field(default=80, ge=5, le=1000)
     system: str | None = None
     max_tokens: int = Field(default=256, ge=1, le=8192)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_keys(cls, data: Any) -> Any:
+        """An item written before ``args`` (``labels``, ``words``, a task's ``schema`` … at the top level)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("task", "chat") == "chat":  # task keys on a chat item were accepted and ignored
+            for key in ("decider", "instructions", "words"):
+                data.pop(key, None)
+            return data
+        args = dict(data.get("args") or {}) if isinstance(data.get("args") or {}, dict) else data.get("args")
+        spec = TASK_SPECS.get(data["task"]) if isinstance(data.get("task"), str) else None
+        wire = set(spec.wire_names().values()) if spec is not None else set()
+        for key in LEGACY_KEYS:
+            if key in data and isinstance(args, dict):
+                value, name = data.pop(key), "schema" if key == "json_schema" else key
+                if value is not None and name in wire:  # a flat key the task does not take: ignored, as before
+                    args.setdefault(name, value)
+        data["args"] = args
+        return data
 
     @field_validator("id", mode="before")
     @classmethod
@@ -77,16 +107,44 @@ class EvalItem(BaseModel):
         return self
 
     def _check_task(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r} (tasks: {', '.join(TASKS)})")
         if self.task != "chat" and not isinstance(self.input, str):
             raise ValueError(f"task {self.task} needs input to be a text (messages are for task chat)")
         if isinstance(self.input, str) and not self.input.strip():
             raise ValueError("input is empty")
         if isinstance(self.input, list) and (not self.input or self.input[-1].role != "user"):
             raise ValueError("input messages must end with a user message")
-        if self.task == "classify" and not self.decider and (not self.labels or len(set(self.labels)) < 2):
-            raise ValueError("task classify needs at least two distinct labels (or a decider)")
-        if self.task == "extract" and not self.json_schema:
-            raise ValueError("task extract needs a schema (a JSON Schema object)")
+        if self.task == "chat":
+            return
+        spec = self.spec
+        if spec.text in self.args:
+            raise ValueError(f"args.{spec.text}: the item's input is the task's {spec.text}")
+        try:
+            spec.args.model_validate({**self.args, spec.text: self.input})
+        except ValidationError as exc:
+            raise ValueError(_describe(exc)) from None
+
+    @property
+    def spec(self) -> TaskSpec[Any, Any]:
+        """The item's task (not chat)."""
+        return TASK_SPECS[self.task]
+
+    @property
+    def labels(self) -> list[str] | None:
+        labels = self.chat_labels if self.task == "chat" else self.args.get("labels")
+        return list(labels) if isinstance(labels, list) else None
+
+    @property
+    def decider(self) -> str | None:
+        decider = self.args.get("decider")
+        return str(decider) if decider else None
+
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema an answer is checked against: chat's, or the task's ``schema`` argument."""
+        schema = self.json_schema if self.task == "chat" else self.args.get("schema")
+        return schema if isinstance(schema, dict) else None
 
     @property
     def pass_threshold(self) -> float:
@@ -94,13 +152,24 @@ class EvalItem(BaseModel):
         return self.threshold if self.threshold is not None else DEFAULT_THRESHOLDS[self.scorer]
 
     def request(self) -> dict[str, Any]:
-        """What the model is asked — the part of the item that decides its output (not id, reference, scorer)."""
-        keys: tuple[str, ...] = {
-            "classify": ("labels", "instructions", "decider"), "extract": ("json_schema", "instructions"),
-            "summarize": ("words",), "tag": ("json_schema",), "chat": ("system", "max_tokens", "json_schema"),
-        }.get(self.task, ())
+        """What the model is asked — the part of the item that decides its output (not id, reference, scorer).
+
+        The task arguments an item could give before ``args`` stay at the top level under their old names (an
+        item's cache key is unchanged by the move to ``args``); the others go under ``args``."""
         data = {"task": self.task, "input": self.model_dump(mode="json")["input"]}
-        data.update({key: getattr(self, key) for key in keys if getattr(self, key) is not None})
+        if self.task == "chat":
+            data.update({key: value for key in ("system", "max_tokens", "json_schema")
+                         if (value := getattr(self, key)) is not None})
+            return data
+        args = dict(self.args)
+        if self.task == "summarize":
+            args.setdefault("words", self.spec.defaults()["words"])
+        for key in _TOP_LEVEL.get(self.task, ()):
+            value = args.pop(key, None)
+            if value is not None:
+                data["json_schema" if key == "schema" else key] = value
+        if args:
+            data["args"] = args
         if self.decider:  # name@version: a decider tuned again is a new request (the cache does not reuse answers)
             from ..deciders import load_decider
 
@@ -115,9 +184,10 @@ class EvalItem(BaseModel):
 
 
 def default_scorer(task: str, reference: Any) -> str:
-    if task == "classify":
-        return "label"
-    if task in ("extract", "tag") or isinstance(reference, dict):
+    spec = TASK_SPECS.get(task)
+    if spec is not None and spec.scorer is not None:
+        return spec.scorer
+    if isinstance(reference, dict):
         return "json_fields"
     if isinstance(reference, list):
         return "key_points"

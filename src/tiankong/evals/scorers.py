@@ -1,7 +1,8 @@
 """Scorers: how close an output is to the item's reference, as a score in [0, 1].
 
 * ``exact``       normalised text equality (case-folded, whitespace collapsed, trailing punctuation dropped).
-* ``label``       the chosen label (classify) equals the reference; for a free-text answer: the reference
+* ``label``       the chosen label (classify, and every task whose default scorer is label) equals the
+                  reference; for a free-text answer: the reference
                   occurs in it as a whole word and no other of the item's ``labels`` does.
 * ``json_fields`` field-level match: the share of the reference's leaf fields (nested objects and lists
                   flattened to paths) whose value the output has at the same path (strings normalised,
@@ -25,6 +26,7 @@ from typing import Any
 
 import jsonschema
 
+from ..tasks.specs import TASK_SPECS
 from .format import EvalItem
 
 _TOKEN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W_]+", re.UNICODE)
@@ -58,12 +60,11 @@ def output_text(item: EvalItem, output: Any) -> str:
         return ""
     if isinstance(output, str):
         return output
-    if isinstance(output, dict):
-        for key in ("label", "summary", "text"):
-            if item.task in ("classify", "summarize", "redact") and isinstance(output.get(key), str):
-                return str(output[key])
-        if item.task == "rewrite" and isinstance(output.get("queries"), list):
-            return "\n".join(str(q) for q in output["queries"])
+    spec = TASK_SPECS.get(item.task)
+    if isinstance(output, dict) and spec is not None and spec.answer_text is not None:
+        text = spec.answer_text(output)  # the task's answer in words: classify's label, a summary …
+        if text is not None:
+            return text
     return json.dumps(output, ensure_ascii=False, sort_keys=True)
 
 
@@ -85,7 +86,8 @@ def score(item: EvalItem, output: Any) -> float:
 
 
 def _label(item: EvalItem, text: str) -> float:
-    if item.task == "classify" or normalize(text) == normalize(item.reference):
+    chosen = item.task != "chat" and item.spec.scorer == "label"  # the answer is one of the labels
+    if chosen or normalize(text) == normalize(item.reference):
         return float(normalize(text) == normalize(item.reference))
     reference = str(item.reference)
     found = {label for label in {*(item.labels or []), reference} if _word_in(label, text)}
@@ -109,9 +111,9 @@ def _json_fields(item: EvalItem, output: Any) -> float:
             output = json.loads(output)
         except ValueError:
             return 0.0
-    if item.json_schema is not None:
+    if item.output_schema is not None:
         try:
-            jsonschema.validate(output, item.json_schema)
+            jsonschema.validate(output, item.output_schema)
         except (jsonschema.ValidationError, jsonschema.SchemaError):
             return 0.0
     expected = dict(leaves(item.reference))

@@ -18,7 +18,7 @@ BLOCK = re.compile(r"<!-- params:(\w+) -->\n.*?<!-- /params -->", re.S)
 
 def _type(info: FieldInfo) -> str:
     text = str(info.annotation).replace("typing.", "").replace("NoneType", "None")
-    text = re.sub(r"<class '(\w+)'>", r"\1", text).replace("tiankong.tasks.route.", "")
+    text = re.sub(r"tiankong\.tasks\.\w+\.", "", re.sub(r"<class .(\w+).>", r"\1", text))
     return text.replace(" | None", "").replace(" | ", " or ")
 
 

@@ -26,7 +26,22 @@ from .remote import extract_body, from_json, remote_body
 from .rerank import Reranking
 from .rewrite import Rewrite
 from .route import EscalationTarget, Route, RouteDecision, check_upstream, escalation_text, upstream_key
-from .specs import ASK, CALL, CLASSIFY, COMPRESS, GUARD, REDACT, RERANK, REWRITE, ROUTE, SQL, SUMMARIZE, TAG, TaskSpec
+from .specs import (
+    ASK,
+    CALL,
+    CLASSIFY,
+    COMPRESS,
+    GUARD,
+    REDACT,
+    RERANK,
+    REWRITE,
+    ROUTE,
+    SPECS,
+    SQL,
+    SUMMARIZE,
+    TAG,
+    TaskSpec,
+)
 from .sql import SqlQuery, schema_from_db, sql_flow
 
 T = TypeVar("T")
@@ -44,6 +59,13 @@ def _sql(question: str, schema: str | None, db: str | Path | None, dialect: str,
     SQL.parse({"question": question, "schema": "-", "dialect": dialect})  # the same limits as the task's
     return sql_flow(question, schema_from_db(db), db_path=db, dialect=dialect, execute=execute, max_rows=max_rows,
                     model=model)
+
+
+def registered(name: str) -> TaskSpec[Any, Any]:
+    """The registered task ``name`` (``tasks/specs.py``); an unknown name is a ``ConfigError`` listing them."""
+    if name not in SPECS:
+        raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(SPECS)}")
+    return SPECS[name]
 
 
 def _decoding_defaults(client: object) -> bool:
@@ -79,6 +101,11 @@ class TaskMethods:
         if body is None or not self.server().gateway:
             return None
         return from_json("extract", self._limited("POST", "/v1/tasks/extract", body))  # type: ignore[no-any-return]
+
+    def task(self, name: str, **args: Any) -> Any:
+        """Any registered task by name with its arguments as keywords (the body ``POST /v1/tasks/NAME`` takes);
+        a task's own method, where it has one, is the typed way to the same answer."""
+        return self._task(registered(name), **args)
 
     def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
                  descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,
@@ -205,6 +232,9 @@ class AsyncTaskMethods:
         if body is None or not (await self.server()).gateway:
             return None
         return from_json("extract", await self._limited("POST", "/v1/tasks/extract", body))  # type: ignore[no-any-return]
+
+    async def task(self, name: str, **args: Any) -> Any:
+        return await self._task(registered(name), **args)
 
     async def classify(self, text: str, labels: list[str] | None = None, *, decider: str | None = None,
                        descriptions: dict[str, str] | None = None, examples: list[dict[str, Any]] | None = None,

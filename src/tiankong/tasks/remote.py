@@ -41,7 +41,7 @@ from .sql import SqlQuery
 
 def remote_body(spec: TaskSpec[Any, Any], args: BaseModel, model: str | None) -> dict[str, Any] | None:
     """The ``/v1/tasks/<task>`` body for validated ``args``, or ``None`` when the task must run here."""
-    if getattr(args, "decider", None) is not None:
+    if getattr(args, "decider", None) is not None or (spec.name not in READERS and spec.from_json is None):
         return None
     schema = getattr(args, "schema_", None)
     if isinstance(schema, type):  # a Pydantic model class: validated into instances here
@@ -169,7 +169,13 @@ READERS: dict[str, Callable[[dict[str, Any]], Any]] = {
 def from_json(task: str, data: Any) -> Any:
     """The task's result from the gateway's answer (the shape ``spec.to_json`` gives)."""
     try:
-        return READERS[task](data)
+        reader = READERS.get(task)
+        if reader is None:
+            from .specs import TASK_SPECS
+
+            reader = TASK_SPECS[task].from_json
+        assert reader is not None, task
+        return reader(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise TransportError(f"the gateway's {task} answer has an unexpected shape ({type(exc).__name__}: {exc})",
                              hint="is the gateway the same tiankong version as this client?") from None

@@ -1,235 +1,67 @@
 """The task registry: every pipeline task declared once as a ``TaskSpec``.
 
-A spec names the task, holds a Pydantic model of its arguments (defaults, limits, help text), builds its
-sans-I/O flow from validated arguments and turns the result into JSON. Everything else derives from it:
+A spec names the task, holds a Pydantic model of its arguments (``tasks/args.py``: defaults, limits, help text),
+builds its sans-I/O flow from validated arguments and turns the result into JSON. Everything else derives from it:
 
 * ``POST /v1/tasks/<task>`` validates its body with ``spec.args`` (plus ``model``) and runs ``spec.flow``;
 * ``GET /openapi.json`` documents those bodies;
-* the CLI's options take their defaults, choices and help from the fields (``tiankong.cli.task_cmds``);
-* ``tiankong batch`` (and so ``tiankong eval``) builds ``spec.args`` from the job's keys;
-* ``Client``/``AsyncClient`` keep explicit, typed signatures that a test holds to the specs.
+* the CLI command ``tiankong <task>`` is made from ``spec.cli`` (``tasks/cli_part.py``; ``tiankong.cli.task_cmds``):
+  its inputs, options (defaults, choices and help from the fields) and how the answer reads as a line;
+* ``tiankong batch`` runs every ``batchable`` spec over the ``text`` field of each record, with the job's
+  ``args`` table parsed by ``spec.args``; ``tiankong eval`` items take the same tasks and ``args``, and the
+  scorers read ``answer_text``;
+* ``Client``/``AsyncClient`` keep explicit, typed signatures that a test holds to the specs; ``client.task(NAME,
+  **args)`` runs any registered task.
 
-Adding a task: write its flow and result type, add an arguments model and a ``TaskSpec`` below.
+Adding a task (docs/tasks.md, "Adding a task"): one module with its arguments model, flow and result type, and one
+``TaskSpec`` in ``SPECS`` below (and its docs section; ``make docs`` writes its parameter table and its row in
+``tiankong --help``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any, Generic, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
+from typing import Any
 
 from ..deciders.registry import load_decider
 from ..dedupe.core import Dedupe, DedupeOptions, Record, dedupe_flow
 from ..errors import ConfigError
 from ..structured.flow import Flow, Structured
-from ..structured.tools import MAX_TOOLS, ToolCalls, call_flow, parse_tool_choice, parse_tools
-from .ask import MAX_QUESTIONS, Answers, Question, ask_flow
+from ..structured.tools import ToolCalls, call_flow, parse_tool_choice, parse_tools
+from . import cli_part as c
+from .args import (
+    MAX_DEDUPE_RECORDS,
+    AskArgs,
+    CallArgs,
+    ClassifyArgs,
+    CompressArgs,
+    DedupeArgs,
+    ExtractArgs,
+    GuardArgs,
+    RedactArgs,
+    RerankArgs,
+    RewriteArgs,
+    RouteArgs,
+    SqlArgs,
+    SummarizeArgs,
+    TagArgs,
+    TaskArgs,
+)
+from .ask import Answers, Question, ask_flow
 from .classify import Classification, classify_flow, decide_flow, decider_labels
+from .cli_part import CliInput, CliPart
 from .compress import Compression, Summary, compress_flow, summarize_flow
-from .guard import MAX_POLICIES, GuardVerdict, guard_flow
+from .guard import GuardVerdict, guard_flow
 from .redact import Redaction, redact_flow
 from .rerank import Reranking, rerank_flow
 from .rewrite import Rewrite, rewrite_flow
-from .route import Route, RouteDecision, check_routes, route_flow
-from .sql import MAX_DDL_CHARS, SqlQuery, schema_from_ddl, sql_flow
+from .route import RouteDecision, check_routes, route_flow
+from .sentiment import Sentiment, SentimentArgs, sentiment_flow, sentiment_text
+from .sql import SqlQuery, schema_from_ddl, sql_flow
 from .tag import tag_flow
+from .taskspec import TaskSpec, invalid_request
 
-A = TypeVar("A", bound="TaskArgs")
-R = TypeVar("R")
-
-
-class TaskArgs(BaseModel):
-    """Arguments of one task: unknown fields are refused, every limit is checked before the engine is asked."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-
-TEXT = Field(description="The text (UTF-8, not empty).")
-QUERY = Field(description="The query (not empty).")
-DECIDER = Field(None, max_length=200, description="A tuned decider (`tiankong deciders list`) answers instead.")
-
-
-class ClassifyArgs(TaskArgs):
-    text: str = TEXT
-    labels: list[str] | None = Field(None, max_length=256, description="The labels (at least two).")
-    decider: str | None = DECIDER
-    descriptions: dict[str, str] | None = Field(None, description="A description per label.")
-    examples: list[dict[str, Any]] | None = Field(None, max_length=64,
-                                                  description="Few-shot examples: [{text, label}, …].")
-    instructions: str | None = Field(None, description="Extra instructions for the model.")
-    multi_label: bool = Field(False, description="Every label with P(yes) ≥ threshold.")
-    threshold: float | None = Field(None, ge=0.0, le=1.0, description="Multi-label: P(yes) needed (default 0.5); "
-                                    "with a decider: abstain below this confidence.")
-    calibrate: bool | None = Field(None, description="Contextual calibration (default: on when there are no "
-                                   "examples).")
-
-    @model_validator(mode="after")
-    def _labels_or_decider(self) -> ClassifyArgs:
-        if self.labels is None and self.decider is None:
-            raise ValueError("give labels (at least two) or a decider (see `tiankong deciders list`)")
-        if self.decider is not None and (self.examples or self.descriptions or self.multi_label
-                                         or self.calibrate is not None or self.instructions):
-            raise ValueError("a decider answers on its own: examples, descriptions, instructions, multi_label and "
-                             "calibrate apply to prompting only (leave them out, or leave out decider)")
-        return self
-
-
-class RouteArgs(TaskArgs):
-    text: str = TEXT
-    routes: list[Route] = Field(min_length=1, max_length=64, description="[{name, description, target}, …].")
-    threshold: float = Field(0.6, ge=0.0, le=1.0, description="Escalate below this confidence.")
-    redline: bool = Field(True, description="Escalate red-line requests (maths, reasoning, planning).")
-    escalate_target: str = Field("upstream", description="The target an escalated request goes to.")
-    decider: str | None = Field(None, max_length=200, description="A tuned decider over the route names makes "
-                                "the local decision.")
-
-
-class RewriteArgs(TaskArgs):
-    query: str = QUERY
-    mode: Literal["rewrite", "hyde", "both"] = Field("rewrite", description="Queries, a hypothetical answer "
-                                                     "passage, or both.")
-    n: int = Field(3, ge=1, le=8, description="Most queries to write.")
-
-
-class RerankArgs(TaskArgs):
-    query: str = QUERY
-    documents: list[str] = Field(max_length=1000, description="The candidate texts.")
-    top_n: int | None = Field(None, ge=1, description="Keep the best N (default: all).")
-    top_k: int | None = Field(None, ge=1, description="Alias of top_n.")
-    mode: Literal["fusion", "rrf", "bm25", "embedding", "pointwise", "listwise"] = Field(
-        "fusion", description="fusion: BM25 and the embedding part combined by a rerank decider (P(relevant)); rrf: "
-        "reciprocal-rank fusion of the two; bm25 or embedding alone; pointwise: the chat model's P(yes) per "
-        "candidate; listwise: one ranked list from the chat model.")
-    decider: str | None = Field(None, max_length=200, description="A rerank decider (`tiankong tune rerank`) "
-                                "instead of the shipped one (mode fusion).")
-
-    @model_validator(mode="after")
-    def _one_top(self) -> RerankArgs:
-        if self.top_n is not None and self.top_k is not None and self.top_n != self.top_k:
-            raise ValueError("top_n and top_k are the same setting: give one")
-        return self
-
-
-class RedactArgs(TaskArgs):
-    text: str = TEXT
-    style: Literal["placeholder", "mask", "hash"] = Field("placeholder", description="How a found entity is "
-                                                          "replaced.")
-    use_model: bool = Field(True, description="Also ask the model for names, addresses, organisations.")
-    types: list[str] | None = Field(None, max_length=16, description="Only these entity types.")
-    salt: str = Field("", max_length=256, description="Style hash: the HMAC key (one salt, stable tags).")
-
-
-class GuardArgs(TaskArgs):
-    text: str = TEXT
-    decider: str | None = Field("guard", max_length=200, description="The screening decider (null: heuristics "
-                                "and the chat model).")
-    flag_at: float | None = Field(None, gt=0.0, le=1.0, description="Flag at this score (default: the decider's).")
-    block_at: float | None = Field(None, gt=0.0, le=1.0, description="Block at this score (default: the "
-                                   "decider's).")
-    policies: list[str] | None = Field(None, max_length=MAX_POLICIES, description="Policies the text must not "
-                                       "violate (yes/no questions).")
-    use_model: bool = Field(False, description="Also ask the chat model (noisy-OR with the decider).")
-
-
-class CompressArgs(TaskArgs):
-    text: str = TEXT
-    budget_tokens: int = Field(512, ge=16, le=65536, description="Output token budget.")
-    chunk_tokens: int = Field(1024, ge=64, le=65536, description="Tokens per chunk of the map step.")
-    question: str | None = Field(None, description="Keep the sentences (points) that help answer this question.")
-    mode: Literal["extractive", "abstractive", "hybrid"] = Field(
-        "extractive", description="extractive: the text's own best sentences (scored against the question or the "
-        "document's centroid by BM25 and the embedding part), kept whole in document order; hybrid: that selection "
-        "at twice the budget, shortened by the chat model; abstractive: the chat model's key points (map-reduce).")
-
-
-class SummarizeArgs(TaskArgs):
-    text: str = TEXT
-    words: int = Field(80, ge=5, le=1000, description="Most words in the summary.")
-    chunk_tokens: int = Field(1024, ge=64, le=65536, description="Tokens per chunk when the text is compressed "
-                              "first.")
-
-
-class TagArgs(TaskArgs):
-    text: str = TEXT
-    # a JSON Schema object over HTTP; a Pydantic model class from Python
-    schema_: Annotated[Any, WithJsonSchema({"type": ["object", "null"]})] = Field(
-        None, alias="schema", description="JSON Schema for the metadata (default: keywords, topic, language).")
-    max_keywords: int = Field(8, ge=1, le=32, description="Most keywords (default schema).")
-
-    @field_validator("schema_")
-    @classmethod
-    def _schema(cls, value: Any) -> Any:
-        if value is None or isinstance(value, dict) or (isinstance(value, type) and issubclass(value, BaseModel)):
-            return value
-        raise ValueError("schema must be a JSON Schema object (or, from Python, a Pydantic model class)")
-
-
-class QuestionArgs(TaskArgs):
-    id: str = Field(min_length=1, max_length=200, description="The answer carries this id.")
-    type: Literal["choice", "yes_no", "score", "extract"] = Field(description="How the question is answered.")
-    question: str = Field(min_length=1, max_length=2000, description="The question about the text.")
-    labels: list[str] | None = Field(None, max_length=64, description="choice: the options (at least two).")
-    schema_: Annotated[Any, WithJsonSchema({"type": ["object", "null"]})] = Field(
-        None, alias="schema", description="extract: the JSON Schema of the answer.")
-
-
-class AskArgs(TaskArgs):
-    text: str = TEXT
-    questions: list[QuestionArgs] = Field(min_length=1, max_length=MAX_QUESTIONS,
-                                          description="[{id, type, question, labels?, schema?}, …]; the text is "
-                                          "read once for all of them.")
-
-
-class CallArgs(TaskArgs):
-    text: str | list[dict[str, Any]] = Field(description="The request, or the conversation as chat messages "
-                                             "(tool calls and tool results included).")
-    tools: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_TOOLS, description="OpenAI tools: [{type: "
-                                        "function, function: {name, description, parameters}}, …].")
-    tool_choice: str | dict[str, Any] = Field("auto", description="auto, none, required, or {type: function, "
-                                              "function: {name}}.")
-    parallel_tool_calls: bool = Field(True, description="Allow several calls in one answer.")
-
-
-class SqlArgs(TaskArgs):
-    question: str = Field(min_length=1, max_length=4000, description="The question, in words.")
-    schema_: str = Field(alias="schema", min_length=1, max_length=MAX_DDL_CHARS,
-                         description="The database schema as DDL text (CREATE TABLE …); over HTTP no file is read.")
-    dialect: str = Field("sqlite", max_length=40, description="The dialect of the returned query (sqlglot's "
-                         "names); it is checked in SQLite.")
-
-
-#: most records one /v1/tasks/dedupe body may hold (larger sets: `tiankong dedupe` on a file)
-MAX_DEDUPE_RECORDS = 10_000
-
-
-class DedupeRecordArgs(BaseModel):
-    """One record of a dedupe body: its id and text; other fields are kept for the kept rules."""
-
-    model_config = ConfigDict(extra="allow")
-    id: str | int = Field(description="Unique within the body.")
-    text: str = Field(max_length=100_000, description="The text compared.")
-
-
-class DedupeArgs(TaskArgs):
-    records: list[DedupeRecordArgs] = Field(max_length=MAX_DEDUPE_RECORDS, description="[{id, text, …}, …]; ids "
-                                            "unique.")
-    near: float = Field(0.7, gt=0.0, le=1.0, description="MinHash Jaccard estimate that merges two records.")
-    near_low: float | None = Field(None, gt=0.0, le=1.0, description="Near pairs in [near_low, near) are "
-                                   "uncertain.")
-    semantic: float = Field(0.9, gt=0.0, le=1.0, description="Cosine of the embedding part's vectors that merges.")
-    semantic_low: float | None = Field(0.8, gt=0.0, le=1.0, description="Semantic pairs in [semantic_low, "
-                                       "semantic) are uncertain.")
-    shingle: int | None = Field(None, ge=1, le=64, description="Characters per shingle (default: 3 for CJK, "
-                                "else 5).")
-    keep: str = Field("first", max_length=200, description="Kept record: first, longest, most-complete, "
-                      "field:NAME.")
-    stages: list[Literal["exact", "near", "semantic"]] = Field(["exact", "near", "semantic"], min_length=1,
-                                                               description="The stages that run.")
-    decider: str | None = Field(None, max_length=200, description="A decider (labels same/different) decides "
-                                "the uncertain pairs.")
-
+__all__ = ["MAX_DEDUPE_RECORDS", "SPECS", "TASK_SPECS", "TaskArgs", "TaskSpec", "invalid_request"]
 
 def _dedupe(a: DedupeArgs, model: str | None) -> Flow[Dedupe]:
     records = [Record(r.id, r.text, r.model_dump()) for r in a.records]
@@ -282,103 +114,203 @@ def _guard(a: GuardArgs, model: str | None) -> Flow[GuardVerdict]:
                       block_at=a.block_at, policies=a.policies, use_model=a.use_model)
 
 
-def _to_json(result: Any) -> dict[str, Any]:
-    return result.to_json()  # type: ignore[no-any-return]
-
-
-@dataclass(frozen=True)
-class TaskSpec(Generic[A, R]):
-    """One task: its name, its arguments, how its flow is built and how its result becomes JSON."""
-
-    name: str
-    args: type[A]
-    build: Callable[[A, str | None], Flow[R]]
-    help: str
-    text: str = "text"  # the field holding the text the task reads first
-    to_json: Callable[[R], dict[str, Any]] = _to_json
-
-    def parse(self, data: dict[str, Any]) -> A:
-        """Validated arguments; every problem becomes one ``ConfigError`` naming the field."""
-        try:
-            return self.args.model_validate(data)
-        except ValidationError as exc:
-            raise invalid_request(self.name, exc) from None
-
-    def flow(self, args: A | dict[str, Any], model: str | None = None) -> Flow[R]:
-        """The task's flow for ``args`` (validated first when given as a dict)."""
-        return self.build(args if isinstance(args, self.args) else self.parse(dict(args)), model)
-
-    def defaults(self) -> dict[str, Any]:
-        """Every optional field with its default (the documented defaults)."""
-        return {name: info.default for name, info in self.args.model_fields.items() if not info.is_required()}
-
-
-def invalid_request(task: str, exc: ValidationError) -> ConfigError:
-    """One ``ConfigError`` for every problem of a task's arguments; ``param`` names the first field at fault."""
-    error = ConfigError(f"invalid {task} request: {describe(exc)}", hint=f"see docs/tasks.md#{task}")
-    first = exc.errors()[0]["loc"] if exc.errors() else ()
-    error.param = str(first[0]) if first else None
-    return error
-
-
-def describe(exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"]) or "body"
-        problems.append(f"{where}: {str(error['msg']).removeprefix('Value error, ')}")
-    return "; ".join(problems)
 
 
 def _tag_json(result: Structured[Any]) -> dict[str, Any]:
     return {"data": result.data, "attempts": result.attempts}
 
 
+def _extract(a: ExtractArgs, model: str | None) -> Flow[Structured[Any]]:
+    from ..api import _extract_flow
+
+    return _extract_flow(model, a.text, a.schema_, a.instructions, False, None, 2)
+
+
+async def _extract_call(client: Any, a: ExtractArgs) -> Structured[Any]:
+    result: Structured[Any] = await client.extract_result(a.text, a.schema_, instructions=a.instructions)
+    return result
+
+
+def _data(answer: dict[str, Any]) -> Any:
+    return answer["data"]  # a tag (extract) line holds the metadata (the fields) itself
+
+
+def _field(key: str) -> Callable[[Any], str | None]:
+    return lambda output: output.get(key) if isinstance(output, dict) and isinstance(output.get(key), str) else None
+
+
+def _queries(output: Any) -> str | None:
+    queries = output.get("queries") if isinstance(output, dict) else None
+    return "\n".join(str(q) for q in queries) if isinstance(queries, list) else None
+
+
+TEXT_ARG = c.argument("text")
+FILE_TEXT = c.argument("text", file=True)
+
 CLASSIFY: TaskSpec[ClassifyArgs, Classification] = TaskSpec(
-    "classify", ClassifyArgs, _classify, "Label(s) with the probability of every label.")
+    "classify", ClassifyArgs, _classify, "Label(s) with the probability of every label.", batchable=True,
+    answer_text=_field("label"), scorer="label", cli=CliPart(
+        "Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities.", (
+            TEXT_ARG,
+            CliInput("joined", "labels", ("--labels",), dest="label_list", help="Comma-separated labels, e.g. "
+                     "spam,ham."),
+            c.repeat("labels", "-l", "--label", dest="labels", help="A label (repeat; or use --labels a,b).",
+                     convert=c.prepend),
+            c.option("decider", "--decider", help="Answer with this tuned decider (`tiankong deciders list`)."),
+            CliInput("pairs", "descriptions", ("--describe",), dest="describe", metavar="LABEL=TEXT",
+                     help="Describe a label (repeat)."),
+            c.from_file("json", "examples", "--examples", "examples_file", "JSON file: [{text, label}, …] "
+                        "few-shot examples."),
+            c.option("instructions", "--instructions"), c.option("multi_label", "--multi-label"),
+            c.option("threshold", "--threshold"), c.option("calibrate", "--calibrate/--no-calibrate"),
+        ), c.classify_line, engine_decider=True))
 ROUTE: TaskSpec[RouteArgs, RouteDecision] = TaskSpec(
-    "route", RouteArgs, _route, "A local route, or escalation on low confidence and red-line requests.")
+    "route", RouteArgs, _route, "A local route, or escalation on low confidence and red-line requests.",
+    batchable=True, cli=CliPart(
+        "Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there).", (
+            TEXT_ARG,
+            c.from_file("json", "routes", "--routes", "routes_file", "JSON file: [{name, description, target}, …].",
+                        required=True),
+            c.option("threshold", "--threshold"),
+            c.option("redline", "--no-redline", help="Do not escalate red-line requests (maths, reasoning, …)."),
+            c.option("escalate_target", "--escalate-target"),
+            c.cli_only("--upstream-url", dest="upstream_url", help="Send escalated requests to this "
+                       "OpenAI-compatible server."),
+            c.cli_only("--upstream-key-env", dest="upstream_key_env", help="Environment variable holding the "
+                       "upstream's API key."),
+            c.cli_only("--upstream-model", dest="upstream_model", help="Model name at the upstream."),
+            c.cli_only("--no-redact", dest="no_redact", flag=True, help="Send escalated text to the upstream "
+                       "without PII redaction."),
+            c.option("decider", "--decider"),
+        ), c.route_line, engine_decider=True))
 REWRITE: TaskSpec[RewriteArgs, Rewrite] = TaskSpec(
     "rewrite", RewriteArgs, lambda a, m: rewrite_flow(a.query, mode=a.mode, n=a.n, model=m),
-    "Search queries (and/or a hypothetical answer passage) for a query.", text="query")
+    "Search queries (and/or a hypothetical answer passage) for a query.", text="query", batchable=True,
+    answer_text=_queries, cli=CliPart(
+        "Rewrite QUERY for retrieval (and/or write a hypothetical answer passage).",
+        (c.argument("query"), c.option("mode", "--mode"), c.option("n", "-n")), c.rewrite_line))
 RERANK: TaskSpec[RerankArgs, Reranking] = TaskSpec(
-    "rerank", RerankArgs, _rerank, "Candidates scored by relevance, best first.", text="query")
+    "rerank", RerankArgs, _rerank, "Candidates scored by relevance, best first.", text="query", cli=CliPart(
+        "Rank candidates against QUERY (BM25 + embedding, fused); print the best first.", (
+            c.argument("query", required=True, stdin=False),
+            c.repeat("documents", "-d", "--doc", dest="docs", help="A candidate text (repeat)."),
+            c.from_file("lines", "documents", "--docs", "docs_file", "File with one candidate per line."),
+            c.option("top_n", "--top-n"), c.option("top_k", "--top-k"), c.option("mode", "--mode"),
+            c.option("decider", "--decider"),
+        ), c.rerank_line))
 REDACT: TaskSpec[RedactArgs, Redaction] = TaskSpec(
     "redact", RedactArgs, lambda a, m: redact_flow(a.text, style=a.style, use_model=a.use_model, types=a.types,
                                                    salt=a.salt, model=m),
-    "PII found (validated rules, and the model for names, addresses, organisations) and redacted.")
+    "PII found (validated rules, and the model for names, addresses, organisations) and redacted.",
+    batchable=True, answer_text=_field("text"), cli=CliPart(
+        "Find and redact PII in TEXT (Chinese and English).", (
+            FILE_TEXT, c.option("style", "--style"),
+            c.option("use_model", "--no-model", help="Rules only (no names/addresses/organisations)."),
+            c.repeat("types", "--type", dest="types", help="Only these entity types (repeat)."),
+            c.option("salt", "--salt"),
+        ), lambda r: str(r.text)))
 GUARD: TaskSpec[GuardArgs, GuardVerdict] = TaskSpec(
-    "guard", GuardArgs, _guard, "allow / flag / block for prompt injection and policies.")
+    "guard", GuardArgs, _guard, "allow / flag / block for prompt injection and policies.", batchable=True,
+    cli=CliPart(
+        "Screen TEXT for prompt injection (and policies): allow, flag or block.", (
+            TEXT_ARG,
+            c.repeat("policies", "--policy", dest="policies", help="A policy the text must not violate (repeat)."),
+            c.option("decider", "--decider", help="The screening decider."),
+            c.cli_only("--no-decider", dest="no_decider", flag=True, help="Heuristics + the chat model only (the "
+                       "old guard)."),
+            c.option("use_model", "--use-model"), c.option("flag_at", "--flag-at"),
+            c.option("block_at", "--block-at"),
+        ), c.guard_line, engine_decider=True))
 COMPRESS: TaskSpec[CompressArgs, Compression] = TaskSpec(
     "compress", CompressArgs, lambda a, m: compress_flow(a.text, budget_tokens=a.budget_tokens,
                                                          chunk_tokens=a.chunk_tokens, question=a.question,
                                                          mode=a.mode, model=m),
-    "What matters of a long text within a token budget (its best sentences, or key points).")
+    "What matters of a long text within a token budget (its best sentences, or key points).", batchable=True,
+    cli=CliPart(
+        "The sentences of a long TEXT that matter, within a token budget.", (
+            FILE_TEXT, c.option("budget_tokens", "--budget"), c.option("chunk_tokens", "--chunk-tokens"),
+            c.option("question", "--question"), c.option("mode", "--mode"),
+        ), c.points_line))
 SUMMARIZE: TaskSpec[SummarizeArgs, Summary] = TaskSpec(
     "summarize", SummarizeArgs, lambda a, m: summarize_flow(a.text, words=a.words, chunk_tokens=a.chunk_tokens,
                                                             model=m),
-    "A summary of at most `words` words.")
+    "A summary of at most `words` words.", batchable=True, answer_text=_field("summary"), cli=CliPart(
+        "Summarize TEXT in at most --words words.",
+        (FILE_TEXT, c.option("words", "--words"), c.option("chunk_tokens", "--chunk-tokens")),
+        lambda r: str(r.summary)))
 TAG: TaskSpec[TagArgs, Structured[Any]] = TaskSpec(
     "tag", TagArgs, lambda a, m: tag_flow(a.text, schema=a.schema_, max_keywords=a.max_keywords, model=m),
-    "Keywords and metadata as JSON.", to_json=_tag_json)
-
+    "Keywords and metadata as JSON.", to_json=_tag_json, batchable=True, record=_data, scorer="json_fields",
+    cli=CliPart(
+        "Keywords and metadata for TEXT as JSON.", (
+            FILE_TEXT,
+            c.from_file("json", "schema_", "--schema", "schema_file", "JSON Schema for the metadata (default: "
+                        "keywords, topic, language)."),
+            c.option("max_keywords", "--max-keywords"),
+        ), lambda r: c.json_line(r.data)))
 ASK: TaskSpec[AskArgs, Answers] = TaskSpec(
-    "ask", AskArgs, _ask, "Many questions about one text (choice, yes/no, score, extract), the text read once.")
+    "ask", AskArgs, _ask, "Many questions about one text (choice, yes/no, score, extract), the text read once.",
+    cli=CliPart(
+        "Answer many questions about TEXT, reading it once.", (
+            FILE_TEXT,
+            c.from_file("json", "questions", "--questions", "questions_file", "JSON file: [{id, type, question, "
+                        "labels?, schema?}, …] (type: choice, yes_no, score, extract)."),
+            c.repeat("questions", "--yes-no", dest="yes_no", help="A yes/no question (repeatable; ids q1, q2, …).",
+                     convert=c.yes_no_questions),
+        ), lambda r: "\n".join(c.answer_line(a) for a in r.answers)))
 CALL: TaskSpec[CallArgs, ToolCalls] = TaskSpec(
-    "call", CallArgs, _call, "Validated tool calls (or a reply) for a request and OpenAI-style tools.")
+    "call", CallArgs, _call, "Validated tool calls (or a reply) for a request and OpenAI-style tools.",
+    cli=CliPart(
+        "Validated tool calls for TEXT (or a reply in words), with the decision's probabilities.", (
+            TEXT_ARG,
+            c.from_file("json", "tools", "--tools", "tools_file", "JSON file: OpenAI tools [{type: function, "
+                        "function: {name, description, parameters}}, …].", required=True),
+            c.option("tool_choice", "--tool-choice", help="auto, none, required, or the name of the one function "
+                     "to call.", convert=c.tool_choice),
+            c.option("parallel_tool_calls", "--parallel-tool-calls/--one-call"),
+        ), c.calls_line))
 SQL: TaskSpec[SqlArgs, SqlQuery] = TaskSpec(
     "sql", SqlArgs, _sql, "One read-only SELECT for a question, only the schema's tables and columns.",
-    text="question")
+    text="question", cli=CliPart(
+        "One read-only SELECT answering QUESTION; only the schema's tables and columns can be written.", (
+            c.argument("question", required=True, stdin=False),
+            c.cli_only("--db", dest="db", help="A SQLite file (opened read-only): its schema, and where --execute "
+                       "runs."),
+            c.from_file("text_file", "schema_", "--ddl", "ddl_file", "A file of CREATE TABLE statements (the "
+                        "schema alone)."),
+            c.option("dialect", "--dialect"),
+            c.cli_only("--execute", dest="execute", flag=True, help="Run the query on --db (read-only) and print "
+                       "the rows."),
+            c.cli_only("--max-rows", dest="max_rows", default=100, show_default=True, int_range=(1, 1000),
+                       help="With --execute: most rows printed."),
+        ), c.sql_line))
+SENTIMENT: TaskSpec[SentimentArgs, Sentiment] = TaskSpec(
+    "sentiment", SentimentArgs, lambda a, m: sentiment_flow(a.text, neutral=a.neutral, aspect=a.aspect),
+    "Positive, negative (or neutral) with the probability of each, and a polarity in [-1, 1].", batchable=True,
+    answer_text=_field("label"), scorer="label", from_json=Sentiment.from_json, cli=CliPart(
+        "The sentiment of TEXT: positive, negative or neutral, with probabilities.",
+        (FILE_TEXT, c.option("neutral", "--no-neutral", help="Positive or negative only (no neutral label)."),
+         c.option("aspect", "--aspect")),
+        sentiment_text))
+
+#: extract runs from batch jobs and eval items like the registered tasks; its HTTP route and command are its
+#: own (``/v1/tasks/extract`` answers with usage and the decoding evidence; ``tiankong extract`` reads a schema
+#: file as text), so it is not in ``SPECS``
+EXTRACT: TaskSpec[ExtractArgs, Structured[Any]] = TaskSpec(
+    "extract", ExtractArgs, _extract, "Fields from the text as JSON valid against the schema.", to_json=_tag_json,
+    batchable=True, record=_data, scorer="json_fields", client_call=_extract_call)
 
 # Dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), declared
-# here in full; it is not yet in SPECS because registering a task also gives it a row in docs/tasks.md's parameter
-# tables, a CLI twin in cli/task_cmds.py's COMMANDS (its CLI reads a file: cli/dedupe_cmds.py) and an exported
-# result type in tiankong/__init__.py, which tests/test_task_registry.py holds every registered task to; those
-# files belong to other work in progress. Adding DEDUPE to the tuple below then serves POST /v1/tasks/dedupe,
-# its OpenAPI body and the 400 beyond MAX_DEDUPE_RECORDS with no other change.
+# here in full; it is not yet in SPECS because its CLI reads a file (cli/dedupe_cmds.py, other work in progress)
+# and registering it gives it a row in docs/tasks.md's parameter tables and an exported result type, which
+# tests/test_task_registry.py holds every registered task to. Adding DEDUPE to the tuple below then serves
+# POST /v1/tasks/dedupe, its OpenAPI body and the 400 beyond MAX_DEDUPE_RECORDS with no other change.
 DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
     "dedupe", DedupeArgs, _dedupe, "Clusters of exact, near and semantic duplicates, a kept record each, and the "
     "evidence of every merge.", text="records")
 
-#: every registered task by name
+#: every registered task by name: served at ``POST /v1/tasks/<name>``, a CLI command each
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
-    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL)}
+    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL, SENTIMENT)}
+#: the registered tasks and extract: what batch jobs and eval items can run (the ``batchable`` ones)
+TASK_SPECS: dict[str, TaskSpec[Any, Any]] = {"extract": EXTRACT, **SPECS}

@@ -1,0 +1,142 @@
+"""What a few task commands do beyond "read the inputs, run the task on a client, print the answer".
+
+* classify, guard, redact answer without starting an engine when nothing they read needs one (a tf-idf decider,
+  rules only): the spec's flow runs on ``NO_ENGINE``, a transport that refuses any engine call;
+* classify asks for labels or a decider as a usage error; guard's ``--no-decider``, its exit status on block;
+* route sends an escalated request to ``--upstream-url``; sql reads a SQLite file (``--db``, ``--execute``).
+
+A task without a hook here needs none: ``task_cmds.task_command`` does the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ..deciders.registry import load_decider
+from ..errors import TiankongError
+from ..structured.drivers import run_sync
+from ..tasks.specs import TaskSpec
+
+
+class EngineNeeded(TiankongError):
+    """An engine-free answer asked the engine after all (a bug: the command should have started one)."""
+
+
+def NO_ENGINE(method: str, path: str, body: dict[str, Any] | None = None) -> Any:  # noqa: N802 (a constant)
+    """The transport of an answer that needs no engine: any call is a bug, said as such (not a silent None)."""
+    raise EngineNeeded(f"no engine was started, yet the flow called {method} {path}",
+                       hint="rerun with --url or --model so an engine answers")
+
+
+@dataclass
+class TaskRun:
+    """One invocation: the spec, the command's parameter values, the task's arguments (once read)."""
+
+    spec: TaskSpec[Any, Any]
+    values: dict[str, Any]
+    args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model(self) -> str | None:
+        return self.values["model"]  # type: ignore[no-any-return]
+
+    @property
+    def url(self) -> str | None:
+        return self.values["url"]  # type: ignore[no-any-return]
+
+    @property
+    def llama_server(self) -> str | None:
+        return self.values["llama_server"]  # type: ignore[no-any-return]
+
+    def local(self) -> Any:
+        """The task's answer with no engine (``NO_ENGINE``)."""
+        return run_sync(self.spec.flow(self.args), NO_ENGINE)
+
+
+@dataclass(frozen=True)
+class Hook:
+    check: Callable[[TaskRun], None] | None = None  # before any input is read
+    run: Callable[[TaskRun], Any] | None = None  # the answer, or None: the client runs the task
+    after: Callable[[TaskRun, Any], None] | None = None  # once the answer is printed
+
+
+def _decider_needs_engine(ref: str) -> bool:
+    from ..deciders import engine_needs
+
+    return engine_needs(load_decider(ref)).engine
+
+
+def _classify_check(run: TaskRun) -> None:
+    from . import parse_labels
+
+    if not parse_labels(run.values["label_list"], run.values["labels"]) and not run.values["decider"]:
+        raise click.UsageError("give --labels a,b (or -l a -l b), or --decider NAME")
+
+
+def _classify(run: TaskRun) -> Any:
+    decider = run.args.get("decider")
+    if decider and not run.url and not os.environ.get("TIANKONG_URL") and not _decider_needs_engine(decider):
+        return run.local()  # an engine-free decider (tf-idf): no engine is started
+    return None
+
+
+def _route(run: TaskRun) -> Any:
+    from .task_cmds import client_for
+
+    v = run.values
+    upstream = ({"url": v["upstream_url"], "api_key_env": v["upstream_key_env"], "model": v["upstream_model"],
+                 "redact": not v["no_redact"]} if v["upstream_url"] else None)
+    with client_for(run.model, run.url, run.llama_server, run.args.get("decider")) as client:
+        return client.route(**run.args, upstream=upstream)
+
+
+def _redact(run: TaskRun) -> Any:
+    return run.local() if not run.args["use_model"] and not (run.url or run.model) else None
+
+
+def _guard(run: TaskRun) -> Any:
+    chosen = None if run.values["no_decider"] else run.args.get("decider")
+    run.args["decider"] = chosen
+    if chosen and not run.args.get("policies") and not run.args["use_model"] and not run.url \
+            and not _decider_needs_engine(chosen):
+        return run.local()  # the shipped guard reads no engine: none is started
+    return None
+
+
+EXIT_BLOCKED = 1  # `tiankong guard` exit status when the verdict is block (flag and allow: 0)
+
+
+def _guard_after(run: TaskRun, result: Any) -> None:
+    if result.verdict == "block":
+        sys.exit(EXIT_BLOCKED)  # a pipeline step can stop on it (`tiankong guard … && next-step`)
+
+
+def _sql_check(run: TaskRun) -> None:
+    from ..errors import ConfigError
+
+    if (run.values["db"] is None) == (run.values["ddl_file"] is None):
+        raise ConfigError("give the database schema once: --db FILE (SQLite) or --ddl FILE (CREATE TABLE text)")
+
+
+def _sql(run: TaskRun) -> Any:
+    from .task_cmds import client_for
+
+    v = run.values
+    with client_for(run.model, run.url, run.llama_server) as client:
+        return client.sql(run.args["question"], run.args.get("schema"), db=v["db"],
+                          dialect=run.args["dialect"], execute=v["execute"], max_rows=v["max_rows"])
+
+
+HOOKS: dict[str, Hook] = {
+    "classify": Hook(check=_classify_check, run=_classify),
+    "route": Hook(run=_route),
+    "redact": Hook(run=_redact),
+    "guard": Hook(run=_guard, after=_guard_after),
+    "sql": Hook(check=_sql_check, run=_sql),
+}
