@@ -64,6 +64,19 @@ def test_choose_is_the_argmax_with_its_margin(engine: ScriptedEngine) -> None:
     assert decision.label == "positive" and decision.margin == pytest.approx(0.5)
 
 
+def test_sentiment_is_a_calibrated_classify_with_a_polarity(engine: ScriptedEngine) -> None:
+    # the text leans 0.7 positive, a content-free input 0.8 (the same numbers as the classify test above):
+    # calibrated, positive 0.875/2.375 = 0.3684, so the answer is negative with polarity 0.3684 - 0.6316
+    engine.on("/completion", lambda body: probabilities(
+        {"positive": 0.7, "negative": 0.3} if "quiet now" in json.dumps(body) else {"positive": 0.8, "negative": 0.2})
+        if body.get("n_probs") else None)
+    with client_for(engine) as client:
+        result = client.task("sentiment", text="The gearbox is quiet now", neutral=False, aspect="the gearbox")
+    assert result.label == "negative" and set(result.scores) == {"positive", "negative"}
+    assert result.polarity == pytest.approx(0.875 / 2.375 - 1.5 / 2.375, abs=1e-6)  # rounded to 6 places
+    assert any("the gearbox only" in json.dumps(body) for body in engine.bodies("/completion"))
+
+
 def test_route_escalates_below_its_threshold(engine: ScriptedEngine) -> None:
     routes = [{"name": "chat", "description": "small talk", "target": "task:chat"},
               {"name": "code", "description": "programming", "target": "task:code"}]
