@@ -130,7 +130,11 @@ def template_calls(prompt: str, tools: list[Tool], opener: str, *, parallel: boo
     """The calls the model writes after ``prompt`` (each under the grammar of ``tools``' calls): (the call
     objects, the text written, usage, duplicates dropped, the errors of the first invalid call — then the calls
     before it are returned with it, for the caller's retry)."""
+    from .tools import call_object  # noqa: PLC0415 (tools imports this module)
+
     constraint, _ = schema_constraint(call_union(tools))
+    # each function's own check, so that the errors name the argument at fault (an anyOf only says "none matched")
+    checks = {tool.name: schema_constraint(call_object(tool))[0].check for tool in tools}
     schema = constraint.engine_fields["response_format"]["json_schema"]["schema"]
     simpler = simplify_schema(schema)
     seed = (options or {}).get("seed", DEFAULT_SEED)
@@ -160,7 +164,8 @@ def template_calls(prompt: str, tools: list[Tool], opener: str, *, parallel: boo
             data = json.loads(text)
         except ValueError as exc:
             return calls, written + text, usage, dropped, [f"not valid JSON: {exc}"]
-        errors = constraint.check(data)
+        name = data.get("name") if isinstance(data, dict) else None
+        errors = checks[name](data) if isinstance(name, str) and name in checks else constraint.check(data)
         if errors:
             return calls, written + text, usage, dropped, errors
         if data in calls:  # the same call again: the model has no new call to make
