@@ -85,21 +85,24 @@ def test_invalid_arguments_from_the_engine_are_refused_never_returned() -> None:
     templates = [body for path, body in script.sent if path == "/apply-template"]
     assert len(templates) == 2 and "maximum" in json.dumps(templates[1]["messages"][-1])  # the repair turn
     good = {"name": "open_ticket", "arguments": {"title": "printer", "priority": 2}}
-    fixed = run(Scripted([bad, good], [""]), tool_choice="required")
+    fixed = run(Scripted([bad, good], ["\n```"]), tool_choice="required")
     assert [c.arguments for c in fixed.calls] == [good["arguments"]] and fixed.attempts == 2
 
 
 def test_the_count_is_the_models_own_and_a_repeat_ends_the_list() -> None:
     first = {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
     second = {"name": "get_weather", "arguments": {"city": "Tokyo", "unit": "celsius"}}
-    repeat = run(Scripted([first, second, first], ["\n```json\n", "\n\n```json\n"]), tool_choice="required")
+    script = Scripted([first, second, first], ["\n```\n```json\n", "\n```\n\n```json\n"])
+    repeat = run(script, tool_choice="required")
     assert [c.arguments["city"] for c in repeat.calls] == ["Paris", "Tokyo"] and repeat.duplicates_dropped == 1
-    ends = run(Scripted([first, second], ["\n<tool_call>\n", "\n"]), tool_choice="required")
+    ends = run(Scripted([first, second], ["\n</tool_call>\n<tool_call>\n", "\n</tool_call>"]), tool_choice="required")
     assert [c.arguments["city"] for c in ends.calls] == ["Paris", "Tokyo"] and ends.duplicates_dropped == 0
     one = Scripted([first], [])
     single = run(one, tool_choice="required", parallel=False)
     assert len(single.calls) == 1 and not any("grammar" in body for _, body in one.sent)  # never asked for more
     assert ends.structured is not None and ends.structured.path == "template"
+    grammars = [body["grammar"] for path, body in script.sent if "grammar" in body]
+    assert grammars and all('"```"' in g for g in grammars)  # the model writes the closer itself
 
 
 def test_auto_replies_when_the_first_token_is_words_and_named_allows_one_function() -> None:

@@ -14,8 +14,10 @@ The answer is then written inside the assistant turn, one call at a time:
    one ``tool_choice`` names) with arguments valid for their ``parameters``, then closed and validated
    fail-closed (one retry with the validator's errors in the conversation, then an error — never invalid
    arguments returned as success).
-3. **Another call or the end** (``parallel_tool_calls``): after a call, a short generation under the grammar
-   ``newlines? opener?`` — the model either opens another call or ends its turn. The count is the model's own,
+3. **Another call or the end** (``parallel_tool_calls``): after a call's object, a short generation under the
+   grammar ``closer newlines? opener?`` — the model closes the call in its own tokens (a closer written for it
+   reads differently: after a prefilled fence Qwen2.5-Coder ends its turn at p≈1 where its free text goes on)
+   and either opens another call or ends its turn. The count is the model's own,
    under the grammar; a call identical to one already written ends the list (a small model that repeats itself
    has run out of new calls), as does ``MAX_PARALLEL``.
 
@@ -39,12 +41,13 @@ if TYPE_CHECKING:
     from .tools import Tool
 
 #: how a call is opened and closed: the chat template's tag (Qwen2.5, Hermes) or a JSON code fence
-OPENERS = {"tag": ("<tool_call>\n", "\n</tool_call>"), "fence": ("```json\n", "\n```\n")}
+OPENERS = {"tag": ("<tool_call>\n", "\n</tool_call>"), "fence": ("```json\n", "\n```")}
 #: first-token text that starts a call, and the opener it asks for
 CALL_STARTS = {"<tool": "tag", "<": "tag", "`": "fence", "{": "tag", "[": "tag"}
 FIRST_PROBS = 40
-#: after a call: the end of the turn, or (up to three newlines and) another call's opener
-MORE = 'root ::= "\\n"? "\\n"? "\\n"? ( "<tool_call>\\n" | "```json\\n" )?'
+#: after a call's object: its closer written by the model (its own tokens), then the end of the turn or (up to
+#: three newlines and) another call's opener
+MORE = ('root ::= "\\n"? {close} "\\n"? "\\n"? "\\n"? ( "<tool_call>\\n" | "```json\\n" )?')
 MORE_TOKENS = 8
 CALL_TOKENS = 256
 MAX_CALL_TOKENS = 2048
@@ -173,21 +176,23 @@ def template_calls(prompt: str, tools: list[Tool], opener: str, *, parallel: boo
             written = written[:-len(OPENERS[opener][0])].rstrip("\n")
             break
         calls.append(data)
-        written += text + OPENERS[opener][1]
         if not parallel or len(calls) >= _max_parallel():
+            written += text + OPENERS[opener][1]
             break
+        written += text  # the model closes the call itself: a closer written for it reads as other tokens
+        close = json.dumps(OPENERS[opener][1].strip("\n"))
         more = {"prompt": prompt + written, "n_predict": MORE_TOKENS, "temperature": 0.0, "seed": seed,
-                "grammar": MORE, "cache_prompt": True}
+                "grammar": MORE.format(close=close), "cache_prompt": True}
         (answer,) = yield [Call("POST", "/completion", pin.pin(more) if pin else more)]
         if isinstance(answer, Exception):
             raise answer
         usage = usage + _usage(answer)
         step = str(answer.get("content", ""))
         found = next((name for name, (start, _) in OPENERS.items() if step.endswith(start)), None)
+        written += step
         if found is None:
             break
         opener = found
-        written += step
     return calls, written, usage, dropped, []
 
 
