@@ -45,7 +45,7 @@ BFCL = "bfcl-eval==2026.3.23"
 CATEGORIES = {"simple": "BFCL_v4_simple_python", "multiple": "BFCL_v4_multiple", "parallel": "BFCL_v4_parallel"}
 EVIDENCE_CHARS = 2000
 MAX_TOKENS = 256  # a call is short; a reply in words is a miss on these categories either way
-DEADLINE_S = 900.0
+DEADLINE_S = 1800.0  # the gateway's deadline (structured_compliance.GATEWAY_DEADLINE_S): shared cores are slow
 FIRST_SAMPLE = 50
 
 
@@ -185,8 +185,11 @@ def done(store: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
-async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path) -> list[dict[str, Any]]:
+async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path,
+              raw_from: Path | None = None) -> list[dict[str, Any]]:
+    """``raw_from``: a store of an earlier run whose raw answers are reused (only the gateway is asked again)."""
     measured = done(store)
+    earlier = done(raw_from) if raw_from is not None else {}
     todo = [row for row in rows if row["id"] not in measured]
     check = checker()
     if todo:
@@ -200,7 +203,8 @@ async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path) -
                 async def one(row: dict[str, Any]) -> None:
                     async with gate:
                         tools = to_tools(row["function"])
-                        raw = await ask(http, engine.url, row, tools, check)
+                        raw = earlier[row["id"]]["raw"] if row["id"] in earlier else \
+                            await ask(http, engine.url, row, tools, check)
                         through = await ask(http, gateway, row, tools, check)
                         item = {"id": row["id"], "category": row["category"], "raw": raw, "gateway": through,
                                 "model": record.name}
@@ -275,11 +279,22 @@ def main() -> None:
                         "--n sample (nested: a later run with a larger TAKE resumes)")
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/structured/tool-calls"))
+    parser.add_argument("--raw-from", type=Path, default=None, help="reuse the raw side of this earlier store "
+                        "(the same engine build and model); only the gateway is asked again")
+    parser.add_argument("--store", default=None, help="the JSONL file's name under --results (default: the model)")
+    parser.add_argument("--interleave", action="store_true", help="ask the categories in turn (a run cut short "
+                        "still has every category)")
+    parser.add_argument("--score-only", action="store_true", help="score what the store holds (a run cut short)")
     args = parser.parse_args()
     args.results.mkdir(parents=True, exist_ok=True)
-    rows = [row for category in CATEGORIES for row in load(category, args.n)[:args.take]]
-    store = args.results / f"{args.model.replace(':', '_')}.jsonl"
-    items = asyncio.run(run(args.model, rows, args.slots, store))
+    per = [load(category, args.n)[:args.take] for category in CATEGORIES]
+    rows = [row for group in per for row in group]
+    if args.interleave:
+        rows = [group[i] for i in range(max(map(len, per))) for group in per if i < len(group)]
+    store = args.results / (args.store or f"{args.model.replace(':', '_')}.jsonl")
+    if args.score_only:
+        rows = [row for row in rows if row["id"] in done(store)]
+    items = asyncio.run(run(args.model, rows, args.slots, store, args.raw_from))
     check = checker()
     for item, row in zip(items, rows, strict=True):
         item["raw_text_parsed"] = text_parsed(item, row, check)
@@ -289,9 +304,10 @@ def main() -> None:
     for s in summary:
         print(f"{s['category']:<10} {s['side']:<16} {s['n']:>4} {s['ast_accuracy']:>8.3f} {s['invalid_success']:>12} "
               f"{s['no_call']:>8} {s['refused']:>8} {s['mean_s']:>7.2f}")
-    (args.results / "summary.json").write_text(json.dumps({"model": args.model, "sample_per_category": args.n,
-                                                           "scored_per_category": args.take or args.n,
-                                                           "data": BFCL, "rows": summary}, indent=2) + "\n")
+    summary_file = store.with_suffix(".summary.json") if args.store else args.results / "summary.json"
+    summary_file.write_text(json.dumps({"model": args.model, "sample_per_category": args.n,
+                                        "scored_per_category": args.take or args.n,
+                                        "data": BFCL, "rows": summary}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

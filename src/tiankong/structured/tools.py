@@ -30,6 +30,7 @@ from ..errors import ConfigError, InvalidSchema
 from .constraints import schema_constraint
 from .flow import Call, Flow, Structured, choose_flow, constrained_flow
 from .slots import SlotPin
+from .tool_template import first_step, template_flow, template_prompt
 
 MAX_TOOLS = 128
 #: most calls in one parallel answer (a small model that does not close its list stops here)
@@ -300,6 +301,11 @@ def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice:
     chosen = function
     if tool_choice == "none":
         return (yield from _reply(plain, model, max_tokens, options, probabilities))
+    prompt = yield from template_prompt(messages, tools)
+    if prompt is not None:  # the model's own template shows the tools: the calls are written there
+        return (yield from _in_template(messages, plain, prompt, tools, tool_choice=tool_choice, function=function,
+                                        parallel=parallel, model=model, max_tokens=max_tokens,
+                                        max_attempts=max_attempts, options=options, pin=pin))
     p_call = 1.0
     if tool_choice == "auto":
         p_call = yield from call_probability(plain, tools)
@@ -340,6 +346,30 @@ def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice:
         calls.append(ToolCall(item["name"], item["arguments"]))
     return ToolCalls(calls, None, probabilities, result.attempts, result.usage, result,
                      duplicates_dropped=dropped, counts=counts)
+
+
+def _in_template(messages: list[dict[str, Any]], plain: list[dict[str, Any]], prompt: str, tools: list[Tool], *,
+                 tool_choice: str, function: str | None, parallel: bool, model: str | None,
+                 max_tokens: int | None, max_attempts: int, options: dict[str, Any] | None,
+                 pin: SlotPin | None) -> Flow[ToolCalls]:
+    """``tool_template``: the first token decides (``auto``) and picks the opener, then the calls under the
+    grammar of the allowed functions, their count the model's own."""
+    p_call, opener = yield from first_step(prompt, pin)
+    probabilities: dict[str, float] = {}
+    if tool_choice == "auto":
+        probabilities[REPLY] = 1.0 - p_call
+        if p_call < 0.5:
+            probabilities.update({tool.name: p_call / len(tools) for tool in tools})
+            return (yield from _reply(plain, model, max_tokens, options, probabilities))
+    allowed = [tool for tool in tools if function is None or tool.name == function]
+    items, result, dropped = yield from template_flow(messages, prompt, allowed, opener, parallel=parallel,
+                                                      max_tokens=max_tokens, max_attempts=max_attempts,
+                                                      options=options, pin=pin)
+    calls = [ToolCall(item["name"], item["arguments"]) for item in items]
+    first = calls[0].name if calls else None
+    probabilities.update({tool.name: (p_call if tool_choice == "auto" else 1.0) if tool.name == first else 0.0
+                          for tool in allowed})
+    return ToolCalls(calls, None, probabilities, result.attempts, result.usage, result, duplicates_dropped=dropped)
 
 
 def call_probability(plain: list[dict[str, Any]], tools: list[Tool]) -> Flow[float]:
