@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from conftest import TIANKONG, assert_one_line_error, run_cli
-from tiankong.deciders import load_examples, tune
 from tiankong.deciders.registry import save_decider
 from tiankong.dedupe import DedupeOptions, Record, dedupe_records, pair_text, read_records
 from tiankong.dedupe.files import no_chat_engine
@@ -23,6 +22,7 @@ from tiankong.engine.parts import stop_parts
 from tiankong.errors import ConfigError
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.specs import DEDUPE, MAX_DEDUPE_RECORDS
+from tiankong.tuning import load_examples, tune
 
 PLANTED = [
     {"id": "a1", "text": "Refund request: my order #1234 arrived broken, please send a replacement."},
