@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import datasets as D  # noqa: E402
 import guard_data as G  # noqa: E402
 
-from tiankong.deciders import check_examples, tune  # noqa: E402
 from tiankong.deciders import methods as M  # noqa: E402
 from tiankong.deciders.registry import BUILTIN_DIR  # noqa: E402
 from tiankong.tasks.guard import decider_texts  # noqa: E402
+from tiankong.tuning import check_examples, tune  # noqa: E402
 
 METHOD = "tfidf-rules"
 FLAG_QUANTILE = 0.99

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent / "tasks"))
 
 from retrieval import aclsum, chatterbot  # noqa: E402
 
-from tiankong.deciders.rerank_tuning import tune_rerank  # noqa: E402
 from tiankong.engine.parts import stop_parts  # noqa: E402
+from tiankong.tuning.rerank import tune_rerank  # noqa: E402
 
 TARGET = Path(__file__).resolve().parents[1] / "src" / "tiankong" / "deciders" / "builtin" / "rerank.json"
 

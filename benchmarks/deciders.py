@@ -38,14 +38,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 import datasets  # noqa: E402
 
 from tiankong import Client  # noqa: E402
-from tiankong.deciders import check_examples, tune  # noqa: E402
 from tiankong.deciders import methods as M  # noqa: E402
 from tiankong.deciders.features import label_probability_flow  # noqa: E402
 from tiankong.deciders.registry import load_decider  # noqa: E402
-from tiankong.deciders.tuning import engine_features, stratified_subset, verbalise  # noqa: E402
 from tiankong.structured.combine import gather  # noqa: E402
 from tiankong.tasks.classify import classify_flow  # noqa: E402
 from tiankong.tasks.guard import guard_flow  # noqa: E402
+from tiankong.tuning import check_examples, tune  # noqa: E402
+from tiankong.tuning.classify import engine_features, stratified_subset, verbalise  # noqa: E402
 
 SIZES = (20, 50, 200)
 METHODS = ("tfidf", "probe-mean", "probe-last", "stack")

@@ -1,7 +1,7 @@
 """The ``lora`` decider beside TF-IDF + logistic regression on the four corpora of ``deciders.py``, one run.
 
 Same corpora, test sets and training samples as ``benchmarks/deciders.py`` (same seed). For each training size one
-adapter is fine-tuned with the settings ``tiankong tune`` uses (``tiankong.deciders.adapter.settings()``: rank 8 on
+adapter is fine-tuned with the settings ``tiankong tune`` uses (``tiankong.tuning.adapter.settings()``: rank 8 on
 q/v of the top 8 blocks, ≤ 40 steps, early stopping on a held-out fifth), converted to GGUF, loaded into one engine
 beside the others, and the test texts are answered with it per request (label probabilities, one pass). Rows:
 ``sklearn-default`` (TfidfVectorizer() + LogisticRegression()), tiankong's ``tfidf`` and ``lora``; training seconds
@@ -28,9 +28,10 @@ from deciders import SIZES, corpus, sklearn_default  # noqa: E402
 
 from tiankong import Client  # noqa: E402
 from tiankong.deciders import methods as M  # noqa: E402
-from tiankong.deciders.adapter import adapter_scores_flow, label_examples, settings  # noqa: E402
-from tiankong.deciders.tuning import stratified_subset, verbalise  # noqa: E402
+from tiankong.deciders.adapter import adapter_scores_flow  # noqa: E402
 from tiankong.lora.train import train_adapters  # noqa: E402
+from tiankong.tuning.adapter import label_examples, settings  # noqa: E402
+from tiankong.tuning.classify import stratified_subset, verbalise  # noqa: E402
 
 
 def run_corpus(name: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:

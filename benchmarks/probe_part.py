@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import datasets  # noqa: E402
 
 from tiankong.deciders import methods  # noqa: E402
-from tiankong.deciders.data import check_examples  # noqa: E402
-from tiankong.deciders.tuning import part_features, tune  # noqa: E402
 from tiankong.engine.parts import stop_parts  # noqa: E402
+from tiankong.tuning.classify import part_features, tune  # noqa: E402
+from tiankong.tuning.data import check_examples  # noqa: E402
 
 
 def split(rows: list[tuple[str, str]], test: int, seed: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

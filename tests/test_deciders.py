@@ -18,24 +18,16 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli, serve_app
 from tiankong import Client
-from tiankong.deciders import (
-    DeciderModelMismatch,
-    DeciderNotFound,
-    ExamplesError,
-    check_examples,
-    load_decider,
-    load_examples,
-    save_decider,
-    tune_classify,
-)
+from tiankong.deciders import DeciderModelMismatch, DeciderNotFound, load_decider, save_decider
 from tiankong.deciders.runtime import scores_flow
-from tiankong.deciders.tuning import choose
+from tiankong.tuning.classify import choose
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError
 from tiankong.gateway import GatewayState
 from tiankong.models import TEST_MODEL
 from tiankong.paths import models_dir
 from tiankong.tasks.classify import prior_warning
+from tiankong.tuning import ExamplesError, check_examples, load_examples, tune_classify
 
 SPAM = [f"WIN a free {p} now! Text CLAIM to 8{i}0{i} to get your cash prize, offer ends today"
         for i, p in enumerate(["iPhone", "holiday", "voucher", "laptop", "car", "cruise", "TV", "gift card",
@@ -170,10 +162,10 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 @pytest.mark.skipif(not HAS_TORCH, reason="the lora candidate needs the [lora] extra (make test installs it)")
 def test_lora_decider_is_tuned_registered_and_served_with_its_adapter(data_dir: Path, examples_file: Path,
                                                                        smol_engine: EngineProcess) -> None:
-    from tiankong.deciders import AdapterCandidate, tune
     from tiankong.deciders.features import label_probability_flow
     from tiankong.lora import resolve_adapter
     from tiankong.lora.train import TrainSettings
+    from tiankong.tuning import AdapterCandidate, tune
 
     examples = load_examples(examples_file)
     quick = TrainSettings(steps=6, eval_every=3, patience=1, batch_size=4, layers=4, max_tokens=512, lr=3e-3)

@@ -18,7 +18,6 @@ import pytest
 
 from conftest import TIANKONG, assert_one_line_error, run_cli
 from tiankong import AsyncClient, Client
-from tiankong.deciders import load_examples, tune
 from tiankong.deciders.registry import save_decider
 from tiankong.dedupe import Dedupe, DedupeOptions, Record, dedupe_records, pair_text, read_records
 from tiankong.dedupe.files import no_chat_engine
@@ -27,6 +26,7 @@ from tiankong.engine.parts import stop_parts
 from tiankong.errors import ConfigError
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.specs import DEDUPE, MAX_DEDUPE_RECORDS
+from tiankong.tuning import load_examples, tune
 
 PLANTED = [
     {"id": "a1", "text": "Refund request: my order #1234 arrived broken, please send a replacement."},

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tiankong.deciders import load_examples, tune
 from tiankong.deciders.registry import load_decider, save_decider
 from tiankong.deciders.runtime import engine_needs
 from tiankong.engine.parts import stop_parts
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.classify import decide_flow
+from tiankong.tuning import load_examples, tune
 
 DATA = Path(__file__).parent / "data" / "tickets-labelled.jsonl"  # the 36 shipped tickets, 12 per label
 

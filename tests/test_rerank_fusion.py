@@ -15,7 +15,6 @@ from starlette.testclient import TestClient
 from conftest import run_cli
 from tiankong import Client
 from tiankong.deciders.registry import load_decider
-from tiankong.deciders.rerank_tuning import tune_rerank
 from tiankong.engine import EngineProcess
 from tiankong.engine.parts import PARTS, stop_parts
 from tiankong.errors import ConfigError
@@ -25,6 +24,7 @@ from tiankong.models.catalog import EMBEDDING_MODEL, find_entry
 from tiankong.models.registry import resolve
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.rerank import rerank_flow
+from tiankong.tuning.rerank import tune_rerank
 
 # BM25 ranks the word-overlap distractor first (it shares "account" / "turn on"); the relevant passage shares no
 # query word, and the embedding part reads its meaning

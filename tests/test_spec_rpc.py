@@ -31,6 +31,7 @@ from tiankong.engine import (
     VocabMismatch,
     check_draft_compatible,
     engine_spec_stats,
+    launch,
     spec_from_timings,
 )
 from tiankong.engine.spec import RollingAcceptance, SpecStats
@@ -158,7 +159,7 @@ def test_rolling_acceptance_window_and_restart() -> None:
 def test_auto_mode_decides_from_measured_numbers(smol_path: Path) -> None:
     auto = SpecAuto(n_max_values=(4,), gen_tokens=16, prompts=("Count from one to ten in words.",),
                     check_interval_s=3600.0)
-    engine = EngineProcess(small(smol_path, draft_model=smol_path, spec="auto", spec_auto=auto))
+    engine = launch(small(smol_path, draft_model=smol_path, spec="auto", spec_auto=auto), start=False)
     with engine:
         decision = engine.spec_decision
         assert decision is not None and decision.baseline.tok_s > 0

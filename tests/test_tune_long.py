@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tiankong.deciders import tune_classify
-from tiankong.deciders.passes import FeatureCache, cached_pass, retrying
 from tiankong.errors import ServerError, TransportError
 from tiankong.models import TEST_MODEL
 from tiankong.structured.drivers import run_sync
 from tiankong.structured.flow import Call, Flow
+from tiankong.tuning import tune_classify
+from tiankong.tuning.passes import FeatureCache, cached_pass, retrying
 
 WORDS = {
     "billing": ["invoice", "refund", "charged twice", "payment", "credit card", "receipt", "subscription fee"],

@@ -18,15 +18,7 @@ if TYPE_CHECKING:
     from .client import ChatResult, StreamChunk, Usage
     from .client.assemble import StreamFailed
     from .client.images import InvalidImage, InvalidMessages
-    from .deciders import (
-        Decider,
-        DeciderEngineError,
-        DeciderModelMismatch,
-        DeciderNotFound,
-        ExamplesError,
-        TuneReport,
-        tune_classify,
-    )
+    from .deciders import Decider, DeciderEngineError, DeciderModelMismatch, DeciderNotFound
     from .deciders.registry import InvalidDecider, NoSuchDecider
     from .engine.parts import PartMissing
     from .engine.pool import PoolFull
@@ -79,6 +71,7 @@ if TYPE_CHECKING:
         Summary,
     )
     from .tasks.specs import SPECS, TaskSpec
+    from .tuning import ExamplesError, TuneReport, tune_classify
 
 #: public name → the module that defines it
 _EXPORTS = {
@@ -106,7 +99,7 @@ _EXPORTS = {
     "EngineStartError": ".errors",
     "Entity": ".tasks",
     "EscalationTarget": ".tasks",
-    "ExamplesError": ".deciders",
+    "ExamplesError": ".tuning",
     "FileNotFound": ".batch.files",
     "FileInUse": ".batch.files",
     "FileTooLarge": ".batch.files",
@@ -155,13 +148,13 @@ _EXPORTS = {
     "TiankongError": ".errors",
     "TransportError": ".errors",
     "TruncatedOutput": ".errors",
-    "TuneReport": ".deciders",
+    "TuneReport": ".tuning",
     "UnsafePattern": ".structured.regex_safety",
     "AmbiguousPattern": ".structured.regex_safety",
     "UnscorableLabels": ".structured.flow",
     "Usage": ".client",
     "VocabMismatch": ".engine.vocab",
-    "tune_classify": ".deciders",
+    "tune_classify": ".tuning",
 }
 
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tiankong.deciders.tuning import MethodScore, choose, standard_error
+from tiankong.tuning.classify import MethodScore, choose, standard_error
 
 
 def row(method: str, accuracy: float, log_loss: float = 0.3, passes: int = 1) -> MethodScore:

@@ -2,7 +2,8 @@
 
 A batch lives in ``<dir>/batches/<id>/``: ``batch.json`` (OpenAI's batch object plus its owner), and while it
 runs the batch worker's files (``output.jsonl``, ``output.jsonl.errors.jsonl``, …: ``tiankong.batch.store``).
-Its status moves only along :data:`TRANSITIONS`, under a lock, and every change is written to disk (atomic
+Its status moves only along :data:`TRANSITIONS` (checked by the engine's ``check_transition``, the one checker of
+every state machine), under a lock, and every change is written to disk (atomic
 rename) before anyone is told — so a gateway killed at any moment restarts with every batch where it was,
 and the worker's output (one line per ``custom_id``, skipped on a re-run) carries on without losing or
 repeating a line.
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..engine.supervised import check_transition
 from ..errors import ConfigError, TiankongError
 from .files import FileNotFound
 from .store import OutputPaths, write_json
@@ -164,8 +166,13 @@ class BatchStore:
         with self._lock:
             record = self._records[batch_id]
             old = BatchState(record["status"])
-            if (expected is not None and old not in expected) or new not in TRANSITIONS[old]:
-                raise IllegalBatchTransition(f"batch {batch_id} is {old.value}; it cannot become {new.value}")
+
+            def refuse(old: BatchState, new: BatchState) -> IllegalBatchTransition:
+                return IllegalBatchTransition(f"batch {batch_id} is {old.value}; it cannot become {new.value}")
+
+            if expected is not None and old not in expected:
+                raise refuse(old, new)
+            check_transition(TRANSITIONS, old, new, refuse)
             record.update(fields, status=new.value)
             record[STAMPS[new]] = int(time.time())
             self._save(record)

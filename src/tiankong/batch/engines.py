@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ..engine import EngineConfig, EngineProcess, EngineState
-from ..engine.process import free_port
+from ..engine.launcher import launch
+from ..engine.ports import free_port
+from ..engine.process import EngineProcess
+from ..engine.settings import engine_config, engine_keys
+from ..engine.supervised import ProcessState
 from ..errors import ConfigError, TransportError
-from ..lora import adapter_file
 from ..models import resolve_installed
 from .job import BatchJob
 from .tasks import MeteredClient
@@ -35,10 +36,8 @@ def start_managed(job: BatchJob) -> EngineProcess:
     if ctx % slots:
         raise ConfigError(f"ctx {ctx} is not divisible by slots {slots}", hint="pick ctx = slots × per-slot ctx")
     needs = job.decider_engine()
-    lora = [adapter_file(name, record.path) for name in needs.adapters]
-    config = EngineConfig(model=Path(record.path), ctx=ctx, slots=slots, alias=record.name, port=free_port(),
-                          embeddings=needs.embeddings, pooling="none", lora=lora)
-    return EngineProcess(config, job.llama_server).start()
+    keys = engine_keys(ctx=ctx, slots=slots, embeddings=needs.embeddings, pooling="none", lora=list(needs.adapters))
+    return launch(engine_config(keys, record.path, alias=record.name, port=free_port()), job.llama_server)
 
 
 class BatchEngines:
@@ -109,7 +108,7 @@ class BatchEngines:
         self.inflight[index] -= 1
 
     def engine_gave_up(self) -> bool:
-        return self.engine is not None and self.engine.state == EngineState.FAILED
+        return self.engine is not None and self.engine.state == ProcessState.FAILED
 
     async def close(self) -> None:
         for client in self.clients:

@@ -124,9 +124,9 @@ class EngineActor:
     """One node's engine and the task flows that use it (made a Ray actor by :func:`actor_class`)."""
 
     def __init__(self, job_data: dict[str, Any], fmt: str, slots: int, threads: int) -> None:
-        from ..engine import EngineConfig, EngineProcess
-        from ..engine.process import free_port
-        from ..lora import adapter_file
+        from ..engine.launcher import launch
+        from ..engine.ports import free_port
+        from ..engine.settings import engine_config, engine_keys
         from .tasks import MeteredClient
 
         self.engine: Any = None
@@ -135,11 +135,10 @@ class EngineActor:
             job = BatchJob.model_validate(job_data)
             record = ensure_model(str(job.model))
             needs = job.decider_engine()
-            lora = [adapter_file(name, record.path) for name in needs.adapters]
-            config = EngineConfig(model=Path(record.path), ctx=2048 * slots, slots=slots, threads=threads,
-                                  alias=record.name, port=free_port(), embeddings=needs.embeddings, pooling="none",
-                                  lora=lora)
-            self.engine = EngineProcess(config, job.llama_server).start()
+            keys = engine_keys(ctx=2048 * slots, slots=slots, threads=threads, embeddings=needs.embeddings,
+                               pooling="none", lora=list(needs.adapters))
+            config = engine_config(keys, record.path, alias=record.name, port=free_port())
+            self.engine = launch(config, job.llama_server)
         except TiankongError as exc:
             self.failure = exc.one_line()
             return
@@ -154,11 +153,12 @@ class EngineActor:
 
     async def run(self, data: dict[str, Any]) -> dict[str, Any]:
         """One item: ``{"result", "usage"}`` or ``{"error": {type, message, http_status}, "unreachable"}``."""
+        from ..engine.supervised import ProcessState
         from . import openai_fmt
         from .engines import unreachable
         from .tasks import METER, Meter, run_task
 
-        if self.engine is None or self.engine.state.value == "failed":  # restarted actor: no engine came up
+        if self.engine is None or self.engine.state == ProcessState.FAILED:  # restarted actor: no engine came up
             why = self.failure or "its engine kept crashing and was given up"
             return {"error": {"type": "engine_error", "message": why, "http_status": 503}, "unreachable": True,
                     "gave_up": True}

@@ -14,15 +14,16 @@ import math
 import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, Field
 
 from ..client._shared import base_url
-from ..engine import EngineConfig, EngineProcess
 from ..engine.build import locate_engine
+from ..engine.launcher import NO_RESTARTS, launch
+from ..engine.process import EngineProcess
+from ..engine.settings import engine_config, engine_keys
 from ..errors import ConfigError, TransportError
 from ..models import resolve_installed
 
@@ -34,6 +35,26 @@ class RunFacts(BaseModel):
     duration_s: float = 0.0
     cpu_count: int = Field(default_factory=lambda: os.cpu_count() or 1)
     load_avg_1m: float = Field(default_factory=lambda: os.getloadavg()[0])
+
+
+class SpeedRow(BaseModel):
+    """One row of ``tiankong bench speed`` (llama-server or llama-bench; here so both modules share it)."""
+
+    source: str  # "llama-server" or "llama-bench"
+    threads: int | None
+    ctx: int | None
+    prompt_tokens: int
+    gen_tokens: int
+    runs: int
+    pp_tok_s: float | None = None
+    pp_tok_s_min: float | None = None
+    pp_tok_s_max: float | None = None
+    tg_tok_s: float | None = None
+    tg_tok_s_min: float | None = None
+    tg_tok_s_max: float | None = None
+    ttft_s: float | None = None
+    ttft_min_s: float | None = None
+    ttft_max_s: float | None = None
 
 
 @dataclass
@@ -102,8 +123,8 @@ def managed_engine(model: str, *, ctx: int, slots: int, threads: int,
     record = resolve_installed(model)
     if ctx % slots:
         raise ConfigError(f"ctx {ctx} is not divisible by slots {slots}", hint="pick ctx = slots × per-slot ctx")
-    config = EngineConfig(model=Path(record.path), ctx=ctx, slots=slots, threads=threads, alias=record.name)
-    engine = EngineProcess(config, locate_engine(llama_server), restart_on_crash=False)
+    config = engine_config(engine_keys(ctx=ctx, slots=slots, threads=threads), record.path, alias=record.name)
+    engine = launch(config, locate_engine(llama_server), policy=NO_RESTARTS, start=False)
     try:
         engine.start()
         yield engine

@@ -14,8 +14,7 @@ from typing import Any
 from ..engine.build import locate_engine
 from ..errors import EngineError
 from ..models import resolve_installed
-from .common import median
-from .speed import SpeedRow
+from .common import SpeedRow, median
 
 
 def llama_bench_rows(model: str, prompt_lengths: list[int], gen_tokens: int, threads: list[int], repeats: int,

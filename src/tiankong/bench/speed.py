@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..engine.flags import default_threads
 from ..errors import ConfigError, ServerError, TransportError
 from .common import RunFacts, ServerInfo, check_server, chunk_text, managed_engine, median, sse_events
+from .common import SpeedRow as SpeedRow
 
 FILLER = ("The river runs past the old mill, where the miller counts sacks of grain each morning. "
           "Children walk to school along the bank, and the baker sells bread at the bridge. ")
@@ -41,24 +42,6 @@ class SpeedConfig(BaseModel):
     llama_server: str | None = None
     api_key: str | None = None
     timeout_s: float = Field(600.0, gt=0)
-
-
-class SpeedRow(BaseModel):
-    source: str  # "llama-server" or "llama-bench"
-    threads: int | None
-    ctx: int | None
-    prompt_tokens: int
-    gen_tokens: int
-    runs: int
-    pp_tok_s: float | None = None
-    pp_tok_s_min: float | None = None
-    pp_tok_s_max: float | None = None
-    tg_tok_s: float | None = None
-    tg_tok_s_min: float | None = None
-    tg_tok_s_max: float | None = None
-    ttft_s: float | None = None
-    ttft_min_s: float | None = None
-    ttft_max_s: float | None = None
 
 
 class SpeedReport(RunFacts):

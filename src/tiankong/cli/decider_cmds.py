@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from ..deciders import list_deciders, load_decider, remove_decider, tune_classify
+from ..deciders import list_deciders, load_decider, remove_decider
+from ..tuning import tune_classify
 from . import emit_json, emit_table
 
 
@@ -59,7 +60,7 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
 @click.option("--json", "as_json", is_flag=True, help="Print the CV report as JSON.")
 def tune_rerank_cmd(data: str, name: str, folds: int, method: str | None, dry_run: bool, as_json: bool) -> None:
     """Learn how to combine BM25 and the embedding part from labelled (query, passage, relevant) rows."""
-    from ..deciders.rerank_tuning import tune_rerank
+    from ..tuning.rerank import tune_rerank
 
     report = tune_rerank(data, name=name, folds=folds, save=not dry_run, method=method,
                          log=lambda msg: click.echo(msg, err=True))

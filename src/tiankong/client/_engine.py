@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..engine import EngineConfig, EngineProcess
-from ..lora import adapter_file
+from ..engine.launcher import launch
+from ..engine.process import EngineProcess
+from ..engine.settings import engine_config, engine_keys
 from ..models import resolve_installed
 
 
@@ -14,7 +15,6 @@ def start_embedded(
     """A managed engine for an installed model, with LoRA ``adapters`` (names or paths) loaded unapplied;
     ``embeddings``: per-token embeddings on (``--pooling none``: deciders pool them themselves)."""
     record = resolve_installed(model)
-    lora = [adapter_file(name, record.path) for name in adapters or []]
-    config = EngineConfig(model=record.path, ctx=ctx, slots=slots, alias=record.name, lora=lora,
-                          embeddings=embeddings, pooling="none")
-    return EngineProcess(config, llama_server, startup_timeout_s=startup_timeout_s).start()
+    keys = engine_keys(ctx=ctx, slots=slots, lora=list(adapters or []), embeddings=embeddings, pooling="none")
+    return launch(engine_config(keys, record.path, alias=record.name), llama_server,
+                  startup_timeout_s=startup_timeout_s)

@@ -21,8 +21,10 @@ from typing import Any
 import httpx
 
 from ..errors import ConfigError, ServerError, TransportError
-from .flags import EngineConfig
-from .process import EngineProcess, EngineState
+from .launcher import launch
+from .process import EngineProcess
+from .settings import engine_config, engine_keys
+from .supervised import ProcessState
 
 #: texts one request carries (llama-server embeds a request's inputs in one batch)
 BATCH = 64
@@ -46,7 +48,7 @@ class PartEngines:
     def engine(self, name: str) -> EngineProcess:
         with self._lock:
             engine = self._engines.get(name)
-            if engine is not None and engine.state == EngineState.READY and engine.alive():
+            if engine is not None and engine.state == ProcessState.READY and engine.alive():
                 return engine
             if engine is not None:
                 engine.stop()
@@ -65,9 +67,9 @@ class PartEngines:
                               hint=f"tiankong models pull {name}")
         record = resolve_installed(name)
         train_ctx = record_ctx(record.path)
-        config = EngineConfig(model=record.path, ctx=train_ctx * 2, slots=2, alias=record.name, embeddings=True,
-                              pooling="mean", batch=train_ctx, ubatch=train_ctx, metrics=False)
-        return EngineProcess(config, self.llama_server).start()
+        keys = engine_keys(ctx=train_ctx * 2, slots=2, embeddings=True, pooling="mean")
+        config = engine_config(keys, record.path, alias=record.name, batch=train_ctx, ubatch=train_ctx, metrics=False)
+        return launch(config, self.llama_server)
 
     def send(self, name: str, method: str, path: str, body: dict[str, Any] | None) -> Any:
         engine = self.engine(name)

@@ -9,17 +9,18 @@ managed build as llama-server (``tiankong engine info --json`` → ``ggml_rpc_se
 The RPC protocol has no authentication or encryption: a worker binds 127.0.0.1 unless ``allow_remote`` is
 given, and then belongs on a private network only. Readiness is a TCP connect (the protocol has no health
 call); a worker that exits during start-up fails fast with its log tail; a crashed worker is restarted by
-a watchdog thread with backoff; stopping sends SIGTERM to its process group, then SIGKILL.
+``SupervisedProcess``'s watchdog under :data:`~tiankong.engine.supervised.RPC_RESTARTS` (five restarts in its
+life, backoff up to 30 s, then it stays failed); stopping sends SIGTERM to its process group, then SIGKILL.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,8 +28,8 @@ from pathlib import Path
 from .. import paths
 from ..errors import ConfigError, EngineNotFound, EngineStartError, PortInUse
 from .build import EngineBinary, locate_engine
-from .process import free_port, port_in_use
-from .supervised import ProcessState, SupervisedProcess
+from .ports import free_port, port_in_use
+from .supervised import RPC_RESTARTS, ProcessState, RestartPolicy, SupervisedProcess
 
 RPC_BINARY = "ggml-rpc-server"
 
@@ -63,25 +64,26 @@ class RpcWorker(SupervisedProcess):
     """One ``ggml-rpc-server`` process; use ``endpoint`` in ``EngineConfig.rpc``. Its states are the engine's
     (``SupervisedProcess``): ready once it listens; failed once its restarts are spent."""
 
+    display_name = RPC_BINARY
+    watch_interval_s = 0.5
+
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, threads: int = 1, cache: bool = False,
                  binary: EngineBinary | Path | str | None = None, allow_remote: bool = False,
                  startup_timeout_s: float = 30.0, stop_grace_s: float = 5.0, restart_on_crash: bool = True,
-                 max_restarts: int = 5) -> None:
+                 max_restarts: int = 5, policy: RestartPolicy | None = None) -> None:
+        """``policy``: the restart rule (default :data:`RPC_RESTARTS` with ``restart_on_crash``/``max_restarts``)."""
         if not is_loopback(host) and not allow_remote:
             raise ConfigError(f"refusing to bind an RPC worker to {host}",
                               hint="the RPC protocol has no authentication; bind 127.0.0.1, or allow it "
                                    "(allow_remote=True, CLI --allow-remote) on a private network you trust")
         if threads < 1:
             raise ConfigError(f"threads must be ≥ 1, not {threads}")
-        super().__init__(stop_grace_s=stop_grace_s)
+        policy = policy or dataclasses.replace(RPC_RESTARTS, restart_on_crash=restart_on_crash,
+                                               max_restarts=max_restarts)
+        super().__init__(stop_grace_s=stop_grace_s, policy=policy)
         self.host, self.port, self.threads, self.cache = host, port, threads, cache
         self.binary = locate_rpc_server(binary)
         self.startup_timeout_s = startup_timeout_s
-        self.restart_on_crash, self.max_restarts = restart_on_crash, max_restarts
-        self.restarts = 0
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._watchdog: threading.Thread | None = None
 
     @property
     def endpoint(self) -> str:
@@ -95,28 +97,15 @@ class RpcWorker(SupervisedProcess):
             if self.port and port_in_use(self.host, self.port):
                 raise PortInUse(self.host, self.port)
             self.port = self.port or free_port(self.host)
-            self._stop.clear()
-            self._spawn()
-            if self._watchdog is None or not self._watchdog.is_alive():
-                self._watchdog = threading.Thread(target=self._watch, name="tiankong-rpc-watchdog", daemon=True)
-                self._watchdog.start()
+            self._stop_event.clear()
+            self._spawn_and_wait()
+            self._start_watchdog()
         return self
 
-    def stop(self) -> None:
-        self._stop.set()
-        with self._lock:
-            if self.proc is not None:
-                self._transition(ProcessState.STOPPING, "stop")
-                self._terminate(self.proc)
-                self.proc = None
-                self._transition(ProcessState.STOPPED, "stop")
-            else:
-                self._transition(ProcessState.STOPPED, "stop", expected=frozenset({ProcessState.FAILED}))
-
     def wait_down(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s``; True when the worker is down for good (restarts exhausted)."""
-        self._stop.wait(timeout_s)
-        return not self.alive() and (not self.restart_on_crash or self.restarts >= self.max_restarts)
+        """Wait up to ``timeout_s``; True when the worker is down for good (its watchdog gave up)."""
+        self._stop_event.wait(timeout_s)
+        return not self.alive() and self.gave_up
 
     def __enter__(self) -> RpcWorker:
         return self.start()
@@ -124,12 +113,13 @@ class RpcWorker(SupervisedProcess):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _spawn(self) -> None:
+    def _spawn_and_wait(self) -> None:
         argv = [str(self.binary), "-H", self.host, "-p", str(self.port), "-t", str(self.threads)]
         if self.cache:
             argv.append("-c")
         paths.logs_dir().mkdir(parents=True, exist_ok=True)
-        self._transition(ProcessState.STARTING, "spawn")
+        if self.state != ProcessState.STARTING:  # a restart already said so
+            self._transition(ProcessState.STARTING, "spawn")
         proc = self._spawn_logged(argv, paths.logs_dir() / f"ggml-rpc-server-{os.getpid()}-{self.port}.log")
         try:
             self._wait_listening(proc)
@@ -150,26 +140,6 @@ class RpcWorker(SupervisedProcess):
         self._terminate(proc)
         raise EngineStartError(f"{RPC_BINARY} did not listen on {self.endpoint} within {self.startup_timeout_s:.0f} s",
                                hint="see the log tail", log_tail=self.log_tail())
-
-    def _watch(self) -> None:
-        backoff = 0.5
-        while not self._stop.wait(0.5):
-            proc = self.proc
-            if proc is None or proc.poll() is None or not self.restart_on_crash:
-                continue
-            if self.restarts >= self.max_restarts:
-                self._transition(ProcessState.FAILED, f"restarted {self.restarts} times: giving up")
-                return
-            with self._lock:
-                if self._stop.is_set():
-                    return
-                self.restarts += 1
-                try:
-                    self._spawn()
-                    backoff = 0.5
-                except EngineStartError:
-                    backoff = min(backoff * 2, 30.0)
-            self._stop.wait(backoff)
 
 
 def run_rpc_worker(worker: RpcWorker, log: Callable[[str], None] = print) -> None:

@@ -1,16 +1,20 @@
 """Engine keys of the config file (``[engine]`` and each local ``[[pool.models]]``) → ``EngineConfig``: one
-mapping for every engine, so a pool model gets the keys the single engine gets."""
+mapping for every engine, so a pool model gets the keys the single engine gets — and every other place that
+starts an engine (batch, evals, bench, the embedded client, model checks) states its engine as the same
+``EngineKeys`` and goes through :func:`engine_config` and :func:`tiankong.engine.launch`."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..models import resolve_installed
+from pydantic import ValidationError
+
+from ..config import EngineKeys
+from ..errors import ConfigError
+from ..models.registry import resolve_installed
 from .flags import EngineConfig, SpecAuto
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..config import EngineKeys
 
 
 def model_file(name: str) -> Path:
@@ -21,9 +25,23 @@ def model_file(name: str) -> Path:
     return Path(resolve_installed(name).path)
 
 
-def engine_config(keys: EngineKeys, model: str, *, alias: str, api_key: str | None = None) -> EngineConfig:
-    """The ``EngineConfig`` of one engine running ``model`` (an installed name or a .gguf path)."""
-    path = model_file(model)
+def engine_keys(**values: Any) -> EngineKeys:
+    """``EngineKeys`` of a tool's engine (batch, evals, bench, the embedded client); a bad value is a one-line
+    ``ConfigError`` naming the key, as in the config file."""
+    try:
+        return EngineKeys(**values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'engine'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"engine settings: {problems}", hint="see docs/config.md [engine] for each key") from None
+
+
+def engine_config(keys: EngineKeys, model: str | Path, *, alias: str | None = None, api_key: str | None = None,
+                  **flags: Any) -> EngineConfig:
+    """The ``EngineConfig`` of one engine running ``model`` (an installed name or a .gguf path).
+
+    ``flags``: ``EngineConfig`` fields no config key sets (``port``, ``seed``, ``batch``, ``ubatch``,
+    ``metrics``, ``extra_args``…), for the tools that pin them; an unknown one is a ``TypeError``."""
+    path = model_file(str(model))
     if keys.ctx is None:
         from ..plan.auto import auto_ctx
 
@@ -36,10 +54,10 @@ def engine_config(keys: EngineKeys, model: str, *, alias: str, api_key: str | No
                           **speed_kwargs(keys, model))
     if keys.threads:
         config.threads = keys.threads
-    return config
+    return dataclasses.replace(config, **flags) if flags else config
 
 
-def speed_kwargs(settings: EngineKeys, model: str | None = None) -> dict[str, Any]:
+def speed_kwargs(settings: EngineKeys, model: str | Path | None = None) -> dict[str, Any]:
     """``EngineConfig`` keyword arguments for ``draft_model``, ``spec*``, ``mmproj``, ``rpc`` and ``lora``
     (``model``: the base the adapters must fit; default ``settings.model``)."""
     kwargs: dict[str, Any] = {"spec_type": settings.spec_type, "spec_draft_n_max": settings.spec_draft_n_max,
@@ -47,9 +65,9 @@ def speed_kwargs(settings: EngineKeys, model: str | None = None) -> dict[str, An
     if settings.draft_model:
         kwargs["draft_model"] = model_file(settings.draft_model)
     if settings.lora:
-        from ..lora import adapter_file
+        from ..lora.registry import adapter_file
 
-        base = model_file(model or str(getattr(settings, "model", "")))
+        base = model_file(str(model or getattr(settings, "model", "")))
         kwargs["lora"] = [adapter_file(name, base) for name in settings.lora]
     if settings.mmproj:
         kwargs["mmproj"] = Path(settings.mmproj).expanduser()

@@ -25,7 +25,9 @@ import httpx
 
 from ..errors import EngineError, ServerError, TransportError
 from .flags import EngineConfig
+from .process import EngineProcess
 from .spec import SpecStats, spec_from_timings, without_spec
+from .supervised import NO_RESTARTS
 from .vocab import check_draft_compatible
 
 DEFAULT_PROMPTS = (
@@ -102,10 +104,9 @@ def candidate_configs(config: EngineConfig) -> list[tuple[SpecMeasurement, Engin
 
 def measure(config: EngineConfig, binary: Path | str | None, prompts: Sequence[str], gen_tokens: int,
             into: SpecMeasurement, *, startup_timeout_s: float = 180.0) -> SpecMeasurement:
-    """Start ``config``, run the prompts one by one, stop it; fills ``into`` (``error`` on failure)."""
-    from .process import EngineProcess  # process imports this module
-
-    engine = EngineProcess(dataclasses.replace(config, port=0), binary, restart_on_crash=False,
+    """Start ``config``, run the prompts one by one, stop it; fills ``into`` (``error`` on failure). The one
+    engine not started by ``launch``: ``launch`` calls this module, and ``config`` is never ``spec="auto"``."""
+    engine = EngineProcess(dataclasses.replace(config, port=0), binary, policy=NO_RESTARTS,
                            startup_timeout_s=startup_timeout_s)
     try:
         engine.start()

@@ -23,8 +23,11 @@ from typing import Any
 from .. import paths
 from ..batch import ProgressSink, make_job
 from ..batch import run as run_batch
-from ..engine import EngineBinary, EngineConfig, EngineProcess, locate_engine
+from ..engine.build import EngineBinary, locate_engine
 from ..engine.flags import default_threads
+from ..engine.launcher import launch
+from ..engine.process import EngineProcess
+from ..engine.settings import engine_config, engine_keys
 from ..errors import ConfigError
 from ..models import ModelRecord, resolve_installed
 from .cache import Answer, Group, ModelCache, group_for, item_key
@@ -131,11 +134,11 @@ class _ModelRun:
 
     def _run_engine(self, missing: dict[str, list[str]]) -> None:
         params = self.params
-        config = EngineConfig(model=Path(self.record.path), ctx=params.ctx, slots=params.slots,
-                              threads=params.threads or default_threads(), seed=params.seed, alias=self.record.name,
-                              extra_args=["--no-cache-prompt"], embeddings=self._needs_embeddings(), pooling="none",
-                              lora=self._adapters())
-        engine = EngineProcess(config, self.binary)
+        wanted = engine_keys(ctx=params.ctx, slots=params.slots, threads=params.threads or default_threads(),
+                             extra_args=["--no-cache-prompt"], embeddings=self._needs_embeddings(), pooling="none",
+                             lora=self._adapters())
+        config = engine_config(wanted, self.record.path, alias=self.record.name, seed=params.seed)
+        engine = launch(config, self.binary, start=False)
         self.log(f"{self.record.name}: starting the engine ({params.slots} slot(s), ctx {params.ctx})")
         engine.start()
         try:
@@ -155,11 +158,9 @@ class _ModelRun:
     def _needs_embeddings(self) -> bool:
         return any(needs.embeddings for needs in self._decider_needs())
 
-    def _adapters(self) -> list[Path]:
-        from ..lora import adapter_file
-
-        names = dict.fromkeys(name for needs in self._decider_needs() for name in needs.adapters)
-        return [adapter_file(name, Path(self.record.path)) for name in names]
+    def _adapters(self) -> list[str]:
+        """The deciders' adapters (names or paths; ``engine_config`` checks each against the model)."""
+        return list(dict.fromkeys(name for needs in self._decider_needs() for name in needs.adapters))
 
     def _run_group(self, group: Group, keys: list[str], url: str) -> None:
         label = group.job.get("task") or "chat"

@@ -20,8 +20,7 @@ from typing import Any
 
 from .. import paths
 from ..errors import ConfigError
-from ..models import resolve_installed
-from ..models.registry import sha256_file
+from ..models.registry import resolve_installed, sha256_file
 from .meta import InvalidAdapter, check_compatible, read_adapter, read_base
 
 MANIFEST = "manifest.json"

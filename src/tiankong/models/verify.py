@@ -70,12 +70,14 @@ def _embedding_check(report: VerifyReport, path: Any, llama_server: str | None, 
     """A retrieval part: one sentence embedded, of the model's width, near-duplicates closer than unrelated text."""
     import httpx
 
-    from ..engine import EngineConfig, EngineProcess
+    from ..engine.launcher import launch
+    from ..engine.settings import engine_config, engine_keys
 
     texts = ["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."]
     try:
-        config = EngineConfig(model=path, ctx=512, slots=1, embeddings=True, pooling="mean", batch=512, ubatch=512)
-        with EngineProcess(config, llama_server) as engine:
+        config = engine_config(engine_keys(ctx=512, slots=1, embeddings=True, pooling="mean"), path, batch=512,
+                               ubatch=512)
+        with launch(config, llama_server) as engine:
             answer = httpx.post(f"{engine.url}/v1/embeddings", json={"input": texts}, timeout=60).json()
             vectors = [item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"])]
         near, far = _cos(vectors[0], vectors[1]), _cos(vectors[0], vectors[2])
@@ -95,10 +97,12 @@ def _cos(a: list[float], b: list[float]) -> float:
 def _generation_check(report: VerifyReport, path: Any, llama_server: str | None) -> None:
     import httpx
 
-    from ..engine import EngineConfig, EngineProcess  # engine is a sibling layer; import lazily
+    from ..engine.launcher import launch  # engine is a sibling layer; import lazily
+    from ..engine.settings import engine_config, engine_keys
 
     try:
-        with EngineProcess(EngineConfig(model=path, ctx=512, slots=1), llama_server) as engine:
+        config = engine_config(engine_keys(ctx=512, slots=1), path)
+        with launch(config, llama_server) as engine:
             body = {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0, "seed": 42}
             answer = httpx.post(f"{engine.url}/completion", json=body, timeout=60).json()
             text = str(answer.get("content", ""))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..models import GGUFInfo, read_gguf, resolve_installed
+from ..models.gguf_meta import GGUFInfo, read_gguf
+from ..models.registry import resolve_installed
 from .budget import BudgetFit, fit_budget, parse_size
 from .formula import ModelSpec, PlanConfig, estimate_ffn_length
 from .memory import MemoryPlan, plan_memory, validate_config

@@ -22,7 +22,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from .flow import Call
+from .calls import Call
 from .forced import Arr, Const, Node, Num, Obj, Pick, Str, Value, literal, starts
 from .slots import SlotPin
 

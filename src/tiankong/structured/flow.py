@@ -23,6 +23,8 @@ from ..errors import (
     TransportError,
     TruncatedOutput,
 )
+from .calls import Call as Call  # re-exported: every flow module names them from here
+from .calls import Flow as Flow
 from .prompts import repair_message
 
 if TYPE_CHECKING:
@@ -35,18 +37,6 @@ MAX_TOKENS_CAP = 2048
 class UnscorableLabels(ConfigError):
     """The labels tokenize into byte pieces whose probabilities the engine does not report (an input problem:
     other labels work)."""
-
-
-@dataclass
-class Call:
-    method: str
-    path: str
-    body: dict[str, Any] | None = None
-    #: a retrieval part answers this call (an installed embedding model's own engine, ``engine/parts.py``)
-    part: str | None = None
-
-
-Flow = Generator[list[Call], list[Any], T]
 
 
 @dataclass
@@ -139,7 +129,7 @@ def constrained_flow(
 def _fast_forward(messages: list[dict[str, Any]], constraint: Constraint, budget: int, options: dict[str, Any],
                   pin: SlotPin | None) -> Flow[Structured[Any] | tuple[Usage, int, str]]:
     """The fast-forwarded answer, or (its cost, attempts, why not) for the grammar path to go on from."""
-    from .fastforward import fast_forward_flow  # noqa: PLC0415 (fastforward imports this module)
+    from .fastforward import fast_forward_flow  # noqa: PLC0415 (imported on first use: it loads the plan code)
 
     plan = constraint.forced
     if plan.root is None:

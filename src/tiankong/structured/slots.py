@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .flow import Call, Flow
+from .calls import Call, Flow
 
 
 class SlotLeases:

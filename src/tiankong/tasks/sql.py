@@ -14,7 +14,6 @@ then refused. With a database file the query can be run, read-only, with a row l
 from __future__ import annotations
 
 import contextlib
-import re
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from ..structured.flow import Constraint, Flow, Structured, constrained_flow
 from ..structured.prompts import repair_message
 from .classify import require_text
 from .generate import ANTI_LOOP
-from .sql_grammar import QUERY_TOKENS, Scope, scope_of, sql_grammar
+from .sql_grammar import QUERY_TOKENS, Scope, quote, scope_of, sql_grammar
 
 MAX_TABLES = 200
 MAX_COLUMNS = 1000  # per table (SQLite's own default limit is 2000)
@@ -80,16 +79,6 @@ class SqlQuery:
         if self.rows is not None:
             out["rows"] = self.rows
         return out
-
-
-def quote(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and name.upper() not in RESERVED \
-        else '"' + name.replace('"', '""') + '"'
-
-
-RESERVED = {"SELECT", "FROM", "WHERE", "GROUP", "ORDER", "BY", "LIMIT", "JOIN", "ON", "AS", "AND", "OR", "NOT",
-            "IN", "IS", "NULL", "LIKE", "BETWEEN", "HAVING", "DISTINCT", "LEFT", "INNER", "TABLE", "INDEX", "KEY",
-            "CASE", "WHEN", "THEN", "ELSE", "END", "UNION", "ALL", "ASC", "DESC", "DEFAULT", "CHECK", "VALUES"}
 
 
 def schema_error(message: str, hint: str | None = None) -> ConfigError:

@@ -47,6 +47,17 @@ QUERY_TOKENS = 320
 ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,2}")
 
 
+def quote(name: str) -> str:
+    """A table or column name as SQL text: bare when it is a plain identifier, else double-quoted."""
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and name.upper() not in RESERVED \
+        else '"' + name.replace('"', '""') + '"'
+
+
+RESERVED = {"SELECT", "FROM", "WHERE", "GROUP", "ORDER", "BY", "LIMIT", "JOIN", "ON", "AS", "AND", "OR", "NOT",
+            "IN", "IS", "NULL", "LIKE", "BETWEEN", "HAVING", "DISTINCT", "LEFT", "INNER", "TABLE", "INDEX", "KEY",
+            "CASE", "WHEN", "THEN", "ELSE", "END", "UNION", "ALL", "ASC", "DESC", "DEFAULT", "CHECK", "VALUES"}
+
+
 def _either(*names: str) -> str:
     """A function name in upper or lower case (models write both; SQLite reads both)."""
     return "(" + " | ".join(f'"{n}" | "{n.lower()}"' for n in names) + ")"
@@ -108,8 +119,6 @@ def _literal(text: str) -> str:
 
 
 def _columns(schema: DbSchema, prefix: str, table: str) -> str:
-    from .sql import quote  # noqa: PLC0415 (sql imports this module)
-
     found = schema.table(table)
     assert found is not None
     return f"{_literal(prefix + '.')} ({' | '.join(_literal(quote(c)) for c in found.columns)})"
@@ -117,8 +126,6 @@ def _columns(schema: DbSchema, prefix: str, table: str) -> str:
 
 def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
     """The open grammar (``scope`` None), or the grammar of a retry held to ``scope`` (see the module's text)."""
-    from .sql import quote  # noqa: PLC0415 (sql imports this module)
-
     names = [t.name for t in schema.tables] if scope is None else list(scope.tables)
     tables = " | ".join(_literal(quote(t)) for t in names)
     bare = sorted({quote(c) for t in names for c in schema.table(t).columns})  # type: ignore[union-attr]

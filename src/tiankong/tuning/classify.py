@@ -26,14 +26,14 @@ import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import StratifiedKFold
 
+from ..deciders import methods
+from ..deciders.features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow, part_vector_flow
+from ..deciders.registry import Decider, check_name
 from ..errors import ConfigError
 from ..structured.flow import Flow
-from . import methods
 from .adapter import AdapterCandidate
 from .data import Examples
-from .features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow, part_vector_flow
 from .passes import FeatureCache, Log, cached_pass, text_key
-from .registry import Decider, check_name
 
 #: how many parameters a method fits to the examples, as a level (fewest first): the one-SE rule's "simplest"
 SIMPLICITY = {"zeroshot": 0, "fewshot": 1, "probe-mean": 2, "probe-last": 2, "probe-part": 2, "tfidf": 3,

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from ..deciders.registry import Decider, save_decider
+from ..deciders.rerank_fusion import BM25_ONLY, FUSION_METHODS, WITH_EMBEDDING, fit_weights, fusion_features
 from ..errors import ConfigError
 from ..structured.drivers import run_sync
 from ..tasks.retrieval import bm25_retrieved, bm25_scores, embedding_scores, rrf
-from .registry import Decider, save_decider
-from .rerank_fusion import BM25_ONLY, FUSION_METHODS, WITH_EMBEDDING, fit_weights, fusion_features
 
 Log = Callable[[str], None]
 SEEDS = (0, 1, 2)
