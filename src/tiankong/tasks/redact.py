@@ -61,13 +61,28 @@ def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True
     entities = _check(text, style, types)
     if use_model:
         found = yield from gather([_named_flow(chunk, model) for chunk in _chunks(text)])
-        listed = locate(text, [item for items in found for item in items])
-        entities = merge(entities, [*listed, *(name_entities(text) if name_rules else [])])
+        listed = [item for items in found for item in items]
+        probabilities: dict[tuple[int, int], float | None] = {}
         if name_rules:
-            entities = merge(entities, (yield from confirm_candidates(text, entities, model)))
+            asked = merge(entities, [*locate(text, listed), *name_entities(text)])
+            probabilities = yield from ask_candidates(text, asked, model)
+        entities = assemble_names(text, entities, listed, probabilities, name_rules=name_rules)
     elif name_rules:
         entities = merge(entities, name_entities(text))
     return _finish(text, entities, style, types, salt)
+
+
+def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]],
+                   probabilities: dict[tuple[int, int], float | None], *, name_rules: bool = True) -> list[Entity]:
+    """The entities of a text from its parts: the validated rules' entities, the model's listing (kind, string),
+    the name rules, and each name candidate's P(yes) (None: not asked, kept — fail safe). Rule entities win
+    overlaps; candidates are kept at P(yes) >= CONFIRM_AT."""
+    entities = merge(rules, [*locate(text, listed), *(name_entities(text) if name_rules else [])])
+    if not name_rules:
+        return entities
+    kept = [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
+            for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
+    return merge(entities, kept)
 
 
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,
@@ -83,9 +98,17 @@ def confirm_question(name: str) -> str:
 
 
 def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> Flow[list[Entity]]:
+    """The name candidates kept: P(yes) >= CONFIRM_AT, or not asked (see :func:`ask_candidates`)."""
+    probabilities = yield from ask_candidates(text, entities, model)
+    return [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
+            for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
+
+
+def ask_candidates(text: str, entities: list[Entity], model: str | None
+                   ) -> Flow[dict[tuple[int, int], float | None]]:
     """Name candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
-    once for all its questions); kept at P(yes) >= CONFIRM_AT. Past MAX_CONFIRM questions, or across two chunks
-    (no chunk holds them whole), kept unasked (fail safe)."""
+    once for all its questions): span -> P(yes). Past MAX_CONFIRM questions, or across two chunks (no chunk holds
+    them whole), not asked: None (kept, fail safe)."""
     covered = [(e.start, e.end) for e in entities]
     candidates = [c for c in name_candidates(text) if all(c.end <= s or c.start >= e for s, e in covered)]
     asked, unasked = candidates[:MAX_CONFIRM], candidates[MAX_CONFIRM:]
@@ -104,13 +127,11 @@ def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> 
     flows = [ask_flow(chunk, [Question(str(i), "yes_no", confirm_question(c.text)) for i, c in enumerate(inside)],
                       model=model) for chunk, inside in groups]
     answers = yield from gather(flows)
-    kept = [Entity(c.start, c.end, c.type, c.text, "rule+model", 0.5) for c in unasked]
+    probabilities: dict[tuple[int, int], float | None] = {(c.start, c.end): None for c in unasked}
     for (_, inside), found in zip(groups, answers, strict=True):
         for candidate, answer in zip(inside, found.answers, strict=True):
-            if (answer.probability or 0.0) >= CONFIRM_AT:
-                kept.append(Entity(candidate.start, candidate.end, candidate.type, candidate.text, "rule+model",
-                                   round(answer.probability or 0.0, 4)))
-    return kept
+            probabilities[(candidate.start, candidate.end)] = answer.probability or 0.0
+    return probabilities
 
 
 def check_types(types: list[str] | None) -> None:
