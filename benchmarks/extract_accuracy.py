@@ -159,7 +159,8 @@ async def run(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
     print(f"{len(done)} records already measured, {len(todo)} to go", flush=True)
     if not todo:
         return
-    config = EngineConfig(model=model_path(args.model), ctx=2048 * args.slots, slots=args.slots)
+    config = EngineConfig(model=model_path(args.model), ctx=2048 * args.slots, slots=args.slots,
+                          threads=args.threads)
     with EngineProcess(config) as engine:
         async with httpx.AsyncClient(timeout=900) as http, AsyncClient(engine.url, timeout_s=900) as quick, \
                 AsyncClient(engine.url, timeout_s=900) as whole:
@@ -227,6 +228,8 @@ def main() -> None:
     parser.add_argument("--set", choices=sorted(SCHEMAS), required=True)
     parser.add_argument("--n", type=int, default=300, help="the first n records of the frozen split (of 300)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="engine threads (1: on a shared, oversubscribed machine threads wait on each other)")
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/extract"))
     parser.add_argument("--summary-only", action="store_true")

@@ -42,16 +42,18 @@ from tiankong.models import DEFAULT_MODEL, model_path  # noqa: E402
 from tiankong.structured.combine import gather  # noqa: E402
 from tiankong.structured.drivers import run_sync  # noqa: E402
 from tiankong.structured.flow import Flow  # noqa: E402
-from tiankong.tasks.pii_names import name_candidates, name_entities  # noqa: E402
+from tiankong.tasks.pii_names import name_entities  # noqa: E402
 from tiankong.tasks.pii_rules import Entity, detect_rules  # noqa: E402
 from tiankong.tasks.redact import (  # noqa: E402
     _chunks,
     _named_flow,
     ask_candidates,
     assemble_names,
+    candidate_spans,
     locate,
     merge,
     redact_flow,
+    split_listing,
 )
 
 
@@ -63,8 +65,9 @@ def trace_flow(text: str, model: str | None) -> Flow[dict[str, Any]]:
     """The engine calls of ``redact_flow``, keeping the model's listing and every candidate's P(yes)."""
     found = yield from gather([_named_flow(chunk, model) for chunk in _chunks(text)])
     listed = [item for items in found for item in items]
-    asked = merge(detect_rules(text), [*locate(text, listed), *name_entities(text)])
-    probabilities = yield from ask_candidates(text, asked, model)
+    sure, doubtful = split_listing(listed)
+    asked = merge(detect_rules(text), [*locate(text, sure), *name_entities(text)])
+    probabilities = yield from ask_candidates(text, asked, model, locate(text, doubtful))
     return {"listed": listed, "candidates": [{"start": s, "end": e, "text": text[s:e], "p": p}
                                              for (s, e), p in probabilities.items()]}
 
@@ -75,9 +78,9 @@ def assemble(text: str, trace: dict[str, Any]) -> list[Entity]:
     asked = {(c["start"], c["end"]): c["p"] for c in trace["candidates"]}
     listed = [(kind, value) for kind, value in trace["listed"]]
     rules = detect_rules(text)
-    base = merge(rules, [*locate(text, listed), *name_entities(text)])
-    covered = [(e.start, e.end) for e in base]
-    current = [c for c in name_candidates(text) if all(c.end <= s or c.start >= e for s, e in covered)]
+    sure, doubtful = split_listing(listed)
+    base = merge(rules, [*locate(text, sure), *name_entities(text)])
+    current = candidate_spans(text, base, locate(text, doubtful))
     probabilities = {(c.start, c.end): asked.get((c.start, c.end)) for c in current}
     return assemble_names(text, rules, listed, probabilities)
 
@@ -137,6 +140,8 @@ def main() -> None:
     parser.add_argument("--mode", choices=("trace", "real"), default="real")
     parser.add_argument("--rescore", action="store_true", help="trace mode: re-assemble offline, no engine")
     parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="engine threads (1: on a shared, oversubscribed machine threads wait on each other)")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/redact"))
     args = parser.parse_args()
@@ -152,7 +157,8 @@ def main() -> None:
     todo = [item for item in items if item["id"] not in done]
     if todo and not args.rescore:
         print(f"{len(done)} done, {len(todo)} to go", flush=True)
-        config = EngineConfig(model=model_path(args.model), ctx=2048 * args.slots, slots=args.slots)
+        config = EngineConfig(model=model_path(args.model), ctx=2048 * args.slots, slots=args.slots,
+                          threads=args.threads)
         with EngineProcess(config) as engine, Client(engine.url) as client:
             def one(item: dict[str, Any]) -> dict[str, Any]:
                 started = time.perf_counter()

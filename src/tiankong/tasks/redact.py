@@ -26,7 +26,7 @@ from ..structured.flow import Flow
 from .ask import Question, ask_flow
 from .classify import require_text
 from .generate import json_task, string_list
-from .pii_names import CONFIRM_AT, name_candidates, name_entities
+from .pii_names import CONFIRM_AT, name_candidates, name_entities, sure_name
 from .pii_rules import TYPES, Entity, detect_rules
 from .prompts import NAMED, task_messages
 from .redaction import redact_text
@@ -34,7 +34,7 @@ from .redaction import redact_text
 STYLES = ("mask", "placeholder", "hash")
 MODEL_TYPES = {"people": "PERSON", "addresses": "ADDRESS", "organizations": "ORG"}
 MODEL_CHUNK_CHARS = 1200
-MAX_CONFIRM = 16  # candidate questions per text; candidates past it are redacted unasked
+MAX_CONFIRM = 24  # candidate questions per text; candidates past it are redacted unasked
 CONFIRM_QUESTION = "「{name}」在文中是一个人的姓名吗？"
 CONFIRM_QUESTION_EN = 'Is "{name}" the name of a person in the text?'
 KNOWN_TYPES = (*TYPES, *MODEL_TYPES.values())
@@ -64,8 +64,9 @@ def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True
         listed = [item for items in found for item in items]
         probabilities: dict[tuple[int, int], float | None] = {}
         if name_rules:
-            asked = merge(entities, [*locate(text, listed), *name_entities(text)])
-            probabilities = yield from ask_candidates(text, asked, model)
+            sure, doubtful = split_listing(listed)
+            asked = merge(entities, [*locate(text, sure), *name_entities(text)])
+            probabilities = yield from ask_candidates(text, asked, model, locate(text, doubtful))
         entities = assemble_names(text, entities, listed, probabilities, name_rules=name_rules)
     elif name_rules:
         entities = merge(entities, name_entities(text))
@@ -76,10 +77,11 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
                    probabilities: dict[tuple[int, int], float | None], *, name_rules: bool = True) -> list[Entity]:
     """The entities of a text from its parts: the validated rules' entities, the model's listing (kind, string),
     the name rules, and each name candidate's P(yes) (None: not asked, kept — fail safe). Rule entities win
-    overlaps; candidates are kept at P(yes) >= CONFIRM_AT."""
-    entities = merge(rules, [*locate(text, listed), *(name_entities(text) if name_rules else [])])
+    overlaps; candidates are kept at P(yes) >= CONFIRM_AT. With ``name_rules``, only the listed people with a
+    name's form (``pii_names.sure_name``) are taken as listed; the others are candidates, asked like the rules'."""
     if not name_rules:
-        return entities
+        return merge(rules, locate(text, listed))
+    entities = merge(rules, [*locate(text, split_listing(listed)[0]), *name_entities(text)])
     kept = [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
             for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
     return merge(entities, kept)
@@ -104,13 +106,33 @@ def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> 
             for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
 
 
-def ask_candidates(text: str, entities: list[Entity], model: str | None
-                   ) -> Flow[dict[tuple[int, int], float | None]]:
-    """Name candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
-    once for all its questions): span -> P(yes). Past MAX_CONFIRM questions, or across two chunks (no chunk holds
-    them whole), not asked: None (kept, fail safe)."""
+def split_listing(listed: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The model's listing as (taken, doubtful): a listed person without a name's form is doubtful — a 0.5B model
+    lists phrases, nouns and places among the people (issue 40: 137 such spans on 240 held-back sentences)."""
+    taken = [(kind, value) for kind, value in listed if kind != "PERSON" or sure_name(value)]
+    doubtful = [(kind, value) for kind, value in listed if kind == "PERSON" and not sure_name(value)]
+    return taken, doubtful
+
+
+def candidate_spans(text: str, entities: list[Entity], doubtful: list[Entity] | None = None) -> list[Entity]:
+    """What is asked about, in order: the doubtful listed people, then the rules' name candidates — each once,
+    and only where no entity already found covers it."""
     covered = [(e.start, e.end) for e in entities]
-    candidates = [c for c in name_candidates(text) if all(c.end <= s or c.start >= e for s, e in covered)]
+    seen: set[tuple[int, int]] = set()
+    candidates = []
+    for c in [*(doubtful or []), *name_candidates(text)]:
+        if (c.start, c.end) not in seen and all(c.end <= s or c.start >= e for s, e in covered):
+            seen.add((c.start, c.end))
+            candidates.append(c)
+    return candidates
+
+
+def ask_candidates(text: str, entities: list[Entity], model: str | None, doubtful: list[Entity] | None = None
+                   ) -> Flow[dict[tuple[int, int], float | None]]:
+    """Each candidate (:func:`candidate_spans`) asked as a yes/no question about its chunk (the chunk read once
+    for all its questions): span -> P(yes). Past MAX_CONFIRM questions, or across two chunks (no chunk holds them
+    whole), not asked: None (kept, fail safe)."""
+    candidates = candidate_spans(text, entities, doubtful)
     asked, unasked = candidates[:MAX_CONFIRM], candidates[MAX_CONFIRM:]
     groups: list[tuple[str, list[Entity]]] = []
     cursor, placed = 0, set[int]()
