@@ -26,7 +26,8 @@ from ..structured.flow import Flow
 from .ask import Question, ask_flow
 from .classify import require_text
 from .generate import json_task, string_list
-from .pii_names import CONFIRM_AT, name_candidates, name_entities, sure_name
+from .pii_listing import listed_name, never_name
+from .pii_names import CONFIRM_AT, name_candidates, name_entities
 from .pii_rules import TYPES, Entity, detect_rules
 from .prompts import NAMED, task_messages
 from .redaction import redact_text
@@ -107,10 +108,20 @@ def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> 
 
 
 def split_listing(listed: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """The model's listing as (taken, doubtful): a listed person without a name's form is doubtful — a 0.5B model
-    lists phrases, nouns and places among the people (issue 40: 137 such spans on 240 held-back sentences)."""
-    taken = [(kind, value) for kind, value in listed if kind != "PERSON" or sure_name(value)]
-    doubtful = [(kind, value) for kind, value in listed if kind == "PERSON" and not sure_name(value)]
+    """The model's listing as (taken, doubtful). A listed person is taken when it has a name's form, its title
+    taken off (``pii_listing.listed_name``: 克林顿总统 -> 克林顿); dropped when it cannot be a name
+    (``pii_listing.never_name``: "second-seeded", a clause); else doubtful — a 0.5B model lists phrases,
+    nouns and places among the people (issue 40: 137 such spans on 240 held-back sentences)."""
+    taken: list[tuple[str, str]] = []
+    doubtful: list[tuple[str, str]] = []
+    for kind, value in listed:
+        name = listed_name(value) if kind == "PERSON" else value
+        if name is None and never_name(value):
+            continue
+        if name is None:
+            doubtful.append((kind, value))
+        else:
+            taken.append((kind, name))
     return taken, doubtful
 
 
