@@ -177,7 +177,8 @@ def main() -> None:
             with ThreadPoolExecutor(args.slots) as pool:
                 for row in pool.map(one, todo):
                     done[row["id"]] = row
-    rows = [done[item["id"]] for item in items if item["id"] in done]
+    # committed raw rows carry no sentence text (the corpora are research-use): it comes back from the split
+    rows = [{**done[item["id"]], **item} for item in items if item["id"] in done]
     for row in rows:
         entities = row["entities"] if args.mode == "real" else \
             [entity_json(e) for e in assemble(row["text"], row["trace"])]

@@ -106,3 +106,16 @@ def test_non_names_survive_and_names_are_redacted(client: Client, text: str, nam
     people: list[Entity] = [e for e in result.entities if e.type == "PERSON"]
     for word in kept:
         assert all(word not in e.text for e in people), people
+
+
+def test_several_names_in_one_listed_string_are_several_names() -> None:
+    """The model lists an enumeration as one "person" (宋健、陈俊生、胡启立): each name is taken on its own."""
+    text = "宋健、陈俊生、胡启立和阿沛·阿旺晋美前往看望。Bill Clinton and Hillary Rodham also came."
+    listed = [("PERSON", "宋健、陈俊生、胡启立"), ("PERSON", "阿沛·阿旺晋美"),
+              ("PERSON", "Bill Clinton and Hillary Rodham")]
+    taken, doubtful = split_listing(listed)
+    assert {v for _, v in taken} == {"宋健", "陈俊生", "胡启立", "阿沛·阿旺晋美", "Bill Clinton", "Hillary Rodham"}
+    assert doubtful == []
+    assert split_listing([("PERSON", "陈和生")])[0] == [("PERSON", "陈和生")]  # 和 inside a name is no separator
+    people = {e.text for e in assemble_names(text, [], listed, {}) if e.type == "PERSON"}
+    assert {"宋健", "陈俊生", "胡启立", "阿沛·阿旺晋美", "Bill Clinton", "Hillary Rodham"} <= people

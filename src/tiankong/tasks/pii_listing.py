@@ -32,6 +32,10 @@ _EN_TITLES = re.compile(r"^(?:President|Prime Minister|Minister|Mr|Mrs|Ms|Dr|Pro
                         r"Coach|Captain|Judge)\.?\s+")
 
 
+#: what joins several names in one listed string (宋健、陈俊生、胡启立; "Bill Clinton and Al Gore")
+ENUMERATION = re.compile(r"\s*(?:[、，,;；/&]|\s+and\s+)\s*")
+
+
 def listed_name(value: str) -> str | None:
     """The name in a string the model listed among the people — its title taken off — when it has a name's form,
     else None."""
@@ -79,6 +83,8 @@ def sure_name(value: str) -> bool:
         return False
     if value[:2] in COMPOUND_SURNAMES:
         return 3 <= len(value) <= 4
+    if any(c in _SEPARATORS for c in value[1:-1]):  # 阿沛·阿旺晋美, 亚历山大·克瓦希涅夫斯基: a foreign or minority name
+        return 3 <= len(value) <= 24
     if value[0] in SINGLE_SURNAMES and (len(value) == 3 or (len(value) == 2 and value not in _NOT_NAMES)):
         return True
     letters = [c for c in value if c not in _SEPARATORS]

@@ -26,7 +26,7 @@ from ..structured.flow import Flow
 from .ask import Question, ask_flow
 from .classify import require_text
 from .generate import json_task, string_list
-from .pii_listing import listed_name, never_name
+from .pii_listing import ENUMERATION, listed_name, never_name
 from .pii_names import CONFIRM_AT, name_candidates, name_entities
 from .pii_rules import TYPES, Entity, detect_rules
 from .prompts import NAMED, task_messages
@@ -114,7 +114,10 @@ def split_listing(listed: list[tuple[str, str]]) -> tuple[list[tuple[str, str]],
     nouns and places among the people (issue 40: 137 such spans on 240 held-back sentences)."""
     taken: list[tuple[str, str]] = []
     doubtful: list[tuple[str, str]] = []
-    for kind, value in listed:
+    # several names in one listed string (宋健、陈俊生、胡启立) are several names
+    pieces = [(kind, piece) for kind, value in listed
+              for piece in (ENUMERATION.split(value) if kind == "PERSON" else [value]) if piece.strip()]
+    for kind, value in pieces:
         name = listed_name(value) if kind == "PERSON" else value
         if name is None and never_name(value):
             continue
