@@ -26,6 +26,7 @@ from ..structured.flow import Flow
 from .ask import Question, ask_flow
 from .classify import require_text
 from .generate import json_task, string_list
+from .pii_listing import ENUMERATION, listed_name, never_name
 from .pii_names import CONFIRM_AT, name_candidates, name_entities
 from .pii_rules import TYPES, Entity, detect_rules
 from .prompts import NAMED, task_messages
@@ -34,7 +35,7 @@ from .redaction import redact_text
 STYLES = ("mask", "placeholder", "hash")
 MODEL_TYPES = {"people": "PERSON", "addresses": "ADDRESS", "organizations": "ORG"}
 MODEL_CHUNK_CHARS = 1200
-MAX_CONFIRM = 16  # candidate questions per text; candidates past it are redacted unasked
+MAX_CONFIRM = 24  # candidate questions per text; candidates past it are redacted unasked
 CONFIRM_QUESTION = "「{name}」在文中是一个人的姓名吗？"
 CONFIRM_QUESTION_EN = 'Is "{name}" the name of a person in the text?'
 KNOWN_TYPES = (*TYPES, *MODEL_TYPES.values())
@@ -61,13 +62,30 @@ def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True
     entities = _check(text, style, types)
     if use_model:
         found = yield from gather([_named_flow(chunk, model) for chunk in _chunks(text)])
-        listed = locate(text, [item for items in found for item in items])
-        entities = merge(entities, [*listed, *(name_entities(text) if name_rules else [])])
+        listed = [item for items in found for item in items]
+        probabilities: dict[tuple[int, int], float | None] = {}
         if name_rules:
-            entities = merge(entities, (yield from confirm_candidates(text, entities, model)))
+            sure, doubtful = split_listing(listed)
+            asked = merge(entities, [*locate(text, sure), *name_entities(text)])
+            probabilities = yield from ask_candidates(text, asked, model, locate(text, doubtful))
+        entities = assemble_names(text, entities, listed, probabilities, name_rules=name_rules)
     elif name_rules:
         entities = merge(entities, name_entities(text))
     return _finish(text, entities, style, types, salt)
+
+
+def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]],
+                   probabilities: dict[tuple[int, int], float | None], *, name_rules: bool = True) -> list[Entity]:
+    """The entities of a text from its parts: the validated rules' entities, the model's listing (kind, string),
+    the name rules, and each name candidate's P(yes) (None: not asked, kept — fail safe). Rule entities win
+    overlaps; candidates are kept at P(yes) >= CONFIRM_AT. With ``name_rules``, only the listed people with a
+    name's form (``pii_names.sure_name``) are taken as listed; the others are candidates, asked like the rules'."""
+    if not name_rules:
+        return merge(rules, locate(text, listed))
+    entities = merge(rules, [*locate(text, split_listing(listed)[0]), *name_entities(text)])
+    kept = [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
+            for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
+    return merge(entities, kept)
 
 
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,
@@ -83,11 +101,52 @@ def confirm_question(name: str) -> str:
 
 
 def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> Flow[list[Entity]]:
-    """Name candidates nothing else covers, each asked as a yes/no question about its chunk (the chunk read
-    once for all its questions); kept at P(yes) >= CONFIRM_AT. Past MAX_CONFIRM questions, or across two chunks
-    (no chunk holds them whole), kept unasked (fail safe)."""
+    """The name candidates kept: P(yes) >= CONFIRM_AT, or not asked (see :func:`ask_candidates`)."""
+    probabilities = yield from ask_candidates(text, entities, model)
+    return [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
+            for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
+
+
+def split_listing(listed: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The model's listing as (taken, doubtful). A listed person is taken when it has a name's form, its title
+    taken off (``pii_listing.listed_name``: 克林顿总统 -> 克林顿); dropped when it cannot be a name
+    (``pii_listing.never_name``: "second-seeded", a clause); else doubtful — a 0.5B model lists phrases,
+    nouns and places among the people (issue 40: 137 such spans on 240 held-back sentences)."""
+    taken: list[tuple[str, str]] = []
+    doubtful: list[tuple[str, str]] = []
+    # several names in one listed string (宋健、陈俊生、胡启立) are several names
+    pieces = [(kind, piece) for kind, value in listed
+              for piece in (ENUMERATION.split(value) if kind == "PERSON" else [value]) if piece.strip()]
+    for kind, value in pieces:
+        name = listed_name(value) if kind == "PERSON" else value
+        if name is None and never_name(value):
+            continue
+        if name is None:
+            doubtful.append((kind, value))
+        else:
+            taken.append((kind, name))
+    return taken, doubtful
+
+
+def candidate_spans(text: str, entities: list[Entity], doubtful: list[Entity] | None = None) -> list[Entity]:
+    """What is asked about, in order: the doubtful listed people, then the rules' name candidates — each once,
+    and only where no entity already found covers it."""
     covered = [(e.start, e.end) for e in entities]
-    candidates = [c for c in name_candidates(text) if all(c.end <= s or c.start >= e for s, e in covered)]
+    seen: set[tuple[int, int]] = set()
+    candidates = []
+    for c in [*(doubtful or []), *name_candidates(text)]:
+        if (c.start, c.end) not in seen and all(c.end <= s or c.start >= e for s, e in covered):
+            seen.add((c.start, c.end))
+            candidates.append(c)
+    return candidates
+
+
+def ask_candidates(text: str, entities: list[Entity], model: str | None, doubtful: list[Entity] | None = None
+                   ) -> Flow[dict[tuple[int, int], float | None]]:
+    """Each candidate (:func:`candidate_spans`) asked as a yes/no question about its chunk (the chunk read once
+    for all its questions): span -> P(yes). Past MAX_CONFIRM questions, or across two chunks (no chunk holds them
+    whole), not asked: None (kept, fail safe)."""
+    candidates = candidate_spans(text, entities, doubtful)
     asked, unasked = candidates[:MAX_CONFIRM], candidates[MAX_CONFIRM:]
     groups: list[tuple[str, list[Entity]]] = []
     cursor, placed = 0, set[int]()
@@ -104,13 +163,11 @@ def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> 
     flows = [ask_flow(chunk, [Question(str(i), "yes_no", confirm_question(c.text)) for i, c in enumerate(inside)],
                       model=model) for chunk, inside in groups]
     answers = yield from gather(flows)
-    kept = [Entity(c.start, c.end, c.type, c.text, "rule+model", 0.5) for c in unasked]
+    probabilities: dict[tuple[int, int], float | None] = {(c.start, c.end): None for c in unasked}
     for (_, inside), found in zip(groups, answers, strict=True):
         for candidate, answer in zip(inside, found.answers, strict=True):
-            if (answer.probability or 0.0) >= CONFIRM_AT:
-                kept.append(Entity(candidate.start, candidate.end, candidate.type, candidate.text, "rule+model",
-                                   round(answer.probability or 0.0, 4)))
-    return kept
+            probabilities[(candidate.start, candidate.end)] = answer.probability or 0.0
+    return probabilities
 
 
 def check_types(types: list[str] | None) -> None:
