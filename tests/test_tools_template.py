@@ -54,8 +54,8 @@ class Scripted:
     def __call__(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         body = body or {}
         self.sent.append((path, body))
-        if path == "/apply-template":
-            return {"prompt": PROMPT}
+        if path == "/apply-template":  # a template that shows the tools only when it is given them
+            return {"prompt": PROMPT if "tools" in body else PROMPT.replace("get_weather open_ticket", "")}
         if path == "/completion" and body.get("n_probs"):
             return {"completion_probabilities": [{"top_probs": [{"token": self.first, "prob": 0.9},
                                                                 {"token": "Sure", "prob": 0.1}]}]}
@@ -82,7 +82,7 @@ def test_invalid_arguments_from_the_engine_are_refused_never_returned() -> None:
     script = Scripted([bad, bad], [])
     with pytest.raises(RetriesExhausted, match="priority|maximum|7"):
         run(script, tool_choice="required")
-    templates = [body for path, body in script.sent if path == "/apply-template"]
+    templates = [body for path, body in script.sent if path == "/apply-template" and "tools" in body]
     assert len(templates) == 2 and "maximum" in json.dumps(templates[1]["messages"][-1])  # the repair turn
     good = {"name": "open_ticket", "arguments": {"title": "printer", "priority": 2}}
     fixed = run(Scripted([bad, good], ["\n```"]), tool_choice="required")

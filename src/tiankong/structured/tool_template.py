@@ -83,10 +83,14 @@ def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def template_prompt(messages: list[dict[str, Any]], tools: list[Tool]) -> Flow[str | None]:
     """The model's own prompt for this conversation with ``tools``; None when its template does not show them
     (or the engine cannot render the conversation that way)."""
-    (answer,) = yield [Call("POST", "/apply-template", {"messages": native_messages(messages),
-                                                        "tools": tool_json(tools)})]
+    # rendered with and without the tools: a template that ignores them renders the same prompt twice (a tool's
+    # name found in the prompt is not enough — the user's own words may name it)
+    native = native_messages(messages)
+    (answer,) = yield [Call("POST", "/apply-template", {"messages": native, "tools": tool_json(tools)})]
+    (bare,) = yield [Call("POST", "/apply-template", {"messages": native})]
     prompt = answer.get("prompt") if isinstance(answer, dict) else None
-    if not isinstance(prompt, str) or not all(t.name in prompt for t in tools):
+    without = bare.get("prompt") if isinstance(bare, dict) else None
+    if not isinstance(prompt, str) or prompt == without or not all(t.name in prompt for t in tools):
         return None
     return prompt
 
