@@ -29,6 +29,7 @@ from ..tasks.bodies import BODIES as TASK_BODIES
 from .admission import Lane
 from .batch_routes import BatchApi, BatchCollector
 from .body import default_temperature, unhonoured_field
+from .cascade import CascadeMetrics, check_cascade, draft_then_replace, shape_chat
 from .dashboard import sample_forever, stats_payload, ui_headers
 from .dashboard_page import PAGE
 from .degrade import Degradation, cap_prompt
@@ -76,6 +77,8 @@ class Gateway:
             self.policy = Degradation(state.degradation, metrics.live, lambda: [h for h, _ in state.served()],
                                       has_fallback=state.fallback is not None)
             self.policy.on_change = metrics.degradation_level.set
+        check_cascade(state.cascade, state.pool)
+        self.cascade_metrics = CascadeMetrics(metrics.registry) if state.cascade is not None else None
         self.batch_api: BatchApi | None = None
         batches = state.batches
         if batches is not None and batches.enabled:
@@ -135,6 +138,8 @@ class Gateway:
         policy = self.policy
         if policy is not None and policy.update() >= 1 and (refused := cap_prompt(policy, body, call)):
             return refused
+        if call.route == CHAT and (refused := shape_chat(body, call, self.state.cascade, self.state.pool)):
+            return refused  # tiankong.draft asked for and not possible
         if policy is not None and policy.routes_to_fallback:
             routed = await self.state.router.route(body, call, fallback=True)
             return routed if isinstance(routed, Response) else body
@@ -205,6 +210,9 @@ class Gateway:
         if isinstance(body, Response):
             return body
         call, pipe, _ = prepared
+        if call.draft and call.degraded != "fallback" and self.state.cascade and self.cascade_metrics:
+            return await draft_then_replace(request, self.state.router, self.pipe_for, self.cascade_metrics,
+                                            self.state.cascade, (call, pipe, body))
         if wants_tools(body) and not pipe.upstream.replica.remote:
             return await pipe.run(request, call, lambda: pipe.upstream.run_client(
                 call, lambda client: tool_chat(client, body, body["model"], call.note_answer)))

@@ -48,6 +48,7 @@ class RequestRecord:
     key: str = ""  # the API key's name ("" without keys)
     group: tuple[tuple[int, float], ...] = ()  # the LoRA adapters applied (id, scale); () = the base model
     batch: bool = False  # a line of a Batch API batch (second in line for a slot; kept out of the latency stats)
+    draft: bool = False  # asked for a draft first (``"tiankong": {"draft": true}``, cascade.py)
 
     def first_token(self) -> None:
         if self.ttft_s is None:

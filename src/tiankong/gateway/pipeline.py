@@ -108,6 +108,32 @@ class Pipeline:
                            timeout_s=self.timeout_s, keepalive_s=self.keepalive_s,
                            idle_timeout_s=self.idle_timeout_s, on_close=on_close)
 
+    def source(self, call: RequestRecord, path: str, body: dict[str, object]) -> AsyncGenerator[Item, None]:
+        """A stream's items with its slot held (admission first; a full queue is one 429 item): for work that
+        relays a stream inside a response of its own (draft then replace, ``cascade.py``)."""
+        call.engine, call.stream = self.lane.name, True
+        return self._stream_source(call, path, dict(body))
+
+    async def slotted(self, call: RequestRecord, work: Callable[[], Awaitable[Response]],
+                      on_admitted: Callable[[], None] | None = None) -> Response:
+        """``work`` with a slot held (waiting in line; 429 when the line is full), no deadline of its own."""
+        call.engine = self.lane.name
+        admission = self.lane.admission
+        waited = time.perf_counter()
+        try:
+            await admission.acquire(call.group, batch=call.batch)
+        except QueueFull:
+            return self.reject(call)
+        held = time.perf_counter()
+        call.queue_wait_s = held - waited
+        if on_admitted is not None:
+            on_admitted()
+        try:
+            return await work()
+        finally:
+            admission.release(time.perf_counter() - held, call.group, batch=call.batch)
+            self._after_request()
+
     async def _deadlined(self, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
         """The deadline covers the queue wait and the work; a batch line's (it waits for idle slots, as long
         as interactive traffic keeps them busy) starts when it gets its slot."""

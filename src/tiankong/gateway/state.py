@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..config import BatchesSettings, DegradationSettings, ServerSettings
+from ..config import BatchesSettings, CascadeSettings, DegradationSettings, ServerSettings
 from ..engine.pool import EnginePool, EngineProcess, fallback_entry
 from .admission import Lane
 from .cache_isolation import share_cache
@@ -22,7 +22,7 @@ _DEFAULT_BATCHES = object()
 class GatewayState:
     """The engines, the settings and the callers of one gateway.
 
-    ``tiankong serve`` passes ``server=config.server`` (and the pool, degradation and batches sections).
+    ``tiankong serve`` passes ``server=config.server`` (and the pool, degradation, batches and cascade sections).
     Tests and benchmarks may instead name single ``[server]`` keys (``queue_size=8``, ``request_timeout_s=…``):
     they are validated into a ``ServerSettings`` like the config file's; ``api_keys`` / ``api_key_hashes`` add
     ready-made keys (``ApiKey``, ``sha256:`` hashes) to the server's own.
@@ -31,13 +31,14 @@ class GatewayState:
     def __init__(self, upstream_url: str = "", model_name: str = "", *, server: ServerSettings | None = None,
                  pool: EnginePool | None = None, aliases: list[str] | None = None, slots: int = 2,
                  degradation: DegradationSettings | None = None,
-                 batches: BatchesSettings | None | Any = _DEFAULT_BATCHES,
+                 batches: BatchesSettings | None | Any = _DEFAULT_BATCHES, cascade: CascadeSettings | None = None,
                  api_keys: list[ApiKey] | None = None, api_key_hashes: list[str] | None = None,
                  **server_keys: Any) -> None:
         base = server or ServerSettings()
         self.server = ServerSettings.model_validate({**base.model_dump(), **server_keys}) if server_keys else base
         self.upstream_url = upstream_url  # a llama-server tiankong does not run (when no pool is given)
         self.degradation = degradation
+        self.cascade = cascade if cascade is not None and cascade.enabled else None  # draft then replace
         self.batches: BatchesSettings | None = BatchesSettings() if batches is _DEFAULT_BATCHES else batches
         if pool is None:
             pool = EnginePool.of_url(upstream_url, model_name, list(aliases or []), slots=slots)
