@@ -8,6 +8,7 @@ engines' slots; bad input is a clear 400; the /ui playground shows the draft and
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import pytest
 
 from conftest import serve_app, wait_until
 from test_gateway_dashboard import CHROMIUM, DevTools
-from tiankong import Client
+from tiankong import AsyncClient, Client
 from tiankong.config import CascadeSettings, TiankongConfig
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.engine.pool import EnginePool, PoolEntry, Replica
@@ -135,6 +136,14 @@ def test_opt_in_streams_the_draft_then_one_replace_then_the_quality_answer(
     cut = phases.index("replace")
     assert set(phases[:cut]) == {"draft"} and set(phases[cut + 1:]) == {""} and phases.count("replace") == 1
     assert "".join(c.text for c in chunks[:cut]) and "".join(c.text for c in chunks[cut + 1:]) == expected
+
+    async def streamed() -> list[tuple[str, str]]:
+        async with AsyncClient(url=url) as client:
+            return [(c.phase, c.text) async for c in client.stream_chat(PROMPT, draft=True, max_tokens=24)]
+
+    pairs = asyncio.run(streamed())  # the async client: the same order, the same answer
+    cut = [phase for phase, _ in pairs].index("replace")
+    assert {phase for phase, _ in pairs[:cut]} == {"draft"} and "".join(t for _, t in pairs[cut + 1:]) == expected
 
 
 def test_opt_in_not_streamed_gives_both_texts(gateways: tuple[str, str, GatewayState]) -> None:
