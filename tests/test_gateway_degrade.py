@@ -19,8 +19,9 @@ from conftest import wait_until
 from test_gateway_admission import LONG, metrics, post, serve_app, state_for, total
 from tiankong.config import DegradationSettings, TiankongConfig, load_config
 from tiankong.engine import EngineProcess
+from tiankong.engine.pool import Replica
 from tiankong.errors import ConfigError
-from tiankong.gateway.admission import Admission, EngineHandle
+from tiankong.gateway.admission import Admission, Lane
 from tiankong.gateway.degrade import Degradation, Signals, prompt_chars, truncate
 from tiankong.gateway.stats import LiveStats
 
@@ -49,7 +50,7 @@ def health(url: str) -> dict[str, Any]:
 
 def test_documented_config_examples_validate() -> None:
     docs = Path(__file__).parent.parent / "docs"
-    blocks = [b for name in ("config.md", "gateway.md", "batch-api.md")
+    blocks = [b for name in ("config.md", "gateway.md", "batch-api.md", "cascade.md")
               for b in re.findall(r"```toml\n(.*?)```", (docs / name).read_text(encoding="utf-8"), re.S)]
     assert any("[degradation]" in b for b in blocks)
     for block in blocks:
@@ -69,7 +70,7 @@ def test_bad_thresholds_name_the_key(tmp_path: Path) -> None:
 
 def policy_for(**values: Any) -> tuple[Degradation, Admission]:
     admission = Admission(limit=4, queue_size=8)
-    handle = EngineHandle(name="e", url=lambda: "http://127.0.0.1:9", state=lambda: "ready", admission=admission)
+    handle = Lane(Replica("e", remote_url="http://127.0.0.1:9"), admission)
     return Degradation(settings(**values), LiveStats(), lambda: [handle]), admission
 
 
@@ -208,5 +209,5 @@ def test_fallback_api_key_comes_from_the_environment(smol_engine: EngineProcess,
     monkeypatch.setenv("TK_FALLBACK_KEY", "fallback-secret")
     state = state_for(smol_engine, degradation=degradation)
     assert state.fallback is not None
-    assert state.fallback.auth_headers() == {"Authorization": "Bearer fallback-secret"}
-    assert state.engine.auth_headers() == {}  # the local engine gets no key
+    assert state.fallback.replica.auth_headers() == {"Authorization": "Bearer fallback-secret"}
+    assert state.engine.replica.auth_headers() == {}  # the local engine gets no key

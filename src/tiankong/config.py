@@ -252,12 +252,35 @@ class BatchesSettings(_Strict):
         return windows
 
 
+class CascadeSettings(_Strict):
+    """Draft then replace on the gateway (docs/cascade.md): a client that asks for it (``"tiankong": {"draft":
+    true}``) gets the draft model's stream at once, then the quality model's answer; one that does not gets the
+    quality model's answer alone. Both are names of ``[[pool.models]]`` (the quality model may be a remote one)."""
+
+    draft_model: str | None = Field(None, min_length=1, description="the small, fast model (a pool model name)")
+    quality_model: str | None = Field(None, min_length=1, description="the model whose answer is final (a pool "
+                                      "model name; also what a chat naming no model gets)")
+
+    @model_validator(mode="after")
+    def _both(self) -> CascadeSettings:
+        if (self.draft_model is None) != (self.quality_model is None):
+            raise ValueError("give both draft_model and quality_model (or neither)")
+        if self.draft_model is not None and self.draft_model == self.quality_model:
+            raise ValueError("draft_model and quality_model must be different models")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.draft_model is not None
+
+
 class TiankongConfig(_Strict):
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
     engine: EngineSettings = Field(default_factory=lambda: EngineSettings())
     degradation: DegradationSettings = Field(default_factory=lambda: DegradationSettings())
     pool: PoolSettings = Field(default_factory=lambda: PoolSettings())
     batches: BatchesSettings = Field(default_factory=lambda: BatchesSettings())
+    cascade: CascadeSettings = Field(default_factory=lambda: CascadeSettings())
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:

@@ -128,6 +128,10 @@ class StreamChunk:
     text: str
     finish_reason: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    #: draft then replace (``stream_chat(..., draft=True)``): "draft" for the draft model's chunks, "replace" for
+    #: the one chunk that ends the draft (the quality model's chunks follow, phase ""), "final" when the draft stood
+    #: as the answer (the quality model failed: ``raw["tiankong"]["warning"]``)
+    phase: str = ""
 
 
 def base_url(url: str | None) -> str | None:
@@ -262,7 +266,29 @@ def parse_stream_event(line: str) -> dict[str, Any] | None:
     return event if isinstance(event, dict) else None
 
 
+def draft_option(body: dict[str, Any], draft: bool) -> dict[str, Any]:
+    """Ask a tiankong gateway for the draft model's stream first (docs/cascade.md)."""
+    return {**body, "tiankong": {"draft": True}} if draft else body
+
+
+class DraftPhases:
+    """Marks a draft-then-replace stream's chunks: ``"draft"`` until the replace (or final) chunk."""
+
+    def __init__(self, draft: bool) -> None:
+        self.phase = "draft" if draft else ""
+
+    def mark(self, chunk: StreamChunk) -> StreamChunk:
+        if chunk.phase:
+            self.phase = ""
+        else:
+            chunk.phase = self.phase
+        return chunk
+
+
 def chunk_from_event(event: dict[str, Any]) -> StreamChunk | None:
+    marker = {"tiankong.replace": "replace", "tiankong.final": "final"}.get(str(event.get("object")))
+    if marker is not None:
+        return StreamChunk(text="", raw=event, phase=marker)
     choices = event.get("choices") or []
     if not choices:
         return None

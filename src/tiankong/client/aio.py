@@ -207,11 +207,15 @@ class AsyncBaseClient:
         return S.parse_chat(await self._request("POST", "/v1/chat/completions", body))
 
     async def stream_chat(
-        self, messages: str | list[S.Message], *, system: str | None = None, **options: Any
+        self, messages: str | list[S.Message], *, system: str | None = None, draft: bool = False, **options: Any
     ) -> AsyncIterator[S.StreamChunk]:
-        body = S.chat_body(S.as_messages(messages, system), self.model, True, S.generation_options(**options))
+        """A streamed chat. ``draft=True`` (a tiankong gateway with ``[cascade]``): the draft model's chunks
+        (``phase="draft"``), one ``phase="replace"`` chunk, then the quality model's (docs/cascade.md)."""
+        body = S.draft_option(S.chat_body(S.as_messages(messages, system), self.model, True,
+                                          S.generation_options(**options)), draft)
+        phases = S.DraftPhases(draft)
         async for chunk in self._stream("/v1/chat/completions", body):
-            yield chunk
+            yield phases.mark(chunk)
 
     async def complete(self, prompt: str, **options: Any) -> S.ChatResult:
         body = S.completion_body(prompt, self.model, False, S.generation_options(**options))

@@ -186,10 +186,15 @@ class BaseClient:
         return S.parse_chat(self._request("POST", "/v1/chat/completions", body))
 
     def stream_chat(
-        self, messages: str | list[S.Message], *, system: str | None = None, **options: Any
+        self, messages: str | list[S.Message], *, system: str | None = None, draft: bool = False, **options: Any
     ) -> Iterator[S.StreamChunk]:
-        body = S.chat_body(S.as_messages(messages, system), self.model, True, S.generation_options(**options))
-        yield from self._stream("/v1/chat/completions", body)
+        """A streamed chat. ``draft=True`` (a tiankong gateway with ``[cascade]``): the draft model's chunks
+        (``phase="draft"``), one ``phase="replace"`` chunk, then the quality model's (docs/cascade.md)."""
+        body = S.draft_option(S.chat_body(S.as_messages(messages, system), self.model, True,
+                                          S.generation_options(**options)), draft)
+        phases = S.DraftPhases(draft)
+        for chunk in self._stream("/v1/chat/completions", body):
+            yield phases.mark(chunk)
 
     def complete(self, prompt: str, **options: Any) -> S.ChatResult:
         """A raw text completion (no chat template): for base models such as gemma3-270m."""

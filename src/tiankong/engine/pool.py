@@ -14,6 +14,8 @@
 * **Idle TTL**: :meth:`EnginePool.reap_forever` stops entries unused for ``idle_ttl_s``.
 * **Recycling**: ``Replica.count_request`` / ``Replica.recycle`` are the engine's own (``restart_after_requests``).
 * **Wedge watch**: :meth:`EnginePool.watch` starts a :class:`WedgeWatch` per local engine.
+* **Fallback**: one remote entry outside the served names (``[degradation] fallback_url``, built by
+  :func:`fallback_entry`); ``acquire(model, fallback=True)`` — the degradation policy's choice — routes to it.
 
 ``engine_pool(config)`` maps the config to engines — one function builds every ``EngineConfig``
 (``engine/settings.py``), so a pool model gets every engine key the single engine gets.
@@ -40,11 +42,11 @@ from .supervised import ProcessState, StateChange
 from .watch import WedgeWatch
 
 if TYPE_CHECKING:
-    from ..config import EngineKeys, TiankongConfig
+    from ..config import DegradationSettings, EngineKeys, TiankongConfig
 
 #: the engine layer's public API for the gateway (it imports nothing else from ``tiankong.engine``)
 __all__ = ["EnginePool", "EngineProcess", "EngineState", "PoolEntry", "PoolFull", "ProcessState", "Replica",
-           "StateChange", "WedgeWatch", "engine_key", "engine_pool", "is_loopback", "port_in_use",
+           "StateChange", "WedgeWatch", "engine_key", "engine_pool", "fallback_entry", "is_loopback", "port_in_use",
            "spec_from_timings"]
 
 
@@ -91,8 +93,15 @@ class Replica:
     def url(self) -> str:
         return self.engine.url if self.engine is not None else str(self.remote_url)
 
+    def auth_headers(self) -> dict[str, str]:
+        """``Authorization: Bearer`` with the replica's key (a remote's, or the engine's own); never logged."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def state(self) -> str:
         return self.engine.state.value if self.engine is not None else ProcessState.READY.value
+
+    def ready(self) -> bool:
+        return self.state() == ProcessState.READY.value
 
     def loaded(self) -> bool:
         return self.engine is None or self.engine.state in (EngineState.READY, EngineState.STARTING)
@@ -159,7 +168,8 @@ def _no_load(_: Replica) -> int:
 
 class EnginePool:
     def __init__(self, entries: list[PoolEntry], *, max_loaded: int | None = None,
-                 clock: Callable[[], float] = time.monotonic, load: Callable[[Replica], int] = _no_load) -> None:
+                 clock: Callable[[], float] = time.monotonic, load: Callable[[Replica], int] = _no_load,
+                 fallback: PoolEntry | None = None) -> None:
         names = [n for e in entries for n in e.names()]
         if len(names) != len(set(names)):
             raise ConfigError("model names and aliases in the pool must be unique", hint="rename the duplicates")
@@ -169,6 +179,8 @@ class EnginePool:
         self.max_loaded = max_loaded
         self.clock = clock
         self.load = load  # outstanding work per replica (the gateway's admission counts)
+        #: a remote entry requests go to when the degradation policy says so (not among the served names)
+        self.fallback = fallback
         self._watches: list[WedgeWatch] = []
 
     @classmethod
@@ -209,8 +221,11 @@ class EnginePool:
     def idle(self, entry: PoolEntry) -> bool:
         return all(self.load(r) == 0 for r in entry.replicas)
 
-    async def acquire(self, model: str | None) -> tuple[PoolEntry, Replica]:
-        """Resolve, start on demand (making room under ``max_loaded``), pick a replica."""
+    async def acquire(self, model: str | None, *, fallback: bool = False) -> tuple[PoolEntry, Replica]:
+        """Resolve, start on demand (making room under ``max_loaded``), pick a replica. ``fallback`` (the
+        degradation policy's choice; only with a fallback entry): the fallback, whatever the model."""
+        if fallback and self.fallback is not None:
+            return self.fallback, self.pick(self.fallback)
         entry = self.resolve(model)
         entry.last_used = self.clock()
         if entry.on_demand and entry.has_local() and not entry.loaded():
@@ -331,6 +346,20 @@ def engine_key() -> str:
         raise ConfigError("TIANKONG_ENGINE_API_KEY must be a plain key of at least 16 characters without spaces",
                           hint="unset it to let tiankong choose a random key per engine")
     return chosen
+
+
+FALLBACK = "fallback"  # the fallback replica's name (metrics, dashboard)
+
+
+def fallback_entry(settings: DegradationSettings | None, default_model: str) -> PoolEntry | None:
+    """The degradation fallback (``fallback_url``) as a remote entry sent ``fallback_model`` (else
+    ``default_model``); None when none is configured."""
+    if settings is None or not settings.fallback_url:
+        return None
+    replica = Replica(FALLBACK, remote_url=settings.fallback_url.rstrip("/"),
+                      api_key=key_from_env(settings.fallback_api_key_env, "degradation.fallback"),
+                      max_in_flight=settings.fallback_max_in_flight)
+    return PoolEntry(settings.fallback_model or default_model, [replica], on_demand=False)
 
 
 def engine_pool(config: TiankongConfig, log: Callable[[str], None] = print,

@@ -12,8 +12,7 @@ Batch items (the gateway's own Batch API, ``batch_api.py``) wait in a second lin
 nobody is waiting in the first and a slot is free, and they hold at most ``batch_limit`` slots at once: an
 interactive request never waits behind a queued batch item, only (at most) for one running batch item to end.
 
-:class:`EngineHandle` is what the gateway knows about one engine, as callables (so a restarted engine's new
-port and pid are always current). A future engine pool is a list of handles, each with its own admission.
+:class:`Lane` is one replica of the engine pool with its admission queue (each replica has its own).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -272,48 +271,19 @@ class RequestSlots:
         self.admission.release_extra(self.group, batch=self.batch)
 
 
-def _no_pid() -> int | None:
-    return None
+@dataclass(eq=False)
+class Lane:
+    """One replica of the engine pool as the gateway serves it: the pool's :class:`Replica` (where it is, how it
+    is — a restarted engine's new port and pid are always current) and the admission queue in front of it."""
 
-
-def _zero() -> int:
-    return 0
-
-
-@dataclass
-class EngineHandle:
-    """One engine as the gateway sees it: where it is, whether it is ready, how busy it may get."""
-
-    name: str
-    url: Callable[[], str]
-    state: Callable[[], str]
+    replica: Replica
     admission: Admission
-    pid: Callable[[], int | None] = _no_pid
-    restarts: Callable[[], int] = _zero
-    #: called once per finished request; returns True when the engine wants a planned restart (recycling)
-    count_request: Callable[[], bool] | None = None
-    #: the planned restart itself (blocking; run in a thread after the admission drained)
-    recycle: Callable[[], None] | None = None
-    #: a remote upstream's API key, sent as ``Authorization: Bearer`` (never logged)
-    api_key: str | None = field(default=None, repr=False)
-    #: a remote OpenAI-compatible upstream (not a llama-server this gateway runs): it is sent the model's name
-    remote: bool = False
-    recycling: bool = field(default=False, init=False)
+    recycling: bool = field(default=False, init=False)  # a planned restart is under way (pipeline.py)
 
-    def auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    def ready(self) -> bool:
-        return self.state() == "ready"
+    @property
+    def name(self) -> str:
+        return self.replica.name
 
     def outstanding(self) -> int:
         """Requests in flight plus those waiting in its queue (the pool routes to the replica with the fewest)."""
         return self.admission.in_flight + self.admission.waiting
-
-    @classmethod
-    def for_replica(cls, replica: Replica, admission: Admission) -> EngineHandle:
-        """The gateway's handle on one replica of the engine pool: the replica answers where and how it is."""
-        recycles = replica.recycles()
-        return cls(name=replica.name, url=replica.url, state=replica.state, admission=admission, pid=replica.pid,
-                   restarts=replica.restarts, count_request=replica.count_request if recycles else None,
-                   recycle=replica.recycle if recycles else None, api_key=replica.api_key, remote=replica.remote)

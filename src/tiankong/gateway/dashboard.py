@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from .admission import EngineHandle
+from .admission import Lane
 from .metrics import GatewayMetrics, process_rss_bytes
 
 SAMPLE_EVERY_S = 1.0
@@ -37,13 +37,13 @@ def ui_headers(page: str) -> dict[str, str]:
             "X-Content-Type-Options": "nosniff"}
 
 
-def sample_engines(metrics: GatewayMetrics, engines: Callable[[], list[EngineHandle]]) -> None:
+def sample_engines(metrics: GatewayMetrics, engines: Callable[[], list[Lane]]) -> None:
     handles = engines()
     metrics.live.sample(queue=sum(h.admission.waiting for h in handles),
                         busy=sum(h.admission.in_flight for h in handles))
 
 
-async def sample_forever(metrics: GatewayMetrics, engines: Callable[[], list[EngineHandle]],
+async def sample_forever(metrics: GatewayMetrics, engines: Callable[[], list[Lane]],
                          interval_s: float = SAMPLE_EVERY_S, tick: Callable[[], object] | None = None) -> None:
     """Sample the engines' queue depth and busy count (and call ``tick``) until cancelled."""
     while True:
@@ -53,18 +53,18 @@ async def sample_forever(metrics: GatewayMetrics, engines: Callable[[], list[Eng
         await asyncio.sleep(interval_s)
 
 
-def engine_row(handle: EngineHandle, models: list[str], busy: tuple[int, int] | None) -> dict[str, Any]:
+def engine_row(handle: Lane, models: list[str], busy: tuple[int, int] | None) -> dict[str, Any]:
     admission = handle.admission
     return {
-        "name": handle.name, "models": models, "state": handle.state(),
+        "name": handle.name, "models": models, "state": handle.replica.state(),
         "in_flight": admission.in_flight, "limit": admission.limit,
         "queue": admission.waiting, "queue_capacity": admission.queue_size,
         "busy_slots": busy[0] if busy else None, "slots": busy[1] if busy else None,
-        "rss_bytes": process_rss_bytes(handle.pid()), "restarts": handle.restarts(),
+        "rss_bytes": process_rss_bytes(handle.replica.pid()), "restarts": handle.replica.restarts(),
     }
 
 
-async def stats_payload(metrics: GatewayMetrics, engines: list[tuple[EngineHandle, list[str]]],
+async def stats_payload(metrics: GatewayMetrics, engines: list[tuple[Lane, list[str]]],
                         http: httpx.AsyncClient, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the page shows, as JSON."""
     with contextlib.suppress(Exception):  # a slow /slots only leaves the busy column empty

@@ -3,8 +3,10 @@ access beyond this gateway: ``/ui/stats``, and the playground's ``/v1/models``, 
 ``/v1/tasks/*``), drawing its charts on ``<canvas>`` by hand.
 
 The playground tries a prompt or a task against a served model: a chat streams into the page as it is decoded;
-classify, summarize and extract show their JSON answer. ``/ui?mode=chat&input=…&run=1`` fills it in (and runs
-it) from the address, so a link can share a try."""
+classify, summarize and extract show their JSON answer. With "draft first" (a gateway with ``[cascade]``) a chat
+shows the draft model's stream at once and replaces it with the quality model's at its first piece (the draft stays
+on screen until then: never an empty box). ``/ui?mode=chat&input=…&draft=1&run=1`` fills it in (and runs it)
+from the address, so a link can share a try."""
 
 from __future__ import annotations
 
@@ -98,6 +100,8 @@ PAGE = """<!doctype html>
     <label>try <select id="pg-mode"><option value="chat">chat</option><option value="classify">classify</option>
       <option value="summarize">summarize</option><option value="extract">extract</option></select></label>
     <input id="pg-extra" size="48" placeholder="classify: labels a,b,c · extract: a JSON Schema">
+    <label title="a gateway with [cascade]: the draft model's answer at once, replaced by the quality model's">
+      <input type="checkbox" id="pg-draft"> draft first</label>
     <button id="pg-run">run</button> <button id="pg-stop">stop</button>
   </div>
   <textarea id="pg-input" rows="4" placeholder="a prompt, or the text of a task"></textarea>
@@ -267,16 +271,18 @@ setInterval(poll, POLL_MS);
     const chosen = model ? { model: model } : {};
     if (mode === "chat") return ["/v1/chat/completions", Object.assign(chosen, {
       messages: [{ role: "user", content: text }], max_tokens: 256, stream: true,
-      stream_options: { include_usage: true } })];
+      stream_options: { include_usage: true } }, $("pg-draft").checked ? { tiankong: { draft: true } } : {})];
     if (mode === "classify") return ["/v1/tasks/classify", Object.assign(chosen, {
       text: text, labels: extra.split(",").map((l) => l.trim()).filter((l) => l) })];
     if (mode === "extract") return ["/v1/tasks/extract", Object.assign(chosen, { text: text,
       schema: JSON.parse(extra || '{"type": "object"}') })];
     return ["/v1/tasks/summarize", Object.assign(chosen, { text: text })];
   }
-  async function streamed(answer, started) {
+  async function streamed(answer, started, drafting) {
+    // draft then replace: the draft's text stays on screen until the quality model's first piece replaces it
     const reader = answer.body.getReader(), decoder = new TextDecoder();
-    let text = "", rest = "", tokens = null, first = null;
+    let text = "", rest = "", tokens = null, first = null, phase = drafting ? "draft" : "", replaced = null;
+    let note = "";
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
@@ -286,21 +292,31 @@ setInterval(poll, POLL_MS);
         if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
         const event = JSON.parse(line.slice(6));
         if (event.error) throw new Error(event.error.message || "the stream failed");
-        const piece = event.choices && event.choices[0] && event.choices[0].delta.content;
-        if (piece) { if (first === null) first = performance.now(); text += piece; show(text, "streaming"); }
+        if (event.object === "tiankong.replace") { phase = "replace"; continue; }
+        if (event.object === "tiankong.final") { phase = ""; note = " · " + event.tiankong.warning; continue; }
+        const piece = event.choices && event.choices[0] && event.choices[0].delta &&
+          event.choices[0].delta.content;
+        if (piece) {
+          if (first === null) first = performance.now();
+          if (phase === "replace") {
+            text = ""; phase = ""; replaced = performance.now(); $("pg-output").dataset.replaced = "1";
+          }
+          text += piece; show(text, phase === "draft" ? "draft" : "streaming");
+        }
         if (event.usage) tokens = event.usage.completion_tokens;
       }
     }
     show(text, "done");
     const ttft = first === null ? "-" : Math.round(first - started) + " ms";
-    $("pg-meta").textContent = (tokens === null ? "" : tokens + " tokens · ") + "first token " + ttft +
-      " · " + Math.round(performance.now() - started) + " ms in all";
+    const swap = replaced === null ? "" : " · replaced at " + Math.round(replaced - started) + " ms";
+    $("pg-meta").textContent = (tokens === null ? "" : tokens + " tokens · ") + "first token " + ttft + swap +
+      " · " + Math.round(performance.now() - started) + " ms in all" + note;
   }
   async function run() {
     if (running) running.abort();
     const controller = new AbortController(); running = controller;
     const mode = $("pg-mode").value, text = $("pg-input").value, extra = $("pg-extra").value;
-    show("", "running"); $("pg-meta").textContent = "";
+    show("", "running"); $("pg-meta").textContent = ""; delete $("pg-output").dataset.replaced;
     const started = performance.now();
     try {
       const [path, payload] = body(mode, text, extra, $("pg-model").value);
@@ -310,7 +326,7 @@ setInterval(poll, POLL_MS);
         const data = await answer.json().catch(() => ({}));
         show((data.error && data.error.message) || "HTTP " + answer.status, "error"); return;
       }
-      if (mode === "chat") { await streamed(answer, started); return; }
+      if (mode === "chat") { await streamed(answer, started, $("pg-draft").checked); return; }
       show(JSON.stringify(await answer.json(), null, 2), "done");
       $("pg-meta").textContent = Math.round(performance.now() - started) + " ms";
     } catch (err) {
@@ -324,6 +340,7 @@ setInterval(poll, POLL_MS);
   for (const [name, id] of [["mode", "pg-mode"], ["input", "pg-input"], ["extra", "pg-extra"]]) {
     if (asked.has(name)) $(id).value = asked.get(name);
   }
+  if (asked.get("draft") === "1") $("pg-draft").checked = true;
   models().then(() => {
     if (asked.has("model")) $("pg-model").value = asked.get("model");
     if (asked.get("run") === "1") run();

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..config import DegradationSettings
-from .admission import EngineHandle
+from .admission import Lane
 from .metrics import RequestRecord, process_rss_bytes
 from .responses import error_response
 from .stats import LiveStats
@@ -40,7 +40,7 @@ class Signals:
 class Degradation:
     """The current level, re-evaluated at most every ``check_interval_s``; L2 applied to the engines."""
 
-    def __init__(self, settings: DegradationSettings, stats: LiveStats, engines: Callable[[], list[EngineHandle]],
+    def __init__(self, settings: DegradationSettings, stats: LiveStats, engines: Callable[[], list[Lane]],
                  *, has_fallback: bool = False, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.stats = stats
@@ -57,7 +57,7 @@ class Degradation:
 
     def signals(self, now: float) -> Signals:
         handles = self.engines()
-        rss = [process_rss_bytes(h.pid()) for h in handles]
+        rss = [process_rss_bytes(h.replica.pid()) for h in handles]
         known = [r for r in rss if r is not None]
         return Signals(queue_depth=sum(h.admission.waiting for h in handles),
                        p99_latency_s=self.stats.latency_p99(now, self.settings.window_s),

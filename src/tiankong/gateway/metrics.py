@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..engine.pool import spec_from_timings
-from .admission import EngineHandle
+from .admission import Lane
 from .stats import LiveStats
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -48,6 +48,7 @@ class RequestRecord:
     key: str = ""  # the API key's name ("" without keys)
     group: tuple[tuple[int, float], ...] = ()  # the LoRA adapters applied (id, scale); () = the base model
     batch: bool = False  # a line of a Batch API batch (second in line for a slot; kept out of the latency stats)
+    draft: bool = False  # asked for a draft first (``"tiankong": {"draft": true}``, cascade.py)
 
     def first_token(self) -> None:
         if self.ttft_s is None:
@@ -69,7 +70,7 @@ class RequestRecord:
 class GatewayMetrics:
     """Every metric the gateway exports; one instance per app."""
 
-    def __init__(self, engines: Callable[[], list[EngineHandle]]) -> None:
+    def __init__(self, engines: Callable[[], list[Lane]]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("tiankong_requests", "Requests by route, model and HTTP status (499: client gone)",
@@ -200,17 +201,18 @@ def call_tokens(call: RequestRecord) -> int:
 class EngineCollector(Collector):
     """Engine gauges read at scrape time."""
 
-    def __init__(self, engines: Callable[[], list[EngineHandle]]) -> None:
+    def __init__(self, engines: Callable[[], list[Lane]]) -> None:
         self.handles = engines
         self.busy: dict[str, tuple[int, int]] = {}  # engine name → (busy, total) from the last /slots probe
 
     async def refresh_slots(self, http: httpx.AsyncClient, timeout_s: float = 1.0) -> None:
         for handle in self.handles():
             self.busy.pop(handle.name, None)
-            if not handle.ready():
+            if not handle.replica.ready():
                 continue
             with contextlib.suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
-                answer = await http.get(handle.url() + "/slots", timeout=timeout_s, headers=handle.auth_headers())
+                replica = handle.replica
+                answer = await http.get(replica.url() + "/slots", timeout=timeout_s, headers=replica.auth_headers())
                 if answer.status_code == 200:
                     slots = answer.json()
                     self.busy[handle.name] = (sum(1 for s in slots if s.get("is_processing")), len(slots))
@@ -253,7 +255,7 @@ class EngineCollector(Collector):
         yield restarts
         yield preemptions
 
-    def _one(self, handle: EngineHandle, families: dict[str, GaugeMetricFamily],
+    def _one(self, handle: Lane, families: dict[str, GaugeMetricFamily],
              restarts: CounterMetricFamily) -> None:
         name, admission = [handle.name], handle.admission
         families["queue"].add_metric(name, admission.waiting)
@@ -263,16 +265,16 @@ class EngineCollector(Collector):
         families["batch_in_flight"].add_metric(name, admission.batch_in_flight)
         families["batch_queue"].add_metric(name, admission.batch_waiting)
         families["extra"].add_metric(name, admission.extra_in_flight)
-        state = handle.state()
+        state = handle.replica.state()
         families["up"].add_metric([handle.name, state], 1.0 if state == "ready" else 0.0)
         if handle.name in self.busy:
             busy, total = self.busy[handle.name]
             families["busy"].add_metric(name, busy)
             families["slots"].add_metric(name, total)
-        rss = process_rss_bytes(handle.pid())
+        rss = process_rss_bytes(handle.replica.pid())
         if rss is not None:
             families["rss"].add_metric(name, rss)
-        restarts.add_metric(name, handle.restarts())
+        restarts.add_metric(name, handle.replica.restarts())
 
 
 def process_rss_bytes(pid: int | None) -> int | None:

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from ..structured.drivers import SLOT_GATE
-from .admission import EngineHandle, QueueFull, RequestSlots
+from .admission import Lane, QueueFull, RequestSlots
 from .metrics import GatewayMetrics, RequestRecord
 from .responses import deadline_exceeded, queue_full
 from .streaming import DeferredSSE, Item, wait_disconnect
@@ -55,15 +55,15 @@ async def until_disconnect(receive: Receive, work: Awaitable[T]) -> T | None:
 class Pipeline:
     """Admission, deadline, disconnect and metrics around the routes' work, for one engine."""
 
-    def __init__(self, handle: EngineHandle, metrics: GatewayMetrics, *, timeout_s: float, keepalive_s: float,
+    def __init__(self, lane: Lane, metrics: GatewayMetrics, *, timeout_s: float, keepalive_s: float,
                  idle_timeout_s: float, retry_wait_s: float, assemble_min_tokens: int,
                  isolate_prompts: bool = False) -> None:
-        self.handle = handle
+        self.lane = lane
         self.metrics = metrics
         self.timeout_s = timeout_s
         self.keepalive_s = keepalive_s
         self.idle_timeout_s = idle_timeout_s
-        self.upstream = Upstream(handle, timeout_s, retry_wait_s, assemble_min_tokens, isolate_prompts)
+        self.upstream = Upstream(lane, timeout_s, retry_wait_s, assemble_min_tokens, isolate_prompts)
         self._background: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -77,7 +77,7 @@ class Pipeline:
 
     def reject(self, call: RequestRecord) -> Response:
         call.rejected = "queue_full"
-        admission = self.handle.admission
+        admission = self.lane.admission
         return queue_full(admission.retry_after_s(), admission.waiting)
 
     async def run(self, request: Request, call: RequestRecord, work: Callable[[], Awaitable[Response]],
@@ -85,8 +85,8 @@ class Pipeline:
         """A request answered in one piece. ``slot=False``: work that takes no engine slot (llama-server answers
         ``/tokenize``, ``/detokenize`` and ``/apply-template`` on its HTTP thread), so it neither waits in the
         queue nor fills it: a task client's preparation calls never get a 429 from a busy engine."""
-        call.engine = self.handle.name
-        if slot and not call.batch and not self.handle.admission.has_room():
+        call.engine = self.lane.name
+        if slot and not call.batch and not self.lane.admission.has_room():
             return self.done(call, self.reject(call))
         answered = self._deadlined(call, work) if slot else self._unslotted(work)
         response = await until_disconnect(request.receive, answered)
@@ -97,8 +97,8 @@ class Pipeline:
 
     def stream(self, call: RequestRecord, path: str, body: dict[str, object]) -> Response:
         """A streamed request: admission now, the rest inside the SSE response."""
-        call.engine, call.stream = self.handle.name, True
-        if not call.batch and not self.handle.admission.has_room():
+        call.engine, call.stream = self.lane.name, True
+        if not call.batch and not self.lane.admission.has_room():
             return self.done(call, self.reject(call))
 
         def on_close(status: int, outcome: str) -> None:
@@ -107,6 +107,32 @@ class Pipeline:
         return DeferredSSE(self._stream_source(call, path, dict(body)), deadline=time.monotonic() + self.timeout_s,
                            timeout_s=self.timeout_s, keepalive_s=self.keepalive_s,
                            idle_timeout_s=self.idle_timeout_s, on_close=on_close)
+
+    def source(self, call: RequestRecord, path: str, body: dict[str, object]) -> AsyncGenerator[Item, None]:
+        """A stream's items with its slot held (admission first; a full queue is one 429 item): for work that
+        relays a stream inside a response of its own (draft then replace, ``cascade.py``)."""
+        call.engine, call.stream = self.lane.name, True
+        return self._stream_source(call, path, dict(body))
+
+    async def slotted(self, call: RequestRecord, work: Callable[[], Awaitable[Response]],
+                      on_admitted: Callable[[], None] | None = None) -> Response:
+        """``work`` with a slot held (waiting in line; 429 when the line is full), no deadline of its own."""
+        call.engine = self.lane.name
+        admission = self.lane.admission
+        waited = time.perf_counter()
+        try:
+            await admission.acquire(call.group, batch=call.batch)
+        except QueueFull:
+            return self.reject(call)
+        held = time.perf_counter()
+        call.queue_wait_s = held - waited
+        if on_admitted is not None:
+            on_admitted()
+        try:
+            return await work()
+        finally:
+            admission.release(time.perf_counter() - held, call.group, batch=call.batch)
+            self._after_request()
 
     async def _deadlined(self, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
         """The deadline covers the queue wait and the work; a batch line's (it waits for idle slots, as long
@@ -127,7 +153,7 @@ class Pipeline:
 
     async def _with_slot(self, call: RequestRecord, work: Callable[[], Awaitable[Response]],
                          deadline: asyncio.Timeout) -> Response:
-        admission = self.handle.admission
+        admission = self.lane.admission
         waited = time.perf_counter()
         try:
             await admission.acquire(call.group, batch=call.batch)
@@ -149,7 +175,7 @@ class Pipeline:
 
     async def _stream_source(self, call: RequestRecord, path: str,
                              body: dict[str, object]) -> AsyncGenerator[Item, None]:
-        admission = self.handle.admission
+        admission = self.lane.admission
         waited = time.perf_counter()
         try:
             await admission.acquire(call.group, batch=call.batch)
@@ -169,22 +195,21 @@ class Pipeline:
     # --- planned restarts ------------------------------------------------------------------------------
 
     def _after_request(self) -> None:
-        handle = self.handle
-        if handle.count_request is None or not handle.count_request() or handle.recycling:
+        lane = self.lane
+        if not lane.replica.recycles() or not lane.replica.count_request() or lane.recycling:
             return
-        handle.recycling = True
+        lane.recycling = True
         task = asyncio.ensure_future(self._recycle())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     async def _recycle(self) -> None:
-        handle = self.handle
+        lane = self.lane
         try:
-            await handle.admission.drain()
-            if handle.recycle is not None:
-                await asyncio.to_thread(handle.recycle)
+            await lane.admission.drain()
+            await asyncio.to_thread(lane.replica.recycle)
         except Exception as exc:  # the watchdog takes over from here; requests get 503 meanwhile
             log.warning("planned engine restart failed: %s", exc)
         finally:
-            handle.recycling = False
-            handle.admission.resume()
+            lane.recycling = False
+            lane.admission.resume()

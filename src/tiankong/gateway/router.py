@@ -1,9 +1,10 @@
 """``ModelRouter``: the gateway's side of the engine pool (``tiankong.engine.pool``).
 
 The pool owns the engines (routing by model, on-demand start, LRU, idle TTL, recycling, wedge watch); the
-router gives each replica an ``EngineHandle`` with its own admission queue, tells the pool how busy each
-replica is (in flight + queued), and turns a request's ``model`` into a handle — or into the HTTP answer for
-an unknown model (404), a full pool (503 ``pool_full``), an engine that failed to start or is down (503).
+router gives each replica a :class:`Lane` (the replica and its own admission queue), tells the pool how busy
+each replica is (in flight + queued), and turns a request's ``model`` into a lane — or into the HTTP answer for
+an unknown model (404), a full pool (503 ``pool_full``), an engine that failed to start or is down (503). The
+pool's fallback entry (degradation L3) has a lane of its own, outside the served ones.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from starlette.responses import JSONResponse
 
 from ..engine.pool import EnginePool, PoolFull, Replica
 from ..errors import ConfigError, EngineError
-from .admission import Admission, EngineHandle
+from .admission import Admission, Lane
 from .metrics import RequestRecord
 from .responses import engine_unavailable, error_response
 
@@ -24,13 +25,18 @@ class ModelRouter:
                  group_batching: bool = True, batch_slots: int | None = None, batch_yields: bool = False,
                  batch_preempt: bool = False) -> None:
         self.pool = pool
-        self.handles: dict[str, EngineHandle] = {}
+        self.handles: dict[str, Lane] = {}  # the served replicas' lanes, by replica name
         for replica in pool.replicas():
             limit = max_in_flight or replica.slots
             queue = 2 * replica.slots if queue_size is None else queue_size
-            self.handles[replica.name] = EngineHandle.for_replica(
-                replica, Admission(limit, queue, group_batching=group_batching, batch_limit=batch_slots,
-                                   batch_yields=batch_yields, preempt=batch_preempt))
+            self.handles[replica.name] = Lane(replica, Admission(
+                limit, queue, group_batching=group_batching, batch_limit=batch_slots, batch_yields=batch_yields,
+                preempt=batch_preempt))
+        #: the fallback's lane: its own limit (``fallback_max_in_flight``), a queue of twice that
+        self.fallback: Lane | None = None
+        if pool.fallback is not None:
+            replica = pool.fallback.replicas[0]
+            self.fallback = Lane(replica, Admission(replica.slots, 2 * replica.slots))
         pool.load = self.outstanding
 
     def batch_concurrency(self, configured: int | None = None) -> int:
@@ -39,44 +45,58 @@ class ModelRouter:
             return configured
         return sum(h.admission.batch_share() for h in self.handles.values())
 
+    def lane(self, replica: Replica) -> Lane:
+        if self.fallback is not None and replica is self.fallback.replica:
+            return self.fallback
+        return self.handles[replica.name]
+
     def outstanding(self, replica: Replica) -> int:
-        return self.handles[replica.name].outstanding()
+        return self.lane(replica).outstanding()
 
     @property
-    def first(self) -> EngineHandle:
+    def first(self) -> Lane:
         return self.handles[self.pool.entries[0].replicas[0].name]
 
-    def all(self) -> list[EngineHandle]:
+    def all(self) -> list[Lane]:
+        """The served lanes (the fallback's is not one)."""
         return list(self.handles.values())
 
-    def served(self) -> list[tuple[EngineHandle, list[str]]]:
+    def engines(self) -> list[Lane]:
+        """Every lane, the fallback's last."""
+        return self.all() if self.fallback is None else [*self.all(), self.fallback]
+
+    def served(self) -> list[tuple[Lane, list[str]]]:
         """Each engine with the model names it serves."""
         return [(self.handles[r.name], e.names()) for e in self.pool.entries for r in e.replicas]
 
-    async def route(self, body: dict[str, Any], call: RequestRecord) -> EngineHandle | JSONResponse:
-        """The replica for this request (started on demand), or the error response."""
+    async def route(self, body: dict[str, Any], call: RequestRecord, *, fallback: bool = False) -> Lane | JSONResponse:
+        """The replica for this request (started on demand), or the error response. ``fallback``: the degradation
+        policy sends it to the pool's fallback (marked ``degraded`` in metrics)."""
         model = body.get("model")
         try:
-            entry, replica = await self.pool.acquire(model if isinstance(model, str) and model else None)
+            entry, replica = await self.pool.acquire(model if isinstance(model, str) and model else None,
+                                                     fallback=fallback)
         except PoolFull as exc:
             return error_response(503, exc.one_line(), "engine_error", "pool_full", headers={"Retry-After": "5"})
         except ConfigError as exc:
             return error_response(404, exc.one_line(), "invalid_request_error", "model_not_found")
         except EngineError as exc:
             return engine_unavailable(exc.one_line())
-        handle = self.handles[replica.name]
-        if handle.state() not in ("ready", "starting") and not handle.recycling:
-            return error_response(503, f"the engine is {handle.state()}; retry shortly", "engine_error",
+        lane = self.lane(replica)
+        if lane is self.fallback:
+            call.degraded = "fallback"
+        elif replica.state() not in ("ready", "starting") and not lane.recycling:
+            return error_response(503, f"the engine is {replica.state()}; retry shortly", "engine_error",
                                   "engine_unavailable", headers={"Retry-After": "2"})
         body["model"] = call.model = entry.name
-        call.engine = handle.name
-        return handle
+        call.engine = lane.name
+        return lane
 
     def health(self, degradation: dict[str, Any]) -> JSONResponse:
         """Up while some model can serve (ready, or startable on demand and not failed); the first engine's
         state, load and next restart attempt; every model's replicas."""
         first, replica = self.first, self.pool.entries[0].replicas[0]
-        status = first.state()
+        status = replica.state()
         retry = replica.next_retry_s() if status != "ready" else None
         up = self.pool.available()
         crash = {"crash_loop": replica.crash_loop()} if replica.crash_loop() else {}

@@ -16,7 +16,7 @@ from ..config import TiankongConfig
 from ..engine.pool import EnginePool, engine_pool, is_loopback, port_in_use
 from ..errors import ConfigError, PortInUse
 from .app import GatewayState, create_app
-from .keys import ApiKey, as_hash
+from .keys import as_hash
 from .listen import server_config
 
 
@@ -46,18 +46,9 @@ def stop_serving() -> None:
 
 
 def gateway_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
-    server = config.server
-    return GatewayState(
-        upstream_url="", model_name=pool.entries[0].name, pool=pool, api_key_hashes=key_hashes(server.api_keys),
-        request_timeout_s=server.request_timeout_s,
-        api_keys=[ApiKey(as_hash(k.key), k.name, k.rpm) for k in server.keys], key_rpm=server.key_rpm,
-        max_in_flight=server.max_in_flight, queue_size=server.queue_size, keepalive_s=server.keepalive_s,
-        adapter_batching=server.adapter_batching, assemble_min_tokens=server.assemble_min_tokens,
-        stream_idle_timeout_s=server.stream_idle_timeout_s, engine_retry_wait_s=server.engine_retry_wait_s,
-        max_body_bytes=server.max_body_bytes, degradation=config.degradation, body_timeout_s=server.body_timeout_s,
-        log_prompts=server.log_prompts, batches=config.batches, share_prompt_cache=server.share_prompt_cache,
-        default_temperature=0.0 if server.sampling == "deterministic" else 1.0,
-    )
+    """The ``[server]`` settings passed whole, with the pool and the sections the gateway reads."""
+    return GatewayState(model_name=pool.entries[0].name, pool=pool, server=config.server,
+                        degradation=config.degradation, batches=config.batches, cascade=config.cascade)
 
 
 def run_server(app: Any, config: TiankongConfig) -> None:

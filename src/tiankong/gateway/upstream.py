@@ -24,7 +24,7 @@ from ..api import AsyncClient
 from ..client._shared import http_limits
 from ..client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
 from ..errors import OutputError, ServerError, TiankongError, TransportError
-from .admission import EngineHandle
+from .admission import Lane
 from .cache_isolation import IsolatingTransport, isolated
 from .engine_http import ConnectionPool, EngineHTTPError, EngineResponse, EngineTimeout
 from .metrics import RequestRecord
@@ -37,17 +37,17 @@ T = TypeVar("T")
 class Upstream:
     """One engine's HTTP side: the lean pool for proxied requests, httpx for probes, task clients per URL."""
 
-    def __init__(self, handle: EngineHandle, timeout_s: float, retry_wait_s: float,
+    def __init__(self, lane: Lane, timeout_s: float, retry_wait_s: float,
                  assemble_min_tokens: int = MIN_TOKENS, isolate_prompts: bool = False) -> None:
-        self.handle = handle
+        self.replica = replica = lane.replica  # where the engine is now (a restarted one's new port), its key
         # several keys share this engine: no request reuses a prompt another left in its cache (cache_isolation.py);
         # a remote upstream keeps its own cache policy (and may refuse llama.cpp's fields)
-        self.isolate_prompts = isolate_prompts and not handle.remote
+        self.isolate_prompts = isolate_prompts and not replica.remote
         self.assemble_min_tokens = assemble_min_tokens
         self.timeout_s = timeout_s
         self.retry_wait_s = retry_wait_s
         self.pool = ConnectionPool(timeout_s)
-        self.http = httpx.AsyncClient(timeout=10.0, headers=handle.auth_headers())  # /health, /slots, /lora-…
+        self.http = httpx.AsyncClient(timeout=10.0, headers=replica.auth_headers())  # /health, /slots, /lora-…
         self._clients: dict[tuple[str, str | None], AsyncClient] = {}
 
     async def close(self) -> None:
@@ -59,14 +59,14 @@ class Upstream:
     def client(self, model: str | None = None) -> AsyncClient:
         """The task client for the engine's current URL (a restarted engine may have a new port). A remote
         upstream is also sent the model's name (OpenAI-compatible servers require it)."""
-        key = (self.handle.url(), model if self.handle.remote else None)
+        key = (self.replica.url(), model if self.replica.remote else None)
         if key not in self._clients:
             transport = IsolatingTransport(httpx.AsyncHTTPTransport(limits=http_limits())) \
                 if self.isolate_prompts else None
-            client = AsyncClient(key[0], model=key[1], timeout_s=self.timeout_s, api_key=self.handle.api_key,
+            client = AsyncClient(key[0], model=key[1], timeout_s=self.timeout_s, api_key=self.replica.api_key,
                                  transport=transport)
             # a remote upstream may be any OpenAI-compatible server: no llama.cpp /completion to fast-forward on
-            client.fast_forward = not self.handle.remote
+            client.fast_forward = not self.replica.remote
             self._clients[key] = client
         return self._clients[key]
 
@@ -77,10 +77,10 @@ class Upstream:
         """True once the engine is ready and answers ``/health`` again, within ``retry_wait_s``."""
         deadline = time.monotonic() + self.retry_wait_s
         while time.monotonic() < deadline:
-            if self.handle.ready():
+            if self.replica.ready():
                 try:
-                    if (await self.http.get(self.handle.url() + "/health", timeout=1.0,
-                                            headers=self.handle.auth_headers())).status_code == 200:
+                    if (await self.http.get(self.replica.url() + "/health", timeout=1.0,
+                                            headers=self.replica.auth_headers())).status_code == 200:
                         return True
                 except httpx.HTTPError:
                     pass
@@ -92,8 +92,8 @@ class Upstream:
         """The one retry policy: ``work`` once more when the engine failed under it (a ``TransportError`` that
         is not an HTTP answer: crash, wedge restart, closed connection) and is ready again within
         ``retry_wait_s``; otherwise ``unavailable(error)``. Nothing has reached the client when ``work`` raises."""
-        if not self.handle.ready() and not await self.wait_for_engine():  # (re)starting: wait, bounded
-            return engine_unavailable(f"engine {self.handle.state()}")
+        if not self.replica.ready() and not await self.wait_for_engine():  # (re)starting: wait, bounded
+            return engine_unavailable(f"engine {self.replica.state()}")
         for attempt in (0, 1):
             try:
                 return await work()
@@ -112,8 +112,8 @@ class Upstream:
 
         async def post() -> EngineResponse | Response:
             try:
-                return await self.pool.post(self.handle.url() + path, payload, stream=stream,
-                                            headers=self.handle.auth_headers())
+                return await self.pool.post(self.replica.url() + path, payload, stream=stream,
+                                            headers=self.replica.auth_headers())
             except EngineTimeout:
                 return error_response(504, "the engine did not answer in time", "timeout_error", "engine_timeout")
 
@@ -139,8 +139,8 @@ class Upstream:
 
         async def read() -> Response:
             try:
-                upstream = await self.pool.post(self.handle.url() + path, payload, stream=True,
-                                                headers=self.handle.auth_headers())
+                upstream = await self.pool.post(self.replica.url() + path, payload, stream=True,
+                                                headers=self.replica.auth_headers())
             except EngineTimeout:
                 return error_response(504, "the engine did not answer in time", "timeout_error", "engine_timeout")
             try:
@@ -185,7 +185,7 @@ class Upstream:
         """A task or structured-output request through the library client (retried once)."""
 
         def unavailable(exc: TransportError) -> Response:
-            return engine_unavailable(exc.one_line()) if not self.handle.ready() else error_for(exc)
+            return engine_unavailable(exc.one_line()) if not self.replica.ready() else error_for(exc)
 
         try:
             return await self.retried(call, lambda: work(self.client(call.model)), unavailable)
