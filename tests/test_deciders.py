@@ -20,7 +20,6 @@ from conftest import assert_one_line_error, run_cli, serve_app
 from tiankong import Client
 from tiankong.deciders import DeciderModelMismatch, DeciderNotFound, load_decider, save_decider
 from tiankong.deciders.runtime import scores_flow
-from tiankong.tuning.classify import choose
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError
 from tiankong.gateway import GatewayState
@@ -28,6 +27,7 @@ from tiankong.models import TEST_MODEL
 from tiankong.paths import models_dir
 from tiankong.tasks.classify import prior_warning
 from tiankong.tuning import ExamplesError, check_examples, load_examples, tune_classify
+from tiankong.tuning.classify import choose
 
 SPAM = [f"WIN a free {p} now! Text CLAIM to 8{i}0{i} to get your cash prize, offer ends today"
         for i, p in enumerate(["iPhone", "holiday", "voucher", "laptop", "car", "cruise", "TV", "gift card",

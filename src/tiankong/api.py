@@ -18,8 +18,6 @@ from .structured import (
     choose_flow,
     constrained_flow,
     decide,
-    delimited_constraint,
-    extract_messages,
     grammar_constraint,
     is_pydantic_model,
     regex_constraint,
@@ -27,14 +25,13 @@ from .structured import (
     run_sync,
     schema_constraint,
 )
+from .structured.extract_flow import _noting
+from .structured.extract_flow import extract_flow as _extract_flow
 from .structured.flow import Flow
 from .structured.prompts import (
-    EXTRACT_LEAN,
     GENERATE_JSON,
     choose_indexed_messages,
     choose_messages,
-    delimited_instruction,
-    extract_prompt,
     language,
     schema_prompt,
 )
@@ -42,33 +39,6 @@ from .structured.slots import SlotLeases, SlotPin
 from .tasks.methods import AsyncTaskMethods, TaskMethods
 
 M = TypeVar("M")
-
-
-def _extract_flow(client_model: str | None, text: str, schema: Any, instructions: str | None, strict: bool,
-                  max_tokens: int | None, max_attempts: int, grammar_support: bool = True,
-                  fast_forward: bool = True, leases: SlotLeases | None = None) -> Flow[Structured[Any]]:
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("text is empty", hint="pass the text to extract from")
-    lean = None
-    if grammar_support:
-        constraint, plan = schema_constraint(schema, strict=strict)
-        messages, form = extract_prompt(text, plan.schema, instructions)
-        lean = [{"role": "system", "content": EXTRACT_LEAN[language(text)] + (f"\n{instructions}" if instructions
-                                                                             else "")}, messages[-1]]
-    else:  # the three-layer insurance for backends that ignore grammars: example, delimiters, validation
-        constraint, plan = delimited_constraint(schema, strict=strict)
-        messages, form = extract_messages(text, plan.schema, instructions), "schema"
-        messages[0]["content"] += "\n" + delimited_instruction(plan.schema, text)
-    return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
-                                    max_attempts=max_attempts, fast_forward=fast_forward,
-                                    pin=SlotPin(leases) if leases is not None else None, lean=lean), form)
-
-
-def _noting(flow: Flow[Structured[Any]], form: str) -> Flow[Structured[Any]]:
-    """The flow's result, noting how the schema appeared in the prompt (``prompts.schema_prompt``)."""
-    result = yield from flow
-    result.schema_in_prompt = result.schema_in_prompt or form  # "none": the lean messages were sent
-    return result
 
 
 def _finish_extract(result: Structured[Any], schema: Any) -> Any:

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from tiankong.tuning.data import Examples
 from tiankong.tuning.classify import _score, choose, expected_calibration_error, tune
+from tiankong.tuning.data import Examples
 
 #: four out-of-fold answers over two labels; confidences 0.9, 0.8, 0.7, 0.6, predictions 0, 0, 1, 0
 PROBS = np.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])

@@ -20,11 +20,11 @@ from ..models import DEFAULT_MODEL
 from ..tasks.cli_part import CliInput
 from ..tasks.specs import SPECS, TaskSpec
 from . import emit_json
-from .run_cmds import API_KEY_OPTION, _client
+from .run_cmds import API_KEY_OPTION
 from .spec_options import spec_option
 
 if TYPE_CHECKING:
-    from ..api import Client
+    pass
 
 _options = [
     click.option("--model", default=None, help=f"Model (default: TIANKONG_MODEL, else {DEFAULT_MODEL}; embedded "
@@ -72,17 +72,6 @@ def read_json(path: str) -> Any:
         return json.loads(_read_bytes(path).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-
-
-def client_for(model: str | None, url: str | None, llama_server: str | None, decider: str | None = None) -> Client:
-    """A client for the task; with a decider, its engine runs the decider's model (unless ``model`` says another)
-    with what the decider reads: embeddings, its LoRA adapter."""
-    if not decider:
-        return _client(model, url, llama_server)
-    from ..deciders import engine_needs, load_decider
-
-    needs = engine_needs(load_decider(decider))
-    return _client(model or needs.model, url, llama_server, embeddings=needs.embeddings, adapters=needs.adapters)
 
 
 def render(result: Any, as_json: bool, line: Callable[[Any], str]) -> None:
@@ -166,7 +155,7 @@ def gather(spec: TaskSpec[Any, Any], values: dict[str, Any]) -> dict[str, Any]:
 
 def task_command(spec: TaskSpec[Any, Any]) -> click.Command:
     """``tiankong <task>``: the spec's inputs, then --model, --url, --llama-server, --json, --api-key."""
-    from .task_hooks import HOOKS, TaskRun
+    from .task_hooks import HOOKS, TaskRun, client_for
 
     cli = spec.cli
     assert cli is not None, spec.name

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +22,21 @@ from ..deciders.registry import load_decider
 from ..errors import TiankongError
 from ..structured.drivers import run_sync
 from ..tasks.specs import TaskSpec
+from .run_cmds import _client
+
+if TYPE_CHECKING:
+    from ..api import Client
+
+
+def client_for(model: str | None, url: str | None, llama_server: str | None, decider: str | None = None) -> Client:
+    """A client for the task; with a decider, its engine runs the decider's model (unless ``model`` says another)
+    with what the decider reads: embeddings, its LoRA adapter."""
+    if not decider:
+        return _client(model, url, llama_server)
+    from ..deciders import engine_needs, load_decider
+
+    needs = engine_needs(load_decider(decider))
+    return _client(model or needs.model, url, llama_server, embeddings=needs.embeddings, adapters=needs.adapters)
 
 
 class EngineNeeded(TiankongError):
@@ -87,8 +102,6 @@ def _classify(run: TaskRun) -> Any:
 
 
 def _route(run: TaskRun) -> Any:
-    from .task_cmds import client_for
-
     v = run.values
     upstream = ({"url": v["upstream_url"], "api_key_env": v["upstream_key_env"], "model": v["upstream_model"],
                  "redact": not v["no_redact"]} if v["upstream_url"] else None)
@@ -125,8 +138,6 @@ def _sql_check(run: TaskRun) -> None:
 
 
 def _sql(run: TaskRun) -> Any:
-    from .task_cmds import client_for
-
     v = run.values
     with client_for(run.model, run.url, run.llama_server) as client:
         return client.sql(run.args["question"], run.args.get("schema"), db=v["db"],

@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING
 from ..config import key_from_env
 from ..errors import ConfigError, EngineError
 from ..models import resolve_installed
+from .launcher import launch
 from .process import EngineProcess, EngineState, port_in_use
 from .rpc import is_loopback
 from .settings import engine_config
 from .spec import spec_from_timings
-from .supervised import ProcessState, StateChange
+from .supervised import ProcessState, RestartPolicy, StateChange
 from .watch import WedgeWatch
 
 if TYPE_CHECKING:
@@ -370,12 +371,16 @@ def engine_pool(config: TiankongConfig, log: Callable[[str], None] = print,
     settings = config.engine
 
     def process(keys: EngineKeys, model: str, alias: str, single: bool = False) -> EngineProcess:
-        return EngineProcess(engine_config(keys, model, alias=alias, api_key=engine_key()), settings.llama_server,
-                             startup_timeout_s=settings.startup_timeout_s,
-                             restart_after_requests=keys.restart_after_requests, log=log,
-                             max_restarts=settings.max_restarts, restart_window_s=settings.restart_window_s,
-                             after_budget=settings.after_restart_budget if single else "retry",
-                             on_give_up=on_give_up if single else None)
+        # through the one launcher: ``spec = "auto"`` is measured here, before the process is built (for an
+        # on-demand pool model that is when the pool is built, not its first request)
+        return launch(engine_config(keys, model, alias=alias, api_key=engine_key()), settings.llama_server,
+                      start=False, policy=RestartPolicy(max_restarts=settings.max_restarts,
+                                                        window_s=settings.restart_window_s,
+                                                        after_budget=settings.after_restart_budget if single
+                                                        else "retry"),
+                      startup_timeout_s=settings.startup_timeout_s,
+                      restart_after_requests=keys.restart_after_requests, log=log,
+                      on_give_up=on_give_up if single else None)
 
     if not config.pool.models:
         name = resolve_installed(settings.model).name

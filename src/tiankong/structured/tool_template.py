@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from .slots import SlotPin
     from .tools import Tool
 
+#: the most calls one answer may hold
+MAX_PARALLEL = 8
+
 #: how a call is opened and closed: the chat template's tag (Qwen2.5, Hermes) or a JSON code fence
 OPENERS = {"tag": ("<tool_call>\n", "\n</tool_call>"), "fence": ("```json\n", "\n```")}
 #: first-token text that starts a call, and the opener it asks for
@@ -116,11 +119,47 @@ def first_step(prompt: str, pin: SlotPin | None = None) -> Flow[tuple[float, str
     return (calls / seen if seen > 0 else 0.0), opener
 
 
+def _lifted(tool: Tool, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``tool.parameters`` without its local ``$defs``/``definitions``, which come back renamed with ``prefix``,
+    every ``#/$defs/…`` reference rewritten to match. The parameters sit under ``/properties/arguments`` of the
+    call's schema (and several tools under one list), so references relative to the parameters' own root —
+    what Pydantic, instructor and LangChain send for any nested model — must move to the document's root."""
+    params = tool.parameters
+    defs: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        found = params.get(key) if isinstance(params, dict) else None
+        if isinstance(found, dict):
+            defs.update({f"{prefix}{name}": sub for name, sub in found.items()})
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rewrite(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: rewrite(v) for k, v in node.items() if not (node is params and k in ("$defs", "definitions"))}
+        ref = out.get("$ref")
+        for key in ("$defs", "definitions"):
+            if isinstance(ref, str) and ref.startswith(f"#/{key}/"):
+                out["$ref"] = f"#/$defs/{prefix}{ref[len(key) + 3:]}"
+        return out
+
+    return rewrite(params), {name: rewrite(sub) for name, sub in defs.items()}
+
+
+def _call(tool: Tool, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": parameters},
+            "required": ["name", "arguments"], "additionalProperties": False}
+
+
+def call_object(tool: Tool) -> dict[str, Any]:
+    """One call of ``tool`` as a schema of its own (its parameters' ``$defs`` lifted to this root)."""
+    parameters, defs = _lifted(tool, "t0_")
+    return {**_call(tool, parameters), **({"$defs": defs} if defs else {})}
+
+
 def call_union(tools: list[Tool]) -> dict[str, Any]:
     """One call object of any of ``tools``: ``{"name": <const>, "arguments": <parameters>}``, each tool's
     ``$defs`` lifted to this root under a per-tool prefix (references rewritten to match)."""
-    from .tools import _call, _lifted  # noqa: PLC0415 (tools imports this module)
-
     defs: dict[str, Any] = {}
     options = []
     for index, tool in enumerate(tools):
@@ -137,8 +176,6 @@ def template_calls(prompt: str, tools: list[Tool], opener: str, *, parallel: boo
     """The calls the model writes after ``prompt`` (each under the grammar of ``tools``' calls): (the call
     objects, the text written, usage, duplicates dropped, the errors of the first invalid call — then the calls
     before it are returned with it, for the caller's retry)."""
-    from .tools import call_object  # noqa: PLC0415 (tools imports this module)
-
     constraint, _ = schema_constraint(call_union(tools))
     # each function's own check, so that the errors name the argument at fault (an anyOf only says "none matched")
     checks = {tool.name: schema_constraint(call_object(tool))[0].check for tool in tools}
@@ -201,8 +238,6 @@ def template_calls(prompt: str, tools: list[Tool], opener: str, *, parallel: boo
 
 
 def _max_parallel() -> int:
-    from .tools import MAX_PARALLEL  # noqa: PLC0415
-
     return MAX_PARALLEL
 
 

@@ -30,11 +30,10 @@ from ..errors import ConfigError, InvalidSchema
 from .constraints import schema_constraint
 from .flow import Call, Flow, Structured, choose_flow, constrained_flow
 from .slots import SlotPin
-from .tool_template import first_step, template_flow, template_prompt
+from .tool_template import MAX_PARALLEL, _call, _lifted, call_object, first_step, template_flow, template_prompt
 
 MAX_TOOLS = 128
 #: most calls in one parallel answer (a small model that does not close its list stops here)
-MAX_PARALLEL = 8
 REPLY = "reply"
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 CHOICES = ("auto", "none", "required")
@@ -226,44 +225,6 @@ def with_instruction(messages: list[dict[str, Any]], tools: list[Tool], instruct
         last = {"role": "user", "content": f"{_text(messages[-1].get('content'))}\n\n{instruction}"}
         return [*head, *messages[:-1], last]
     return [*head, *messages, {"role": "user", "content": instruction}]
-
-
-def _lifted(tool: Tool, prefix: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``tool.parameters`` without its local ``$defs``/``definitions``, which come back renamed with ``prefix``,
-    every ``#/$defs/…`` reference rewritten to match. The parameters sit under ``/properties/arguments`` of the
-    call's schema (and several tools under one list), so references relative to the parameters' own root —
-    what Pydantic, instructor and LangChain send for any nested model — must move to the document's root."""
-    params = tool.parameters
-    defs: dict[str, Any] = {}
-    for key in ("$defs", "definitions"):
-        found = params.get(key) if isinstance(params, dict) else None
-        if isinstance(found, dict):
-            defs.update({f"{prefix}{name}": sub for name, sub in found.items()})
-
-    def rewrite(node: Any) -> Any:
-        if isinstance(node, list):
-            return [rewrite(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        out = {k: rewrite(v) for k, v in node.items() if not (node is params and k in ("$defs", "definitions"))}
-        ref = out.get("$ref")
-        for key in ("$defs", "definitions"):
-            if isinstance(ref, str) and ref.startswith(f"#/{key}/"):
-                out["$ref"] = f"#/$defs/{prefix}{ref[len(key) + 3:]}"
-        return out
-
-    return rewrite(params), {name: rewrite(sub) for name, sub in defs.items()}
-
-
-def _call(tool: Tool, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": parameters},
-            "required": ["name", "arguments"], "additionalProperties": False}
-
-
-def call_object(tool: Tool) -> dict[str, Any]:
-    """One call of ``tool`` as a schema of its own (its parameters' ``$defs`` lifted to this root)."""
-    parameters, defs = _lifted(tool, "t0_")
-    return {**_call(tool, parameters), **({"$defs": defs} if defs else {})}
 
 
 def calls_schema(tools: list[Tool], first: Tool, count: int) -> dict[str, Any]:

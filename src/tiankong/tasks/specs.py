@@ -121,7 +121,7 @@ def _tag_json(result: Structured[Any]) -> dict[str, Any]:
 
 
 def _extract(a: ExtractArgs, model: str | None) -> Flow[Structured[Any]]:
-    from ..api import _extract_flow
+    from ..structured.extract_flow import extract_flow as _extract_flow
 
     return _extract_flow(model, a.text, a.schema_, a.instructions, False, None, 2)
 
