@@ -21,7 +21,6 @@ from typing import Any, Literal
 from ..errors import ConfigError
 from ..structured.flow import Flow
 from .keys import KeyOptions
-from .near import near_pairs, shingle_size
 
 Stage = Literal["exact", "near", "semantic"]
 STAGES: tuple[Stage, ...] = ("exact", "near", "semantic")
@@ -210,6 +209,8 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
         return {"pairs": found, "merged": merged, "uncertain": band}
 
     if "near" in options.stages:
+        from .near import near_pairs, shingle_size  # noqa: PLC0415 (numpy: not loaded by --help or the registry)
+
         k = options.shingle or shingle_size(texts)
         low = options.near_low if options.near_low is not None else options.near
         found = near_pairs(texts, low=low, k=k) if len(texts) > 1 else []
