@@ -226,7 +226,7 @@ max_in_flight = 3
     assert pool.names() == ["smol", "tiny", "remote"] and pool.max_loaded == 1
     assert [h.name for h in handles] == ["smol#0", "smol#1", "remote@upstream"]
     assert running(pool) == [] and pool.loaded_entries() == []
-    assert handles[2].url() == "http://127.0.0.1:9" and handles[2].admission.limit == 3
+    assert handles[2].replica.url() == "http://127.0.0.1:9" and handles[2].admission.limit == 3
     bad = tmp_path / "bad.toml"
     bad.write_text('[[pool.models]]\nname = "x"\nmodel = "m"\nurl = "http://127.0.0.1:9"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="pool.models.0"):
