@@ -15,7 +15,11 @@ from tiankong.errors import TruncatedOutput
 from tiankong.structured.prompts import EXTRACT_LEAN, extract_prompt
 
 LOG_EVENT = {"type": "object", "properties": {
-    "level": {"type": "string", "enum": ["DEBUG", "INFO", "WARN", "ERROR"]}, "service": {"type": "string"},
+    # service bounded: unbounded, SmolLM2 once ran away in it on the fresh clone of 2026-12-05 ("Billing.Billing…",
+    # 84 tokens decoded against the grammar path's 45 — a model loop, not the forcing; the comparison below is
+    # about the forced keys and punctuation, so the free values are kept short like a real log schema's)
+    "level": {"type": "string", "enum": ["DEBUG", "INFO", "WARN", "ERROR"]},
+    "service": {"type": "string", "maxLength": 40},
     "message": {"type": "string", "maxLength": 80}, "duration_ms": {"type": "integer"}},
     "required": ["level", "service", "message", "duration_ms"]}
 LINE = "2026-11-03T10:04:00Z ERROR billing: invoice batch finished in 57ms"
