@@ -118,21 +118,31 @@ class Pipeline:
                       on_admitted: Callable[[], None] | None = None) -> Response:
         """``work`` with a slot held (waiting in line; 429 when the line is full), no deadline of its own."""
         call.engine = self.lane.name
-        admission = self.lane.admission
-        waited = time.perf_counter()
-        try:
-            await admission.acquire(call.group, batch=call.batch)
-        except QueueFull:
+        held = await self._acquire(call)
+        if held is None:
             return self.reject(call)
-        held = time.perf_counter()
-        call.queue_wait_s = held - waited
         if on_admitted is not None:
             on_admitted()
         try:
             return await work()
         finally:
-            admission.release(time.perf_counter() - held, call.group, batch=call.batch)
-            self._after_request()
+            self._release(call, held)
+
+    async def _acquire(self, call: RequestRecord) -> float | None:
+        """Wait in line for a slot: when it was granted (the queue wait noted on ``call``), None when the line
+        is full."""
+        waited = time.perf_counter()
+        try:
+            await self.lane.admission.acquire(call.group, batch=call.batch)
+        except QueueFull:
+            return None
+        held = time.perf_counter()
+        call.queue_wait_s = held - waited
+        return held
+
+    def _release(self, call: RequestRecord, held: float) -> None:
+        self.lane.admission.release(time.perf_counter() - held, call.group, batch=call.batch)
+        self._after_request()
 
     async def _deadlined(self, call: RequestRecord, work: Callable[[], Awaitable[Response]]) -> Response:
         """The deadline covers the queue wait and the work; a batch line's (it waits for idle slots, as long
@@ -153,44 +163,32 @@ class Pipeline:
 
     async def _with_slot(self, call: RequestRecord, work: Callable[[], Awaitable[Response]],
                          deadline: asyncio.Timeout) -> Response:
-        admission = self.lane.admission
-        waited = time.perf_counter()
-        try:
-            await admission.acquire(call.group, batch=call.batch)
-        except QueueFull:
+        held = await self._acquire(call)
+        if held is None:
             return self.reject(call)
-        held = time.perf_counter()
-        call.queue_wait_s = held - waited
         if call.batch:
             deadline.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
-        gate = SLOT_GATE.set(RequestSlots(admission, call.group, call.batch))
+        gate = SLOT_GATE.set(RequestSlots(self.lane.admission, call.group, call.batch))
         line = LINE_DEADLINE.set((deadline, self.timeout_s) if call.batch else None)
         try:
             return await work()
         finally:
             LINE_DEADLINE.reset(line)
             SLOT_GATE.reset(gate)
-            admission.release(time.perf_counter() - held, call.group, batch=call.batch)
-            self._after_request()
+            self._release(call, held)
 
     async def _stream_source(self, call: RequestRecord, path: str,
                              body: dict[str, object]) -> AsyncGenerator[Item, None]:
-        admission = self.lane.admission
-        waited = time.perf_counter()
-        try:
-            await admission.acquire(call.group, batch=call.batch)
-        except QueueFull:
+        held = await self._acquire(call)
+        if held is None:
             yield self.reject(call)
             return
-        held = time.perf_counter()
-        call.queue_wait_s = held - waited
         try:
             async with contextlib.aclosing(self.upstream.relay(call, path, body)) as items:
                 async for item in items:
                     yield item
         finally:
-            admission.release(time.perf_counter() - held, call.group, batch=call.batch)
-            self._after_request()
+            self._release(call, held)
 
     # --- planned restarts ------------------------------------------------------------------------------
 
