@@ -274,6 +274,14 @@ class CascadeSettings(_Strict):
         return self.draft_model is not None
 
 
+class RouteSettings(_Strict):
+    """``route``'s escalation threshold when a request gives none (docs/cascade.md, "Using the threshold")."""
+
+    threshold: float | None = Field(None, ge=0.0, le=1.0, description="escalate below this confidence when the "
+                                    "caller names no threshold and the route's decider has none; unset: 0.6. "
+                                    "`tiankong cascade eval --write` sets it")
+
+
 class TiankongConfig(_Strict):
     server: ServerSettings = Field(default_factory=lambda: ServerSettings())
     engine: EngineSettings = Field(default_factory=lambda: EngineSettings())
@@ -281,6 +289,7 @@ class TiankongConfig(_Strict):
     pool: PoolSettings = Field(default_factory=lambda: PoolSettings())
     batches: BatchesSettings = Field(default_factory=lambda: BatchesSettings())
     cascade: CascadeSettings = Field(default_factory=lambda: CascadeSettings())
+    route: RouteSettings = Field(default_factory=lambda: RouteSettings())
 
 
 def _format_errors(exc: ValidationError, source: str) -> str:

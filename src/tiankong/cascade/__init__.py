@@ -2,12 +2,15 @@
 
 ``build_curve(scores, target)`` (pure, ``curve.py``) turns a score table into the accuracy-vs-escalation curve,
 the always-small / always-large / random baselines and the threshold for a target; ``cascade_eval(data, small,
-large)`` (``run.py``) fills the table by running both models; ``report.py`` renders a Markdown table and a PNG.
-See docs/cascade.md.
+large)`` (``run.py``) fills the table by running both sides (classify zero-shot or with a tuned decider, route);
+``report.py`` renders a Markdown table and a PNG; ``write.py`` puts the chosen threshold where route and deciders
+read it. See docs/cascade.md.
 """
 
 from .curve import Curve, Point, Score, build_curve, choose, random_accuracy
-from .run import Answer, CascadeEval, Record, cascade_eval, load_records, score_table
+from .run import Answer, CascadeEval, Record, cascade_eval, load_records, load_routes, score_table
+from .write import write_config_threshold, write_decider_threshold, write_threshold
 
 __all__ = ["Answer", "CascadeEval", "Curve", "Point", "Record", "Score", "build_curve", "cascade_eval", "choose",
-           "load_records", "random_accuracy", "score_table"]
+           "load_records", "load_routes", "random_accuracy", "score_table", "write_config_threshold",
+           "write_decider_threshold", "write_threshold"]

@@ -305,7 +305,7 @@ class Gateway:
         call = RequestRecord(f"/v1/tasks/{name}")
 
         async def work(client: Any, body: dict[str, Any]) -> Response:
-            return note_json(call, JSONResponse(await run_task(client, name, body)))
+            return note_json(call, JSONResponse(await run_task(client, name, body, self.state.route_threshold)))
 
         return await self.admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
             call, lambda c: work(c, body)))

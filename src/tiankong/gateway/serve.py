@@ -48,7 +48,8 @@ def stop_serving() -> None:
 def gateway_state(config: TiankongConfig, pool: EnginePool) -> GatewayState:
     """The ``[server]`` settings passed whole, with the pool and the sections the gateway reads."""
     return GatewayState(model_name=pool.entries[0].name, pool=pool, server=config.server,
-                        degradation=config.degradation, batches=config.batches, cascade=config.cascade)
+                        degradation=config.degradation, batches=config.batches, cascade=config.cascade,
+                        route=config.route)
 
 
 def run_server(app: Any, config: TiankongConfig) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ..config import BatchesSettings, CascadeSettings, DegradationSettings, ServerSettings
+from ..config import BatchesSettings, CascadeSettings, DegradationSettings, RouteSettings, ServerSettings
 from ..engine.pool import EnginePool, EngineProcess, fallback_entry
 from .admission import Lane
 from .cache_isolation import share_cache
@@ -32,6 +32,7 @@ class GatewayState:
                  pool: EnginePool | None = None, aliases: list[str] | None = None, slots: int = 2,
                  degradation: DegradationSettings | None = None,
                  batches: BatchesSettings | None | Any = _DEFAULT_BATCHES, cascade: CascadeSettings | None = None,
+                 route: RouteSettings | None = None,
                  api_keys: list[ApiKey] | None = None, api_key_hashes: list[str] | None = None,
                  **server_keys: Any) -> None:
         base = server or ServerSettings()
@@ -39,6 +40,7 @@ class GatewayState:
         self.upstream_url = upstream_url  # a llama-server tiankong does not run (when no pool is given)
         self.degradation = degradation
         self.cascade = cascade if cascade is not None and cascade.enabled else None  # draft then replace
+        self.route_threshold = route.threshold if route is not None else None  # [route]: route's default
         self.batches: BatchesSettings | None = BatchesSettings() if batches is _DEFAULT_BATCHES else batches
         if pool is None:
             pool = EnginePool.of_url(upstream_url, model_name, list(aliases or []), slots=slots)

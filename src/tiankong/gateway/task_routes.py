@@ -20,12 +20,16 @@ from ..client._shared import embeddings_items, embeddings_response, mean_pooled,
 from ..deciders.registry import names_only
 from ..errors import ConfigError, ServerError
 from ..tasks.bodies import task_answer
+from ..tasks.route import configured_threshold
 
 
-async def run_task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict[str, Any]:
+async def run_task(client: AsyncClient, task: str, body: dict[str, Any],
+                   route_threshold: float | None = None) -> dict[str, Any]:
     """Validate the body, run the task's flow on the client's engine, return its JSON. A ``decider`` in the body
-    is a registry name only (``deciders.registry.names_only``): a remote caller never names a file to read."""
-    with names_only():
+    is a registry name only (``deciders.registry.names_only``): a remote caller never names a file to read.
+    ``route_threshold``: the gateway's ``[route] threshold`` (a route body without one gets it, unless its
+    decider has its own; never the user's config file)."""
+    with names_only(), configured_threshold(route_threshold, "gateway config [route]"):
         return await task_answer(client, task, body)
 
 

@@ -61,7 +61,9 @@ class ClassifyArgs(TaskArgs):
 class RouteArgs(TaskArgs):
     text: str = TEXT
     routes: list[Route] = Field(min_length=1, max_length=64, description="[{name, description, target}, …].")
-    threshold: float = Field(0.6, ge=0.0, le=1.0, description="Escalate below this confidence.")
+    threshold: float | None = Field(None, ge=0.0, le=1.0, description="Escalate below this confidence (default: "
+                                    "the decider's tuned threshold, else [route] threshold of the config, else "
+                                    "0.6).")
     redline: bool = Field(True, description="Escalate red-line requests (maths, reasoning, planning).")
     escalate_target: str = Field("upstream", description="The target an escalated request goes to.")
     decider: str | None = Field(None, max_length=200, description="A tuned decider over the route names makes "

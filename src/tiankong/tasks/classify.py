@@ -195,12 +195,26 @@ def _multi(scores: dict[str, float], threshold: float) -> Classification:
     return Classification(ranked[0][0], chosen, dict(ranked), margin, True)
 
 
+def decider_threshold(decider: Decider | None) -> float | None:
+    """The escalation threshold in a decider's entry (``params.threshold``, written by ``tiankong cascade eval
+    --write``), if it has one."""
+    value = (decider.params if decider is not None else {}).get("threshold")
+    if value is None or decider is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ConfigError(f"decider {decider.ref} has an invalid threshold {value!r}",
+                          hint="write it again with `tiankong cascade eval --decider NAME --write`")
+    return float(value)
+
+
 def decide_flow(decider: Decider, text: str, *, threshold: float | None = None) -> Flow[Classification]:
     """The decider's label for ``text`` with calibrated probabilities of every label; below ``threshold``
-    the answer abstains (``labels == []``, ``abstained=True``)."""
+    (default: the decider's own, ``decider_threshold``; none: never) the answer abstains (``labels == []``,
+    ``abstained=True``) — the cascade's sign to escalate."""
     require_text(text)
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError("threshold must be between 0 and 1")
+    threshold = decider_threshold(decider) if threshold is None else threshold
     from ..deciders.runtime import scores_flow  # numpy and scikit-learn: only when a decider answers
 
     rows = yield from scores_flow(decider, [text])

@@ -117,12 +117,13 @@ class TaskMethods:
                           examples=examples, instructions=instructions, multi_label=multi_label,
                           threshold=threshold, calibrate=calibrate)
 
-    def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
+    def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float | None = None,
               redline: bool = True, escalate_target: str = "upstream",
               upstream: EscalationTarget | dict[str, Any] | None = None, max_tokens: int = 512,
               decider: str | None = None) -> RouteDecision:
         """Local routing decision; escalates (``escalated=True``) on low confidence or red-line requests;
-        ``decider``: a tuned decider over the route names makes the local decision.
+        ``decider``: a tuned decider over the route names makes the local decision. ``threshold`` (default: the
+        decider's tuned one, else ``[route] threshold`` of the config, else 0.6): escalate below it.
 
         With ``upstream``, an escalated request is sent there (PII redacted first unless ``redact=False``) and
         its answer is in ``decision.answer``; ``decision.sent_text`` is exactly what left the machine.
@@ -244,7 +245,7 @@ class AsyncTaskMethods:
                                 examples=examples, instructions=instructions, multi_label=multi_label,
                                 threshold=threshold, calibrate=calibrate)
 
-    async def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float = 0.6,
+    async def route(self, text: str, routes: list[Route] | list[dict[str, Any]], *, threshold: float | None = None,
                     redline: bool = True, escalate_target: str = "upstream",
                     upstream: EscalationTarget | dict[str, Any] | None = None, max_tokens: int = 512,
                     decider: str | None = None) -> RouteDecision:

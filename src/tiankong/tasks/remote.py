@@ -34,7 +34,7 @@ from .pii_rules import Entity
 from .redact import Redaction
 from .rerank import Ranked, Reranking
 from .rewrite import Rewrite
-from .route import RouteDecision
+from .route import DEFAULT_THRESHOLD, RouteDecision
 from .specs import TaskSpec
 from .sql import SqlQuery
 
@@ -95,7 +95,8 @@ def _classification(d: dict[str, Any]) -> Classification:
 def _route(d: dict[str, Any]) -> RouteDecision:
     return RouteDecision(route=d["route"], target=d["target"], confidence=d["confidence"], escalated=d["escalated"],
                          reason=d["reason"], scores=dict(d["scores"]), category=d.get("category", "simple"),
-                         sent_text=d.get("sent_text"), answer=d.get("answer"), redacted=list(d.get("redacted") or []))
+                         sent_text=d.get("sent_text"), answer=d.get("answer"), redacted=list(d.get("redacted") or []),
+                         threshold=d.get("threshold", DEFAULT_THRESHOLD), threshold_from=d.get("threshold_from", ""))
 
 
 def _rerank(d: dict[str, Any]) -> Reranking:

@@ -5,6 +5,11 @@ the upstream when (a) the local confidence is below ``threshold`` or (b) it fall
 small model should not handle — multi-step reasoning, maths, long-horizon planning, open-domain facts —
 detected by exact heuristics (arithmetic, equations) and by the model. Before anything leaves the machine the
 text is redacted by the deterministic PII detectors (configurable).
+
+The threshold, when the caller names none (``escalation_threshold``): the route decider's own (``threshold`` in
+its registry entry, written by ``tiankong cascade eval --write``), else ``[route] threshold`` of the config —
+the gateway's own config inside ``configured_threshold``, elsewhere the user's config file (``TIANKONG_CONFIG``,
+else ``config.toml`` in the user config dir) — else ``DEFAULT_THRESHOLD``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +30,11 @@ from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow
 from ..structured.prompts import language
-from .classify import Classification, classify_flow, decide_flow, decider_labels, require_text
+from .classify import Classification, classify_flow, decide_flow, decider_labels, decider_threshold, require_text
 from .prompts import REDLINE
 
+#: escalate below this confidence when neither the caller, the route's decider nor the config names a threshold
+DEFAULT_THRESHOLD = 0.6
 REDLINE_LABELS = ["simple", "reasoning", "math", "planning", "facts"]
 _MATH = re.compile(r"\d\s*[-+*/×÷^%]\s*\d|[=≠≤≥]\s*\d|\b(solve|calculate|compute|integral|derivative|equation)\b|"
                    r"(计算|求解|方程|积分|导数|等于多少)", re.I)
@@ -63,12 +73,15 @@ class RouteDecision:
     sent_text: str | None = None
     answer: str | None = None
     redacted: list[dict[str, Any]] = field(default_factory=list)
+    #: the threshold the decision used and where it came from (argument, decider NAME@N, config PATH, default)
+    threshold: float = DEFAULT_THRESHOLD
+    threshold_from: str = "default"
 
     def to_json(self) -> dict[str, Any]:
         return {"route": self.route, "target": self.target, "confidence": round(self.confidence, 4),
                 "escalated": self.escalated, "reason": self.reason, "scores": self.scores,
                 "category": self.category, "sent_text": self.sent_text, "answer": self.answer,
-                "redacted": self.redacted}
+                "redacted": self.redacted, "threshold": self.threshold, "threshold_from": self.threshold_from}
 
 
 @dataclass
@@ -106,13 +119,61 @@ def check_routes(routes: Any) -> list[Route]:
     return parsed
 
 
-def route_flow(text: str, routes: list[Route], *, threshold: float = 0.6, redline: bool = True,
+_CONFIGURED: ContextVar[tuple[float | None, str] | None] = ContextVar("tiankong_route_threshold", default=None)
+
+
+@contextmanager
+def configured_threshold(threshold: float | None, source: str = "config") -> Iterator[None]:
+    """Within this block the configured ``[route] threshold`` is ``threshold`` (``None``: none configured): the
+    gateway's own config, not the user's config file."""
+    token = _CONFIGURED.set((threshold, source))
+    try:
+        yield
+    finally:
+        _CONFIGURED.reset(token)
+
+
+_FILE_CACHE: dict[tuple[str, int, int], float | None] = {}
+
+
+def _file_threshold() -> tuple[float | None, str]:
+    """``[route] threshold`` of the user's config file (the one ``tiankong serve`` reads without ``--config``)."""
+    from .. import paths
+    from ..config import load_config
+
+    path = paths.config_file()
+    try:
+        stat = path.stat()
+    except OSError:
+        return None, ""
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_CACHE:
+        _FILE_CACHE.clear()
+        _FILE_CACHE[key] = load_config(path).route.threshold
+    return _FILE_CACHE[key], f"config {path}"
+
+
+def escalation_threshold(threshold: float | None, decider: Decider | None = None) -> tuple[float, str]:
+    """The threshold to use and where it came from: the caller's, the decider's entry, the configured one
+    (the gateway's ``[route]``, else the user's config file), else ``DEFAULT_THRESHOLD``."""
+    if threshold is not None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ConfigError("threshold must be between 0 and 1")
+        return threshold, "argument"
+    found = decider_threshold(decider)
+    if found is not None and decider is not None:
+        return found, f"decider {decider.ref}"
+    configured = _CONFIGURED.get()
+    value, source = configured if configured is not None else _file_threshold()
+    return (value, source) if value is not None else (DEFAULT_THRESHOLD, "default")
+
+
+def route_flow(text: str, routes: list[Route], *, threshold: float | None = None, redline: bool = True,
                escalate_target: str = "upstream", decider: Decider | None = None) -> Flow[RouteDecision]:
     """``decider``: a tuned decider over the route names answers the local decision (calibrated); below
-    ``threshold`` confidence the request escalates."""
+    ``threshold`` confidence the request escalates (``None``: ``escalation_threshold``'s order)."""
     require_text(text)
-    if not 0.0 <= threshold <= 1.0:
-        raise ConfigError("threshold must be between 0 and 1")
+    threshold, threshold_from = escalation_threshold(threshold, decider)
     names = [r.name for r in routes]
     descriptions = {r.name: r.description for r in routes if r.description}
     if decider is not None:
@@ -135,7 +196,7 @@ def route_flow(text: str, routes: list[Route], *, threshold: float = 0.6, redlin
         reason = f"route {chosen.name} targets {chosen.target}"
     target = chosen.target if not reason or chosen.target.startswith("upstream:") else escalate_target
     return RouteDecision(chosen.name, target, local.confidence, escalated, reason or "confident local decision",
-                         local.scores, category)
+                         local.scores, category, threshold=threshold, threshold_from=threshold_from)
 
 
 def _redline(text: str, kind: Classification) -> tuple[str, str]:
