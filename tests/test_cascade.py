@@ -1,20 +1,26 @@
 """Confidence cascade: the curve, the random baseline and the threshold choice on hand-made score tables (pure, no
-engine), bad input through the CLI (refused before any engine starts), and `tiankong cascade eval` end to end with
-the real engine (SmolLM2 as both small and large: the plumbing, and the flat curve that gives)."""
+engine), bad input through the CLI (refused before any engine starts), `tiankong cascade eval --write` end to end
+with the real engine (SmolLM2 as both small and large: the plumbing, and the flat curve that gives) and the written
+threshold used by `tiankong route`, and a gateway's `[route] threshold` used by `/v1/tasks/route`. The threshold's
+resolution and the route / decider tasks are in tests/unit/test_unit_cascade.py (scripted engines)."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import TIANKONG
+from conftest import TIANKONG, serve_app
 from tiankong.cascade import Score, build_curve, load_records, random_accuracy
 from tiankong.cascade.report import markdown_table, plot
+from tiankong.config import RouteSettings, load_config
+from tiankong.engine import EngineProcess
 from tiankong.errors import ConfigError
+from tiankong.gateway import GatewayState
 from tiankong.models import TEST_MODEL
 
 
@@ -128,8 +134,9 @@ def test_records_are_checked_line_by_line(tmp_path: Path) -> None:
         load_records(good, ["x", "z"])
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TIANKONG, "cascade", "eval", *args], capture_output=True, text=True, timeout=600)
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TIANKONG, "cascade", "eval", *args], capture_output=True, text=True, timeout=600,
+                          env=env)
 
 
 def test_bad_input_is_one_line_before_any_engine(tmp_path: Path) -> None:
@@ -143,8 +150,20 @@ def test_bad_input_is_one_line_before_any_engine(tmp_path: Path) -> None:
         proc = cli("--data", *args, "--small", TEST_MODEL, "--large", TEST_MODEL)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr.startswith("error: ") and message in proc.stderr and len(proc.stderr.splitlines()) == 1
-    proc = cli("--data", str(outside), "--small", TEST_MODEL, "--large", TEST_MODEL, "--task", "extract")
-    assert proc.returncode == 2 and "extract" in proc.stderr
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps([{"name": "a", "target": "task:a"}, {"name": "b", "target": "task:b"}]))
+    for args, message in ((["--task", "route"], "needs the routes"),
+                          (["--task", "route", "--routes", str(routes), "--labels", "a,b"], "labels from the routes"),
+                          (["--routes", str(routes)], "--routes is for --task route"),
+                          (["--decider", "no-such-decider"], "unknown decider")):
+        proc = cli("--data", str(outside), "--small", TEST_MODEL, "--large", TEST_MODEL, *args)
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.startswith("error: ") and message in proc.stderr and len(proc.stderr.splitlines()) == 1
+    for args, message in ((["--small", TEST_MODEL, "--task", "extract"], "extract"),
+                          ([], "--small MODEL (or --decider NAME)"),
+                          (["--small", TEST_MODEL, "--config", str(tmp_path / "c.toml")], "add --write")):
+        proc = cli("--data", str(outside), "--large", TEST_MODEL, *args)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
 SPAM = [{"text": "WINNER!! You have won a free cruise. Call 09061701461 now to claim your prize", "label": "spam"},
@@ -157,11 +176,24 @@ SPAM = [{"text": "WINNER!! You have won a free cruise. Call 09061701461 now to c
 
 def test_cascade_eval_end_to_end(tmp_path: Path) -> None:
     data = write(tmp_path / "sms.jsonl", SPAM)
-    png, md = tmp_path / "curve.png", tmp_path / "curve.md"
+    png, md, config = tmp_path / "curve.png", tmp_path / "curve.md", tmp_path / "serve.toml"
+    config.write_text("# the gateway's config\n[server]\nport = 9123\n")
     proc = cli("--data", str(data), "--small", TEST_MODEL, "--large", TEST_MODEL, "--labels", "spam,not spam",
-               "--json", "--plot", str(png), "--markdown", str(md), "--items")
+               "--json", "--plot", str(png), "--markdown", str(md), "--items", "--write", "--config", str(config))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
+    # --write: the chosen threshold is route's default in that config file now, the rest of the file kept
+    written = load_config(config)
+    assert written.route.threshold == result["route"]["threshold"] and written.server.port == 9123
+    assert str(config) in result["written"] and "# the gateway's config" in config.read_text()
+    routes = tmp_path / "routes.json"
+    routes.write_text(json.dumps([{"name": "spam", "target": "task:bin"}, {"name": "not spam", "target": "task:in"}]))
+    route = subprocess.run([TIANKONG, "route", "--model", TEST_MODEL, "--routes", str(routes), "--no-redline",
+                            "--json", SPAM[0]["text"]], capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "TIANKONG_CONFIG": str(config)})
+    assert route.returncode == 0, route.stderr
+    decision = json.loads(route.stdout)
+    assert decision["threshold"] == result["route"]["threshold"] and decision["threshold_from"] == f"config {config}"
     assert {"curve", "always_small", "always_large", "chosen"} <= set(result)
     assert result["curve"] and all(set(p) == {"threshold", "escalated", "accuracy"} for p in result["curve"])
     assert set(result["always_small"]) == {"accuracy"} and set(result["always_large"]) == {"accuracy"}
@@ -180,3 +212,20 @@ def test_cascade_eval_end_to_end(tmp_path: Path) -> None:
     right = sum(i["small"] == i["label"] for i in items) / 6
     assert result["always_small"]["accuracy"] == pytest.approx(right)
     assert png.read_bytes()[:4] == b"\x89PNG" and "| threshold | escalated |" in md.read_text()
+
+
+def test_the_gateways_route_threshold_is_the_default_of_v1_tasks_route(smol_engine: EngineProcess) -> None:
+    """``[route] threshold`` of the gateway's config: a body without a threshold gets it, one with a threshold wins."""
+    import httpx
+
+    routes = [{"name": "billing", "description": "invoices and payments", "target": "task:billing"},
+              {"name": "tech", "description": "software problems", "target": "task:tech"}]
+    body = {"text": "My invoice shows a double charge", "routes": routes, "redline": False}
+    state = GatewayState.for_engine(smol_engine, TEST_MODEL, route=RouteSettings(threshold=1.0))
+    with serve_app(state) as url:
+        configured = httpx.post(f"{url}/v1/tasks/route", json=body, timeout=300).json()
+        explicit = httpx.post(f"{url}/v1/tasks/route", json={**body, "threshold": 0.0}, timeout=300).json()
+    assert configured["threshold"] == 1.0 and configured["threshold_from"] == "gateway config [route]"
+    assert configured["escalated"] or configured["confidence"] >= 0.9999  # escalated below 1.0 (rounded: 4 places)
+    assert explicit["threshold"] == 0.0 and explicit["threshold_from"] == "argument" and not explicit["escalated"]
+    assert explicit["route"] == configured["route"]  # the same local decision, only the threshold differs

@@ -20,7 +20,7 @@ import pytest
 from helpers.scripted import ScriptedEngine, scored
 from tiankong import AsyncClient, Client
 from tiankong.cascade import cascade_eval, write_config_threshold, write_decider_threshold, write_threshold
-from tiankong.cascade.run import records_sha256, Record
+from tiankong.cascade.run import Record, records_sha256
 from tiankong.config import TiankongConfig, load_config
 from tiankong.deciders.registry import load_decider
 from tiankong.errors import ConfigError
@@ -200,7 +200,8 @@ def test_cascade_eval_with_a_decider_as_the_small_side(tmp_path: Path, spam_deci
     # the large model is right on every record, fairly sure
     right = {t: {lab: 0.8, ("ham" if lab == "spam" else "spam"): 0.2} for t, lab in HELD_OUT}
     result = cascade_eval(data, None, "large-model", decider=spam_decider, client_for=large_client(right))
-    assert result.decider == decider.ref and result.small == f"decider {decider.ref}" and result.labels == decider.labels
+    assert result.decider == decider.ref and result.small == f"decider {decider.ref}"
+    assert result.labels == decider.labels
     assert result.curve.always_large == 1.0 and result.curve.n == len(HELD_OUT)
     # the small side's confidence is the decider's own probability of its top label
     for record, answer in zip(result.records, result.small_answers, strict=True):
@@ -301,3 +302,13 @@ def test_task_route_bad_input_is_refused_before_any_engine(tmp_path: Path) -> No
         cascade_eval(data, None, "l", client_for=no_client)
     with pytest.raises(ConfigError, match="task 'guard'"):
         cascade_eval(data, "s", "l", task="guard", client_for=no_client)
+
+
+def test_tiankong_serve_hands_its_route_section_to_the_gateway() -> None:
+    from tiankong.engine.pool import EnginePool
+    from tiankong.gateway.serve import gateway_state
+
+    pool = EnginePool.of_url("http://127.0.0.1:9", "model", [], slots=1)  # never reached
+    assert gateway_state(TiankongConfig.model_validate({"route": {"threshold": 0.42}}), pool).route_threshold == 0.42
+    assert gateway_state(TiankongConfig(), EnginePool.of_url("http://127.0.0.1:9", "m", [], slots=1)) \
+        .route_threshold is None
