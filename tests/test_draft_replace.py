@@ -204,11 +204,23 @@ def slots_busy(engine: EngineProcess) -> int:
     return sum(1 for slot in slots if slot.get("is_processing"))
 
 
+def predicted(engine: EngineProcess) -> float:
+    """The engine's ``llamacpp:tokens_predicted_total`` (every task's tokens, a cancelled one's included)."""
+    lines = httpx.get(f"{engine.url}/metrics", timeout=30).text.splitlines()
+    return float(next(line.split()[1] for line in lines if line.startswith("llamacpp:tokens_predicted_total")))
+
+
 def test_a_client_that_leaves_cancels_both_requests(gateways: tuple[str, str, GatewayState],
                                                     engines: tuple[EngineProcess, EngineProcess]) -> None:
-    url, _, state = gateways
+    url, alone, state = gateways
     long = {**CHAT, "max_tokens": 400, "stream": True, "tiankong": {"draft": True},
             "messages": [{"role": "user", "content": "Count from 1 to 300, one number per line."}]}
+    # the quality model's whole answer to it, alone: what a request nobody stopped decodes
+    whole = chat(alone, {**{k: v for k, v in long.items() if k != "tiankong"}, "stream": False})
+    assert whole.status_code == 200, whole.text
+    whole_tokens = whole.json()["usage"]["completion_tokens"]
+    assert whole_tokens >= 100  # long enough to tell a request stopped at the client's leaving from a finished one
+    before = predicted(engines[1])
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=long, timeout=300) as answer:
         lines = answer.iter_lines()
         assert any(line.startswith("data: {") and '"content":"' in line for line in lines)  # a draft token came
@@ -216,6 +228,9 @@ def test_a_client_that_leaves_cancels_both_requests(gateways: tuple[str, str, Ga
     lanes = [state.router.handles["draft#0"], state.router.handles["quality#0"]]
     assert wait_until(lambda: all(lane.admission.in_flight == 0 for lane in lanes), 60)
     assert wait_until(lambda: all(slots_busy(e) == 0 for e in engines), 60)  # the engines stopped too
+    # stopped, not run to its end: the quality engine decoded a fraction of the whole answer (a gateway that only
+    # let go of the request once it finished passes the waits above, and fails here)
+    assert predicted(engines[1]) - before < whole_tokens / 2
 
 
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
