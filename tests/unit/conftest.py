@@ -41,5 +41,6 @@ def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
     monkeypatch.setattr(subprocess, "Popen", _NoEnginePopen)
     monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("TIANKONG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TIANKONG_CONFIG", str(tmp_path / "config.toml"))  # not the user's: route reads [route] there
     monkeypatch.delenv("TIANKONG_URL", raising=False)
     yield
