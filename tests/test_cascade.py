@@ -229,3 +229,37 @@ def test_the_gateways_route_threshold_is_the_default_of_v1_tasks_route(smol_engi
     assert configured["escalated"] or configured["confidence"] >= 0.9999  # escalated below 1.0 (rounded: 4 places)
     assert explicit["threshold"] == 0.0 and explicit["threshold_from"] == "argument" and not explicit["escalated"]
     assert explicit["route"] == configured["route"]  # the same local decision, only the threshold differs
+
+
+TRAIN = [{"text": t, "label": "spam"} for t in (
+    "WINNER you have won a free prize call now", "URGENT claim your cash prize text WIN now",
+    "free entry win a prize reply WIN", "you won a free cruise claim now", "cash prize waiting call to claim",
+    "free ringtones text WIN to claim", "claim your free prize now urgent", "win cash now free entry",
+    "prize draw winner call now free", "urgent you won cash claim today")] + \
+    [{"text": t, "label": "not spam"} for t in (
+        "are we still meeting for lunch tomorrow", "can you feed the cat tonight", "see you at the weekend",
+        "thanks for the birthday wishes", "running late, start without me", "what time is the meeting",
+        "call me when you get home", "dinner at mum's on sunday?", "i left my keys at your place",
+        "the train is delayed again")]
+
+
+def test_a_probe_decider_as_the_small_side_runs_on_an_engine_with_embeddings(tmp_path: Path) -> None:
+    """A decider that reads the engine's embeddings (probe-mean on SmolLM2): the small side's engine is started on
+    its base model with embeddings on; its threshold is written into a new version of its entry."""
+    from tiankong.cascade import cascade_eval, write_threshold
+    from tiankong.deciders import load_decider
+    from tiankong.tuning import tune_classify
+
+    report = tune_classify(write(tmp_path / "train.jsonl", TRAIN), name="sms-probe", model=TEST_MODEL,
+                           methods=["probe-mean"], folds=2)
+    assert report.chosen == "probe-mean" and report.decider is not None and report.decider.base_model
+    data = write(tmp_path / "sms.jsonl", SPAM)
+    result = cascade_eval(data, None, TEST_MODEL, decider="sms-probe")
+    assert result.decider == "sms-probe@1" and result.small == f"decider sms-probe@1 on {TEST_MODEL}"
+    assert sorted(result.labels) == ["not spam", "spam"] and result.curve.n == len(SPAM)
+    assert all(a.label in result.labels and 0.5 <= a.confidence <= 1.0 for a in result.small_answers)
+    assert all(a.label in result.labels for a in result.large_answers)
+    write_threshold(result, data)
+    written = load_decider("sms-probe")
+    assert written.version == 2 and written.params["threshold"] == result.route_threshold
+    assert written.state == load_decider("sms-probe@1").state
