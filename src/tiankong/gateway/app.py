@@ -25,7 +25,7 @@ from starlette.routing import Route
 from ..client import validate_messages
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
-from ..tasks.bodies import BODIES as TASK_BODIES
+from ..tasks.specs import SPECS
 from .admission import Lane
 from .batch_routes import BatchApi, BatchCollector
 from .body import default_temperature, unhonoured_field
@@ -42,7 +42,7 @@ from .pipeline import Pipeline
 from .preempt import forward_preemptible, preemptible
 from .responses import engine_unavailable, error_for, error_response, upstream_error
 from .state import GatewayState
-from .structured_routes import extract_task, structured_chat, tool_chat, wants_structured, wants_tools
+from .structured_routes import structured_chat, tool_chat, wants_structured, wants_tools
 from .task_routes import cohere_rerank_answer, cohere_rerank_body, embeddings_answer, run_task
 from .upstream import note_json
 
@@ -291,17 +291,12 @@ class Gateway:
 
     # --- tasks ---------------------------------------------------------------------------------------------
 
-    async def extract(self, request: Request) -> Response:
-        call = RequestRecord("/v1/tasks/extract")
-        return await self.admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
-            call, lambda client: extract_task(client, body, call.note_answer)))
-
     async def task(self, request: Request) -> Response:
+        """``/v1/tasks/<task>``: every registered task (``tasks/specs.py``; bodies, answers: ``tasks/bodies.py``)."""
         name = request.path_params["task"]
-        if name not in TASK_BODIES:
+        if name not in SPECS:
             return self.first.done(RequestRecord("/v1/tasks/{task}"), error_response(
-                404, f"unknown task {name!r}; tasks: extract, {', '.join(TASK_BODIES)}", "invalid_request_error",
-                "not_found"))
+                404, f"unknown task {name!r}; tasks: {', '.join(SPECS)}", "invalid_request_error", "not_found"))
         call = RequestRecord(f"/v1/tasks/{name}")
 
         async def work(client: Any, body: dict[str, Any]) -> Response:
@@ -385,7 +380,6 @@ class Gateway:
             Route(COMPLETIONS, self.completions, methods=["POST"]),
             Route(EMBEDDINGS, self.embeddings, methods=["POST"]),
             Route("/v1/rerank", self.rerank, methods=["POST"]),
-            Route("/v1/tasks/extract", self.extract, methods=["POST"]),
             Route("/v1/tasks/{task}", self.task, methods=["POST"]),
             *(Route(path, self.native_post(path), methods=["POST"]) for path in NATIVE_POST),
             *(Route(path, self.native_get(path), methods=["GET"]) for path in NATIVE_GET),

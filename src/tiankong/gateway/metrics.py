@@ -63,8 +63,9 @@ class RequestRecord:
         if isinstance(data.get("timings"), dict):
             self.timings = data["timings"]
         extension = data["tiankong"] if isinstance(data.get("tiankong"), dict) else data
-        if isinstance(extension.get("attempts"), int):
-            self.attempts = extension["attempts"]
+        attempts = extension.get("attempts", data.get("attempts"))  # a task answer's own (extract's)
+        if isinstance(attempts, int):
+            self.attempts = attempts
 
 
 class GatewayMetrics:
