@@ -14,8 +14,8 @@ builds its sans-I/O flow from validated arguments and turns the result into JSON
   **args)`` runs any registered task.
 
 Adding a task (docs/tasks.md, "Adding a task"): one module with its arguments model, flow and result type, and one
-``TaskSpec`` in ``SPECS`` below (and its docs section; ``make docs`` writes its parameter table and its row in
-``tiankong --help``).
+``TaskSpec`` in ``SPECS`` below (and its docs section; ``make docs`` writes its parameter table). ``tiankong
+--help`` reads each command's summary from this file's source (``cli/help_table.py``): keep it a string literal.
 """
 
 from __future__ import annotations
