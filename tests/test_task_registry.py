@@ -520,3 +520,32 @@ def test_an_engine_free_answer_refuses_an_engine_call_by_name() -> None:
 
     answer = json.loads(shown.output)  # rules only, no engine started
     assert "a.b@example.com" not in answer["text"] and answer["entities"]
+
+
+def test_extract_is_a_registered_task_on_every_surface_with_its_own_input_and_answer() -> None:
+    """extract's command reads --schema from a file (a file, named in errors), keeps --strict and --evidence;
+    its route (the generic task route, the spec's http part) answers bad bodies as before; the metrics read the
+    attempts of its answer (at its top level, beside the decoding evidence)."""
+    from starlette.testclient import TestClient
+
+    from tiankong.gateway import GatewayState, create_app
+    from tiankong.gateway.metrics import RequestRecord
+
+    assert SPECS["extract"].http is not None and "extract" in build_openapi()["paths"]["/v1/tasks/extract"]["post"][
+        "summary"].lower()
+    shown = " ".join(CliRunner().invoke(main, ["extract", "--help"]).output.split())
+    assert "--schema FILE JSON Schema file. [required]" in shown
+    assert "--strict" in shown and "--json, --evidence" in shown
+    missing = CliRunner().invoke(main, ["extract", "--url", "http://127.0.0.1:9", "--schema", "/nonexistent.json",
+                                        "x"])
+    assert missing.exit_code == 1 and "cannot read schema file /nonexistent.json" in missing.output
+    app = create_app(GatewayState(upstream_url="http://127.0.0.1:9", model_name="m"))  # never reached
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        for body, says in (({"text": "", "schema": {}}, "'text' must be a non-empty string"),
+                           ({"text": "x"}, "'schema' is required"),
+                           ({"text": "x", "schema": {}, "instructions": 5}, "'instructions' must be a string")):
+            answer = http.post("/v1/tasks/extract", json=body)
+            assert answer.status_code == 400 and says in answer.json()["error"]["message"]
+    call = RequestRecord("/v1/tasks/extract")
+    call.note_answer({"data": {}, "attempts": 2, "usage": {"prompt_tokens": 1}, "tiankong": {"path": "grammar"}})
+    assert call.attempts == 2 and call.usage == {"prompt_tokens": 1}
