@@ -53,7 +53,6 @@ mutants: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -m tiankong.tasks.doc_tables docs/tasks.md
-	$(BIN)/python -m tiankong.cli.help_table src/tiankong/cli/__init__.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

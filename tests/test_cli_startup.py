@@ -29,6 +29,7 @@ def modules_after(*argv: str) -> set[str]:
 
 
 @pytest.mark.parametrize("argv", [("classify", "--help"), ("redact", "--help"), ("tag", "--help"),
+                                  ("extract", "--help"),
                                   ("call", "--help"), ("eval", "--help"), ("batch", "--help"), ("tune", "--help"),
                                   ("redact", "--no-model", "Call me at 13800138000.")])
 def test_no_heavy_import_before_it_is_used(argv: tuple[str, ...]) -> None:

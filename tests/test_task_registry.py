@@ -147,8 +147,9 @@ def test_eval_items_take_args_and_old_flat_items_keep_their_cache_key() -> None:
     assert ignored.args == {}  # a flat key redact does not take: ignored, as before args
 
 
-#: the registered tasks with their own, explicit client method (the typed way; any task: ``client.task(NAME)``)
-EXPLICIT = sorted(task for task in SPECS if hasattr(Client, task))
+#: the registered tasks with their own, explicit client method (the typed way; any task: ``client.task(NAME)``);
+#: extract's is ``extract_result`` (``Client.extract`` returns the data itself: a dict or a model instance)
+EXPLICIT = sorted(task for task in SPECS if hasattr(Client, task) and task != "extract")
 
 
 def test_the_shipped_tasks_keep_their_explicit_client_methods() -> None:
@@ -168,6 +169,16 @@ def test_client_methods_have_the_specs_parameters_and_defaults(cls: type, task: 
     for name, info in wire.items():
         if not info.is_required():
             assert params[name].default == info.default, f"{cls.__name__}.{task}({name}=…) default"
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_extract_result_has_the_specs_parameters(cls: type) -> None:
+    """extract's result-typed method takes the spec's arguments (schema positionally: the spec requires one) plus
+    the decoding settings a client has and a body does not carry."""
+    params = {name: p for name, p in inspect.signature(cls.extract_result).parameters.items() if name != "self"}
+    wire = {_key("extract", f): info for f, info in SPECS["extract"].args.model_fields.items()}
+    assert set(params) - {"strict", "max_tokens", "max_attempts"} == set(wire)
+    assert params["instructions"].default == wire["instructions"].default
 
 
 def test_client_task_runs_any_registered_task_by_name() -> None:
@@ -333,10 +344,8 @@ def test_fields_a_local_engine_would_drop_are_refused_by_name() -> None:
 
 
 def test_every_task_command_is_made_from_its_spec_and_tiankong_help_lists_it() -> None:
-    """One command per registered task, its help the spec's summary; ``tiankong --help``'s rows for them are
-    written from the registry by ``make docs`` (cli/help_table.py) and are not stale."""
-    from pathlib import Path
-
+    """One command per registered task, its help the spec's summary; ``tiankong --help``'s rows for them are read
+    from the registry's source at run time (cli/help_table.py), the same rows as the imported registry's."""
     from tiankong.cli import COMMANDS as TOP
     from tiankong.cli import help_table
 
@@ -345,9 +354,159 @@ def test_every_task_command_is_made_from_its_spec_and_tiankong_help_lists_it() -
         cli = SPECS[str(command.name)].cli
         assert cli is not None and command.help == cli.summary
         assert TOP[str(command.name)][:2] == ("task_cmds", command.name)
-    source = Path(__file__).parent.parent / "src" / "tiankong" / "cli" / "__init__.py"
-    text = source.read_text(encoding="utf-8")
-    assert help_table.update(text) == text, "tiankong --help task rows are stale: run `make docs`"
+    source = help_table.SPECS_SOURCE.read_text(encoding="utf-8")
+    assert help_table.from_source(source) == help_table.from_registry()  # read without importing, not imported
+    assert list(help_table.from_source(source)) == [c.name for c in COMMANDS]
+    with pytest.raises(ValueError, match="summary"):  # a summary that is not a literal: told, then imported
+        help_table.from_source(source.replace('CliPart(\n        "Classify TEXT', 'CliPart(\n        SUMMARY + "'))
+
+
+WORDCOUNT_MODULE = '''"""wordcount: how many words a text has, and its commonest ones (a task added by a test)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from ..structured.flow import Flow
+from .args import TEXT, TaskArgs
+
+
+class WordCountArgs(TaskArgs):
+    text: str = TEXT
+    top: int = Field(3, ge=1, le=50, description="How many of the commonest words to list.")
+
+
+@dataclass
+class WordCount:
+    words: int
+    commonest: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"words": self.words, "commonest": self.commonest}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WordCount:
+        return cls(int(data["words"]), list(data["commonest"]))
+
+
+def word_count_flow(a: WordCountArgs, model: str | None) -> Flow[WordCount]:
+    words = a.text.lower().split()
+    if False:
+        yield  # no engine call: the count is the text's own
+    return WordCount(len(words), [w for w, _ in Counter(words).most_common(a.top)])
+
+
+def word_count_line(result: WordCount) -> str:
+    return f"{result.words}\\t{' '.join(result.commonest)}"
+'''
+
+WORDCOUNT_SPEC = '''WORDCOUNT: TaskSpec[WordCountArgs, WordCount] = TaskSpec(
+    "wordcount", WordCountArgs, word_count_flow, "How many words, and the commonest.", batchable=True,
+    from_json=WordCount.from_json, cli=CliPart(
+        "Count the words of TEXT and list the commonest.", (FILE_TEXT, c.option("top", "--top")), word_count_line))
+
+'''
+
+WORDCOUNT_DOCS = """
+### wordcount parameters
+
+<!-- params:wordcount -->
+<!-- /params -->
+"""
+
+WORDCOUNT_PROBE = '''
+import json
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+from tiankong.batch import make_job
+from tiankong.batch.job import TASKS
+from tiankong.cli import main, help_table
+from tiankong.evals.format import TASKS as EVAL_TASKS
+from tiankong.gateway import GatewayState, create_app
+from tiankong.tasks.doc_tables import update
+
+found = {"help": CliRunner().invoke(main, ["--help"]).output,
+         "command": CliRunner().invoke(main, ["wordcount", "--help"]).output,
+         "rows": list(help_table.from_source(help_table.SPECS_SOURCE.read_text(encoding="utf-8")))}
+app = create_app(GatewayState(upstream_url="http://127.0.0.1:9", model_name="m"))  # the flow calls no engine
+with TestClient(app, base_url="http://127.0.0.1") as http:
+    found["openapi"] = sorted(http.get("/openapi.json").json()["paths"]["/v1/tasks/wordcount"]["post"])
+    answer = http.post("/v1/tasks/wordcount", json={"text": "a b a c", "top": 1})
+    found["answer"] = [answer.status_code, answer.json()]
+    found["refused"] = http.post("/v1/tasks/wordcount", json={"text": "a", "top": 0}).json()["error"]["param"]
+found["batch"] = ["wordcount" in TASKS, make_job(input="i", output="o", task="wordcount", args={"top": 2})
+                  .task_args("x").top, "wordcount" in EVAL_TASKS]
+path = __import__("sys").argv[1]
+with open(path, encoding="utf-8") as handle:
+    text = handle.read()
+with open(path, "w", encoding="utf-8") as handle:  # `make docs`
+    handle.write(update(text))
+print(json.dumps(found))
+'''
+
+
+def test_adding_a_task_touches_three_files(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The dry run of docs/tasks.md's "Adding a task", on a copy of the tree: a new module, its entry in
+    tasks/specs.py and its docs section (three files; `make docs` fills its parameter table in that same section)
+    make a CLI command listed by `tiankong --help`, `POST /v1/tasks/NAME` in OpenAPI, validated and answered,
+    a batch and an eval task."""
+    import filecmp
+    import json
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    shutil.copytree(root / "src" / "tiankong", tmp_path / "src" / "tiankong",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "docs").mkdir()
+    shutil.copy(root / "docs" / "tasks.md", tmp_path / "docs" / "tasks.md")
+    tasks = tmp_path / "src" / "tiankong" / "tasks"
+    (tasks / "wordcount.py").write_text(WORDCOUNT_MODULE, encoding="utf-8")  # 1. the module
+    specs = (tasks / "specs.py").read_text(encoding="utf-8")  # 2. the registry entry
+    specs = specs.replace("from .tag import tag_flow\n", "from .tag import tag_flow\nfrom .wordcount import "
+                          "WordCount, WordCountArgs, word_count_flow, word_count_line\n", 1)
+    specs = specs.replace("#: every registered task by name", WORDCOUNT_SPEC + "#: every registered task by name", 1)
+    specs, added = re.subn(r"(SPECS: dict\[str, TaskSpec\[Any, Any\]\] = \{spec\.name: spec for spec in \(.*?)\)\}",
+                           r"\1, WORDCOUNT)}", specs, count=1, flags=re.S)
+    assert added == 1 and "from .wordcount import" in specs and "WORDCOUNT: TaskSpec" in specs
+    (tasks / "specs.py").write_text(specs, encoding="utf-8")
+    with (tmp_path / "docs" / "tasks.md").open("a", encoding="utf-8") as docs:  # 3. its docs section
+        docs.write(WORDCOUNT_DOCS)
+
+    probe = subprocess.run([sys.executable, "-c", WORDCOUNT_PROBE, str(tmp_path / "docs" / "tasks.md")],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                           env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "src")})
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    found = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert "wordcount" in found["help"] and "Count the words of TEXT" in found["help"]
+    command = " ".join(found["command"].split())
+    assert "--top INTEGER RANGE" in command and "[default: 3; 1<=x<=50]" in command
+    assert found["rows"][-1] == "wordcount"
+    assert found["openapi"] == ["requestBody", "responses", "summary"]
+    assert found["answer"] == [200, {"words": 4, "commonest": ["a"]}]
+    assert found["refused"] == "top"
+    assert found["batch"] == [True, 2, True]
+    docs = (tmp_path / "docs" / "tasks.md").read_text(encoding="utf-8")
+    assert "| `top` | `int` | `3` | ≥ 1, ≤ 50 | How many of the commonest words to list. |" in docs
+
+    def changed(left: Path, right: Path, prefix: str = "") -> list[str]:
+        cmp = filecmp.dircmp(left, right, ignore=["__pycache__"])
+        found = [prefix + name for name in cmp.diff_files + cmp.left_only + cmp.right_only]
+        for sub in cmp.common_dirs:
+            found += changed(left / sub, right / sub, f"{prefix}{sub}/")
+        return found
+
+    touched = changed(root / "src" / "tiankong", tmp_path / "src" / "tiankong", "src/tiankong/")
+    touched += ["docs/tasks.md"] if not filecmp.cmp(root / "docs" / "tasks.md", tmp_path / "docs" / "tasks.md",
+                                                     shallow=False) else []
+    assert sorted(touched) == ["docs/tasks.md", "src/tiankong/tasks/specs.py", "src/tiankong/tasks/wordcount.py"]
 
 
 def test_an_engine_free_answer_refuses_an_engine_call_by_name() -> None:
@@ -361,3 +520,32 @@ def test_an_engine_free_answer_refuses_an_engine_call_by_name() -> None:
 
     answer = json.loads(shown.output)  # rules only, no engine started
     assert "a.b@example.com" not in answer["text"] and answer["entities"]
+
+
+def test_extract_is_a_registered_task_on_every_surface_with_its_own_input_and_answer() -> None:
+    """extract's command reads --schema from a file (a file, named in errors), keeps --strict and --evidence;
+    its route (the generic task route, the spec's http part) answers bad bodies as before; the metrics read the
+    attempts of its answer (at its top level, beside the decoding evidence)."""
+    from starlette.testclient import TestClient
+
+    from tiankong.gateway import GatewayState, create_app
+    from tiankong.gateway.metrics import RequestRecord
+
+    assert SPECS["extract"].http is not None and "extract" in build_openapi()["paths"]["/v1/tasks/extract"]["post"][
+        "summary"].lower()
+    shown = " ".join(CliRunner().invoke(main, ["extract", "--help"]).output.split())
+    assert "--schema FILE JSON Schema file. [required]" in shown
+    assert "--strict" in shown and "--json, --evidence" in shown
+    missing = CliRunner().invoke(main, ["extract", "--url", "http://127.0.0.1:9", "--schema", "/nonexistent.json",
+                                        "x"])
+    assert missing.exit_code == 1 and "cannot read schema file /nonexistent.json" in missing.output
+    app = create_app(GatewayState(upstream_url="http://127.0.0.1:9", model_name="m"))  # never reached
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        for body, says in (({"text": "", "schema": {}}, "'text' must be a non-empty string"),
+                           ({"text": "x"}, "'schema' is required"),
+                           ({"text": "x", "schema": {}, "instructions": 5}, "'instructions' must be a string")):
+            answer = http.post("/v1/tasks/extract", json=body)
+            assert answer.status_code == 400 and says in answer.json()["error"]["message"]
+    call = RequestRecord("/v1/tasks/extract")
+    call.note_answer({"data": {}, "attempts": 2, "usage": {"prompt_tokens": 1}, "tiankong": {"path": "grammar"}})
+    assert call.attempts == 2 and call.usage == {"prompt_tokens": 1}

@@ -84,9 +84,8 @@ def emit_table(columns: list[str], rows: list[list[str]], wrap: str | None = Non
 
 #: command name → (module in tiankong.cli, attribute, the short help ``tiankong --help`` lists); a command's
 #: module is imported only when the command runs or shows its own help (a test holds the helps to the commands).
-#: The task commands' rows come from the task registry: ``make docs`` writes them between the markers (reading
-#: the registry here would load it, and the HTTP stack with it, for every ``tiankong --help``)
-COMMANDS: dict[str, tuple[str, str, str]] = {
+#: The task commands follow these: one per registered task, read from the registry's source (``help_table.py``)
+FIXED: dict[str, tuple[str, str, str]] = {
     "engine": ("engine_cmds", "engine", 'Build, locate and describe the llama-server engine.'),
     "models": ("models_cmds", "models", 'The model catalog and local registry.'),
     "plan": ("plan_cmds", "plan",
@@ -108,54 +107,55 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "chat": ("run_cmds", "chat", 'Interactive chat (empty line or /exit quits, /reset clears history).'),
     "run": ("run_cmds", "run", 'One-shot generation.'),
     "doctor": ("run_cmds", "doctor", 'Check the engine, models, CPU, memory and directories; say what to fix.'),
-    "extract": ("structured_cmds", "extract",
-        "Extract fields from TEXT ('-' or absent: stdin) as JSON valid against --schema."),
-    **{name: ("task_cmds", name, short) for name, short in {
-        # <task-commands> written by `make docs` (cli/help_table.py) from each spec's cli.summary
-        "classify": "Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities.",
-        "route": "Route TEXT to one of the routes, or escalate it (and, with --upstream-url, answer it there).",
-        "rewrite": "Rewrite QUERY for retrieval (and/or write a hypothetical answer passage).",
-        "rerank": "Rank candidates against QUERY (BM25 + embedding, fused); print the best first.",
-        "redact": "Find and redact PII in TEXT (Chinese and English).",
-        "guard": "Screen TEXT for prompt injection (and policies): allow, flag or block.",
-        "compress": "The sentences of a long TEXT that matter, within a token budget.",
-        "summarize": "Summarize TEXT in at most --words words.",
-        "tag": "Keywords and metadata for TEXT as JSON.",
-        "ask": "Answer many questions about TEXT, reading it once.",
-        "call": "Validated tool calls for TEXT (or a reply in words), with the decision's probabilities.",
-        "sql": "One read-only SELECT answering QUESTION; only the schema's tables and columns can be written.",
-        "sentiment": "The sentiment of TEXT: positive, negative or neutral, with probabilities.",
-        # </task-commands>
-    }.items()},
 }
+_table: dict[str, tuple[str, str, str]] = {}
+
+
+def commands() -> dict[str, tuple[str, str, str]]:
+    """Every command: the fixed ones, then one per registered task (``task_cmds``), in the registry's order."""
+    if not _table:
+        from .help_table import task_summaries
+
+        _table.update(FIXED)
+        _table.update({name: ("task_cmds", name, click.Command(name, help=summary).get_short_help_str(limit=150))
+                       for name, summary in task_summaries().items() if name not in FIXED})
+    return _table
+
+
+def __getattr__(name: str) -> Any:
+    """``COMMANDS``: the whole table (made on first use: ``tiankong serve`` never reads the registry's source)."""
+    if name == "COMMANDS":
+        return commands()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class LazyGroup(TiankongGroup):
     """The top-level group: commands are loaded on use, so ``tiankong --help`` imports none of them."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        return list(commands())
 
     def resolve_command(self, ctx: click.Context,
                         args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
-        if name and name not in COMMANDS and not name.startswith("-"):
+        if name and name not in FIXED and name not in commands() and not name.startswith("-"):
             import difflib
 
-            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(name, list(commands()), n=1, cutoff=0.6)
             ctx.fail(f"no such command {name!r}" + (f"; did you mean {close[0]}?" if close else
                                                        "; see `tiankong --help`"))
         return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in COMMANDS:
+        found = FIXED.get(cmd_name) or commands().get(cmd_name)
+        if found is None:
             return None
-        module, attr, _ = COMMANDS[cmd_name]
+        module, attr, _ = found
         command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, short) for name, (_, _, short) in COMMANDS.items()]
+        rows = [(name, short) for name, (_, _, short) in commands().items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -23,34 +23,34 @@ from . import emit_json
 from .run_cmds import API_KEY_OPTION
 from .spec_options import spec_option
 
-if TYPE_CHECKING:
-    pass
-
-_options = [
-    click.option("--model", default=None, help=f"Model (default: TIANKONG_MODEL, else {DEFAULT_MODEL}; embedded "
-                 "engine)."),
-    click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
-    click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
-    click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON."),
-    API_KEY_OPTION,
-]
 COMMON = ("model", "url", "llama_server", "as_json")
 
 
-def task_options(func: Callable[..., None]) -> Callable[..., None]:
-    for option in reversed(_options):
+def task_options(func: Callable[..., None], json_flags: tuple[str, ...] = ("--json",),
+                 json_help: str = "Print the full result as JSON.") -> Callable[..., None]:
+    """--model, --url, --llama-server, the JSON flag(s) (``as_json``), --api-key."""
+    options = [
+        click.option("--model", default=None, help=f"Model (default: TIANKONG_MODEL, else {DEFAULT_MODEL}; "
+                     "embedded engine)."),
+        click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
+        click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
+        click.option(*json_flags, "as_json", is_flag=True, help=json_help),
+        API_KEY_OPTION,
+    ]
+    for option in reversed(options):
         func = option(func)
     return func
 
 
-def read_text(text: str | None, file: str | None = None) -> str:
-    """TEXT, or --file, or stdin ('-' or absent); bytes must be UTF-8."""
+def read_text(text: str | None, file: str | None = None, *, file_option: bool = True) -> str:
+    """TEXT, or --file (where the command has one), or stdin ('-' or absent); bytes must be UTF-8."""
     if file:
         data = _read_bytes(file)
     elif text not in (None, "-"):
         return str(text)
     elif sys.stdin.isatty():
-        raise click.UsageError("give TEXT, --file, or pipe the text on stdin")
+        raise click.UsageError("give TEXT, --file, or pipe the text on stdin" if file_option else
+                               "give TEXT or pipe it on stdin")
     else:
         data = sys.stdin.buffer.read()
     try:
@@ -60,11 +60,11 @@ def read_text(text: str | None, file: str | None = None) -> str:
                           hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
 
 
-def _read_bytes(path: str) -> bytes:
+def _read_bytes(path: str, what: str | None = None) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read {what + ' ' if what else ''}{path}: {exc.strerror}") from None
 
 
 def read_json(path: str) -> Any:
@@ -107,6 +107,8 @@ def _param(spec: TaskSpec[Any, Any], item: CliInput) -> Callable[[Any], Any]:
         kwargs["show_default"] = True
     if item.int_range:
         kwargs["type"] = click.IntRange(*item.int_range)
+    if item.path:
+        kwargs["type"] = click.Path(dir_okay=False)
     return click.option(*item.decls, item.name, **kwargs)
 
 
@@ -115,7 +117,7 @@ def _read(item: CliInput, value: Any) -> Any:
     if item.kind == "json":
         return read_json(value) if value else None
     if item.kind == "text_file":
-        return _read_bytes(value).decode("utf-8", "replace") if value else None
+        return _read_bytes(value, item.path).decode("utf-8", "replace") if value else None
     if item.kind == "lines":
         return [line for line in read_text(None, value).splitlines() if line.strip()] if value else None
     if item.kind == "joined":
@@ -149,7 +151,7 @@ def gather(spec: TaskSpec[Any, Any], values: dict[str, Any]) -> dict[str, Any]:
             args[name] = None
     if text is not None and text.field is not None:
         given = values[text.name]
-        args[text.field] = read_text(given, values.get("file")) if text.stdin else given
+        args[text.field] = read_text(given, values.get("file"), file_option=text.file) if text.stdin else given
     return {spec.args.model_fields[name].alias or name: value for name, value in args.items()}
 
 
@@ -185,7 +187,7 @@ def task_command(spec: TaskSpec[Any, Any]) -> click.Command:
         decorators.append(_param(spec, item))
         if item.kind == "argument" and item.file:
             decorators.append(click.option("--file", default=None, help="Read the text from this file."))
-    func: Callable[..., Any] = task_options(callback)
+    func: Callable[..., Any] = task_options(callback, cli.json_flags, cli.json_help)
     for decorator in reversed(decorators):
         func = decorator(func)
     return click.command(spec.name, help=cli.summary)(func)

@@ -3,7 +3,8 @@
 * classify, guard, redact answer without starting an engine when nothing they read needs one (a tf-idf decider,
   rules only): the spec's flow runs on ``NO_ENGINE``, a transport that refuses any engine call;
 * classify asks for labels or a decider as a usage error; guard's ``--no-decider``, its exit status on block;
-* route sends an escalated request to ``--upstream-url``; sql reads a SQLite file (``--db``, ``--execute``).
+* route sends an escalated request to ``--upstream-url``; sql reads a SQLite file (``--db``, ``--execute``);
+* extract runs with ``--strict`` (schemas with keywords the grammar cannot enforce are refused).
 
 A task without a hook here needs none: ``task_cmds.task_command`` does the rest.
 """
@@ -144,7 +145,14 @@ def _sql(run: TaskRun) -> Any:
                           dialect=run.args["dialect"], execute=v["execute"], max_rows=v["max_rows"])
 
 
+def _extract(run: TaskRun) -> Any:
+    with client_for(run.model, run.url, run.llama_server) as client:
+        return client.extract_result(run.args["text"], run.args["schema"], instructions=run.args.get("instructions"),
+                                     strict=run.values["strict"])
+
+
 HOOKS: dict[str, Hook] = {
+    "extract": Hook(run=_extract),
     "classify": Hook(check=_classify_check, run=_classify),
     "route": Hook(run=_route),
     "redact": Hook(run=_redact),

@@ -98,11 +98,12 @@ class Replica:
         """``Authorization: Bearer`` with the replica's key (a remote's, or the engine's own); never logged."""
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def state(self) -> str:
-        return self.engine.state.value if self.engine is not None else ProcessState.READY.value
+    def state(self) -> ProcessState:
+        """The engine's state (a remote upstream is always ``READY``); a ``StrEnum``: its JSON is the name."""
+        return self.engine.state if self.engine is not None else ProcessState.READY
 
     def ready(self) -> bool:
-        return self.state() == ProcessState.READY.value
+        return self.state() is ProcessState.READY
 
     def loaded(self) -> bool:
         return self.engine is None or self.engine.state in (EngineState.READY, EngineState.STARTING)
@@ -158,9 +159,9 @@ class PoolEntry:
     def available(self) -> bool:
         """Can serve now or after an on-demand start: some replica is ready, or it may be started and none of
         its replicas has failed."""
-        if any(r.state() == "ready" for r in self.replicas):
+        if any(r.state() is ProcessState.READY for r in self.replicas):
             return True
-        return self.on_demand and not all(r.state() == "failed" for r in self.replicas)
+        return self.on_demand and not all(r.state() is ProcessState.FAILED for r in self.replicas)
 
 
 def _no_load(_: Replica) -> int:
@@ -329,7 +330,7 @@ class EnginePool:
     def describe(self) -> list[dict[str, object]]:
         return [{"model": e.name, "aliases": e.aliases, "loaded": e.loaded() or not e.has_local(),
                  "idle_ttl_s": e.idle_ttl_s,
-                 "replicas": [{"name": r.name, "state": r.state(), "local": r.local, "outstanding": self.load(r)}
+                 "replicas": [{"name": r.name, "state": r.state().value, "local": r.local, "outstanding": self.load(r)}
                               for r in e.replicas]} for e in self.entries]
 
 

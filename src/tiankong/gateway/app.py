@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -25,7 +24,7 @@ from starlette.routing import Route
 from ..client import validate_messages
 from ..errors import TiankongError
 from ..lora.selection import AdapterTables, adapter_group
-from ..tasks.bodies import BODIES as TASK_BODIES
+from ..tasks.specs import SPECS
 from .admission import Lane
 from .batch_routes import BatchApi, BatchCollector
 from .body import default_temperature, unhonoured_field
@@ -36,13 +35,13 @@ from .degrade import Degradation, cap_prompt
 from .guard import Guard, unauthorized
 from .keys import hash_key
 from .metrics import GatewayMetrics, RequestRecord
-from .native import NATIVE_GET, NATIVE_POST, SLOTLESS, detokenize_problem, native_problem, native_refused, vocab_size
+from .native import NATIVE_GET, NATIVE_POST, SLOTLESS, native_get, native_post
 from .openapi import build_openapi
 from .pipeline import Pipeline
 from .preempt import forward_preemptible, preemptible
-from .responses import engine_unavailable, error_for, error_response, upstream_error
+from .responses import error_for, error_response
 from .state import GatewayState
-from .structured_routes import extract_task, structured_chat, tool_chat, wants_structured, wants_tools
+from .structured_routes import structured_chat, tool_chat, wants_structured, wants_tools
 from .task_routes import cohere_rerank_answer, cohere_rerank_body, embeddings_answer, run_task
 from .upstream import note_json
 
@@ -242,66 +241,14 @@ class Gateway:
         return await pipe.run(request, call, lambda: pipe.upstream.run_client(
             call, lambda client: embeddings_answer(client, body)))
 
-    # --- llama.cpp's own endpoints -------------------------------------------------------------------------
-
-    def native_post(self, path: str) -> Callable[[Request], Awaitable[Response]]:
-        async def handler(request: Request) -> Response:
-            prepared = await self.prepared(request, path)
-            if isinstance(prepared, Response):
-                return prepared
-            call, pipe, body = prepared
-            upstream = pipe.upstream
-            if refused := native_refused(path) if upstream.replica.remote else native_problem(path, body):
-                return pipe.done(call, refused)
-            if path == "/detokenize" and (refused := detokenize_problem(body, await vocab_size(
-                    upstream.http, upstream.replica.url(), upstream.replica.pid(), upstream.replica.auth_headers()))):
-                return pipe.done(call, refused)
-            checked = await self.checked(path, prepared)
-            if isinstance(checked, Response):
-                return checked
-            return await self.generated(request, path, (call, pipe, checked))
-
-        return handler
-
-    def native_get(self, path: str) -> Callable[[Request], Awaitable[Response]]:
-        """llama.cpp's read-only endpoints that tiankong's own flows read (``?model=`` picks the engine)."""
-        async def handler(request: Request) -> Response:
-            if (refusal := self.guard.refusal(request)) is not None:
-                return refusal
-            call = RequestRecord(path)
-            routed = await self.state.router.route({"model": request.query_params.get("model")}, call)
-            if isinstance(routed, Response):
-                return routed
-            replica = routed.replica
-            if replica.remote:
-                return native_refused(path)
-            try:
-                answer = await self.pipe_for(call).upstream.http.get(replica.url() + path,
-                                                                     headers=replica.auth_headers())
-            except httpx.HTTPError as exc:
-                return engine_unavailable(f"the engine did not answer {path}: {type(exc).__name__}")
-            if answer.status_code >= 400:
-                return upstream_error(answer.status_code, answer.content)
-            data = answer.json()
-            if isinstance(data, dict):
-                data.pop("model_path", None)  # where the file lies on the gateway's machine is not the caller's
-            return JSONResponse(data)
-
-        return handler
-
     # --- tasks ---------------------------------------------------------------------------------------------
 
-    async def extract(self, request: Request) -> Response:
-        call = RequestRecord("/v1/tasks/extract")
-        return await self.admitted(request, call, lambda pipe, body: pipe.upstream.run_client(
-            call, lambda client: extract_task(client, body, call.note_answer)))
-
     async def task(self, request: Request) -> Response:
+        """``/v1/tasks/<task>``: every registered task (``tasks/specs.py``; bodies, answers: ``tasks/bodies.py``)."""
         name = request.path_params["task"]
-        if name not in TASK_BODIES:
+        if name not in SPECS:
             return self.first.done(RequestRecord("/v1/tasks/{task}"), error_response(
-                404, f"unknown task {name!r}; tasks: extract, {', '.join(TASK_BODIES)}", "invalid_request_error",
-                "not_found"))
+                404, f"unknown task {name!r}; tasks: {', '.join(SPECS)}", "invalid_request_error", "not_found"))
         call = RequestRecord(f"/v1/tasks/{name}")
 
         async def work(client: Any, body: dict[str, Any]) -> Response:
@@ -385,10 +332,9 @@ class Gateway:
             Route(COMPLETIONS, self.completions, methods=["POST"]),
             Route(EMBEDDINGS, self.embeddings, methods=["POST"]),
             Route("/v1/rerank", self.rerank, methods=["POST"]),
-            Route("/v1/tasks/extract", self.extract, methods=["POST"]),
             Route("/v1/tasks/{task}", self.task, methods=["POST"]),
-            *(Route(path, self.native_post(path), methods=["POST"]) for path in NATIVE_POST),
-            *(Route(path, self.native_get(path), methods=["GET"]) for path in NATIVE_GET),
+            *(Route(path, native_post(self, path), methods=["POST"]) for path in NATIVE_POST),
+            *(Route(path, native_get(self, path), methods=["GET"]) for path in NATIVE_GET),
         ]
         if self.batch_api is not None:
             routes.extend(self.batch_api.routes(self.guard.authenticate, self.guard.admit_key))

@@ -56,7 +56,7 @@ async def sample_forever(metrics: GatewayMetrics, engines: Callable[[], list[Lan
 def engine_row(handle: Lane, models: list[str], busy: tuple[int, int] | None) -> dict[str, Any]:
     admission = handle.admission
     return {
-        "name": handle.name, "models": models, "state": handle.replica.state(),
+        "name": handle.name, "models": models, "state": handle.replica.state().value,
         "in_flight": admission.in_flight, "limit": admission.limit,
         "queue": admission.waiting, "queue_capacity": admission.queue_size,
         "busy_slots": busy[0] if busy else None, "slots": busy[1] if busy else None,
@@ -72,7 +72,7 @@ async def stats_payload(metrics: GatewayMetrics, engines: list[tuple[Lane, list[
     sample_engines(metrics, lambda: [handle for handle, _ in engines])
     live = metrics.live
     rows = [engine_row(handle, models, metrics.engines.busy.get(handle.name)) for handle, models in engines]
-    ready = any(row["state"] == "ready" for row in rows)
+    ready = any(handle.replica.ready() for handle, _ in engines)
     return {
         "status": "ok" if ready else "unavailable",
         "model": engines[0][1][0] if engines and engines[0][1] else "-",

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..engine.pool import spec_from_timings
+from ..engine.pool import ProcessState, spec_from_timings
 from .admission import Lane
 from .stats import LiveStats
 
@@ -63,8 +63,9 @@ class RequestRecord:
         if isinstance(data.get("timings"), dict):
             self.timings = data["timings"]
         extension = data["tiankong"] if isinstance(data.get("tiankong"), dict) else data
-        if isinstance(extension.get("attempts"), int):
-            self.attempts = extension["attempts"]
+        attempts = extension.get("attempts", data.get("attempts"))  # a task answer's own (extract's)
+        if isinstance(attempts, int):
+            self.attempts = attempts
 
 
 class GatewayMetrics:
@@ -266,7 +267,7 @@ class EngineCollector(Collector):
         families["batch_queue"].add_metric(name, admission.batch_waiting)
         families["extra"].add_metric(name, admission.extra_in_flight)
         state = handle.replica.state()
-        families["up"].add_metric([handle.name, state], 1.0 if state == "ready" else 0.0)
+        families["up"].add_metric([handle.name, state.value], 1.0 if state is ProcessState.READY else 0.0)
         if handle.name in self.busy:
             busy, total = self.busy[handle.name]
             families["busy"].add_metric(name, busy)

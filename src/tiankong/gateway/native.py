@@ -1,15 +1,24 @@
 """llama.cpp's own endpoints on the gateway: what tiankong's client flows call (``/props``, ``/tokenize``,
 ``/apply-template``, ``/completion``, …), so ``Client(url=<gateway>)`` and ``tiankong <task> --url <gateway>``
-work through a gateway. They go through the same pipeline as every route (``app.py``)."""
+work through a gateway. They go through the same pipeline as every route (``app.py``); their handlers, made
+here for a :class:`~tiankong.gateway.app.Gateway`, are that route family."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
-from .responses import error_response
+from .metrics import RequestRecord
+from .responses import engine_unavailable, error_response, upstream_error
+
+if TYPE_CHECKING:
+    from .app import Gateway
+
+Handler = Callable[[Request], Awaitable[Response]]
 
 #: llama.cpp's own endpoints, passed through to the engine (auth, admission, deadline, metrics as every route):
 #: what tiankong's client flows call, so ``Client(url=<gateway>)`` and ``tiankong <task> --url`` work through a
@@ -61,3 +70,51 @@ def detokenize_problem(body: dict[str, Any], n_vocab: int | None) -> JSONRespons
         return None
     return error_response(400, f"/detokenize needs 'tokens' as at most {MAX_DETOKENIZE} token ids (whole numbers "
                           f"from 0{top})", "invalid_request_error", "invalid_value", param="tokens")
+
+
+def native_post(gateway: Gateway, path: str) -> Handler:
+    """A POST passthrough: the gateway's guard, router and checks, the field it needs, valid token ids."""
+    async def handler(request: Request) -> Response:
+        prepared = await gateway.prepared(request, path)
+        if isinstance(prepared, Response):
+            return prepared
+        call, pipe, body = prepared
+        upstream = pipe.upstream
+        if refused := native_refused(path) if upstream.replica.remote else native_problem(path, body):
+            return pipe.done(call, refused)
+        if path == "/detokenize" and (refused := detokenize_problem(body, await vocab_size(
+                upstream.http, upstream.replica.url(), upstream.replica.pid(), upstream.replica.auth_headers()))):
+            return pipe.done(call, refused)
+        checked = await gateway.checked(path, prepared)
+        if isinstance(checked, Response):
+            return checked
+        return await gateway.generated(request, path, (call, pipe, checked))
+
+    return handler
+
+
+def native_get(gateway: Gateway, path: str) -> Handler:
+    """llama.cpp's read-only endpoints that tiankong's own flows read (``?model=`` picks the engine)."""
+    async def handler(request: Request) -> Response:
+        if (refusal := gateway.guard.refusal(request)) is not None:
+            return refusal
+        call = RequestRecord(path)
+        routed = await gateway.state.router.route({"model": request.query_params.get("model")}, call)
+        if isinstance(routed, Response):
+            return routed
+        replica = routed.replica
+        if replica.remote:
+            return native_refused(path)
+        try:
+            answer = await gateway.pipe_for(call).upstream.http.get(replica.url() + path,
+                                                                    headers=replica.auth_headers())
+        except httpx.HTTPError as exc:
+            return engine_unavailable(f"the engine did not answer {path}: {type(exc).__name__}")
+        if answer.status_code >= 400:
+            return upstream_error(answer.status_code, answer.content)
+        data = answer.json()
+        if isinstance(data, dict):
+            data.pop("model_path", None)  # where the file lies on the gateway's machine is not the caller's
+        return JSONResponse(data)
+
+    return handler

@@ -1,7 +1,8 @@
 """``GET /openapi.json``: an OpenAPI 3.1 document for every gateway route.
 
 Task request bodies come from the Pydantic models the routes validate with, so the document cannot drift
-from what is accepted. Every error is the OpenAI shape ``{"error": {"message", "type", "code"}}``.
+from what is accepted (a task whose route reads its body itself, extract, declares its schemas in its spec).
+Every error is the OpenAI shape ``{"error": {"message", "type", "code"}}``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from ..tasks.bodies import BODIES
+from ..tasks.specs import SPECS
 
 REF = "#/components/schemas/{model}"
 JSON = "application/json"
@@ -35,11 +37,6 @@ CHAT_BODY = {"type": "object", "required": ["messages"], "additionalProperties":
 COMPLETION_BODY = {"type": "object", "required": ["prompt"], "additionalProperties": True,
                    "properties": {"prompt": {}, **SAMPLING}}
 EMBEDDING_BODY = {"type": "object", "required": ["input"], "properties": {"input": {}, "model": {"type": "string"}}}
-EXTRACT_BODY = {"type": "object", "required": ["text", "schema"], "additionalProperties": False, "properties": {
-    "text": {"type": "string", "minLength": 1}, "schema": {"type": "object", "description": "a JSON Schema"},
-    "instructions": {"type": "string"}, "model": {"type": "string"}}}
-EXTRACT_ANSWER = {"type": "object", "required": ["data", "attempts", "usage"],
-                  "properties": {"data": {}, "attempts": {"type": "integer"}, "usage": {"type": "object"}}}
 
 ERRORS = {
     "400": "malformed JSON, invalid UTF-8, wrong types, invalid schema", "401": "missing or invalid API key",
@@ -86,7 +83,9 @@ def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0") -> di
                                       CHAT_BODY, obj, stream=True),
         "/v1/completions": _post("OpenAI text completions", COMPLETION_BODY, obj, stream=True),
         "/v1/embeddings": _post("OpenAI embeddings", EMBEDDING_BODY, obj),
-        "/v1/tasks/extract": _post("Schema-validated extraction", EXTRACT_BODY, EXTRACT_ANSWER),
+        # a task whose route reads its body itself (extract) declares its schemas in its spec
+        **{f"/v1/tasks/{task}": _post(spec.http.summary, spec.http.body, spec.http.result)
+           for task, spec in SPECS.items() if spec.http is not None},
     }
     native = {"type": "object", "description": "llama.cpp's own request body (passed to the engine)",
               "properties": {"model": {"type": "string"}}}

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from ..engine.pool import EnginePool, PoolFull, Replica
+from ..engine.pool import EnginePool, PoolFull, ProcessState, Replica
 from ..errors import ConfigError, EngineError
 from .admission import Admission, Lane
 from .metrics import RequestRecord
@@ -85,8 +85,8 @@ class ModelRouter:
         lane = self.lane(replica)
         if lane is self.fallback:
             call.degraded = "fallback"
-        elif replica.state() not in ("ready", "starting") and not lane.recycling:
-            return error_response(503, f"the engine is {replica.state()}; retry shortly", "engine_error",
+        elif replica.state() not in (ProcessState.READY, ProcessState.STARTING) and not lane.recycling:
+            return error_response(503, f"the engine is {replica.state().value}; retry shortly", "engine_error",
                                   "engine_unavailable", headers={"Retry-After": "2"})
         body["model"] = call.model = entry.name
         call.engine = lane.name
@@ -97,10 +97,10 @@ class ModelRouter:
         state, load and next restart attempt; every model's replicas."""
         first, replica = self.first, self.pool.entries[0].replicas[0]
         status = replica.state()
-        retry = replica.next_retry_s() if status != "ready" else None
+        retry = replica.next_retry_s() if status is not ProcessState.READY else None
         up = self.pool.available()
         crash = {"crash_loop": replica.crash_loop()} if replica.crash_loop() else {}
-        return JSONResponse({"status": "ok" if up else "unavailable", "engine": status, **crash,
+        return JSONResponse({"status": "ok" if up else "unavailable", "engine": status.value, **crash,
                              "model": self.pool.entries[0].name, "in_flight": first.admission.in_flight,
                              "queued": first.admission.waiting, "degradation": degradation,
                              "pool": self.pool.describe(), **({"next_retry_s": retry} if retry is not None else {})},

@@ -7,7 +7,8 @@
 * ``/v1/chat/completions`` with ``tools`` runs ``tiankong.structured.tools``: the decision to call (with its
   probability), the call's arguments under a grammar and validated (fail-closed), OpenAI's ``tool_calls`` and
   ``finish_reason: "tool_calls"`` (streamed: one delta per call).
-* ``POST /v1/tasks/extract {text, schema, instructions?, model?}`` → ``{data, attempts, usage}``.
+
+``POST /v1/tasks/extract`` is a registered task's route (``app.py``; its answer: ``tasks/extract.py``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from ..errors import ConfigError, InvalidSchema
 from ..structured import Structured
 from ..structured.drivers import run_async
 from ..structured.tools import ToolCalls, call_flow, field_error, parse_tool_choice, parse_tools
-from ..tasks.bodies import extract_answer, usage_json
+from ..tasks.bodies import usage_json
 from .responses import tiankong_error_response
 
-__all__ = ["extract_task", "structured_chat", "tiankong_error_response", "tool_chat", "wants_structured",
+__all__ = ["structured_chat", "tiankong_error_response", "tool_chat", "wants_structured",
            "wants_tools"]
 #: told about every validated answer: {"usage": {...}, "attempts": n} (for metrics)
 Observer = Callable[[dict[str, Any]], None]
@@ -215,10 +216,3 @@ async def tool_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
         return _completion(body, model_name, message, "tool_calls", usage, result.evidence())
     message = {"role": "assistant", "content": result.content, "refusal": None}
     return _completion(body, model_name, message, result.finish_reason, usage, result.evidence())
-
-
-async def extract_task(client: AsyncClient, body: dict[str, Any], observe: Observer | None = None) -> Response:
-    answer, result = await extract_answer(client, body)
-    _observe(observe, result)
-    return JSONResponse(answer)
-

@@ -93,7 +93,7 @@ class Upstream:
         is not an HTTP answer: crash, wedge restart, closed connection) and is ready again within
         ``retry_wait_s``; otherwise ``unavailable(error)``. Nothing has reached the client when ``work`` raises."""
         if not self.replica.ready() and not await self.wait_for_engine():  # (re)starting: wait, bounded
-            return engine_unavailable(f"engine {self.replica.state()}")
+            return engine_unavailable(f"engine {self.replica.state().value}")
         for attempt in (0, 1):
             try:
                 return await work()

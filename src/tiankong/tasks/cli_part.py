@@ -25,7 +25,9 @@ class CliInput:
     * ``argument`` — the positional NAME (``decls[0]``); absent or ``-``: stdin (``stdin``); ``file``: a ``--file``
       option reads it from a file instead;
     * ``option`` — an option made from the field (type, bounds, choices, default and help from the spec);
-    * ``json`` / ``text_file`` / ``lines`` — an option naming a file: its JSON, its text, its non-empty lines;
+    * ``json`` / ``text_file`` / ``lines`` — an option naming a file: its JSON, its text, its non-empty lines
+      (``path``: what the file is, e.g. "schema file" — the option takes a file, not a directory, and an unreadable
+      one is named so in the error);
     * ``repeat`` — a repeatable option, a list; ``joined`` — comma-separated values; ``pairs`` — ``KEY=TEXT``;
     * ``cli`` — a CLI-only option (no field), handed to the command's hook.
     """
@@ -44,6 +46,7 @@ class CliInput:
     show_default: bool = False
     int_range: tuple[int, int] | None = None
     convert: Convert | None = None
+    path: str | None = None
 
     @property
     def name(self) -> str:
@@ -79,14 +82,18 @@ def cli_only(*decls: str, dest: str, help: str, flag: bool = False, default: Any
 
 @dataclass(frozen=True)
 class CliPart:
-    """A task's command: its help (the first sentence is its row in ``tiankong --help``), its inputs, and its
-    answer as text (``--json`` prints ``spec.to_json`` instead)."""
+    """A task's command: its help (the first sentence is its row in ``tiankong --help``; a string literal, read
+    from this source by ``tiankong --help`` without importing the registry), its inputs, and its answer as text
+    (``--json`` prints ``spec.to_json`` instead)."""
 
     summary: str
     inputs: tuple[CliInput, ...]
     line: Callable[[Any], str]
     #: the engine is started with what the ``decider`` argument reads (its model, embeddings, adapter)
     engine_decider: bool = False
+    #: the flag(s) that print ``spec.to_json`` and their help
+    json_flags: tuple[str, ...] = ("--json",)
+    json_help: str = "Print the full result as JSON."
     extra: dict[str, Any] = field(default_factory=dict)
 
 

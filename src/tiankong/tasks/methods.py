@@ -84,8 +84,11 @@ class TaskMethods:
         return run_sync(flow, self._limited)  # at most the server's slots in flight (client/sync.py)
 
     def _task(self, spec: TaskSpec[Any, T], **args: Any) -> T:
-        """A tiankong gateway gets the task as one call (``tasks/remote.py``); an engine, the flow's calls."""
+        """A tiankong gateway gets the task as one call (``tasks/remote.py``); an engine, the flow's calls; a task
+        with its own way on a client (extract's decoding settings), that way."""
         parsed = spec.parse(args)
+        if spec.client_call is not None:
+            return spec.client_call(self, parsed)  # type: ignore[no-any-return]
         body = remote_body(spec, parsed, self.model) if self.server().gateway else None
         if body is not None:
             return from_json(spec.name, self._limited("POST", f"/v1/tasks/{spec.name}", body))  # type: ignore[no-any-return]
@@ -216,6 +219,8 @@ class AsyncTaskMethods:
 
     async def _task(self, spec: TaskSpec[Any, T], **args: Any) -> T:
         parsed = spec.parse(args)
+        if spec.client_call is not None:
+            return await spec.run_async(self, parsed)
         body = None
         if SLOT_GATE.get() is None and (await self.server()).gateway:
             body = remote_body(spec, parsed, self.model)

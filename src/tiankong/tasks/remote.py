@@ -8,7 +8,7 @@ Pure: no I/O here, both clients use it.
 Runs locally instead (the flow's calls, within the server's slots): a task that names a decider (deciders live in
 the caller's registry, tuned on the caller's machine) and arguments that are not JSON (a Pydantic model class).
 
-``extract`` (``Client.extract``, not a registered task) goes the same way: ``POST /v1/tasks/extract {text, schema,
+``extract`` (``Client.extract``; its spec's ``client_call``) goes the same way: ``POST /v1/tasks/extract {text, schema,
 instructions?, model?}`` (:func:`extract_body`), its answer read back into a ``Structured`` (:func:`structured`),
 unless it asks for what that body cannot carry (a Pydantic model class, ``strict``, ``max_tokens``,
 ``max_attempts`` other than 2, a client set to decode differently).

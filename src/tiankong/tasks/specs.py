@@ -14,8 +14,8 @@ builds its sans-I/O flow from validated arguments and turns the result into JSON
   **args)`` runs any registered task.
 
 Adding a task (docs/tasks.md, "Adding a task"): one module with its arguments model, flow and result type, and one
-``TaskSpec`` in ``SPECS`` below (and its docs section; ``make docs`` writes its parameter table and its row in
-``tiankong --help``).
+``TaskSpec`` in ``SPECS`` below (and its docs section; ``make docs`` writes its parameter table). ``tiankong
+--help`` reads each command's summary from this file's source (``cli/help_table.py``): keep it a string literal.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ..errors import ConfigError
 from ..structured.flow import Flow, Structured
 from ..structured.tools import ToolCalls, call_flow, parse_tool_choice, parse_tools
 from . import cli_part as c
+from . import extract
 from .args import (
     MAX_DEDUPE_RECORDS,
     AskArgs,
@@ -59,7 +60,7 @@ from .route import RouteDecision, check_routes, route_flow
 from .sentiment import Sentiment, SentimentArgs, sentiment_flow, sentiment_text
 from .sql import SqlQuery, schema_from_ddl, sql_flow
 from .tag import tag_flow
-from .taskspec import TaskSpec, invalid_request
+from .taskspec import HttpPart, TaskSpec, invalid_request
 
 __all__ = ["MAX_DEDUPE_RECORDS", "SPECS", "TASK_SPECS", "TaskArgs", "TaskSpec", "invalid_request"]
 
@@ -118,17 +119,6 @@ def _guard(a: GuardArgs, model: str | None) -> Flow[GuardVerdict]:
 
 def _tag_json(result: Structured[Any]) -> dict[str, Any]:
     return {"data": result.data, "attempts": result.attempts}
-
-
-def _extract(a: ExtractArgs, model: str | None) -> Flow[Structured[Any]]:
-    from ..structured.extract_flow import extract_flow as _extract_flow
-
-    return _extract_flow(model, a.text, a.schema_, a.instructions, False, None, 2)
-
-
-async def _extract_call(client: Any, a: ExtractArgs) -> Structured[Any]:
-    result: Structured[Any] = await client.extract_result(a.text, a.schema_, instructions=a.instructions)
-    return result
 
 
 def _data(answer: dict[str, Any]) -> Any:
@@ -293,12 +283,21 @@ SENTIMENT: TaskSpec[SentimentArgs, Sentiment] = TaskSpec(
          c.option("aspect", "--aspect")),
         sentiment_text))
 
-#: extract runs from batch jobs and eval items like the registered tasks; its HTTP route and command are its
-#: own (``/v1/tasks/extract`` answers with usage and the decoding evidence; ``tiankong extract`` reads a schema
-#: file as text), so it is not in ``SPECS``
+#: the client's own decoding, an answer with usage and the decoding evidence (its route reads the body itself),
+#: a schema file read as text (``tasks/extract.py``)
 EXTRACT: TaskSpec[ExtractArgs, Structured[Any]] = TaskSpec(
-    "extract", ExtractArgs, _extract, "Fields from the text as JSON valid against the schema.", to_json=_tag_json,
-    batchable=True, record=_data, scorer="json_fields", client_call=_extract_call)
+    "extract", ExtractArgs, extract.extract_flow, "Fields from the text as JSON valid against the schema.",
+    to_json=extract.extract_json, batchable=True, record=_data, scorer="json_fields", client_call=extract.client_call,
+    http=HttpPart(extract.http_answer, "Schema-validated extraction", extract.BODY, extract.ANSWER), cli=CliPart(
+        "Extract fields from TEXT ('-' or absent: stdin) as JSON valid against --schema.", (
+            TEXT_ARG,
+            CliInput("text_file", "schema_", ("--schema",), dest="schema_file", help="JSON Schema file.",
+                     required=True, path="schema file"),
+            c.option("instructions", "--instructions"),
+            c.cli_only("--strict", dest="strict", flag=True, help="Refuse schemas with keywords the grammar cannot "
+                       "enforce."),
+        ), extract.extract_line, json_flags=("--json", "--evidence"),
+        json_help="Print the full result: {data, attempts, usage, enforced_by_validation, minimal}."))
 
 # Dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), declared
 # here in full; it is not yet in SPECS because its CLI reads a file (cli/dedupe_cmds.py, other work in progress)
@@ -311,6 +310,7 @@ DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
 
 #: every registered task by name: served at ``POST /v1/tasks/<name>``, a CLI command each
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
+    EXTRACT,
     CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL, SENTIMENT)}
-#: the registered tasks and extract: what batch jobs and eval items can run (the ``batchable`` ones)
-TASK_SPECS: dict[str, TaskSpec[Any, Any]] = {"extract": EXTRACT, **SPECS}
+#: the same (once extract was not in ``SPECS``): batch jobs and eval items run the ``batchable`` ones
+TASK_SPECS: dict[str, TaskSpec[Any, Any]] = SPECS

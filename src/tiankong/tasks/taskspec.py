@@ -23,6 +23,20 @@ def _to_json(result: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class HttpPart:
+    """How ``POST /v1/tasks/<name>`` answers when it is more than "validate the body with the arguments model, run
+    the flow, ``to_json``" (extract: the client's own decoding, with usage and the decoding evidence).
+
+    ``answer(client, body)`` reads the body itself and returns the answer's JSON (``usage`` and ``attempts`` at its
+    top level are what the gateway's metrics record); ``body`` and ``result`` are the route's OpenAPI schemas."""
+
+    answer: Callable[[Any, dict[str, Any]], Awaitable[dict[str, Any]]]
+    summary: str
+    body: dict[str, Any]
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class TaskSpec(Generic[A, R]):
     """One task: its name, its arguments, how its flow is built and how its result becomes JSON; how the command
     line reads its inputs and prints its answer (``cli``); whether batch jobs and eval items run it
@@ -43,8 +57,11 @@ class TaskSpec(Generic[A, R]):
     #: evals: the scorer an item of this task gets when it names none (None: by the reference's type)
     scorer: str | None = None
     #: how a client runs the task when its flow alone is not the whole story (extract: the client's decoding
-    #: settings and a gateway's own route); default: the flow on the client's engine
-    client_call: Callable[[Any, A], Awaitable[R]] | None = None
+    #: settings and a gateway's own route): the result on a ``Client``, an awaitable of it on an ``AsyncClient``;
+    #: default: the flow on the client's engine
+    client_call: Callable[[Any, A], Any] | None = None
+    #: the gateway's route when its answer is more than ``to_json`` of the flow's result (None: the generic one)
+    http: HttpPart | None = None
     #: the result from its JSON: a client at a tiankong gateway sends the task as one call and reads the answer
     #: back (``tasks/remote.py``; None there and here: the client runs the flow itself)
     from_json: Callable[[dict[str, Any]], R] | None = None
@@ -77,7 +94,8 @@ class TaskSpec(Generic[A, R]):
     async def run_async(self, client: Any, args: A) -> R:
         """The task on an ``AsyncClient`` (what a batch worker does for each record)."""
         if self.client_call is not None:
-            return await self.client_call(client, args)
+            result: R = await self.client_call(client, args)
+            return result
         from ..structured.drivers import run_async
 
         return await run_async(self.flow(args, client.model), client._request)
