@@ -12,7 +12,7 @@ TEST_MODEL    := smollm2-135m-instruct:q4_1
 EMBED_MODEL   := all-minilm-l6-v2:f16
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-unit mutants setup engine models lint typecheck bench clean docs
+.PHONY: serve test test-unit test-engine mutants setup engine models lint typecheck bench clean docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ test: setup $(EXTRAS)
 # the unit tier alone: sans-I/O flows against a scripted transport, no engine, no model (seconds)
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+
+# the engine tier alone: the real llama-server and the small models
+test-engine: setup $(EXTRAS)
+	$(BIN)/python -m pytest tests/engine $(PYTEST_ARGS)
 
 # each guarantee that matters most removed from a copy of src/: the tests named for it must fail (docs/testing.md)
 mutants: $(STAMP)

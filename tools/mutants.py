@@ -5,7 +5,7 @@ for it must fail. A mutant that survives (its tests still pass) means those test
     python tools/mutants.py            # every mutant (make mutants; make test runs it after pytest)
     python tools/mutants.py --list     # the mutants and their tests
     python tools/mutants.py sql-explain tool-arguments   # only these
-    python tools/mutants.py sql-explain --tests tests/test_sql.py -k "not engine"   # does another test catch it?
+    python tools/mutants.py sql-explain --tests tests/engine/test_sql.py -k "not engine"   # does another test catch it?
 
 How: ``src/`` is copied once into a temporary folder (the real tree is never edited); for each mutant one exact
 text is replaced there — found by its text anywhere under ``src/`` (so a module that moves keeps its mutant; a text
@@ -50,7 +50,7 @@ class Mutant:
 MUTANTS = (
     Mutant("sql-explain", "SQLite's EXPLAIN checks a generated query",
            'db.execute(f"EXPLAIN {sql}")', "pass",
-           (GUARANTEES, "tests/test_sql.py::test_queries_are_checked_name_by_name_and_by_explain",
+           (GUARANTEES, "tests/engine/test_sql.py::test_queries_are_checked_name_by_name_and_by_explain",
             "-k", "explain or sqlite or sql_returns or checked")),
     Mutant("schema-validation", "a structured answer is validated against its JSON Schema",
            "errors = plan.errors(data)", "errors: list[str] = []",

@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             asked = [name for name in ENGINE_FIXTURES if name in getattr(item, "fixturenames", ())]
             if asked:
                 raise pytest.UsageError(f"{item.nodeid} is a unit test but asks for {asked}: unit tests run no "
-                                        "engine (move it out of tests/unit/)")
+                                        "engine (move it to tests/engine/)")
 
 
 class _NoEnginePopen(subprocess.Popen):  # type: ignore[type-arg]

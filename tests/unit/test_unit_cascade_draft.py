@@ -1,5 +1,5 @@
 """Draft then replace (issue 43): the request shaping and refusals of ``gateway/cascade.py`` on hand-made bodies —
-no engine (the streams themselves, with SmolLM2 and Qwen2.5-Coder, are in tests/test_draft_replace.py)."""
+no engine (the streams themselves, with SmolLM2 and Qwen2.5-Coder, are in tests/engine/test_draft_replace.py)."""
 
 from __future__ import annotations
 

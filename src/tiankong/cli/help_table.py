@@ -5,7 +5,7 @@ The rows are read from its source instead (one ``ast.parse``, a few milliseconds
 then): the variables in ``SPECS``'s tuple, in order, and for each its ``TaskSpec("name", …, cli=CliPart("summary",
 …))`` — the name and the summary are string literals. Where the source cannot be read that way (no source shipped,
 a summary that is not a literal) the registry is imported instead: slower, never wrong. A test holds the rows read
-from the source to the registry's (``tests/test_task_registry.py``), so a spec written another way fails there.
+from the source to the registry's (``tests/engine/test_task_registry.py``), so a spec written another way fails there.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from .registry import Decider
 
-if TYPE_CHECKING:  # numpy loads when a rerank runs, not when the CLI starts (tests/test_cli_startup.py)
+if TYPE_CHECKING:  # numpy loads when a rerank runs, not when the CLI starts (tests/engine/test_cli_startup.py)
     import numpy as np
 
 FUSION_METHODS = ("bm25", "embedding", "rrf", "lr-fusion")

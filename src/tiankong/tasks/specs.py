@@ -302,7 +302,7 @@ EXTRACT: TaskSpec[ExtractArgs, Structured[Any]] = TaskSpec(
 # Dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), declared
 # here in full; it is not yet in SPECS because its CLI reads a file (cli/dedupe_cmds.py, other work in progress)
 # and registering it gives it a row in docs/tasks.md's parameter tables and an exported result type, which
-# tests/test_task_registry.py holds every registered task to. Adding DEDUPE to the tuple below then serves
+# tests/engine/test_task_registry.py holds every registered task to. Adding DEDUPE to the tuple below then serves
 # POST /v1/tasks/dedupe, its OpenAPI body and the 400 beyond MAX_DEDUPE_RECORDS with no other change.
 DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
     "dedupe", DedupeArgs, _dedupe, "Clusters of exact, near and semantic duplicates, a kept record each, and the "

@@ -22,7 +22,7 @@ from tiankong.errors import ConfigError
 from tiankong.gateway import GatewayState
 from tiankong.models import TEST_MODEL
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 PROMPTS = ["Write one sentence about the sea.", "Name three fruits and say why you like them.",
            "Yes or no? Is the sky green?", "Tell me a short story about a cat."]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "tiankong"
+SRC = Path(__file__).resolve().parents[2] / "src" / "tiankong"
 
 
 def module_files(root: Path = SRC) -> dict[str, tuple[Path, bool]]:

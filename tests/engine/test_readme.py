@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tiankong.paths import models_dir
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 README = (ROOT / "README.md").read_text()
 SKIP = ("models pull",)  # installs a 1.1 GB model: exercised by test_models with SmolLM2 instead
 

@@ -23,7 +23,7 @@ from tiankong.gateway import GatewayState, create_app
 from tiankong.gateway.openapi import build_openapi
 from tiankong.models import TEST_MODEL
 
-SRC = Path(__file__).parent.parent / "src" / "tiankong"
+SRC = Path(__file__).parents[2] / "src" / "tiankong"
 REVIEW = "I love this phone, the screen is wonderful and the battery lasts two days."
 
 

@@ -12,7 +12,7 @@ import pytest
 from tiankong.tasks.pii_rules import Entity, detect_rules, id_card_valid, luhn_valid, resolve_overlaps, shannon_entropy
 from tiankong.tasks.redaction import redact_text, restore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def found(text: str) -> list[tuple[str, str]]:

@@ -37,7 +37,7 @@ from tiankong.evals.cache import ModelCache
 from tiankong.evals.results import ModelInfo, Speed, write_run
 from tiankong.models import TEST_MODEL, list_models
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name", "age"]}
 SMALL_SET = [

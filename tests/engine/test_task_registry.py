@@ -208,7 +208,7 @@ def test_the_docs_parameter_tables_are_the_registrys() -> None:
 
     from tiankong.tasks.doc_tables import update
 
-    doc = (Path(__file__).parent.parent / "docs" / "tasks.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).parents[2] / "docs" / "tasks.md").read_text(encoding="utf-8")
     assert all(f"<!-- params:{task} -->" in doc for task in SPECS), "a task has no parameter table"
     assert update(doc) == doc, "docs/tasks.md parameter tables are stale: run `make docs`"
 
@@ -462,7 +462,7 @@ def test_adding_a_task_touches_three_files(tmp_path) -> None:  # type: ignore[no
     import sys
     from pathlib import Path
 
-    root = Path(__file__).parent.parent
+    root = Path(__file__).parents[2]
     shutil.copytree(root / "src" / "tiankong", tmp_path / "src" / "tiankong",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "docs").mkdir()

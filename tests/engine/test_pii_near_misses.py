@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cli
 from tiankong.tasks.redact import redact_rules
 
-CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "pii_near_misses.jsonl").read_text(
+CASES = [json.loads(line) for line in (Path(__file__).parents[1] / "data" / "pii_near_misses.jsonl").read_text(
     encoding="utf-8").splitlines() if line.strip()]
 
 

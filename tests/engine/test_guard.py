@@ -12,7 +12,7 @@ from tiankong.deciders.registry import load_decider
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.guard import GuardVerdict, guard_flow, windows
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from guard_data import dan_family  # noqa: E402
 
 EMAIL = """Summarise this e-mail in three bullet points for my manager.

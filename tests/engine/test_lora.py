@@ -50,7 +50,7 @@ from tiankong.models import DEFAULT_MODEL, TEST_MODEL, model_path
 from tiankong.paths import models_dir
 
 HERE = Path(__file__).parent
-ACK_DATA = HERE.parent / "examples" / "lora" / "ack.jsonl"
+ACK_DATA = HERE.parents[1] / "examples" / "lora" / "ack.jsonl"
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 PROMPTS = ["What is the capital of Spain?", "Name an animal that can fly.", "What is 3 + 5?"]
 

@@ -15,7 +15,7 @@ from tiankong.structured.drivers import run_sync
 from tiankong.tasks.classify import decide_flow
 from tiankong.tuning import load_examples, tune
 
-DATA = Path(__file__).parent / "data" / "tickets-labelled.jsonl"  # the 36 shipped tickets, 12 per label
+DATA = Path(__file__).parents[1] / "data" / "tickets-labelled.jsonl"  # the 36 shipped tickets, 12 per label
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -25,7 +25,7 @@ LOG_EVENT = {"type": "object", "properties": {
     "level": {"type": "string", "enum": ["DEBUG", "INFO", "WARN", "ERROR"]}, "service": {"type": "string"},
     "message": {"type": "string"}, "duration_ms": {"type": "integer"}},
     "required": ["level", "service", "message", "duration_ms"]}
-DEV = Path(__file__).parent / "data" / "jsonschemabench-dev" / "schemas.jsonl"  # copied from the dev sample
+DEV = Path(__file__).parents[1] / "data" / "jsonschemabench-dev" / "schemas.jsonl"  # copied from the dev sample
 
 
 def planned(schema: dict) -> Obj | Arr:
