@@ -198,12 +198,39 @@ def test_the_task_spec_answers_clusters_and_caps_the_records() -> None:
         run_sync(DEDUPE.flow({"records": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]}), no_chat_engine)
 
 
+def test_post_v1_tasks_dedupe_serves_the_spec_and_refuses_beyond_the_cap() -> None:
+    """The registered task over HTTP: exact and near stages need no engine (the gateway's upstream is never
+    reached); the answer is the spec's JSON; beyond the cap a 400 names ``records``; OpenAPI documents the body."""
+    from starlette.testclient import TestClient
+
+    from tiankong.gateway import GatewayState, create_app
+
+    app = create_app(GatewayState(upstream_url="http://127.0.0.1:9", model_name="m"))  # never reached
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        answer = http.post("/v1/tasks/dedupe", json={"records": PLANTED, "stages": ["exact", "near"]})
+        assert answer.status_code == 200, answer.text
+        groups = {tuple(c["ids"]) for c in answer.json()["clusters"] if len(c["ids"]) > 1}
+        assert groups == {("a1", "a2"), ("b1", "b2")}
+        library = dedupe_records(_records(), DedupeOptions(stages=("exact", "near")))
+        assert answer.json() == json.loads(json.dumps(library.to_json()))
+        over = http.post("/v1/tasks/dedupe", json={"records": [{"id": i, "text": "x"}
+                                                                for i in range(MAX_DEDUPE_RECORDS + 1)]})
+        assert over.status_code == 400 and over.json()["error"]["param"] == "records"
+        dup = http.post("/v1/tasks/dedupe", json={"records": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]})
+        assert dup.status_code == 400 and "unique" in dup.json()["error"]["message"]
+        doc = http.get("/openapi.json").json()
+        assert "/v1/tasks/dedupe" in doc["paths"]
+
+
 def test_client_and_async_client_dedupe_small_inputs(smol_engine: EngineProcess) -> None:
     """``Client.dedupe`` / ``AsyncClient.dedupe`` over dicts: the same clusters as the library; over the cap, an
     error naming the file path to take instead; a record without its text field, one line."""
     options = DedupeOptions(stages=("exact", "near"))
     with Client(smol_engine.url) as client:
         result = client.dedupe(PLANTED, options=options)
+        assert client.dedupe(PLANTED, stages=["exact", "near"]).to_json() == result.to_json()  # the spec's names
+        with pytest.raises(ConfigError, match="options= and near"):
+            client.dedupe(PLANTED, options=options, near=0.5)
         with pytest.raises(ConfigError, match="dedupe_file"):
             client.dedupe([{"id": i, "text": "x"} for i in range(MAX_DEDUPE_RECORDS + 1)])
         with pytest.raises(ConfigError, match="no text field 'body'"):

@@ -300,17 +300,15 @@ EXTRACT: TaskSpec[ExtractArgs, Structured[Any]] = TaskSpec(
     "extract", ExtractArgs, _extract, "Fields from the text as JSON valid against the schema.", to_json=_tag_json,
     batchable=True, record=_data, scorer="json_fields", client_call=_extract_call)
 
-# Dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), declared
-# here in full; it is not yet in SPECS because its CLI reads a file (cli/dedupe_cmds.py, other work in progress)
-# and registering it gives it a row in docs/tasks.md's parameter tables and an exported result type, which
-# tests/test_task_registry.py holds every registered task to. Adding DEDUPE to the tuple below then serves
-# POST /v1/tasks/dedupe, its OpenAPI body and the 400 beyond MAX_DEDUPE_RECORDS with no other change.
+#: dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), served at
+#: ``POST /v1/tasks/dedupe`` for small inputs (at most ``MAX_DEDUPE_RECORDS``); ``cli=None``: no command is made
+#: from the spec, ``tiankong dedupe`` is its own and reads a file (``cli/dedupe_cmds.py``)
 DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
     "dedupe", DedupeArgs, _dedupe, "Clusters of exact, near and semantic duplicates, a kept record each, and the "
     "evidence of every merge.", text="records")
 
 #: every registered task by name: served at ``POST /v1/tasks/<name>``, a CLI command each
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
-    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL, SENTIMENT)}
+    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL, SENTIMENT, DEDUPE)}
 #: the registered tasks and extract: what batch jobs and eval items can run (the ``batchable`` ones)
 TASK_SPECS: dict[str, TaskSpec[Any, Any]] = {"extract": EXTRACT, **SPECS}
