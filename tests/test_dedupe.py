@@ -108,6 +108,34 @@ def test_the_uncertain_band_goes_to_the_decider(tmp_path: Path) -> None:
     assert by["d1"]["cluster"] == "d1"  # the decider sees only the band: distinct records stay apart
 
 
+PAIRS = Path(__file__).parent / "data" / "dedupe-pairs.jsonl"  # 24 same, 24 different support-ticket pairs
+
+
+def test_tune_dedupe_on_labelled_pairs_registers_a_decider_that_dedupe_uses(tmp_path: Path) -> None:
+    """``tiankong tune dedupe``: pairs → a registered decider (engine-free methods); reloaded, it scores pairs and
+    decides dedupe's uncertain band. No quality is asserted: on this file the classify methods over the pair text
+    are at or below chance in CV (docs/dedupe.md, "Tuning a decider")."""
+    from tiankong.deciders import load_decider
+    from tiankong.deciders.runtime import scores_flow
+
+    proc = run_cli("tune", "dedupe", "--data", str(PAIRS), "--name", "ticket-pairs", "--folds", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["chosen"] in ("tfidf", "probe-part")
+    decider = load_decider("ticket-pairs")
+    assert sorted(decider.labels) == ["different", "same"]
+    same = decider.labels.index("same")
+    held_out = [pair_text("How do I update my phone number?", "How can I change the phone number on my account?"),
+                pair_text("How do I update my phone number?", "The parcel was left at the wrong door.")]
+    rows = run_sync(scores_flow(decider, held_out), no_chat_engine)
+    assert all(abs(sum(row) - 1.0) < 1e-6 and 0.0 <= row[same] <= 1.0 for row in rows)
+    result = dedupe_records(_records(), DedupeOptions(decider="ticket-pairs"))
+    (ev,) = _by_id(result)["u2"]["evidence"]  # the uncertain pair (cosine ≈ 0.87) went to the tuned decider
+    assert ev["decided_by"].startswith("ticket-pairs") and 0.0 <= ev["p_same"] <= 1.0
+    bad = _write(tmp_path / "bad.jsonl", [{"a": "x", "b": "y", "label": "maybe"}])  # type: ignore[list-item]
+    assert_one_line_error(run_cli("tune", "dedupe", "--data", str(bad), "--name", "x"), "pair 1", "same")
+
+
 def test_the_cli_writes_one_line_per_record_keep_ids_and_the_same_bytes_twice(tmp_path: Path) -> None:
     src = _write(tmp_path / "in.jsonl", PLANTED)  # type: ignore[arg-type]
     first, second, kept = tmp_path / "one.jsonl", tmp_path / "two.jsonl", tmp_path / "kept.txt"
