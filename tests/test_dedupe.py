@@ -112,23 +112,27 @@ PAIRS = Path(__file__).parent / "data" / "dedupe-pairs.jsonl"  # 24 same, 24 dif
 
 
 def test_tune_dedupe_on_labelled_pairs_registers_a_decider_that_dedupe_uses(tmp_path: Path) -> None:
-    """``tiankong tune dedupe``: pairs → a registered decider (engine-free methods); reloaded, it scores pairs and
-    decides dedupe's uncertain band. No quality is asserted: on this file the classify methods over the pair text
-    are at or below chance in CV (docs/dedupe.md, "Tuning a decider")."""
+    """``tiankong tune dedupe``: pairs → a registered decider (engine-free methods); the pair comparison
+    (``probe-pair``) wins the CV — the methods reading the pair as one text are at chance on this file, where every
+    "different" pair reuses the A of a "same" pair — and, reloaded, it ranks a held-out duplicate above a held-out
+    distinct pair and decides dedupe's uncertain band. Measured (3 folds, seed 0, deterministic): probe-pair
+    0.812, tfidf 0.333, probe-part 0.292; the bound 0.7 is the probe-pair figure less 2 standard errors (0.056)."""
     from tiankong.deciders import load_decider
     from tiankong.deciders.runtime import scores_flow
 
     proc = run_cli("tune", "dedupe", "--data", str(PAIRS), "--name", "ticket-pairs", "--folds", "3", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["chosen"] in ("tfidf", "probe-part")
+    assert report["chosen"] == "probe-pair"
+    accuracy = {r["method"]: r["accuracy"] for r in report["results"] if r["size"] == 32}
+    assert accuracy["probe-pair"] >= 0.7 and accuracy["probe-pair"] > accuracy["tfidf"] + 0.2
     decider = load_decider("ticket-pairs")
     assert sorted(decider.labels) == ["different", "same"]
     same = decider.labels.index("same")
     held_out = [pair_text("How do I update my phone number?", "How can I change the phone number on my account?"),
                 pair_text("How do I update my phone number?", "The parcel was left at the wrong door.")]
     rows = run_sync(scores_flow(decider, held_out), no_chat_engine)
-    assert all(abs(sum(row) - 1.0) < 1e-6 and 0.0 <= row[same] <= 1.0 for row in rows)
+    assert rows[0][same] > 0.5 > rows[1][same]
     result = dedupe_records(_records(), DedupeOptions(decider="ticket-pairs"))
     (ev,) = _by_id(result)["u2"]["evidence"]  # the uncertain pair (cosine ≈ 0.87) went to the tuned decider
     assert ev["decided_by"].startswith("ticket-pairs") and 0.0 <= ev["p_same"] <= 1.0

@@ -31,7 +31,7 @@ DIFFERENT = ("different", "distinct", "no", "false", "0", "nonmatch", "non-dupli
 #: the label words a tuned dedupe decider has, and what the prompt-based methods are told they mean
 DESCRIPTIONS = {"same": "A and B are the same item (duplicates, maybe worded differently)",
                 "different": "A and B are different items"}
-ENGINE_FREE = ("tfidf", "probe-part")
+ENGINE_FREE = ("tfidf", "probe-part", "probe-pair")
 
 
 def pair_rows(path: str | Path) -> list[dict[str, str]]:
