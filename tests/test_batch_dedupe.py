@@ -172,3 +172,19 @@ def test_a_normalize_job_runs_each_record_once_and_invents_nothing(tmp_path: Pat
         make_job(input=str(src), output="o.jsonl", kind="normalize", args={"schema": SCHEMA, "region": "China"})
     with pytest.raises(ConfigError, match="schema"):
         make_job(input=str(src), output="o.jsonl", kind="normalize", args={})
+
+
+def test_a_dedupe_job_on_ray_signs_in_partitions_and_writes_the_same_clusters(tmp_path: Path) -> None:
+    """``ray = "local"``: the MinHash signatures are computed by Ray tasks in partitions (a one-machine cluster of
+    this process), the driver writes OUT once — the same bytes as the job on this machine."""
+    pytest.importorskip("ray", reason="the [ray] extra (make test installs it)")
+    rows = [{"id": f"r{i}", "text": f"Ticket {i % 2300}: the printer on floor {i % 7} jams on page {i % 2300}."}
+            for i in range(5000)]  # ids 2300.. repeat an earlier ticket's text: exact and near duplicates
+    src = _write(tmp_path / "in.jsonl", rows)
+    local, remote = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
+    args = {"stages": ["exact", "near"]}
+    run(make_job(input=str(src), output=str(local), kind="dedupe", args=args))
+    report = run(make_job(input=str(src), output=str(remote), kind="dedupe", args=args, ray="local"))
+    assert report.step is not None and report.step["ray"]["partitions"] >= 2
+    assert remote.read_bytes() == local.read_bytes()
+    assert report.step["duplicates"] >= 2700

@@ -38,9 +38,6 @@ if TYPE_CHECKING:
 async def run_dedupe(job: BatchJob, *, progress: ProgressSink | None = None,
                      engines: BatchEngines | None = None) -> BatchReport:
     """Run (or resume, or find finished) the dedupe step of ``job``; the report is also ``OUT.report.json``."""
-    if job.ray is not None:
-        raise ConfigError("a dedupe job runs on this machine (ray is not served for it yet)",
-                          hint="leave ray out of the job")
     paths = OutputPaths(Path(job.output))
     paths.check_input(job.input)
     fmt = detect_format(job.input, job.format)
@@ -114,6 +111,14 @@ async def _step(job: BatchJob, paths: OutputPaths, records: list[Any], options: 
     from .journal import CallJournal, journaled
 
     journal = CallJournal(paths.calls, stamp)
+    signer = None
+    if job.ray is not None:  # the MinHash signatures in partitions on the cluster; this driver writes OUT
+        from dataclasses import replace
+
+        from .ray_dedupe import RaySigner
+
+        signer = RaySigner(job.ray)
+        options = replace(options, sign=signer)
     try:
         flow = journaled(dedupe_flow(records, options), journal)
         if kind_engine(job).engine:  # a decider that reads the chat engine
@@ -128,9 +133,12 @@ async def _step(job: BatchJob, paths: OutputPaths, records: list[Any], options: 
         await asyncio.to_thread(write_atomic, paths.output, output_lines(result))
     finally:
         journal.close()
+        ray = signer.describe() if signer is not None else None
+        if signer is not None:
+            signer.close()
     calls = {"replayed": journal.replayed, "sent": journal.called, "repaired_bytes": journal.repaired}
     journal.remove()  # OUT is written: a re-run finds it finished
-    return {**result.report, "fingerprint": stamp, "calls": calls}
+    return {**result.report, "fingerprint": stamp, "calls": calls, **({"ray": ray} if ray else {})}
 
 
 def _report(job: BatchJob, fmt: str, paths: OutputPaths, stats: RunStats, total: int,
