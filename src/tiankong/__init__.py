@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .client.images import InvalidImage, InvalidMessages
     from .deciders import Decider, DeciderEngineError, DeciderModelMismatch, DeciderNotFound
     from .deciders.registry import InvalidDecider, NoSuchDecider
+    from .dedupe import Dedupe
     from .engine.parts import PartMissing
     from .engine.pool import PoolFull
     from .engine.supervised import IllegalTransition
@@ -91,6 +92,7 @@ _EXPORTS = {
     "DeciderEngineError": ".deciders",
     "DeciderModelMismatch": ".deciders",
     "DeciderNotFound": ".deciders",
+    "Dedupe": ".dedupe",
     "Decision": ".structured",
     "EngineBuildError": ".errors",
     "EngineError": ".errors",
@@ -181,7 +183,7 @@ __all__ = [  # every public name (a test holds it to _EXPORTS)
     "BatchNotFound", "ChatResult", "Classification", "Client",
     "Compression",
     "ConfigError", "ConversionError", "PartMissing",
-    "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound",
+    "Decider", "DeciderEngineError", "DeciderModelMismatch", "DeciderNotFound", "Dedupe",
     "Decision", "EngineBuildError", "EngineError", "EngineGone", "EngineNotFound", "EngineStartError", "Entity",
     "EscalationTarget", "ExamplesError", "FileInUse", "FileNotFound", "FileTooLarge", "FlagError", "GuardVerdict",
     "IllegalBatchTransition", "IllegalTransition", "InputTooLong", "InvalidAdapter", "InvalidDecider",

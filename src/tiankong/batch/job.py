@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from ..deciders.runtime import EngineNeeds
 
 InputFormat = Literal["auto", "jsonl", "csv", "folder", "openai"]
+#: ``records``: every record through ``task`` on its own; ``dedupe``: one whole-data-set step over every record
+#: (``batch/whole.py``); ``normalize``: every record brought to a schema (``batch/kinds.py``)
+JobKind = Literal["records", "dedupe", "normalize"]
 #: the order ``batch run --task`` has always listed these in; tasks added later follow in the registry's order
 _LISTED = ("classify", "summarize", "tag", "redact", "rewrite", "guard", "compress", "route")
 #: registered tasks a job runs over one text field per record: the ``batchable`` specs (``tasks/specs.py``;
@@ -46,6 +49,7 @@ class BatchJob(BaseModel):
     id_field: str = "id"
     text_field: str = "text"
     # --- task ---
+    kind: JobKind = "records"
     task: str | None = None
     #: the task's arguments (``tiankong.tasks.specs``: unset = the task's own default); the record's text goes
     #: in the task's text field
@@ -99,6 +103,11 @@ class BatchJob(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> BatchJob:
+        if self.kind != "records":
+            from .kinds import check_kind  # noqa: PLC0415 (the dedupe and normalize modules, only for these kinds)
+
+            check_kind(self)
+            return self
         if self.model and self.url:
             raise ValueError("give either model (a managed engine) or url (running servers), not both")
         if self.ray is not None and self.url:
@@ -121,6 +130,11 @@ class BatchJob(BaseModel):
         return self
 
     @property
+    def step(self) -> str | None:
+        """What the output lines and the report say the records went through: the task, or the job's kind."""
+        return self.task if self.kind == "records" else self.kind
+
+    @property
     def spec(self) -> TaskSpec[TaskArgs, Any]:
         """The job's task (extract or a registered task)."""
         assert self.task in TEXT_TASKS, self.task
@@ -134,11 +148,20 @@ class BatchJob(BaseModel):
         """What the job's engine must offer: for a job with a decider, what the decider reads."""
         from ..deciders import engine_needs, load_decider
 
+        if self.kind != "records":
+            from .kinds import kind_engine  # noqa: PLC0415
+
+            return kind_engine(self)
         decider = getattr(self.task_args("-"), "decider", None) if self.task in TEXT_TASKS else None
         return engine_needs(load_decider(decider) if decider else None)
 
     def check_task(self, fmt: str) -> None:
-        """Once the input format is known: every format but OpenAI batch files needs a task."""
+        """Once the input format is known: every format but OpenAI batch files needs a task (or a kind)."""
+        if self.kind != "records":
+            if fmt not in ("jsonl", "csv"):
+                raise ConfigError(f"a {self.kind} job reads JSONL or CSV records, not {fmt}",
+                                  hint="give a .jsonl or .csv input")
+            return
         if fmt != "openai" and self.task is None:
             raise ConfigError(f"invalid batch job: no task: set task ({', '.join(TASKS)})",
                               hint="or pass an OpenAI batch input file")
@@ -151,7 +174,7 @@ class BatchJob(BaseModel):
     def required_fields(self) -> list[str]:
         """Record fields every item needs (the template's placeholders, or the text field)."""
         if self.format == "openai" or self.task is None:
-            return []
+            return []  # a dedupe or normalize job reads its fields itself
         if self.task == "chat":
             return template_fields(self.template)
         return [self.text_field]

@@ -57,6 +57,8 @@ class BatchReport(BaseModel):
     #: the run was asked for input order; ``reordered``: it rewrote OUT into it (False: already in order)
     keep_order: bool = False
     reordered: bool = False
+    #: a whole-data-set step (a ``dedupe`` job): its own report (clusters, stages, the journal's calls)
+    step: dict[str, Any] | None = None
 
     def summary(self) -> str:
         return (f"done {self.done}/{self.total} · failed {self.failed} · {self.processed} processed in "

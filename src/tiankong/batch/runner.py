@@ -72,6 +72,10 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None, engines: 
     the job's own. Cancelling it keeps every finished item (whole lines are flushed on the way out)."""
     if keep_order is not None and keep_order != job.keep_order:
         job = job.model_copy(update={"keep_order": keep_order})
+    if job.kind == "dedupe":  # one step over the whole data set, not one task call per record
+        from .whole import run_dedupe  # noqa: PLC0415
+
+        return await run_dedupe(job, progress=progress, engines=engines)
     paths = OutputPaths(Path(job.output))
     paths.check_input(job.input)
     fmt = detect_format(job.input, job.format)
@@ -113,7 +117,7 @@ async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, total: int, p
         keys = (item.key for item in job_items(job, fmt))
         reordered = await asyncio.to_thread(put_in_order, paths.output, keys, paths.ordering)
     failed = compact_errors(paths.errors, batch.done)
-    report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.task or "openai",
+    report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.step or "openai",
                           total=total, done=len(batch.done), failed=failed, repaired=repaired,
                           concurrency=concurrency, nodes=pool.describe() if isinstance(pool, RayEngines) else None,
                           keep_order=job.keep_order, reordered=reordered)
@@ -276,7 +280,7 @@ class _Batch:
             attempt = str(record["id"])
         else:
             attempt = f"attempt-{secrets.token_hex(6)}"
-            record = {"id": item.id, "task": self.job.task, "result": result, "usage": meter.to_json(),
+            record = {"id": item.id, "task": self.job.step, "result": result, "usage": meter.to_json(),
                       "latency_s": round(latency, 4)}
             if self.job.task == "classify" and isinstance(result, dict):  # the decision at the top level too
                 record.update(label=result.get("label"), scores=result.get("scores"))
@@ -294,7 +298,7 @@ class _Batch:
             error = exc if isinstance(exc, (TiankongError, str)) else f"internal error {type(exc).__name__}: {exc}"
             record = openai_fmt.error_line(item.id, item.line, error)
         else:
-            record = {"id": item.id, "line": item.line, "task": self.job.task, "error": _error(exc)}
+            record = {"id": item.id, "line": item.line, "task": self.job.step, "error": _error(exc)}
         self.err.add(record)
         self.stats.failed += 1
         self._tick()

@@ -6,6 +6,8 @@
 * ``OUT.job.json``      the job that produced them (so ``batch status`` finds the input);
 * ``OUT.report.json``   the final report of the last finished run;
 * ``OUT.lock``          held (``flock``) by the run writing ``OUT``: a second run on the same output is refused;
+* ``OUT.calls.jsonl``   a ``dedupe`` job only: the engine answers of its step so far (``batch/journal.py``),
+                        removed once ``OUT`` is written;
 * ``OUT.ordering``      ``keep_order`` only: the input-ordered copy of ``OUT`` while it is written (renamed over
                         ``OUT`` when complete; a leftover one is removed at the start of the next run).
 
@@ -76,10 +78,15 @@ class OutputPaths:
     def ordering(self) -> Path:
         return self.output.with_name(self.output.name + ".ordering")
 
+    @property
+    def calls(self) -> Path:
+        """A whole-data-set step's journal of engine answers (``batch/journal.py``)."""
+        return self.output.with_name(self.output.name + ".calls.jsonl")
+
     def check_input(self, input: str | Path) -> None:
         """The input must not be one of the files the job writes (it would be read while it is rewritten)."""
         source = Path(input).resolve()
-        for written in (self.output, self.errors, self.job, self.report, self.lock, self.ordering):
+        for written in (self.output, self.errors, self.job, self.report, self.lock, self.ordering, self.calls):
             if source == written.resolve():
                 raise ConfigError(f"the input {input} is also the job's {written.name} — the output would overwrite "
                                   "what is being read", hint="choose another --output path")

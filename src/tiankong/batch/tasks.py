@@ -84,6 +84,10 @@ async def run_task(client: AsyncClient, job: BatchJob, data: dict[str, Any]) -> 
     """The task's JSON result for one record."""
     if job.task == "chat":
         return await _chat(client, job, data)
+    if job.kind == "normalize":
+        from .kinds import normalize_record  # noqa: PLC0415
+
+        return await normalize_record(client, job, data)
     spec = job.spec
     answer = spec.to_json(await spec.run_async(client, job.task_args(field_text(data, job.text_field))))
     return spec.record(answer) if spec.record is not None else answer

@@ -27,6 +27,8 @@ def batch() -> None:
 @click.option("--output", default=None, help="Output JSONL (appended to; ids already there are skipped).")
 @click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "csv", "folder", "openai"]), default=None)
 @click.option("--task", type=click.Choice(TASKS), default=None, help="The task each record goes through.")
+@click.option("--kind", type=click.Choice(["records", "dedupe", "normalize"]), default=None,
+              help="dedupe: one whole-data-set step (args: the dedupe task's); normalize: records to a schema.")
 @click.option("--labels", default=None, help="classify: comma-separated labels, e.g. billing,bug,other.")
 @click.option("-l", "--label", "label_items", multiple=True, help="classify: a label (repeat; or --labels a,b).")
 @click.option("--decider", default=None, help="classify: answer with this tuned decider (`tiankong deciders list`).")

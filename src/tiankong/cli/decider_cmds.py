@@ -1,4 +1,4 @@
-"""``tiankong tune classify`` and ``tiankong deciders list|show|rm``."""
+"""``tiankong tune classify|rerank|dedupe`` and ``tiankong deciders list|show|rm``."""
 
 from __future__ import annotations
 
@@ -65,6 +65,31 @@ def tune_rerank_cmd(data: str, name: str, folds: int, method: str | None, dry_ru
     report = tune_rerank(data, name=name, folds=folds, save=not dry_run, method=method,
                          log=lambda msg: click.echo(msg, err=True))
     render_tune(report, as_json, dry_run, f"tiankong rerank --decider {report.name} QUERY -d …")
+
+
+@tune.command("dedupe")
+@click.option("--data", "data", required=True, help="Labelled pairs: JSONL or CSV with a,b,label (label same or "
+              "different; ≥ 10 of each).")
+@click.option("--name", required=True, help="Register the decider under this name (a new version each time).")
+@click.option("--model", default=None, help="Also score the methods that read this chat model (a decider that "
+              "needs it cannot serve `tiankong dedupe`, which starts no chat engine).")
+@click.option("--url", default=None, help="Use a running llama-server started with --embeddings --pooling none.")
+@click.option("--methods", default=None, help="Comma-separated methods (default: tfidf, probe-part; with --model "
+              "or --url: every classify method).")
+@click.option("--folds", type=int, default=5, show_default=True, help="Stratified cross-validation folds.")
+@click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")
+@click.option("--json", "as_json", is_flag=True, help="Print the CV report as JSON.")
+def tune_dedupe_cmd(data: str, name: str, model: str | None, url: str | None, methods: str | None, folds: int,
+                    dry_run: bool, as_json: bool) -> None:
+    """Learn which uncertain pairs are duplicates from labelled (a, b, same/different) pairs."""
+    from ..tuning.dedupe import tune_dedupe
+
+    report = tune_dedupe(data, name=name, model=model, url=url, folds=folds, save=not dry_run,
+                         methods=[x.strip() for x in methods.split(",") if x.strip()] if methods else None,
+                         log=lambda msg: click.echo(msg, err=True))
+    if report.warning:
+        click.echo(f"warning: {report.warning}", err=True)
+    render_tune(report, as_json, dry_run, f"tiankong dedupe --decider {report.name} --input IN --output OUT")
 
 
 def render_tune(report: Any, as_json: bool, dry_run: bool, usage: str) -> None:

@@ -13,11 +13,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..dedupe.core import DEFAULTS, Dedupe, DedupeOptions, Record  # light: no numpy, no faiss
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..dedupe import Dedupe, DedupeOptions, Record
     from ..normalize import Normalized, NormalizeOptions
+
+#: the stages a call runs by default (the spec's default, a list as in the HTTP body)
+ALL_STAGES = ["exact", "near", "semantic"]
 
 
 @dataclass
@@ -28,8 +31,19 @@ class Normalization:
     report: dict[str, Any]
 
 
+def _options(options: DedupeOptions | None, given: dict[str, Any]) -> DedupeOptions:
+    """The options of a call: the task's parameters (the spec's names and defaults), or ``options`` (which also
+    holds the key normalisation and the embedding part) when no parameter differs from its default."""
+    changed = {k: v for k, v in given.items() if v != (ALL_STAGES if k == "stages" else getattr(DEFAULTS, k))}
+    if options is not None:
+        if changed:
+            raise ConfigError(f"dedupe got options= and {', '.join(sorted(changed))}",
+                              hint="give the thresholds once: as parameters or in options")
+        return options
+    return DedupeOptions(**{**given, "stages": tuple(given["stages"])})
+
+
 def _records(records: Sequence[Record | Mapping[str, Any]], field: str, id_field: str) -> list[Record]:
-    from ..dedupe import Record
     from ..tasks.specs import MAX_DEDUPE_RECORDS
 
     if len(records) > MAX_DEDUPE_RECORDS:
@@ -65,14 +79,20 @@ class CleaningMethods:
         def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
         def extract(self, text: str, schema: Any) -> Any: ...
 
-    def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, options: DedupeOptions | None = None,
-               field: str = "text", id_field: str = "id") -> Dedupe:
+    def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, near: float = 0.7,
+               near_low: float | None = None, semantic: float = 0.9, semantic_low: float | None = 0.8,
+               shingle: int | None = None, keep: str = "first",
+               stages: Sequence[str] = ALL_STAGES, decider: str | None = None,  # noqa: B006 (never mutated)
+               options: DedupeOptions | None = None, field: str = "text", id_field: str = "id") -> Dedupe:
         """Clusters of exact, near and semantic duplicates among ``records`` (``Record``s or ``{id, text, …}``
-        dicts); the uncertain band goes to ``options.decider`` on this client's engine."""
+        dicts; the parameters are ``POST /v1/tasks/dedupe``'s, or ``options``); the uncertain band goes to the
+        decider on this client's engine."""
         from ..dedupe import dedupe_flow
         from ..structured.drivers import run_sync
 
-        return run_sync(dedupe_flow(_records(records, field, id_field), options), self._request)
+        chosen = _options(options, dict(near=near, near_low=near_low, semantic=semantic, semantic_low=semantic_low,
+                                        shingle=shingle, keep=keep, stages=list(stages), decider=decider))
+        return run_sync(dedupe_flow(_records(records, field, id_field), chosen), self._request)
 
     def normalize(self, records: Sequence[Mapping[str, Any]], schema: dict[str, Any], *,
                   options: NormalizeOptions | None = None, rules_only: bool = False) -> Normalization:
@@ -92,12 +112,17 @@ class AsyncCleaningMethods:
         async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any: ...
         async def extract(self, text: str, schema: Any) -> Any: ...
 
-    async def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, options: DedupeOptions | None = None,
-                     field: str = "text", id_field: str = "id") -> Dedupe:
+    async def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, near: float = 0.7,
+                     near_low: float | None = None, semantic: float = 0.9, semantic_low: float | None = 0.8,
+                     shingle: int | None = None, keep: str = "first",
+                     stages: Sequence[str] = ALL_STAGES, decider: str | None = None,  # noqa: B006
+                     options: DedupeOptions | None = None, field: str = "text", id_field: str = "id") -> Dedupe:
         from ..dedupe import dedupe_flow
         from ..structured.drivers import run_async
 
-        return await run_async(dedupe_flow(_records(records, field, id_field), options), self._request)
+        chosen = _options(options, dict(near=near, near_low=near_low, semantic=semantic, semantic_low=semantic_low,
+                                        shingle=shingle, keep=keep, stages=list(stages), decider=decider))
+        return await run_async(dedupe_flow(_records(records, field, id_field), chosen), self._request)
 
     async def normalize(self, records: Sequence[Mapping[str, Any]], schema: dict[str, Any], *,
                         options: NormalizeOptions | None = None, rules_only: bool = False) -> Normalization:

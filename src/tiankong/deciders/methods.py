@@ -43,6 +43,8 @@ LOCAL = ("tfidf", "tfidf-rules")
 PROBES = ("probe-mean", "probe-last")
 #: a probe on the retrieval part's sentence vectors (``all-minilm-l6-v2``): no chat-engine pass, the part's own engine
 PART_PROBE = "probe-part"
+#: a probe on how alike the two halves of a dedupe pair text are (``dedupe/pairs.py``): the part's engine only
+PAIR_PROBE = "probe-pair"
 
 
 @dataclass
@@ -126,7 +128,7 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
     """Fitted state of ``method`` on ``features`` with label indices ``y``."""
     if method in ("tfidf", "tfidf-rules"):
         return fit_tfidf(features, y, n_labels, rules=method == "tfidf-rules")
-    if method in PROBES or method == PART_PROBE:
+    if method in PROBES or method in (PART_PROBE, PAIR_PROBE):
         pooling = method.split("-", 1)[1]
         return {"pooling": pooling, "linear": fit_linear(features.embeddings[pooling], y, n_labels, C_PROBE)}
     if method == "zeroshot":
@@ -139,7 +141,7 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
 def predict(method: str, state: dict[str, Any], features: FeatureSet) -> np.ndarray:
     if method in ("tfidf", "tfidf-rules"):
         return predict_linear(state["linear"], tfidf_matrix(state, features.texts))
-    if method in PROBES or method == PART_PROBE:
+    if method in PROBES or method in (PART_PROBE, PAIR_PROBE):
         return predict_linear(state["linear"], features.embeddings[state["pooling"]])
     if method == "zeroshot":
         assert features.zeroshot is not None

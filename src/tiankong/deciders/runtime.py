@@ -68,6 +68,10 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
         features.embeddings = yield from embeddings_flow(texts)
     if decider.method == methods.PART_PROBE:
         features.embeddings = {"part": (yield from part_vectors_flow(texts))}
+    if decider.method == methods.PAIR_PROBE:
+        from ..dedupe.pairs import pair_features_flow
+
+        features.embeddings = {"pair": np.asarray((yield from pair_features_flow(texts)))}
     if decider.method == "zeroshot":
         found = yield from gather([label_probability_flow(t, decider.words) for t in texts])
         features.zeroshot = np.asarray(found)

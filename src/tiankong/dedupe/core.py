@@ -51,6 +51,9 @@ class DedupeOptions:
     decider: str | None = None  # decides the uncertain band
     part: str = ""  # the embedding part ('' : the catalog's)
     keys: KeyOptions = KeyOptions()
+    #: computes the MinHash signatures instead of ``near.signatures`` (the same numbers: a Ray job's partitions,
+    #: ``batch/ray_dedupe.py``); not part of the options' identity
+    sign: Any = field(default=None, compare=False, repr=False)
 
     def check(self) -> DedupeOptions:
         for name in ("near", "semantic"):
@@ -213,7 +216,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
 
         k = options.shingle or shingle_size(texts)
         low = options.near_low if options.near_low is not None else options.near
-        found = near_pairs(texts, low=low, k=k) if len(texts) > 1 else []
+        found = near_pairs(texts, low=low, k=k, sign=options.sign) if len(texts) > 1 else []
         stats = apply("near", [(p.a, p.b, p.jaccard) for p in found], options.near, options.near_low)
         report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": k, **stats}
     if "semantic" in options.stages:

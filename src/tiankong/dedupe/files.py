@@ -39,15 +39,18 @@ def dedupe_records(records: list[Record], options: DedupeOptions = DEFAULTS,
     return run_sync(dedupe_flow(records, options), request)
 
 
-def read_records(path: str | Path, *, field: str = "text", id_field: str = "id") -> list[Record]:
-    """Records of a JSONL file (or CSV, by the ``.csv`` suffix) with an id and a text field."""
+def read_records(path: str | Path, *, field: str = "text", id_field: str = "id",
+                 csv_file: bool | None = None) -> list[Record]:
+    """Records of a JSONL file (or CSV: ``csv_file``, by default by the ``.csv`` suffix) with an id and a text
+    field."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", hint="check the --input path") from None
     text = _utf8(raw, path)
-    rows = _csv_rows(text, path) if path.suffix.lower() == ".csv" else _jsonl_rows(text, path)
+    as_csv = path.suffix.lower() == ".csv" if csv_file is None else csv_file
+    rows = _csv_rows(text, path) if as_csv else _jsonl_rows(text, path)
     records = []
     for line, row in rows:
         where = f"{path.name} line {line}"

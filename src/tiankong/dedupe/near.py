@@ -91,9 +91,11 @@ class NearPair:
     jaccard: float
 
 
-def near_pairs(texts: Sequence[str], *, low: float, k: int, num_perm: int = NUM_PERM) -> list[NearPair]:
-    """Pairs ``(a < b)`` whose estimated Jaccard is at least ``low``, by LSH banding tuned for ``low``."""
-    rows = signatures(texts, k, num_perm)
+def near_pairs(texts: Sequence[str], *, low: float, k: int, num_perm: int = NUM_PERM,
+               sign: Any = None) -> list[NearPair]:
+    """Pairs ``(a < b)`` whose estimated Jaccard is at least ``low``, by LSH banding tuned for ``low``; ``sign``:
+    computes the signatures instead of :func:`signatures` (the same numbers; a Ray job's partitions)."""
+    rows = (sign or signatures)(texts, k, num_perm)
     left, right = candidate_pairs(rows, band_ranges(low, num_perm))
     if not len(left):
         return []

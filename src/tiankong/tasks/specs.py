@@ -299,11 +299,9 @@ EXTRACT: TaskSpec[ExtractArgs, Structured[Any]] = TaskSpec(
         ), extract.extract_line, json_flags=("--json", "--evidence"),
         json_help="Print the full result: {data, attempts, usage, enforced_by_validation, minimal}."))
 
-# Dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), declared
-# here in full; it is not yet in SPECS because its CLI reads a file (cli/dedupe_cmds.py, other work in progress)
-# and registering it gives it a row in docs/tasks.md's parameter tables and an exported result type, which
-# tests/engine/test_task_registry.py holds every registered task to. Adding DEDUPE to the tuple below then serves
-# POST /v1/tasks/dedupe, its OpenAPI body and the 400 beyond MAX_DEDUPE_RECORDS with no other change.
+#: dedupe is a sans-I/O flow like the others (its only calls are the embedding part's and a decider's), served at
+#: ``POST /v1/tasks/dedupe`` for small inputs (at most ``MAX_DEDUPE_RECORDS``); ``cli=None``: no command is made
+#: from the spec, ``tiankong dedupe`` is its own and reads a file (``cli/dedupe_cmds.py``)
 DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
     "dedupe", DedupeArgs, _dedupe, "Clusters of exact, near and semantic duplicates, a kept record each, and the "
     "evidence of every merge.", text="records")
@@ -311,6 +309,6 @@ DEDUPE: TaskSpec[DedupeArgs, Dedupe] = TaskSpec(
 #: every registered task by name: served at ``POST /v1/tasks/<name>``, a CLI command each
 SPECS: dict[str, TaskSpec[Any, Any]] = {spec.name: spec for spec in (
     EXTRACT,
-    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL, SENTIMENT)}
+    CLASSIFY, ROUTE, REWRITE, RERANK, REDACT, GUARD, COMPRESS, SUMMARIZE, TAG, ASK, CALL, SQL, SENTIMENT, DEDUPE)}
 #: the same (once extract was not in ``SPECS``): batch jobs and eval items run the ``batchable`` ones
 TASK_SPECS: dict[str, TaskSpec[Any, Any]] = SPECS

@@ -44,7 +44,7 @@ CONTENT_FREE = "N/A"
 #: label names that are jargon to a general model, and words it knows (user descriptions take precedence)
 VERBALISERS = {"ham": "normal message", "pos": "positive", "neg": "negative", "0": "no", "1": "yes"}
 PASSES = {"tfidf": 0, "tfidf-rules": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1,
-          "lora": 1, "probe-part": 0}  # probe-part: no chat-engine pass (the retrieval part's own engine reads)
+          "lora": 1, "probe-part": 0, "probe-pair": 0}  # probe-part/-pair: the retrieval part's own engine reads
 #: ``lora`` is asked for by name: it trains k + 1 adapters, minutes each on a CPU (docs/deciders.md)
 DEFAULT_METHODS = ("tfidf", "probe-part", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
 
@@ -212,6 +212,17 @@ def part_features(texts: list[str], cache: FeatureCache | None, log: Log | None)
     return np.asarray(rows)
 
 
+def pair_matrix(texts: list[str]) -> np.ndarray:
+    """``probe-pair``'s comparisons of the two halves of every dedupe pair text (``dedupe/pairs.py``)."""
+    from ..dedupe.pairs import pair_features_flow
+    from ..structured.drivers import run_sync
+
+    def no_engine(*_: Any) -> Any:
+        raise ConfigError("pair features need no chat engine")
+
+    return np.asarray(run_sync(pair_features_flow(list(texts)), no_engine))
+
+
 def _part_vector(text: str) -> Callable[[], Flow[Any]]:
     return lambda: part_vector_flow(text)
 
@@ -244,7 +255,7 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         raise ConfigError(f"unknown method(s) {unknown}", hint=f"choose from {', '.join(PASSES)}")
     skipped = {m: "needs an engine (pass --model or --url)" for m in wanted
                if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")
-               and not (m == "lora" and adapter is not None) and m != methods.PART_PROBE}
+               and not (m == "lora" and adapter is not None) and m not in (methods.PART_PROBE, methods.PAIR_PROBE)}
     if methods.PART_PROBE in wanted and (why := part_unusable(examples.texts)):
         skipped[methods.PART_PROBE] = why
     if "lora" in wanted and adapter is None and "lora" not in skipped:
@@ -266,6 +277,8 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         start = time.perf_counter()
         features.embeddings["part"] = part_features(examples.texts, cache, log)
         engine_ms["part"] = 1000 * (time.perf_counter() - start) / len(examples.texts)
+    if methods.PAIR_PROBE in wanted and "pair" not in features.embeddings:
+        features.embeddings["pair"] = pair_matrix(examples.texts)
     rows: list[MethodScore] = []
     params: dict[str, Any] = {"k": k, "C_text": methods.C_TEXT, "C_probe": methods.C_PROBE}
     for method in wanted:

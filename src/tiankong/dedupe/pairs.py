@@ -1,0 +1,73 @@
+"""Features of a pair of texts for a dedupe decider (the ``probe-pair`` method): how alike the two halves are.
+
+A dedupe decider is shown a pair as one text (``pair_text``: ``"A: <a>\\nB: <b>"``). A method that reads that text
+as a whole (tf-idf, a probe on its vector) learns which *words* go with "same", not whether the halves agree, and
+scores at chance on pairs whose halves recur across labels (docs/dedupe.md, "Tuning a decider"). ``probe-pair``
+instead fits a logistic regression on a few comparisons of the two halves, all in [0, 1]:
+
+* ``cosine`` — of the embedding part's sentence vectors of A and B (0 where the part cannot read them);
+* ``char`` — Jaccard of the character 3-grams of the normalised texts (``keys.py``);
+* ``word`` — Jaccard of the words; ``contain`` — shared words over the shorter text's words;
+* ``length`` — the shorter normalised length over the longer;
+* ``numbers`` — 1 when both texts hold the same numbers (or none), else 0 ("floor 3" vs "floor 5").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..structured.flow import Flow
+from .keys import KeyOptions
+
+COLUMNS = ("cosine", "char", "word", "contain", "length", "numbers")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
+_WORD = re.compile(r"\w+")
+
+
+def split_pair(text: str) -> tuple[str, str]:
+    """``(a, b)`` of a text written by ``pair_text``; a text that is not a pair is ``(text, "")``."""
+    body = text[3:] if text.startswith("A: ") else text
+    a, sep, b = body.partition("\nB: ")
+    return (a, b) if sep else (text, "")
+
+
+def _jaccard(x: set[Any], y: set[Any]) -> float:
+    return len(x & y) / len(x | y) if x or y else 1.0
+
+
+def lexical(a: str, b: str, keys: KeyOptions | None = None) -> list[float]:
+    """Every column but ``cosine`` for one pair."""
+    keys = keys or KeyOptions()
+    na, nb = keys.normalise(a), keys.normalise(b)
+    grams_a = {na[i:i + 3] for i in range(max(1, len(na) - 2))} if na else set()
+    grams_b = {nb[i:i + 3] for i in range(max(1, len(nb) - 2))} if nb else set()
+    words_a, words_b = set(_WORD.findall(na)), set(_WORD.findall(nb))
+    shorter = min(len(words_a), len(words_b))
+    contain = len(words_a & words_b) / shorter if shorter else 0.0
+    length = min(len(na), len(nb)) / max(len(na), len(nb)) if na or nb else 1.0
+    numbers = 1.0 if set(_NUMBER.findall(a)) == set(_NUMBER.findall(b)) else 0.0
+    return [_jaccard(grams_a, grams_b), _jaccard(words_a, words_b), contain, length, numbers]
+
+
+def pair_features_flow(texts: list[str], part: str = "") -> Flow[list[list[float]]]:
+    """One row of :data:`COLUMNS` per pair text; the only calls are the embedding part's."""
+    from ..models.catalog import EMBEDDING_MODEL
+    from ..structured.part_flows import part_vectors
+    from ..tasks.retrieval import part_reads
+
+    pairs = [split_pair(t) for t in texts]
+    halves = [x for pair in pairs for x in pair]
+    name = part or EMBEDDING_MODEL
+    cosines = [0.0] * len(pairs)
+    if pairs and not part_reads(name, [h for h in halves if h]):
+        vectors, _ = yield from part_vectors([h or " " for h in halves], name)
+        if vectors is not None:
+            cosines = [max(0.0, _cosine(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
+    return [[round(c, 6), *(round(v, 6) for v in lexical(a, b))] for c, (a, b) in zip(cosines, pairs, strict=True)]
+
+
+def _cosine(u: list[float], v: list[float]) -> float:
+    dot = sum(x * y for x, y in zip(u, v, strict=True))
+    norm = (sum(x * x for x in u) ** 0.5) * (sum(y * y for y in v) ** 0.5)
+    return dot / norm if norm else 0.0
