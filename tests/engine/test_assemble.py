@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 import pytest
+from test_gateway_admission import LONG, decoded_by_slot, idle, state_for
 
 from conftest import serve_app, wait_until
-from test_gateway_admission import LONG, decoded_by_slot, idle, state_for
 from tiankong import AsyncClient, Client
 from tiankong.client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
 from tiankong.engine import EngineProcess

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from test_gateway import Served, start_serve, stop_serve
 
 from conftest import assert_one_line_error, run_cli
-from test_gateway import Served, start_serve, stop_serve
 from tiankong import Client, ConfigError, TransportError
 
 KEY = "gateway-key-4711"

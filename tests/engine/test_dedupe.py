@@ -108,7 +108,7 @@ def test_the_uncertain_band_goes_to_the_decider(tmp_path: Path) -> None:
     assert by["d1"]["cluster"] == "d1"  # the decider sees only the band: distinct records stay apart
 
 
-PAIRS = Path(__file__).parent / "data" / "dedupe-pairs.jsonl"  # 24 same, 24 different support-ticket pairs
+PAIRS = Path(__file__).parents[1] / "data" / "dedupe-pairs.jsonl"  # 24 same, 24 different support-ticket pairs
 
 
 def test_tune_dedupe_on_labelled_pairs_registers_a_decider_that_dedupe_uses(tmp_path: Path) -> None:

@@ -17,9 +17,9 @@ from typing import Any
 
 import httpx
 import pytest
+from test_gateway_dashboard import CHROMIUM, DevTools
 
 from conftest import serve_app, wait_until
-from test_gateway_dashboard import CHROMIUM, DevTools
 from tiankong import AsyncClient, Client
 from tiankong.config import CascadeSettings, TiankongConfig
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess

@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
+from test_gateway_admission import LONG, post, serve_app, state_for
 
 from conftest import wait_until
-from test_gateway_admission import LONG, post, serve_app, state_for
 from tiankong.engine import EngineProcess
 from tiankong.gateway.app import hash_key
 from tiankong.gateway.stats import LiveStats, percentile

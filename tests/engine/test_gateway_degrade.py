@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+from test_gateway_admission import LONG, metrics, post, serve_app, state_for, total
 
 from conftest import wait_until
-from test_gateway_admission import LONG, metrics, post, serve_app, state_for, total
 from tiankong.config import DegradationSettings, TiankongConfig, load_config
 from tiankong.engine import EngineProcess
 from tiankong.engine.pool import Replica

@@ -20,8 +20,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
-
 from test_gateway_admission import serve_app, state_for
+
 from tiankong.engine import EngineProcess
 from tiankong.gateway.openapi import build_openapi
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from test_gateway_admission import serve_app, state_for, total
+
 from tiankong.config import load_config
 from tiankong.engine import EngineProcess
 from tiankong.errors import ConfigError

@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from test_gateway import start_serve, stop_serve
+from test_gateway_admission import LONG, metrics, post, serve_app, total
 
 from conftest import pid_alive, wait_until
 from helpers.cloud_like import CloudLike, cloud_like
-from test_gateway import start_serve, stop_serve
-from test_gateway_admission import LONG, metrics, post, serve_app, total
 from tiankong.config import load_config
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.engine.pool import EnginePool, PoolEntry, PoolFull, Replica, engine_pool

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from test_gateway import Served, start_serve, stop_serve
 
 from conftest import TIANKONG, run_cli, serve_app
-from test_gateway import Served, start_serve, stop_serve
 from tiankong import Client
 from tiankong.batch.job import REGISTERED_TASKS
 from tiankong.config import ServerSettings

@@ -201,6 +201,27 @@ def test_compress_extractive_keeps_whole_sentences_in_order(engine: ScriptedEngi
 # --- errors ---------------------------------------------------------------------------------------------------
 
 
+def test_dedupe_merges_exact_and_near_copies_and_says_why_the_semantic_stage_did_not_run(
+        engine: ScriptedEngine) -> None:
+    # no embedding part is installed in the unit tier: the semantic stage must say so in the report, and the
+    # paraphrase (only that stage could merge it) stays apart, never merged by a guess
+    base = "The invoice for March was charged twice to my credit card, please refund one of the payments."
+    records = [{"id": "a", "text": base}, {"id": "b", "text": "  " + base.upper()},  # exact after normalisation
+               {"id": "c", "text": base.replace("please refund", "kindly refund")},  # near copy
+               {"id": "d", "text": "I was billed two times this month; I want my money back for the extra charge."},
+               {"id": "e", "text": "The mobile app crashes on start since the last update, with no error shown."}]
+    with client_for(engine) as client:
+        result = client.dedupe(records, near=0.6, keep="longest")
+    clusters = {tuple(c["ids"]): c for c in result.clusters()}
+    assert set(clusters) == {("a", "b", "c"), ("d",), ("e",)}, clusters
+    assert clusters[("a", "b", "c")]["kept"] == "b"  # keep="longest": the copy with the leading spaces
+    by_pair = {tuple(e["ids"]): e["stage"] for e in clusters[("a", "b", "c")]["evidence"]}
+    assert by_pair[("a", "b")] == "exact" and "near" in by_pair.values(), by_pair
+    assert result.kept_ids() == ["b", "d", "e"]
+    assert "not installed" in json.dumps(result.to_json()["report"]), result.to_json()["report"]
+    assert engine.calls == []
+
+
 def test_an_engine_error_is_a_tiankong_error_not_a_traceback(engine: ScriptedEngine) -> None:
     engine.on("/completion", lambda body: engine_error())
     with client_for(engine) as client, pytest.raises(TiankongError):
