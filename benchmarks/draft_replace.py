@@ -13,6 +13,7 @@ quality-only.
 
     nice .venv/bin/python benchmarks/draft_replace.py [--prompts 6] [--max-tokens 48]
         [--draft smollm2-135m-instruct:q4_1] [--quality qwen2.5-coder-0.5b-instruct:q4_k_m] [--threads 2]
+        [--quality-starts draft_token|draft_end]
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def main() -> None:
     parser.add_argument("--draft", default=TEST_MODEL)
     parser.add_argument("--quality", default=DEFAULT_MODEL)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quality-starts", choices=["draft_token", "draft_end"], default="draft_token",
+                        help="[cascade] quality_starts: at the draft's first token or at its end")
     args = parser.parse_args()
     binary = locate_engine()
 
@@ -111,7 +114,8 @@ def main() -> None:
         pool = EnginePool([PoolEntry("draft", [Replica("draft#0", draft)], on_demand=False),
                            PoolEntry("quality", [Replica("quality#0", quality)], on_demand=False)])
         state = GatewayState(model_name="quality", pool=pool,
-                             cascade=CascadeSettings(draft_model="draft", quality_model="quality"),
+                             cascade=CascadeSettings(draft_model="draft", quality_model="quality",
+                                                     quality_starts=args.quality_starts),
                              request_timeout_s=900)
         served = serve(state)
         url = served[2]
@@ -145,8 +149,9 @@ def main() -> None:
         return statistics.median(r[key] for r in rows if r[key] is not None)
 
     summary = {
-        "prompts": len(rows), "max_tokens": args.max_tokens, "threads": args.threads, "draft": args.draft,
-        "quality": args.quality, "median_prompt_tokens": median("prompt_tokens"),
+        "prompts": len(rows), "max_tokens": args.max_tokens, "threads": args.threads,
+        "quality_starts": args.quality_starts, "draft": args.draft, "quality": args.quality,
+        "median_prompt_tokens": median("prompt_tokens"),
         "median_draft_ttft_s": median("draft_ttft_s"), "median_quality_only_ttft_s": median("quality_only_ttft_s"),
         "median_cascade_quality_ttft_s": median("quality_ttft_s"),
         "median_end_s": median("end_s"), "median_quality_only_end_s": median("quality_only_end_s"),

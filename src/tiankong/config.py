@@ -260,6 +260,10 @@ class CascadeSettings(_Strict):
     draft_model: str | None = Field(None, min_length=1, description="the small, fast model (a pool model name)")
     quality_model: str | None = Field(None, min_length=1, description="the model whose answer is final (a pool "
                                       "model name; also what a chat naming no model gets)")
+    quality_starts: Literal["draft_token", "draft_end"] = Field(
+        "draft_token", description="when the quality request is sent: at the draft's first token (the two "
+        "overlap: for engines with cores of their own, a GPU or a remote quality model) or when the draft has "
+        "ended (nothing overlaps: for two engines sharing the same few CPU cores)")
 
     @model_validator(mode="after")
     def _both(self) -> CascadeSettings:

@@ -146,6 +146,42 @@ def test_opt_in_streams_the_draft_then_one_replace_then_the_quality_answer(
     assert {phase for phase, _ in pairs[:cut]} == {"draft"} and "".join(t for _, t in pairs[cut + 1:]) == expected
 
 
+LONG = {"messages": [{"role": "user", "content": "Count from 1 to 300, separated by commas."}], "max_tokens": 160,
+        "temperature": 0, "tiankong": {"draft": True}}
+
+
+def draft_part(events: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    cut = [name for name, _ in events].index("replace")
+    return [json.loads(data) for _, data in events[:cut]]
+
+
+def finished(chunks: list[dict[str, Any]]) -> bool:
+    return any(choice.get("finish_reason") for chunk in chunks for choice in chunk.get("choices") or [])
+
+
+def test_quality_starts_at_the_draft_end_when_configured(engines: tuple[EngineProcess, EngineProcess],
+                                                         gateways: tuple[str, str, GatewayState]) -> None:
+    # a long draft (SmolLM2 counting, 160 tokens, several seconds on one thread) against a short quality prompt
+    # (Qwen-0.5B's first token in well under a second on one thread): at the draft's first token (the default)
+    # the quality answer's first token cuts the draft short; at the draft's end it runs to its finish_reason
+    draft, quality = engines
+    url, _, _ = gateways
+    cut_short = draft_part(sse_events(url, LONG))
+    assert not finished(cut_short), "the default schedule let the draft run to its end"
+    settings = CascadeSettings(draft_model="draft", quality_model="quality", quality_starts="draft_end")
+    pool = EnginePool([PoolEntry("draft", [Replica("draft#0", draft)], on_demand=False),
+                       PoolEntry("quality", [Replica("quality#0", quality)], on_demand=False)])
+    with serve_app(GatewayState(model_name="draft", pool=pool, cascade=settings)) as after:
+        events = sse_events(after, LONG)
+        whole = draft_part(events)
+        assert finished(whole), "the draft was cut although the quality request waits for its end"
+        names = [name for name, _ in events]
+        assert names.count("replace") == 1 and events[-1][1] == "[DONE]"
+        assert streamed_text(events[names.index("replace") + 1:]), "no quality answer after the replace"
+        answer = chat(after, LONG)  # not streamed: both texts all the same
+        assert answer.status_code == 200 and answer.json()["tiankong"]["draft"]["content"]
+
+
 def test_opt_in_not_streamed_gives_both_texts(gateways: tuple[str, str, GatewayState]) -> None:
     url, alone, _ = gateways
     expected = content(chat(alone, CHAT))

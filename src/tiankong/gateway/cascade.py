@@ -8,9 +8,10 @@ A chat request that opts in with ``"tiankong": {"draft": true}`` is answered by 
 * **not streamed**: the quality model's answer, with ``"tiankong": {"draft": {"model", "content", "usage"}}``.
 
 **Scheduling**: the draft takes its engine first; the quality request is sent once the draft's first token has
-arrived (so the draft's prompt is read on an uncontended CPU) and waits in its own engine's admission like any
-request. The replace happens at the quality model's first token: the draft is then stopped (its engine slot
-freed) — the draft tokens decoded until then are counted as wasted. A client that leaves cancels both requests.
+arrived (so the draft's prompt is read on an uncontended CPU) — or, with ``[cascade] quality_starts =
+"draft_end"``, once the draft has ended (two engines on the same few cores then never compute at once) — and
+waits in its own engine's admission like any request. The replace happens at the quality model's first token:
+the draft is then stopped (its engine slot freed) — the draft tokens decoded until then are counted as wasted. A client that leaves cancels both requests.
 
 **Failure**: the quality model failing before its first token leaves the draft to finish, then ``event: final``
 (``{"object": "tiankong.final", "tiankong": {"final": "draft", "warning": …}}``) — never an empty answer; a
@@ -147,8 +148,10 @@ async def _events(source: AsyncIterator[Item]) -> AsyncGenerator[bytes | Respons
 class DraftThenReplace:
     """One opted-in chat request: the draft's part and the quality model's part (see the module docstring)."""
 
-    def __init__(self, draft: Part, quality: Part, metrics: CascadeMetrics, call: RequestRecord) -> None:
+    def __init__(self, draft: Part, quality: Part, metrics: CascadeMetrics, call: RequestRecord,
+                 after_draft: bool = False) -> None:
         self.draft, self.quality, self.metrics, self.call = draft, quality, metrics, call
+        self.after_draft = after_draft  # [cascade] quality_starts = "draft_end"
         self.started = time.perf_counter()
 
     # --- streamed ----------------------------------------------------------------------------------------
@@ -188,7 +191,7 @@ class DraftThenReplace:
                         continue
                     if event == DONE:
                         continue
-                    if self._saw(draft, event) and "quality" not in tasks:
+                    if self._saw(draft, event) and not self.after_draft and "quality" not in tasks:
                         start(quality, "quality")
                     yield event + b"\n\n"
                 elif part is quality:
@@ -271,7 +274,8 @@ class DraftThenReplace:
             draft.call, CHAT, draft.body), admitted.set))
         waiter = asyncio.ensure_future(admitted.wait())
         try:
-            await asyncio.wait({draft_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({draft_task} if self.after_draft else {draft_task, waiter},
+                               return_when=asyncio.FIRST_COMPLETED)
             quality_answer = await quality.pipe.slotted(quality.call, lambda: quality.pipe.upstream.forward(
                 quality.call, CHAT, quality.body))
             draft_answer = await draft_task
@@ -388,7 +392,7 @@ async def draft_then_replace(request: Request, router: ModelRouter, pipe_for: Ca
         return pipe.done(call, routed)
     quality_call = RequestRecord(CHAT, model=call.model, engine=call.engine, key=call.key, group=call.group)
     job = DraftThenReplace(Part(pipe_for(draft_call), draft_call, draft_body), Part(pipe, quality_call, body),
-                           metrics, call)
+                           metrics, call, after_draft=cascade.quality_starts == "draft_end")
     if body.get("stream"):
         return run_streamed(job, pipe)
     return await run_answered(request, job, pipe)
