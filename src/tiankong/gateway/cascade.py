@@ -11,7 +11,8 @@ A chat request that opts in with ``"tiankong": {"draft": true}`` is answered by 
 arrived (so the draft's prompt is read on an uncontended CPU) — or, with ``[cascade] quality_starts =
 "draft_end"``, once the draft has ended (two engines on the same few cores then never compute at once) — and
 waits in its own engine's admission like any request. The replace happens at the quality model's first token:
-the draft is then stopped (its engine slot freed) — the draft tokens decoded until then are counted as wasted. A client that leaves cancels both requests.
+the draft is then stopped (its engine slot freed) — the draft tokens decoded until then are counted as wasted. A client
+that leaves cancels both requests.
 
 **Failure**: the quality model failing before its first token leaves the draft to finish, then ``event: final``
 (``{"object": "tiankong.final", "tiankong": {"final": "draft", "warning": …}}``) — never an empty answer; a
