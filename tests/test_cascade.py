@@ -309,3 +309,24 @@ def test_cascade_eval_task_guard_end_to_end(tmp_path: Path) -> None:
     assert all(g >= s - 1e-4 for s, g in zip(small, large, strict=True)) and any(g > s + 1e-3 for s, g in
                                                                                   zip(small, large, strict=True))
     assert result["curve"][0]["escalated"] == 0.0 and result["curve"][-1]["escalated"] == 1.0
+
+
+def test_a_remote_large_model_is_reached_through_a_gateway(smol_engine: EngineProcess, tmp_path: Path) -> None:
+    """--large-url: the large side is a tiankong gateway on loopback (SmolLM2 behind it); nothing starts here —
+    the small side is the shipped guard decider (no engine) and ``client_for`` refuses to start an engine."""
+    from tiankong import Client
+    from tiankong.cascade import cascade_eval
+
+    def no_engine(model: str) -> Client:
+        raise AssertionError(f"an embedded engine was asked for ({model})")
+
+    data = write(tmp_path / "guard.jsonl", GUARD)
+    with serve_app(GatewayState.for_engine(smol_engine, TEST_MODEL)) as url:
+        result = cascade_eval(data, None, TEST_MODEL, task="guard", large_url=url, client_for=no_engine)
+        with Client(url, model=TEST_MODEL) as remote:
+            direct = [remote.guard(r["text"], use_model=True) for r in GUARD]
+    assert result.large == f"{TEST_MODEL} at {url}" and result.curve.n == len(GUARD)
+    assert [a.label for a in result.large_answers] == ["benign" if v.verdict == "allow" else "attack" for v in direct]
+    assert [a.confidence if a.label == "attack" else 1.0 - a.confidence for a in result.large_answers] == \
+        pytest.approx([v.score for v in direct], abs=1e-6)
+    assert any(v.model_probability for v in direct)  # the remote model's judgement is in the score
