@@ -159,7 +159,7 @@ def test_bad_input_is_one_line_before_any_engine(tmp_path: Path) -> None:
         proc = cli("--data", str(outside), "--small", TEST_MODEL, "--large", TEST_MODEL, *args)
         assert proc.returncode == 1, proc.stderr
         assert proc.stderr.startswith("error: ") and message in proc.stderr and len(proc.stderr.splitlines()) == 1
-    for args, message in ((["--small", TEST_MODEL, "--task", "extract"], "extract"),
+    for args, message in ((["--small", TEST_MODEL, "--task", "summarize"], "summarize"),
                           ([], "--small MODEL (or --decider NAME)"),
                           (["--small", TEST_MODEL, "--config", str(tmp_path / "c.toml")], "add --write")):
         proc = cli("--data", str(outside), "--large", TEST_MODEL, *args)

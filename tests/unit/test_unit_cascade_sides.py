@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from helpers.scripted import ScriptedEngine, scored
+from helpers.scripted import ScriptedEngine, chat_reply, scored
 from tiankong import Client
 from tiankong.cascade import cascade_eval, write_threshold
 from tiankong.deciders.registry import load_decider
@@ -145,8 +145,8 @@ def test_task_guard_bad_input(tmp_path: Path) -> None:
     spam = tuned(tmp_path, "spam", [(t, "spam") for t in SPAM[:10]] + [(t, "ham") for t in HAM[:10]])
     with pytest.raises(ConfigError, match="no label 'injection'"):
         cascade_eval(data, None, "l", task="guard", decider=spam, client_for=no_client)
-    with pytest.raises(ConfigError, match="task 'extract'"):
-        cascade_eval(data, "s", "l", task="extract", client_for=no_client)
+    with pytest.raises(ConfigError, match="task 'summarize'"):
+        cascade_eval(data, "s", "l", task="summarize", client_for=no_client)
 
 
 def test_the_large_model_at_a_url_is_reached_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,3 +169,85 @@ def test_the_large_model_at_a_url_is_reached_there(tmp_path: Path, monkeypatch: 
                           no_client(model))
     assert reached == [("http://127.0.0.1:8765", "big-model")]
     assert result.large == "big-model at http://127.0.0.1:8765" and sides.Side("m", url="u").name == "m at u"
+
+
+# --- --task extract -------------------------------------------------------------------------------------------
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"}},
+          "required": ["name", "city"]}
+PEOPLE = [("Ana lives in Lisbon.", {"name": "Ana", "city": "Lisbon"}),
+          ("Bo moved to Oslo last year.", {"name": "Bo", "city": "Oslo"}),
+          ("Cy works in Rome.", {"name": "Cy", "city": "Rome"}),
+          ("Di visited Paris.", {"name": "Di", "city": "Paris"}),
+          ("Ed flew home to Quito.", {"name": "Ed", "city": "Quito"})]
+
+
+def extracting(answers: dict[str, str]) -> Any:
+    """``client_for``: a scripted chat model answering each record (found in the messages) with its JSON text."""
+    def reply(body: Any) -> Any:
+        said = json.dumps(body.get("messages"))
+        return chat_reply(next(a for needle, a in answers.items() if needle in said))
+
+    def connect(model: str) -> Client:
+        client = Client(URL, transport=ScriptedEngine().on("/v1/chat/completions", reply).transport())
+        client.fast_forward = False  # the plain grammar path: one chat call per attempt
+        return client
+
+    return connect
+
+
+def test_task_extract_scores_fields_and_grounds_the_confidence(tmp_path: Path) -> None:
+    data = tmp_path / "people.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "expected": e}) + "\n" for t, e in PEOPLE))
+    small = {"Ana": '{"name": " ana ", "city": "LISBON"}',  # right (strings compared case-folded), grounded
+             "Bo m": '{"name": "Bo", "city": "Oslo"}',  # right, grounded
+             "Cy w": '{"name": "Cy", "city": "Milan"}',  # wrong, half grounded (Milan is made up)
+             "Di v": '{"name": "Diana", "city": "London"}',  # wrong, nothing grounded
+             "Ed f": '{"name": 5}'}  # invalid twice: a failed extraction, wrong at confidence 0
+    large = {text[:4]: json.dumps(expected) for text, expected in PEOPLE}
+    clients = {"small-model": extracting(small), "large-model": extracting(large)}
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps(PERSON))
+    result = cascade_eval(data, "small-model", "large-model", task="extract", schema=schema,
+                          client_for=lambda model: clients[model](model))
+    assert result.task == "extract" and result.labels == []
+    assert [a.confidence for a in result.small_answers] == pytest.approx([1.0, 1.0, 0.5, 0.0, 0.0])
+    assert result.small_answers[-1].label == "null"
+    assert result.curve.always_small == pytest.approx(0.4) and result.curve.always_large == 1.0
+    # the three wrong answers are the three least grounded: escalating them reaches always-large
+    assert result.curve.chosen.escalated == pytest.approx(0.6) and 0.5 < result.curve.chosen.threshold < 1.0
+    assert result.curve.above_random
+    with pytest.raises(ConfigError, match="extract has no escalation threshold"):
+        write_threshold(result, data)
+
+
+def test_extract_fields_and_grounding_are_pure() -> None:
+    from tiankong.cascade.extract import canonical, fields_match, grounded
+
+    expected = canonical({"name": "Ana", "age": 41, "tags": ["a"]})
+    assert fields_match(expected, canonical({"name": "ANA  ", "age": 41.0, "tags": ["a"], "extra": 1}))
+    assert not fields_match(expected, canonical({"name": "Ana", "age": 42, "tags": ["a"]}))
+    assert not fields_match(expected, canonical({"name": "Ana", "age": 41}))
+    assert grounded({"name": "Ana", "age": 41, "ok": True, "note": None}, "ana is 41") == 1.0
+    assert grounded({"name": "Ana", "city": "Rome"}, "Ana is here") == 0.5
+    assert grounded({"name": None, "city": ""}, "anything") == 1.0  # nothing claimed, nothing unsupported
+
+
+def test_task_extract_bad_input_before_any_engine(tmp_path: Path) -> None:
+    data = tmp_path / "people.jsonl"
+    data.write_text(json.dumps({"text": "Ana lives in Lisbon.", "expected": {"name": "Ana"}}) + "\n" +
+                    json.dumps({"text": "Bo is here.", "label": "Bo"}) + "\n")
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"text": "Ana lives in Lisbon.", "expected": {"name": "Ana"}}) + "\n")
+    with pytest.raises(ConfigError, match="line 2 has no expected object"):
+        cascade_eval(data, "s", "l", task="extract", schema=PERSON, client_for=no_client)
+    with pytest.raises(ConfigError, match="needs the schema"):
+        cascade_eval(good, "s", "l", task="extract", client_for=no_client)
+    with pytest.raises(ConfigError, match="--schema is for --task extract"):
+        cascade_eval(good, "s", "l", schema=PERSON, client_for=no_client)
+    with pytest.raises(ConfigError, match="not extract"):
+        cascade_eval(good, None, "l", task="extract", schema=PERSON, decider="guard", client_for=no_client)
+    with pytest.raises(ConfigError, match="cannot read"):
+        cascade_eval(good, "s", "l", task="extract", schema=tmp_path / "missing.json", client_for=no_client)
+    with pytest.raises(ConfigError, match="expected fields"):
+        cascade_eval(good, "s", "l", task="extract", schema=PERSON, labels=["a", "b"], client_for=no_client)

@@ -80,9 +80,11 @@ class CascadeEval:
         return data
 
 
-def load_records(path: str | Path, labels: Sequence[str] | None = None,
-                 what: str = "--labels") -> tuple[list[Record], list[str]]:
+def load_records(path: str | Path, labels: Sequence[str] | None = None, what: str = "--labels", *,
+                 extract: bool = False) -> tuple[list[Record], list[str]]:
     """JSONL ``{"text", "label"}`` records and the label set (``labels``, else the data's labels, first seen first).
+    ``extract``: ``{"text", "expected": {…}}`` records, the label the expected object's canonical JSON (no label
+    set: an empty list).
 
     Every problem is a ``ConfigError`` naming the line: an unreadable or empty file, a line that is not a JSON
     object, a missing or empty text or label, a label outside ``labels``, fewer than two labels."""
@@ -99,9 +101,11 @@ def load_records(path: str | Path, labels: Sequence[str] | None = None,
     for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
-        records.append(_record(path, number, line, wanted, what))
+        records.append(_record(path, number, line, wanted, what, extract))
     if not records:
         raise ConfigError(f"{path} has no records", hint='write one {"text": …, "label": …} object per line')
+    if extract:
+        return records, []
     found = list(dict.fromkeys(r.label for r in records))
     names = wanted or found
     if len(names) < 2:
@@ -110,7 +114,8 @@ def load_records(path: str | Path, labels: Sequence[str] | None = None,
     return records, names
 
 
-def _record(path: str | Path, number: int, line: str, labels: list[str] | None, what: str) -> Record:
+def _record(path: str | Path, number: int, line: str, labels: list[str] | None, what: str,
+            extract: bool = False) -> Record:
     where = f"{path} line {number}"
     try:
         data = json.loads(line)
@@ -121,6 +126,10 @@ def _record(path: str | Path, number: int, line: str, labels: list[str] | None, 
     text, label = data.get("text"), data.get("label")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"{where} has no text", hint='every record needs a non-empty "text" string')
+    if extract:
+        from .extract import expected_of
+
+        return Record(text, expected_of(data, where))
     if not isinstance(label, str) or not label.strip():
         raise ConfigError(f"{where} has no label", hint='every record needs a non-empty "label" string')
     if labels is not None and label not in labels:
@@ -129,8 +138,12 @@ def _record(path: str | Path, number: int, line: str, labels: list[str] | None, 
     return Record(text, label)
 
 
-def score_table(records: Sequence[Record], small: Sequence[Answer], large: Sequence[Answer]) -> list[Score]:
-    return [Score(s.confidence, s.label == r.label, g.label == r.label)
+def score_table(records: Sequence[Record], small: Sequence[Answer], large: Sequence[Answer],
+                same: Callable[[str, str], bool] | None = None) -> list[Score]:
+    """Per record: the small side's confidence and whether each side was right (``same(expected, answer)``,
+    default: the labels are equal)."""
+    right = same or (lambda expected, answer: expected == answer)
+    return [Score(s.confidence, right(r.label, s.label), right(r.label, g.label))
             for r, s, g in zip(records, small, large, strict=True)]
 
 
@@ -154,7 +167,8 @@ def cascade_eval(data: str | Path, small: str | None, large: str | None, *, task
                  labels: Sequence[str] | None = None, target: float = 0.95,
                  routes: str | Path | Sequence[Any] | None = None, decider: str | None = None,
                  large_decider: str | None = None, large_url: str | None = None,
-                 llama_server: str | None = None, log: Log | None = None,
+                 schema: str | Path | dict[str, Any] | None = None, llama_server: str | None = None,
+                 log: Log | None = None,
                  client_for: Callable[[str], Client] | None = None) -> CascadeEval:
     """Run the small side and the large side on the labelled records of ``data`` and build the cascade curve.
 
@@ -162,6 +176,7 @@ def cascade_eval(data: str | Path, small: str | None, large: str | None, *, task
     ``task="guard"``: records labelled ``attack`` / ``benign``, the small side by default the shipped ``guard``
     decider (no engine). ``decider`` / ``large_decider``: that side is this tuned decider (on ``small`` / ``large``,
     default its base model; an engine-free one runs without an engine); the records are labelled with its labels.
+    ``task="extract"`` needs ``schema`` (a JSON Schema object or file; records ``{"text", "expected": {…}}``).
     ``large_url``: the large model is served there (an OpenAI-compatible upstream, e.g. another tiankong
     gateway). ``client_for(model)``: how to reach a model (default: an embedded engine, one slot, started and
     stopped here).
@@ -180,6 +195,7 @@ def cascade_eval(data: str | Path, small: str | None, large: str | None, *, task
         decider = "guard"  # the shipped guard: its calibrated score, no engine
     if decider is None and (not small or not small.strip()):
         raise ConfigError("no small model given", hint="pass --small NAME, or --decider NAME (a tuned decider)")
+    json_schema = _extract_schema(task, schema, decider, large_decider)
     found = _decider(decider, task) if decider is not None else None
     found_large = _decider(large_decider, task) if large_decider is not None else None
     records, names, route_list = _records(data, task, labels, routes, found, found_large)
@@ -198,8 +214,13 @@ def cascade_eval(data: str | Path, small: str | None, large: str | None, *, task
             log(f"{side.name}: {task} on {len(records)} records")
         with asker(side, connect, llama_server) as ask:
             answers[side.name] = answer_all(ask, task, records, names, log, side.name, routes=route_list,
-                                       decider=side.ref, model=side.decider is None)
-    curve = build_curve(score_table(records, answers[small_side.name], answers[large_side.name]), target)
+                                       decider=side.ref, model=side.decider is None, schema=json_schema)
+    same: Callable[[str, str], bool] | None = None
+    if task == "extract":
+        from .extract import fields_match
+
+        same = fields_match
+    curve = build_curve(score_table(records, answers[small_side.name], answers[large_side.name], same), target)
     return CascadeEval(task, small_side.name, large_side.name, names, curve, records, answers[small_side.name],
                        answers[large_side.name], decider=small_side.ref, warnings=warnings,
                        large_decider=large_side.ref)
@@ -225,6 +246,11 @@ def _records(data: str | Path, task: str, labels: Sequence[str] | None, routes: 
             decider_labels(decider.labels, names, decider.ref)
         records, names = load_records(data, names, what="the route names")
         return records, names, route_list
+    if task == "extract":
+        if labels:
+            raise ConfigError("--task extract records carry their expected fields", hint="leave out --labels")
+        records, names = load_records(data, extract=True)
+        return records, names, None
     if task == "guard":
         if labels and sorted(labels) != sorted(GUARD_LABELS):
             raise ConfigError(f"--task guard records are labelled {' or '.join(GUARD_LABELS)}",
@@ -249,6 +275,21 @@ def records_sha256(records: Sequence[Record]) -> str:
     """The hash a decider records of its examples (``tuning.Examples.sha256``): the same for the same records."""
     lines = sorted(json.dumps([r.text, r.label], ensure_ascii=False) for r in records)
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def _extract_schema(task: str, schema: str | Path | dict[str, Any] | None, *deciders: str | None
+                    ) -> dict[str, Any] | None:
+    if task != "extract":
+        if schema is not None:
+            raise ConfigError("--schema is for --task extract", hint="leave out --schema, or pass --task extract")
+        return None
+    if schema is None:
+        raise ConfigError("--task extract needs the schema", hint="pass --schema SCHEMA.json (a JSON Schema object)")
+    if any(d is not None for d in deciders):
+        raise ConfigError("a decider answers classify decisions, not extract", hint="give models as both sides")
+    from .extract import load_schema
+
+    return load_schema(schema)
 
 
 def _decider(ref: str, task: str) -> Decider:

@@ -10,7 +10,9 @@ large one. Per task (``TASKS``) a side answers a record with a label and the cal
 * ``guard``: the guard task — the shipped ``guard`` decider (or the one named) alone, or with a model its
   noisy-OR with the model's yes/no judgement (``use_model``). The label is ``attack`` when the verdict is flag or
   block (score ≥ the decider's ``flag_at``), else ``benign``; the confidence is the calibrated probability of that
-  label: the score for ``attack``, 1 − score for ``benign``.
+  label: the score for ``attack``, 1 − score for ``benign``;
+* ``extract``: extract against the schema; the answer is the JSON object, the confidence a validation score
+  (``extract.py``: the share of its values found in the text).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from ..deciders.registry import Decider
     from ..tasks.route import Route
 
-TASKS = ("classify", "route", "guard")
+TASKS = ("classify", "route", "guard", "extract")
 #: the labels of ``--task guard`` records
 GUARD_LABELS = ["attack", "benign"]
 Log = Callable[[str], None]
@@ -78,7 +81,7 @@ def check_task(task: str) -> None:
 
 
 def ask_args(task: str, text: str, labels: list[str], *, routes: list[Route] | None = None,
-             decider: str | None = None, model: bool = True) -> dict[str, Any]:
+             decider: str | None = None, model: bool = True, schema: dict[str, Any] | None = None) -> dict[str, Any]:
     """The task arguments one record is answered with: never abstaining, never escalating by red line (the
     curve is over the confidence alone; ``threshold=0`` makes the answer the best label whatever is configured).
     ``model``: the side has a chat model (guard: its judgement joins the decider's)."""
@@ -86,6 +89,8 @@ def ask_args(task: str, text: str, labels: list[str], *, routes: list[Route] | N
         return {"text": text, "routes": routes, "threshold": 0.0, "redline": False, "decider": decider}
     if task == "guard":
         return {"text": text, "decider": decider or "guard", "use_model": model and decider is None}
+    if task == "extract":
+        return {"text": text, "schema": schema}
     if decider is not None:
         return {"text": text, "decider": decider, "threshold": 0.0}
     return {"text": text, "labels": labels}
@@ -103,13 +108,16 @@ def to_answer(task: str, result: Any) -> Answer:
 
 def answer_all(ask: Ask, task: str, records: Sequence[Any], labels: list[str], log: Log | None = None,
                name: str = "", *, routes: list[Route] | None = None, decider: str | None = None,
-               model: bool = True) -> list[Answer]:
-    """The decision task on every record with one side: each answer and its confidence."""
+               model: bool = True, schema: dict[str, Any] | None = None) -> list[Answer]:
+    """The task on every record with one side: each answer and its confidence."""
+    from .extract import extract_answer
+
     check_task(task)
     answers = []
     for index, record in enumerate(records, 1):
-        answers.append(to_answer(task, ask(task, ask_args(task, record.text, labels, routes=routes,
-                                                          decider=decider, model=model))))
+        args = ask_args(task, record.text, labels, routes=routes, decider=decider, model=model, schema=schema)
+        answers.append(extract_answer(partial(ask, task, args), record.text) if task == "extract" else
+                       to_answer(task, ask(task, args)))
         if log and (index % 25 == 0 or index == len(records)):
             log(f"{name}: {index}/{len(records)}")
     return answers
@@ -145,7 +153,8 @@ def asker(side: Side, connect: Callable[[str], Client], llama_server: str | None
     else:
         client = _decider_client(connect, side.model, side.decider, llama_server)
     with client:
-        yield lambda task, args: client.task(task, **args)
+        yield lambda task, args: client.extract_result(args["text"], args["schema"]) if task == "extract" else \
+            client.task(task, **args)
 
 
 def _decider_client(connect: Callable[[str], Client], model: str, decider: Decider,
