@@ -330,3 +330,38 @@ def test_a_remote_large_model_is_reached_through_a_gateway(smol_engine: EnginePr
     assert [a.confidence if a.label == "attack" else 1.0 - a.confidence for a in result.large_answers] == \
         pytest.approx([v.score for v in direct], abs=1e-6)
     assert any(v.model_probability for v in direct)  # the remote model's judgement is in the score
+
+
+PEOPLE = [{"text": "Ana Souza lives in Lisbon and works as a nurse.",
+           "expected": {"name": "Ana Souza", "city": "Lisbon"}},
+          {"text": "Last spring Bo Lind moved to Oslo.", "expected": {"name": "Bo Lind", "city": "Oslo"}},
+          {"text": "The chef Cy Rossi cooks in Rome.", "expected": {"name": "Cy Rossi", "city": "Rome"}}]
+
+
+def test_cascade_eval_task_extract_end_to_end(tmp_path: Path) -> None:
+    """--task extract with SmolLM2 (as both sides: the plumbing, run once): every answer is the model's JSON (or a
+    failed extraction), its confidence the share of its values found in the text, the right ones scored by field."""
+    from tiankong.cascade.extract import fields_match, grounded
+
+    data = write(tmp_path / "people.jsonl", PEOPLE)
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"name": {"type": "string"},
+                                                                   "city": {"type": "string"}},
+                                  "required": ["name", "city"]}))
+    proc = cli("--data", str(data), "--task", "extract", "--schema", str(schema), "--small", TEST_MODEL,
+               "--large", TEST_MODEL, "--json", "--items")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["task"] == "extract" and result["n"] == len(PEOPLE) and result["labels"] == []
+    assert proc.stderr.count("extract on 3 records") == 1 and "same model" in proc.stderr
+    right = 0
+    for item, person in zip(result["items"], PEOPLE, strict=True):
+        assert json.loads(item["label"]) == person["expected"] and item["small"] == item["large"]
+        answer = json.loads(item["small"])
+        if answer is None:  # a failed extraction: wrong, confidence 0
+            assert item["small_confidence"] == 0.0
+            continue
+        assert set(answer) >= {"name", "city"}
+        assert item["small_confidence"] == pytest.approx(grounded(answer, person["text"]))
+        right += fields_match(item["label"], item["small"])
+    assert result["always_small"]["accuracy"] == pytest.approx(right / len(PEOPLE))
