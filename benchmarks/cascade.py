@@ -26,6 +26,10 @@ and the other way round — the chosen threshold's in-sample figures are optimis
 tuned on the same K-per-label examples (the same seeded draw as the small side's), results as
 ``<set>-tfidf-k<K>-probe-k<K>.*`` — a pair where the large side costs an engine pass and the small side none.
 
+``--reuse-small``: the small model's answers are read from the recorded ``<set>.json`` (checked as above) and only
+``--large`` runs — another large model against the same recorded small side, results as
+``<set>-<large model>.*``.
+
 ``--holdout-recorded`` adds it to recorded ``<set>.json`` results (no model runs).
 """
 
@@ -112,6 +116,15 @@ def recorded_large(out: Path, name: str, large: str, rows: list[tuple[str, str]]
     return Replay({i["text"]: (i["large"], i["large_confidence"]) for i in items})
 
 
+def recorded_small(out: Path, name: str, small: str, rows: list[tuple[str, str]]) -> Replay:
+    """The small model's answers recorded in ``<set>.json`` (``--reuse-small``; the same model and items)."""
+    recorded = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    items = recorded["items"]
+    if recorded["small"] != small or [(i["text"], i["label"]) for i in items] != rows:
+        raise SystemExit(f"{name}.json records another small model or other items: run without --reuse-small")
+    return Replay({i["text"]: (i["small"], i["small_confidence"]) for i in items})
+
+
 def holdout(items: list[dict[str, Any]], target: float, seed: int = 43) -> dict[str, Any]:
     """Choose the threshold on one seeded half, read it on the other (both ways round)."""
     order = list(range(len(items)))
@@ -184,6 +197,8 @@ def main() -> None:
     parser.add_argument("--large-decider-per-label", type=int, default=None,
                         help="the large side is a probe decider on --large's embeddings tuned on K per label")
     parser.add_argument("--reuse-large", action="store_true")
+    parser.add_argument("--reuse-small", action="store_true",
+                        help="the small model's answers from the recorded <set>.json (another --large run alone)")
     parser.add_argument("--holdout-recorded", action="store_true")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
@@ -211,6 +226,13 @@ def main() -> None:
         large_decider = tuned_decider(out, name, rows, args.large_decider_per_label, model=args.large,
                                       methods=PROBES) if args.large_decider_per_label else None
         connect: Any = None if replay is None else (lambda _model, answers=replay: answers)
+        if args.reuse_small:
+            from tiankong import Client
+
+            small_replay = recorded_small(out, name, args.small, rows)
+
+            def connect(model: str, answers: Replay = small_replay) -> Any:
+                return answers if model == args.small else Client(model=model, slots=1, ctx=4096)
         guard = args.task == "guard"
         result = cascade_eval(data, None if decider or guard else args.small, args.large, target=args.target,
                               task=args.task,
@@ -221,12 +243,15 @@ def main() -> None:
         raw = result.to_json(items=True)
         raw["seconds"] = round(seconds, 1)
         raw["large_answers"] = f"recorded in {name}.json" if replay else "run here"
+        raw["small_answers"] = f"recorded in {name}.json" if args.reuse_small else "run here"
         raw["holdout"] = holdout(raw["items"], args.target)
         stem = f"{name}-tfidf-k{args.decider_per_label}" if decider else name
         if large_decider:
             stem += f"-probe-k{args.large_decider_per_label}"
         if guard:
             stem += "-guard"
+        if args.reuse_small:
+            stem += "-" + args.large.split(":")[0]
         (out / f"{stem}.json").write_text(json.dumps(raw, indent=1, ensure_ascii=False), encoding="utf-8")
         title = f"{name}: {result.small} -> {result.large} (n={curve.n})"
         plot(curve, out / f"{stem}.png", title)
