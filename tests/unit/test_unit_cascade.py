@@ -300,8 +300,8 @@ def test_task_route_bad_input_is_refused_before_any_engine(tmp_path: Path) -> No
         cascade_eval(data, "s", "l", routes=routes, client_for=no_client)
     with pytest.raises(ConfigError, match="no small model"):
         cascade_eval(data, None, "l", client_for=no_client)
-    with pytest.raises(ConfigError, match="task 'guard'"):
-        cascade_eval(data, "s", "l", task="guard", client_for=no_client)
+    with pytest.raises(ConfigError, match="task 'summarize'"):
+        cascade_eval(data, "s", "l", task="summarize", client_for=no_client)
 
 
 def test_tiankong_serve_hands_its_route_section_to_the_gateway() -> None:

@@ -2,7 +2,8 @@
 
 ``build_curve(scores, target)`` (pure, ``curve.py``) turns a score table into the accuracy-vs-escalation curve,
 the always-small / always-large / random baselines and the threshold for a target; ``cascade_eval(data, small,
-large)`` (``run.py``) fills the table by running both sides (classify zero-shot or with a tuned decider, route);
+large)`` (``run.py``) fills the table by running both sides (``sides.py``: a model — embedded or remote — or a
+tuned decider each; tasks classify, route, guard and extract, ``extract.py`` its field check and confidence);
 ``report.py`` renders a Markdown table and a PNG; ``write.py`` puts the chosen threshold where route and deciders
 read it. See docs/cascade.md.
 """

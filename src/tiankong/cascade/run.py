@@ -1,50 +1,42 @@
 """The engine part of ``tiankong cascade eval``: labelled records → both sides' answers → a score table → a curve.
 
-Tasks (``TASKS``): ``classify`` (zero-shot over the labels, or — ``decider=`` — a tuned decider as the small side,
-the large model zero-shot over the decider's labels) and ``route`` (records labelled by route name: both sides
-make route's own local decision over the routes, its descriptions in the prompt, or the decider's). The small
-side's **confidence** is its calibrated top-label probability — exactly what route compares with its threshold
-and what a decider abstains below. Each side runs in its own embedded engine, one after the other, so two engines
-never share the cores; an engine-free decider (``tfidf``) runs with no engine. The same model as small and large is
-allowed: it runs once and the curve is flat (escalating buys nothing) — useful to check the plumbing.
+Tasks (``sides.TASKS``): ``classify`` (zero-shot over the labels, or a tuned decider's), ``route`` (records
+labelled by route name: route's own local decision over the routes, its descriptions in the prompt, or the
+decider's) and ``guard`` (records labelled ``attack`` / ``benign``: the guard task's calibrated score). Either
+side is a model or a tuned decider (``decider=`` small, ``large_decider=`` large); the large model may be remote
+(``large_url=``, an OpenAI-compatible upstream). The small side's **confidence** is its calibrated top-label
+probability — exactly what route compares with its threshold and what a decider abstains below. Each side runs in
+its own embedded engine, one after the other, so two engines never share the cores; an engine-free decider
+(``tfidf``) runs with no engine. The same side as small and large is allowed: it runs once and the curve is flat
+(escalating buys nothing) — useful to check the plumbing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .curve import Curve, Score, build_curve
+from .sides import GUARD_LABELS, TASKS, Answer, Log, Side, answer_all, asker, check_task
 
 if TYPE_CHECKING:
     from ..api import Client
     from ..deciders.registry import Decider
     from ..tasks.route import Route
 
-TASKS = ("classify", "route")
-Log = Callable[[str], None]
-#: one side's way to run a task: (task name, its arguments) → the task's result
-Ask = Callable[[str, dict[str, Any]], Any]
+__all__ = ["TASKS", "Answer", "CascadeEval", "Record", "cascade_eval", "load_records", "load_routes",
+           "records_sha256", "score_table"]
 
 
 @dataclass(frozen=True)
 class Record:
     text: str
     label: str
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One side's decision on one record: the label it chose and its probability."""
-
-    label: str
-    confidence: float
 
 
 @dataclass
@@ -61,6 +53,7 @@ class CascadeEval:
     large_answers: list[Answer] = field(default_factory=list)
     decider: str | None = None
     warnings: list[str] = field(default_factory=list)
+    large_decider: str | None = None
 
     @property
     def route_threshold(self) -> float:
@@ -78,7 +71,8 @@ class CascadeEval:
         data: dict[str, Any] = {"task": self.task, "small": self.small, "large": self.large, "n": self.curve.n,
                                 "labels": self.labels, **self.curve.to_json(),
                                 "route": {"threshold": self.route_threshold, "command": self.command},
-                                "decider": self.decider, "warnings": self.warnings}
+                                "decider": self.decider, "large_decider": self.large_decider,
+                                "warnings": self.warnings}
         if items:
             data["items"] = [{"text": r.text, "label": r.label, "small": s.label,
                               "small_confidence": s.confidence, "large": g.label, "large_confidence": g.confidence}
@@ -86,9 +80,11 @@ class CascadeEval:
         return data
 
 
-def load_records(path: str | Path, labels: Sequence[str] | None = None,
-                 what: str = "--labels") -> tuple[list[Record], list[str]]:
+def load_records(path: str | Path, labels: Sequence[str] | None = None, what: str = "--labels", *,
+                 extract: bool = False) -> tuple[list[Record], list[str]]:
     """JSONL ``{"text", "label"}`` records and the label set (``labels``, else the data's labels, first seen first).
+    ``extract``: ``{"text", "expected": {…}}`` records, the label the expected object's canonical JSON (no label
+    set: an empty list).
 
     Every problem is a ``ConfigError`` naming the line: an unreadable or empty file, a line that is not a JSON
     object, a missing or empty text or label, a label outside ``labels``, fewer than two labels."""
@@ -105,9 +101,11 @@ def load_records(path: str | Path, labels: Sequence[str] | None = None,
     for number, line in enumerate(raw.splitlines(), 1):
         if not line.strip():
             continue
-        records.append(_record(path, number, line, wanted, what))
+        records.append(_record(path, number, line, wanted, what, extract))
     if not records:
         raise ConfigError(f"{path} has no records", hint='write one {"text": …, "label": …} object per line')
+    if extract:
+        return records, []
     found = list(dict.fromkeys(r.label for r in records))
     names = wanted or found
     if len(names) < 2:
@@ -116,7 +114,8 @@ def load_records(path: str | Path, labels: Sequence[str] | None = None,
     return records, names
 
 
-def _record(path: str | Path, number: int, line: str, labels: list[str] | None, what: str) -> Record:
+def _record(path: str | Path, number: int, line: str, labels: list[str] | None, what: str,
+            extract: bool = False) -> Record:
     where = f"{path} line {number}"
     try:
         data = json.loads(line)
@@ -127,6 +126,10 @@ def _record(path: str | Path, number: int, line: str, labels: list[str] | None, 
     text, label = data.get("text"), data.get("label")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"{where} has no text", hint='every record needs a non-empty "text" string')
+    if extract:
+        from .extract import expected_of
+
+        return Record(text, expected_of(data, where))
     if not isinstance(label, str) or not label.strip():
         raise ConfigError(f"{where} has no label", hint='every record needs a non-empty "label" string')
     if labels is not None and label not in labels:
@@ -135,38 +138,12 @@ def _record(path: str | Path, number: int, line: str, labels: list[str] | None, 
     return Record(text, label)
 
 
-def ask_args(task: str, text: str, labels: list[str], *, routes: list[Route] | None = None,
-             decider: str | None = None) -> dict[str, Any]:
-    """The task arguments one record is answered with: never abstaining, never escalating by red line (the
-    curve is over the confidence alone; ``threshold=0`` makes the answer the best label whatever is configured)."""
-    if task == "route":
-        return {"text": text, "routes": routes, "threshold": 0.0, "redline": False, "decider": decider}
-    if decider is not None:
-        return {"text": text, "decider": decider, "threshold": 0.0}
-    return {"text": text, "labels": labels}
-
-
-def answer_all(ask: Ask, task: str, records: Sequence[Record], labels: list[str], log: Log | None = None,
-               name: str = "", *, routes: list[Route] | None = None, decider: str | None = None) -> list[Answer]:
-    """The decision task on every record with one side: each answer and its confidence."""
-    check_task(task)
-    answers = []
-    for index, record in enumerate(records, 1):
-        result = ask(task, ask_args(task, record.text, labels, routes=routes, decider=decider))
-        answers.append(Answer(result.route, result.confidence) if task == "route" else
-                       Answer(result.label, result.confidence))
-        if log and (index % 25 == 0 or index == len(records)):
-            log(f"{name}: {index}/{len(records)}")
-    return answers
-
-
-def check_task(task: str) -> None:
-    if task not in TASKS:
-        raise ConfigError(f"task {task!r} is not supported by cascade eval", hint=f"use --task {' or '.join(TASKS)}")
-
-
-def score_table(records: Sequence[Record], small: Sequence[Answer], large: Sequence[Answer]) -> list[Score]:
-    return [Score(s.confidence, s.label == r.label, g.label == r.label)
+def score_table(records: Sequence[Record], small: Sequence[Answer], large: Sequence[Answer],
+                same: Callable[[str, str], bool] | None = None) -> list[Score]:
+    """Per record: the small side's confidence and whether each side was right (``same(expected, answer)``,
+    default: the labels are equal)."""
+    right = same or (lambda expected, answer: expected == answer)
+    return [Score(s.confidence, right(r.label, s.label), right(r.label, g.label))
             for r, s, g in zip(records, small, large, strict=True)]
 
 
@@ -186,28 +163,77 @@ def load_routes(routes: str | Path | Sequence[Any]) -> list[Route]:
     return check_routes(routes)
 
 
-def cascade_eval(data: str | Path, small: str | None, large: str, *, task: str = "classify",
+def cascade_eval(data: str | Path, small: str | None, large: str | None, *, task: str = "classify",
                  labels: Sequence[str] | None = None, target: float = 0.95,
                  routes: str | Path | Sequence[Any] | None = None, decider: str | None = None,
-                 llama_server: str | None = None, log: Log | None = None,
+                 large_decider: str | None = None, large_url: str | None = None,
+                 schema: str | Path | dict[str, Any] | None = None, llama_server: str | None = None,
+                 log: Log | None = None,
                  client_for: Callable[[str], Client] | None = None) -> CascadeEval:
-    """Run the small side and ``large`` on the labelled records of ``data`` and build the cascade curve.
+    """Run the small side and the large side on the labelled records of ``data`` and build the cascade curve.
 
-    ``task="route"`` needs ``routes`` (a JSON file or the route objects; the records are labelled by route name).
-    ``decider``: the small side is this tuned decider (on ``small``, default its base model; an engine-free one
-    runs without an engine); the records are labelled with its labels. ``client_for(model)``: how to reach a
-    model (default: an embedded engine, one slot, started and stopped here).
+    ``task="route"`` needs ``routes`` (a JSON file or the route objects; the records are labelled by route name);
+    ``task="guard"``: records labelled ``attack`` / ``benign``, the small side by default the shipped ``guard``
+    decider (no engine). ``decider`` / ``large_decider``: that side is this tuned decider (on ``small`` / ``large``,
+    default its base model; an engine-free one runs without an engine); the records are labelled with its labels.
+    ``task="extract"`` needs ``schema`` (a JSON Schema object or file; records ``{"text", "expected": {…}}``).
+    ``large_url``: the large model is served there (an OpenAI-compatible upstream, e.g. another tiankong
+    gateway). ``client_for(model)``: how to reach a model (default: an embedded engine, one slot, started and
+    stopped here).
     """
     check_task(task)
     if not 0.0 < target <= 1.0:
         raise ConfigError(f"target {target} must be in (0, 1]: a fraction of always-large accuracy",
                           hint="e.g. --target 0.95 for 95 % of the large model's accuracy")
-    if not large or not large.strip():
-        raise ConfigError("no large model given", hint="pass --large NAME (`tiankong models list`)")
+    if large_decider is None and (not large or not large.strip()):
+        raise ConfigError("no large model given", hint="pass --large NAME (`tiankong models list`), or "
+                          "--large-decider NAME (a tuned decider)")
+    if large_url is not None and large_decider is not None:
+        raise ConfigError("--large-url is for a model as the large side", hint="leave out --large-url or "
+                          "--large-decider")
+    if task == "guard" and decider is None and not small:
+        decider = "guard"  # the shipped guard: its calibrated score, no engine
     if decider is None and (not small or not small.strip()):
         raise ConfigError("no small model given", hint="pass --small NAME, or --decider NAME (a tuned decider)")
-    found = _decider(decider) if decider is not None else None
-    route_list: list[Route] | None = None
+    json_schema = _extract_schema(task, schema, decider, large_decider)
+    found = _decider(decider, task) if decider is not None else None
+    found_large = _decider(large_decider, task) if large_decider is not None else None
+    records, names, route_list = _records(data, task, labels, routes, found, found_large)
+    warnings = [f"the records are decider {d.ref}'s own training examples: its confidences on them are "
+                "optimistic, and so is the threshold (measure on held-out records)"
+                for d in (found, found_large) if d is not None and d.examples.get("sha256") == records_sha256(records)]
+    connect = client_for or (lambda model: _embedded(model, llama_server))
+    small_side = Side.of_decider(found, str(decider), small) if found is not None else Side(small)
+    large_side = Side.of_decider(found_large, str(large_decider), large) if found_large is not None else \
+        Side(large, url=large_url)
+    answers: dict[str, list[Answer]] = {}  # by side name: the same side twice runs once
+    for side in (small_side, large_side):
+        if side.name in answers:
+            continue
+        if log:
+            log(f"{side.name}: {task} on {len(records)} records")
+        with asker(side, connect, llama_server) as ask:
+            answers[side.name] = answer_all(ask, task, records, names, log, side.name, routes=route_list,
+                                       decider=side.ref, model=side.decider is None, schema=json_schema)
+    same: Callable[[str, str], bool] | None = None
+    if task == "extract":
+        from .extract import fields_match
+
+        same = fields_match
+    curve = build_curve(score_table(records, answers[small_side.name], answers[large_side.name], same), target)
+    return CascadeEval(task, small_side.name, large_side.name, names, curve, records, answers[small_side.name],
+                       answers[large_side.name], decider=small_side.ref, warnings=warnings,
+                       large_decider=large_side.ref)
+
+
+def _records(data: str | Path, task: str, labels: Sequence[str] | None, routes: str | Path | Sequence[Any] | None,
+             *deciders: Decider | None) -> tuple[list[Record], list[str], list[Route] | None]:
+    """The records, their label set and (route) the routes, every label checked against the deciders'."""
+    from ..tasks.classify import decider_labels
+
+    found = [d for d in deciders if d is not None]
+    if task != "route" and routes is not None:
+        raise ConfigError("--routes is for --task route", hint="leave out --routes, or pass --task route")
     if task == "route":
         if routes is None:
             raise ConfigError("--task route needs the routes", hint="pass --routes ROUTES.json "
@@ -216,41 +242,33 @@ def cascade_eval(data: str | Path, small: str | None, large: str, *, task: str =
             raise ConfigError("--task route takes its labels from the routes", hint="leave out --labels")
         route_list = load_routes(routes)
         names = [r.name for r in route_list]
-        if found is not None:
-            from ..tasks.classify import decider_labels
-
-            decider_labels(found.labels, names, found.ref)
+        for decider in found:
+            decider_labels(decider.labels, names, decider.ref)
         records, names = load_records(data, names, what="the route names")
-    else:
-        if routes is not None:
-            raise ConfigError("--routes is for --task route", hint="leave out --routes, or pass --task route")
-        if found is not None and labels and list(labels) != found.labels:
-            raise ConfigError(f"decider {found.ref} has the labels {','.join(found.labels)}",
-                              hint="leave out --labels (the decider's are used)")
-        records, names = load_records(data, found.labels if found is not None else labels,
-                                      what=f"decider {found.ref}'s labels" if found is not None else "--labels")
-    warnings = []
-    if found is not None and found.examples.get("sha256") == records_sha256(records):
-        warnings.append(f"the records are decider {found.ref}'s own training examples: its confidences on them are "
-                        "optimistic, and so is the threshold (measure on held-out records)")
-    connect = client_for or (lambda model: _embedded(model, llama_server))
-    small_name = _small_name(small, found)
-    answers: dict[str, list[Answer]] = {}
-    sides = [("small", small_name, found), ("large", large, None)]
-    for role, name, side_decider in sides:
-        key = f"{role}:{name}" if side_decider is not None else name
-        if key in answers:  # the same model twice runs once
-            continue
-        if log:
-            log(f"{name}: {task} on {len(records)} records")
-        engine = None if side_decider is None else _decider_engine(side_decider, small)
-        ref = side_decider.ref if side_decider is not None else None
-        with _asker(connect, name if side_decider is None else engine, side_decider, llama_server) as ask:
-            answers[key] = answer_all(ask, task, records, names, log, name, routes=route_list, decider=ref)
-    small_key = f"small:{small_name}" if found is not None else small_name
-    curve = build_curve(score_table(records, answers[small_key], answers[large]), target)
-    return CascadeEval(task, small_name, large, names, curve, records, answers[small_key], answers[large],
-                       decider=found.ref if found is not None else None, warnings=warnings)
+        return records, names, route_list
+    if task == "extract":
+        if labels:
+            raise ConfigError("--task extract records carry their expected fields", hint="leave out --labels")
+        records, names = load_records(data, extract=True)
+        return records, names, None
+    if task == "guard":
+        if labels and sorted(labels) != sorted(GUARD_LABELS):
+            raise ConfigError(f"--task guard records are labelled {' or '.join(GUARD_LABELS)}",
+                              hint="leave out --labels")
+        records, names = load_records(data, GUARD_LABELS, what="the guard labels")
+        return records, names, None
+    if len(found) == 2 and found[0].labels != found[1].labels:
+        raise ConfigError(f"deciders {found[0].ref} and {found[1].ref} have different labels "
+                          f"({','.join(found[0].labels)} / {','.join(found[1].labels)})",
+                          hint="tune both on the same labels")
+    if found and labels and list(labels) != found[0].labels:
+        raise ConfigError(f"decider {found[0].ref} has the labels {','.join(found[0].labels)}",
+                          hint="leave out --labels (the decider's are used)")
+    records, names = load_records(data, found[0].labels if found else labels,
+                                  what=f"decider {found[0].ref}'s labels" if found else "--labels")
+    return records, names, None
+
+
 
 
 def records_sha256(records: Sequence[Record]) -> str:
@@ -259,65 +277,33 @@ def records_sha256(records: Sequence[Record]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
-def _decider(ref: str) -> Decider:
+def _extract_schema(task: str, schema: str | Path | dict[str, Any] | None, *deciders: str | None
+                    ) -> dict[str, Any] | None:
+    if task != "extract":
+        if schema is not None:
+            raise ConfigError("--schema is for --task extract", hint="leave out --schema, or pass --task extract")
+        return None
+    if schema is None:
+        raise ConfigError("--task extract needs the schema", hint="pass --schema SCHEMA.json (a JSON Schema object)")
+    if any(d is not None for d in deciders):
+        raise ConfigError("a decider answers classify decisions, not extract", hint="give models as both sides")
+    from .extract import load_schema
+
+    return load_schema(schema)
+
+
+def _decider(ref: str, task: str) -> Decider:
     from ..deciders.registry import load_decider
 
     found = load_decider(ref)
     if found.task != "classify":
         raise ConfigError(f"decider {found.ref} is a {found.task} decider", hint="give a classify decider "
                           "(`tiankong tune classify`)")
+    if task == "guard":
+        from ..tasks.guard import positive_label
+
+        positive_label(found)
     return found
-
-
-def _decider_engine(decider: Decider, small: str | None) -> str | None:
-    """The model the decider's engine runs (None: the decider needs no engine)."""
-    from ..deciders.runtime import engine_needs
-
-    needs = engine_needs(decider)
-    return (small or needs.model or None) if needs.engine else None
-
-
-def _small_name(small: str | None, decider: Decider | None) -> str:
-    if decider is None:
-        return str(small)
-    engine = _decider_engine(decider, small)
-    return f"decider {decider.ref}" + (f" on {engine}" if engine else "")
-
-
-@contextmanager
-def _asker(connect: Callable[[str], Client], model: str | None, decider: Decider | None,
-           llama_server: str | None) -> Iterator[Ask]:
-    """One side's ``Ask``: a client of ``model`` (a decider's engine with what the decider reads), or — an
-    engine-free decider — the flow run here with no engine."""
-    if decider is not None and model is None:
-        from ..structured.drivers import run_sync
-        from ..tasks.specs import SPECS
-
-        yield lambda task, args: run_sync(SPECS[task].flow(args), _no_engine)
-        return
-    if model is None:
-        raise ConfigError(f"decider {decider.ref if decider else ''} needs an engine but names no base model",
-                          hint="pass --small MODEL (the model it was tuned on)")
-    client = connect(model) if decider is None else _decider_client(connect, model, decider, llama_server)
-    with client:
-        yield lambda task, args: client.task(task, **args)
-
-
-def _decider_client(connect: Callable[[str], Client], model: str, decider: Decider,
-                    llama_server: str | None) -> Client:
-    from ..api import Client
-    from ..deciders.runtime import engine_needs
-
-    needs = engine_needs(decider)
-    if not needs.embeddings and not needs.adapters:
-        return connect(model)
-    return Client(model=model, llama_server=llama_server, slots=1, ctx=4096, embeddings=needs.embeddings,
-                  adapters=needs.adapters)
-
-
-def _no_engine(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    raise ConfigError(f"an engine-free decider called the engine ({method} {path})",
-                      hint="pass --small MODEL so an engine answers")
 
 
 def _embedded(model: str, llama_server: str | None) -> Client:

@@ -31,11 +31,16 @@ def evidence(result: CascadeEval, data: str | Path) -> dict[str, Any]:
     return {"data": str(data), "n": result.curve.n, "task": result.task, "small": result.small,
             "large": result.large, "target": result.curve.target, "escalated": chosen.escalated,
             "accuracy": chosen.accuracy, "always_large": result.curve.always_large,
+            "large_decider": result.large_decider,
             "always_small": result.curve.always_small}
 
 
 def write_threshold(result: CascadeEval, data: str | Path, config: str | Path | None = None) -> str:
     """Write the chosen threshold (a decider's entry, else the config file); returns where, as a sentence."""
+    if result.task not in ("classify", "route"):
+        raise ConfigError(f"{result.task} has no escalation threshold setting to write (route's and a decider's "
+                          "are for classify and route)",
+                          hint="leave out --write; read the chosen threshold from the output")
     if result.decider is not None:
         if config is not None:
             raise ConfigError("--config is for a model's threshold; a decider's is written into its entry",
