@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .sides import Answer
+from .answer import Answer
 
 #: the label of a failed extraction (never equal to an expected object's)
 FAILED = "null"

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .curve import Curve, Score, build_curve
-from .sides import GUARD_LABELS, TASKS, Answer, Log, Side, answer_all, asker, check_task
+from .answer import Answer
+from .sides import GUARD_LABELS, TASKS, Log, Side, answer_all, asker, check_task
 
 if TYPE_CHECKING:
     from ..api import Client

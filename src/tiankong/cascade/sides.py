@@ -24,6 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .answer import Answer
 
 if TYPE_CHECKING:
     from ..api import Client
@@ -36,14 +37,6 @@ GUARD_LABELS = ["attack", "benign"]
 Log = Callable[[str], None]
 #: one side's way to run a task: (task name, its arguments) → the task's result
 Ask = Callable[[str, dict[str, Any]], Any]
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One side's decision on one record: the label it chose and its probability."""
-
-    label: str
-    confidence: float
 
 
 @dataclass(frozen=True)
