@@ -21,6 +21,9 @@ Conditions, on the same records, one engine (the same model, temperature 0), the
 * ``free``    — the same request without ``response_format``; the first JSON object in the answer is parsed
   (code fences and prose around it ignored); an answer with none scores as every field empty.
 
+``--conditions ff --reuse OLD/<set>-items.jsonl`` measures fast-forward again and copies the other three
+conditions' answers from an earlier run (for a change that touches fast-forward alone).
+
 Scores per field: exact match (strings compared lower-cased with , . ; : # ( ) quotes dropped and spaces
 collapsed; lists as sets of such strings) and F1 (strings: token F1; lists: set F1; both empty = 1). Each record's
 answers are appended to ``<out>/<set>-items.jsonl`` as they finish (a rerun resumes); the table goes to
@@ -154,6 +157,9 @@ def score_record(gold: dict[str, Any], data: Any) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace, records: list[dict[str, Any]], items_path: Path) -> None:
     schema = SCHEMAS[args.set]
+    reused: dict[str, dict[str, Any]] = {}
+    if args.reuse is not None:
+        reused = {row["id"]: row for row in map(json.loads, args.reuse.read_text().splitlines())}
     done = {json.loads(line)["id"] for line in items_path.read_text().splitlines()} if items_path.exists() else set()
     todo = [r for r in records if r["id"] not in done]
     print(f"{len(done)} records already measured, {len(todo)} to go", flush=True)
@@ -173,6 +179,9 @@ async def run(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
                     row: dict[str, Any] = {"id": record["id"], "text": record["text"], "gold": record["gold"]}
                     order = CONDITIONS[index % 4:] + CONDITIONS[:index % 4]  # drift falls on all alike
                     for name in order:
+                        if name not in args.conditions and record["id"] in reused:
+                            row[name] = reused[record["id"]][name]  # kept from the earlier run, as measured
+                            continue
                         result = await run_condition(name, record["text"], schema, http, engine.url, clients)
                         result["fields"] = score_record(record["gold"], result["data"])
                         row[name] = result
@@ -233,6 +242,9 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/extract"))
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS),
+                        help="conditions to measure; the others are copied from --reuse (an earlier items file)")
+    parser.add_argument("--reuse", type=Path, help="an earlier run's <set>-items.jsonl")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     split = public_gold.extract_split(args.set)
