@@ -244,12 +244,16 @@ def main() -> None:
     parser.add_argument("--summary-only", action="store_true")
     parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS),
                         help="conditions to measure; the others are copied from --reuse (an earlier items file)")
-    parser.add_argument("--reuse", type=Path, help="an earlier run's <set>-items.jsonl")
+    parser.add_argument("--reuse", type=Path,
+                        help="an earlier run's <set>-items.jsonl (its records are the ones measured)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     split = public_gold.extract_split(args.set)
     print(f"split sha256 {public_gold.digest(split)} (n={len(split)})", flush=True)
     records = split[:args.n]
+    if args.reuse is not None:  # the records the earlier run measured, no others
+        kept = {json.loads(line)["id"] for line in args.reuse.read_text().splitlines()}
+        records = [r for r in records if r["id"] in kept]
     items_path = args.out / f"{args.set}-items.jsonl"
     if not args.summary_only:
         asyncio.run(run(args, records, items_path))
