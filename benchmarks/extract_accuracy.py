@@ -202,6 +202,10 @@ def summarise(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
         return
     fields = list(rows[0]["gold"])
     table: dict[str, Any] = {"set": args.set, "model": args.model, "n": len(rows), "conditions": {}}
+    # an answer with no JSON scores as every field empty, which is right wherever the gold field is empty: the
+    # mean over the records where every condition answered JSON shows what that is worth
+    parsed = [r for r in rows if all(isinstance(r[n]["data"], dict) for n in CONDITIONS)]
+    table["n_all_json"] = len(parsed)
     for name in CONDITIONS:
         per_field = {f: {"em": sum(r[name]["fields"][f]["em"] for r in rows) / len(rows),
                          "f1": sum(r[name]["fields"][f]["f1"] for r in rows) / len(rows)} for f in fields}
@@ -210,6 +214,8 @@ def summarise(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
             "field_em": sum(v["em"] for v in per_field.values()) / len(fields),
             "field_f1": sum(v["f1"] for v in per_field.values()) / len(fields),
             "record_em": sum(all(r[name]["fields"][f]["em"] for f in fields) for r in rows) / len(rows),
+            "field_em_all_json": sum(r[name]["fields"][f]["em"] for r in parsed for f in fields)
+            / max(1, len(parsed) * len(fields)),
             "no_json": sum(not isinstance(r[name]["data"], dict) for r in rows),
             "errors": sum("error" in r[name] for r in rows),
             "s_per_record": sum(r[name]["s"] for r in rows) / len(rows),
@@ -222,6 +228,7 @@ def summarise(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
             f"{table['conditions'][n]['fields'][f]['em']:.3f} / {table['conditions'][n]['fields'][f]['f1']:.3f}"
             for n in CONDITIONS))
     for key, label in (("field_em", "mean field EM"), ("field_f1", "mean field F1"), ("record_em", "record EM"),
+                       ("field_em_all_json", f"EM if JSON ({len(parsed)})"),
                        ("no_json", "no JSON"), ("errors", "errors"), ("s_per_record", "s / record")):
         lines.append(f"{label:<16} | " + " | ".join(
             f"{table['conditions'][n][key]:>13.3f}" if isinstance(table["conditions"][n][key], float)
