@@ -7,7 +7,9 @@ end-of-sequence token). The answer holds one slot of the client's for its calls 
 sent as ``id_slot``) and ``cache_prompt`` is on, so every call prefills only what was added since the last
 one. A choice among literal options (an enum, a
 boolean, "another item or the end", an optional key) is greedy constrained decoding of one token at a time
-until one option is left; its rest is forced.
+until one option is left; its rest is forced. The forced text is laid out as the model writes JSON (``Layout``,
+read from its first tokens) and stops before the text it writes in one token with a value (the space and opening
+quote after a key), so the values it decodes are the ones it writes unforced (issue 40).
 
 The result is checked by the caller against the original schema like every other answer; anything unexpected
 (a cut-off value, an engine error, a pinned slot that went away) abandons the plan, and the caller runs the
