@@ -21,6 +21,9 @@ Conditions, on the same records, one engine (the same model, temperature 0), the
 * ``free``    — the same request without ``response_format``; the first JSON object in the answer is parsed
   (code fences and prose around it ignored); an answer with none scores as every field empty.
 
+``--conditions ff --reuse OLD/<set>-items.jsonl`` measures fast-forward again and copies the other three
+conditions' answers from an earlier run (for a change that touches fast-forward alone).
+
 Scores per field: exact match (strings compared lower-cased with , . ; : # ( ) quotes dropped and spaces
 collapsed; lists as sets of such strings) and F1 (strings: token F1; lists: set F1; both empty = 1). Each record's
 answers are appended to ``<out>/<set>-items.jsonl`` as they finish (a rerun resumes); the table goes to
@@ -154,6 +157,9 @@ def score_record(gold: dict[str, Any], data: Any) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace, records: list[dict[str, Any]], items_path: Path) -> None:
     schema = SCHEMAS[args.set]
+    reused: dict[str, dict[str, Any]] = {}
+    if args.reuse is not None:
+        reused = {row["id"]: row for row in map(json.loads, args.reuse.read_text().splitlines())}
     done = {json.loads(line)["id"] for line in items_path.read_text().splitlines()} if items_path.exists() else set()
     todo = [r for r in records if r["id"] not in done]
     print(f"{len(done)} records already measured, {len(todo)} to go", flush=True)
@@ -173,6 +179,9 @@ async def run(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
                     row: dict[str, Any] = {"id": record["id"], "text": record["text"], "gold": record["gold"]}
                     order = CONDITIONS[index % 4:] + CONDITIONS[:index % 4]  # drift falls on all alike
                     for name in order:
+                        if name not in args.conditions and record["id"] in reused:
+                            row[name] = reused[record["id"]][name]  # kept from the earlier run, as measured
+                            continue
                         result = await run_condition(name, record["text"], schema, http, engine.url, clients)
                         result["fields"] = score_record(record["gold"], result["data"])
                         row[name] = result
@@ -193,6 +202,10 @@ def summarise(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
         return
     fields = list(rows[0]["gold"])
     table: dict[str, Any] = {"set": args.set, "model": args.model, "n": len(rows), "conditions": {}}
+    # an answer with no JSON scores as every field empty, which is right wherever the gold field is empty: the
+    # mean over the records where every condition answered JSON shows what that is worth
+    parsed = [r for r in rows if all(isinstance(r[n]["data"], dict) for n in CONDITIONS)]
+    table["n_all_json"] = len(parsed)
     for name in CONDITIONS:
         per_field = {f: {"em": sum(r[name]["fields"][f]["em"] for r in rows) / len(rows),
                          "f1": sum(r[name]["fields"][f]["f1"] for r in rows) / len(rows)} for f in fields}
@@ -201,6 +214,8 @@ def summarise(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
             "field_em": sum(v["em"] for v in per_field.values()) / len(fields),
             "field_f1": sum(v["f1"] for v in per_field.values()) / len(fields),
             "record_em": sum(all(r[name]["fields"][f]["em"] for f in fields) for r in rows) / len(rows),
+            "field_em_all_json": sum(r[name]["fields"][f]["em"] for r in parsed for f in fields)
+            / max(1, len(parsed) * len(fields)),
             "no_json": sum(not isinstance(r[name]["data"], dict) for r in rows),
             "errors": sum("error" in r[name] for r in rows),
             "s_per_record": sum(r[name]["s"] for r in rows) / len(rows),
@@ -213,6 +228,7 @@ def summarise(args: argparse.Namespace, records: list[dict[str, Any]], items_pat
             f"{table['conditions'][n]['fields'][f]['em']:.3f} / {table['conditions'][n]['fields'][f]['f1']:.3f}"
             for n in CONDITIONS))
     for key, label in (("field_em", "mean field EM"), ("field_f1", "mean field F1"), ("record_em", "record EM"),
+                       ("field_em_all_json", f"EM if JSON ({len(parsed)})"),
                        ("no_json", "no JSON"), ("errors", "errors"), ("s_per_record", "s / record")):
         lines.append(f"{label:<16} | " + " | ".join(
             f"{table['conditions'][n][key]:>13.3f}" if isinstance(table["conditions"][n][key], float)
@@ -233,11 +249,18 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/extract"))
     parser.add_argument("--summary-only", action="store_true")
+    parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS),
+                        help="conditions to measure; the others are copied from --reuse (an earlier items file)")
+    parser.add_argument("--reuse", type=Path,
+                        help="an earlier run's <set>-items.jsonl (its records are the ones measured)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     split = public_gold.extract_split(args.set)
     print(f"split sha256 {public_gold.digest(split)} (n={len(split)})", flush=True)
     records = split[:args.n]
+    if args.reuse is not None:  # the records the earlier run measured, no others
+        kept = {json.loads(line)["id"] for line in args.reuse.read_text().splitlines()}
+        records = [r for r in records if r["id"] in kept]
     items_path = args.out / f"{args.set}-items.jsonl"
     if not args.summary_only:
         asyncio.run(run(args, records, items_path))

@@ -78,7 +78,8 @@ def test_arrays_of_objects_with_bounds() -> None:
     assert isinstance(items.item, Obj)
     tags = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
             "required": ["tags"]}
-    assert isinstance(dict(planned(tags).required)["tags"], Value)  # lists of strings: the engine's grammar
+    tags_node = dict(planned(tags).required)["tags"]  # lists of strings: item by item, or under the engine's
+    assert isinstance(tags_node, Arr) and isinstance(tags_node.fallback, Value)  # grammar when JSON is compact
 
 
 def test_rich_keywords_become_engine_grammar_values() -> None:
@@ -154,3 +155,84 @@ def test_the_simplified_engine_copy_drops_string_shapes_not_property_names() -> 
     assert "pattern" not in simpler["properties"]["pattern"] and "format" not in simpler["properties"]["when"]
     assert "pattern" not in simpler["properties"]["tags"]["items"] and "patternProperties" not in simpler
     assert simpler["required"] == ["pattern"]
+
+
+# --- the forced text is the model's own (issue 40): a scripted engine whose model writes one answer ------------
+
+class OwnAnswer:
+    """A scripted engine whose model writes ``answer`` and nothing else: every ``/completion`` must continue a
+    prefix of it (forced text the model would not have written fails the test at once), and answers as llama-server
+    does — one token (≤ 3 characters, within an option) for a choice, up to the first stop word for a value, a
+    whole JSON value under ``json_schema``."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer, self.sent = answer, 0
+
+    def __call__(self, method: str, path: str, body: dict | None) -> dict:
+        body = body or {}
+        if path == "/apply-template":
+            return {"prompt": "<prompt>"}
+        if path == "/tokenize":
+            return {"tokens": list(range(len(body["content"]) // 3))}
+        assert path == "/completion", path
+        self.sent += 1
+        prefix = body["prompt"][len("<prompt>"):]
+        assert self.answer.startswith(prefix), f"forced text the model would not write:\n{prefix!r}"
+        rest = self.answer[len(prefix):]
+        if "json_schema" in body:
+            _, end = json.JSONDecoder().raw_decode(rest)
+            return self.answered(rest[:end], "", "eos")
+        stops = body.get("stop")
+        if not stops:  # a choice among literal options: one token
+            options = [json.loads(o) for o in body["grammar"][len("root ::= "):].split(" | ")]
+            size = max(n for n in range(4) if any(o.startswith(rest[:n]) for o in options))
+            return self.answered(rest[:size], "", "limit")
+        at, word = min((rest.find(w), w) for w in stops if rest.find(w) >= 0)
+        return self.answered(rest[:at], word, "word")
+
+    @staticmethod
+    def answered(content: str, word: str, stop: str) -> dict:
+        return {"content": content, "stopping_word": word, "stop_type": stop, "tokens_evaluated": 10,
+                "tokens_predicted": max(1, len(content) // 3)}
+
+
+def walked(schema: dict, answer: str) -> tuple[str, int]:
+    from tiankong.structured.drivers import run_sync  # noqa: PLC0415
+    from tiankong.structured.fastforward import fast_forward_flow  # noqa: PLC0415
+    engine = OwnAnswer(answer)
+    progress, reason = run_sync(fast_forward_flow([{"role": "user", "content": "x"}], planned(schema), budget=512,
+                                                  seed=0), engine)
+    assert not reason, reason
+    return progress.text, engine.sent
+
+
+ORDER = {"type": "object", "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"}, "ok": {"type": "boolean"},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
+    "lines": {"type": "array", "items": {"type": "object", "properties": {
+        "sku": {"type": "string"}, "qty": {"type": "integer"}}, "required": ["sku", "qty"]}, "maxItems": 4},
+    "addr": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    "note": {"type": "string"}},
+    "required": ["name", "age", "ok", "tags", "lines", "addr"]}
+#: what Qwen2.5-Coder-0.5B wrote for this schema, under llama-server's json_schema and free alike (2026-12-05)
+QWEN_ORDER = ('{\n  "name": "John Smith",\n  "age": 30,\n  "ok": true,\n  "tags": ["urgent", "gift"],\n  "lines": [\n'
+              '    {\n      "sku": "SKU-1",\n      "qty": 2\n    },\n    {\n      "sku": "SKU-9",\n      "qty": 3\n'
+              '    }\n  ],\n  "addr": {\n    "city": "Boston"\n  }\n}')
+ENTITIES = {"type": "object", "properties": {
+    key: {"type": "array", "items": {"type": "string"}, "maxItems": 12} for key in ("persons", "places", "orgs")},
+    "required": ["persons", "places", "orgs"]}
+
+
+@pytest.mark.parametrize("schema, answer", [
+    (ORDER, QWEN_ORDER),  # indented, lists of strings on one line, lists of objects one a line
+    (ORDER, QWEN_ORDER.replace("  ", "    ")),  # indented by 4
+    (ORDER, json.dumps(json.loads(QWEN_ORDER), separators=(",", ":"))),  # compact, as SmolLM2 mostly writes
+    (ENTITIES, '{\n  "persons": ["江泽民"],\n  "places": [],\n  "orgs": ["新华社", "国务院"]\n}'),
+    (LOG_EVENT, '{\n  "level": "INFO",\n  "service": "",\n  "message": "done",\n  "duration_ms": 57\n}'),
+], ids=["indent-2", "indent-4", "compact", "lists-end-early", "empty-string"])
+def test_fast_forward_writes_the_models_own_layout_and_lets_it_end_lists(schema: dict, answer: str) -> None:
+    """The forced keys and punctuation are laid out as the model writes JSON (read from its first tokens), and a
+    list ends where the model ends it — not padded to maxItems: the walk's answer is the model's own, character
+    for character. (Before: compact text was forced on an indented writer, and the values after it shifted.)"""
+    text, _ = walked(schema, answer)
+    assert text == answer

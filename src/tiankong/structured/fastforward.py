@@ -7,7 +7,9 @@ end-of-sequence token). The answer holds one slot of the client's for its calls 
 sent as ``id_slot``) and ``cache_prompt`` is on, so every call prefills only what was added since the last
 one. A choice among literal options (an enum, a
 boolean, "another item or the end", an optional key) is greedy constrained decoding of one token at a time
-until one option is left; its rest is forced.
+until one option is left; its rest is forced. The forced text is laid out as the model writes JSON (``Layout``,
+read from its first tokens) and stops before the text it writes in one token with a value (the space and opening
+quote after a key), so the values it decodes are the ones it writes unforced (issue 40).
 
 The result is checked by the caller against the original schema like every other answer; anything unexpected
 (a cut-off value, an engine error, a pinned slot that went away) abandons the plan, and the caller runs the
@@ -64,6 +66,36 @@ def _alternatives(options: list[str]) -> str:
     return " | ".join(_gbnf(o) for o in options)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """The whitespace the model itself puts in JSON, read from its first tokens (:meth:`Walk.probe`).
+
+    ``indent`` None: compact (``{"a":1,"b":[1,2]}``). Otherwise the layout Qwen2.5 writes under a grammar and
+    free alike: members one a line, indented by ``indent`` a level, ``": "`` after keys, lists of scalars on one
+    line (``["a", "b"]``), lists of objects one item a line. Forcing the compact layout on a model that writes
+    this one changed the values it decoded after the forced text (issue 40: usaddress ``po_box`` filled with
+    other fields' text, MSRA lists repeated to maxItems)."""
+
+    indent: str | None = None
+
+    @property
+    def lead(self) -> str:
+        """What comes between a key's colon and its value."""
+        return "" if self.indent is None else " "
+
+    @property
+    def comma(self) -> str:
+        """What separates the items of a list on one line."""
+        return "," if self.indent is None else ", "
+
+    def line(self, depth: int) -> str:
+        return "" if self.indent is None else "\n" + self.indent * depth
+
+
+COMPACT = Layout()
+_PROBE = 'root ::= "{" ([ \\t]* "\\n" [ \\t]{0,16})? ("\\"" | "}")'
+
+
 class Walk:
     """Builds one answer; ``run`` is a flow returning the answer's text."""
 
@@ -74,9 +106,12 @@ class Walk:
         self.pin = pin
         self.first_prompt = 0
         self.progress = Progress()
+        self.layout = COMPACT
 
     def run(self, root: Obj | Arr) -> Generator[list[Call], list[Any], Progress]:
-        yield from self.value(root, [""])
+        if isinstance(root, Obj):
+            self.layout = yield from self.probe()
+        yield from self.value(root, [""], 0)
         counts = yield [Call("POST", "/tokenize", {"content": text, "add_special": False})
                         for text in (self.prompt, self.progress.text)]
         prompt, answer = (len(c["tokens"]) if isinstance(c, dict) and isinstance(c.get("tokens"), list) else None
@@ -84,6 +119,17 @@ class Walk:
         self.progress.prompt_tokens = prompt if prompt is not None else self.first_prompt
         self.progress.answer_tokens = answer if answer is not None else self.progress.decoded
         return self.progress
+
+    def probe(self) -> Generator[list[Call], list[Any], Layout]:
+        """The model's own first tokens of a JSON object (``{`` and the whitespace before its first key, under a
+        grammar): a newline there means it lays JSON out, indented as it wrote. Nothing is kept in the answer;
+        the call reads the prompt the next call then finds in the slot's cache."""
+        decoded = self.progress.decoded
+        content, _, _ = yield from self.complete({"grammar": _PROBE, "stop": ['"', "}"]}, 12)
+        self.progress.decoded = decoded  # the probe's tokens are not the answer's
+        if "\n" not in content:
+            return COMPACT
+        return Layout(content.rsplit("\n", 1)[1])
 
     # --- engine calls -------------------------------------------------------------------------------------
 
@@ -119,22 +165,27 @@ class Walk:
 
     # --- values -------------------------------------------------------------------------------------------
 
-    def value(self, node: Node, follow: list[str]) -> Steps:
-        """Emit ``node`` then one of ``follow`` (the literal texts that may come next); returns the one taken."""
+    def value(self, node: Node, follow: list[str], depth: int, lead: str = "") -> Steps:
+        """Emit ``lead`` (the layout's space after a key's colon) and ``node`` (at nesting ``depth``), then one of
+        ``follow`` (the literal texts that may come next); returns the one taken. Where the model writes the
+        space in one token with what comes next (`` "``, `` ["``, `` ""``) the lead is left to it."""
         if isinstance(node, Const):
-            self.force(node.text)
+            self.force(lead + node.text)
             return (yield from self.choose(follow))
         if isinstance(node, Pick):
-            yield from self.choose(list(node.options))
-            return (yield from self.choose(follow))
+            # the option and what follows it in one choice: the model may write them in one token (``true,``)
+            taken = yield from self.choose([lead + o + f for o in node.options for f in follow])
+            return next(f for o in node.options for f in follow if taken == lead + o + f)
         if isinstance(node, Str):
-            return (yield from self.string(node, follow))
+            return (yield from self.string(node, follow, lead=lead))
         if isinstance(node, Num):
-            return (yield from self.number(node, follow))
+            return (yield from self.number(node, follow, lead))
         if isinstance(node, Obj):
-            return (yield from self.object(node, follow))
+            self.force(lead)
+            return (yield from self.object(node, follow, depth))
         if isinstance(node, Arr):
-            return (yield from self.array(node, follow))
+            return (yield from self.array(node, follow, depth, lead))
+        self.force(lead)
         return (yield from self.subschema(node, follow))
 
     def choose(self, options: list[str], force_common: bool = True) -> Steps:
@@ -162,11 +213,16 @@ class Walk:
             if "" in remaining:  # cannot happen for prefix-free options; kept as a guard
                 return taken
 
-    def string(self, node: Str, follow: list[str], opened: bool = False) -> Steps:
+    def string(self, node: Str, follow: list[str], opened: bool = False, lead: str = "") -> Steps:
         """A string's characters; its grammar goes on with what may follow, so the model can close it with the
-        token it prefers (``",`` or ``"}`` rather than a bare quote), and the stop word ends the call there."""
-        if not opened:
-            self.force('"')
+        token it prefers (``",`` or ``"}`` rather than a bare quote), and the stop word ends the call there.
+        The opening quote (after ``lead``, the layout's space after a colon) is the model's to write too: a
+        forced ``"unit": "`` split the token Qwen2.5 writes for an empty value (`` ""``), and it wrote a value
+        where the grammar path wrote ``""``."""
+        opening = "" if opened else lead + '"'
+        if opening == '"':  # compact JSON: ``":"`` is one token to SmolLM2, so the quote is forced with the colon
+            self.force(opening)
+            opening = ""
         after = [f for f in follow if f]
         tail = ' "\\"" (' + _alternatives(after) + ")" if after else ' "\\""'
         stops = sorted({'"' + f[0] for f in after}) or ['"']
@@ -174,10 +230,16 @@ class Walk:
         while True:
             low = max(0, node.min_length - len(body))
             high = max(low, node.max_length - len(body))
-            grammar = f"root ::= char{{{low},{high}}}{tail}\n{_CHAR}"
-            content, word, stop = yield from self.complete({"grammar": grammar, "stop": stops}, high + 2)
+            head = _gbnf(opening) + " " if opening else ""
+            grammar = f"root ::= {head}char{{{low},{high}}}{tail}\n{_CHAR}"
+            content, word, stop = yield from self.complete({"grammar": grammar, "stop": stops}, high + 4)
             if not word:
                 raise Abandoned(f"a string value did not close ({stop or 'no stop'}, {len(content)} characters)")
+            if opening:
+                if not content.startswith(opening):  # the value began with a closing character: `"}` stopped
+                    raise Abandoned("a string value began with a character that closes it")
+                self.force(opening)
+                content, opening = content[len(opening):], ""
             body += content
             self.force(content)
             if _escaped(body):  # the stop word's quote was an escaped one: the string goes on
@@ -191,13 +253,17 @@ class Walk:
             self.force(word)
             return (yield from self.choose_after(follow, word[1:]))
 
-    def number(self, node: Num, follow: list[str]) -> Steps:
+    def number(self, node: Num, follow: list[str], lead: str = "") -> Steps:
         after = [f for f in follow if f]
         if not after:  # the number is the whole answer's end: nothing closes it
             raise Abandoned("a number with nothing after it")
-        grammar = f"root ::= {_INTEGER if node.integer else _NUMBER} ({_alternatives(after)})"
+        head = _gbnf(lead) + " " if lead else ""
+        grammar = f"root ::= {head}{_INTEGER if node.integer else _NUMBER} ({_alternatives(after)})"
         stops = sorted({f[0] for f in after})
         content, word, stop = yield from self.complete({"grammar": grammar, "stop": stops}, 24)
+        if lead and content.startswith(lead):
+            self.force(lead)
+            content = content[len(lead):]
         if not word or not _NUMBER_TEXT.fullmatch(content):
             raise Abandoned(f"a number did not end ({stop or 'no stop'}: {content[:40]!r})")
         self.force(content + word)
@@ -217,53 +283,72 @@ class Walk:
             raise Abandoned(f"{done!r} does not start any of {follow!r}")
         return done + (yield from self.choose(left))
 
-    def object(self, node: Obj, follow: list[str], opened: bool = False) -> Steps:
+    def object(self, node: Obj, follow: list[str], depth: int, opened: bool = False) -> Steps:
+        inner = self.layout.line(depth + 1)
+        colon, lead = ":", self.layout.lead
         if not opened:
             self.force("{")
-        ends = ["}" + f for f in follow]
+        close = self.layout.line(depth) + "}"
+        ends = [close + f for f in follow]
         optional = list(node.optional)
         if node.required:
-            self.force(literal(node.required[0][0]) + ":")
+            self.force(inner + literal(node.required[0][0]) + colon)
             for index, (_, sub) in enumerate(node.required):
                 last = index == len(node.required) - 1
-                after = _keys(optional, True) + ends if last else ["," + literal(node.required[index + 1][0]) + ":"]
-                taken = yield from self.value(sub, after)
+                after = (_keys(optional, "," + inner, colon) + ends if last
+                         else ["," + inner + literal(node.required[index + 1][0]) + colon])
+                taken = yield from self.value(sub, after, depth + 1, lead)
         else:
-            taken = yield from self.choose(_keys(optional, False) + ends)
+            taken = yield from self.choose(_keys(optional, inner, colon) + ["}" + f for f in follow])
         while True:
-            ended = next((f for f in follow if taken == "}" + f), None)
+            ended = next((f for f in follow if taken in (close + f, "}" + f)), None)
             if ended is not None:
                 return ended
-            names = [literal(name) + ":" for name, _ in optional]
-            position = next(i for i, name in enumerate(names) if taken in (name, "," + name))
+            names = [literal(name) + colon for name, _ in optional]
+            position = next(i for i, name in enumerate(names) if taken in (inner + name, "," + inner + name))
             sub = optional[position][1]
             optional = optional[position + 1:]
-            taken = yield from self.value(sub, _keys(optional, True) + ends)
+            taken = yield from self.value(sub, _keys(optional, "," + inner, colon) + ends, depth + 1, lead)
 
-    def array(self, node: Arr, follow: list[str]) -> Steps:
+    def array(self, node: Arr, follow: list[str], depth: int, lead: str = "") -> Steps:
+        """Items until the model ends the list (or ``max_items``); the end's choice carries what follows the
+        list (``"],`` is one token to Qwen2.5: a grammar ending at ``]`` kept it from closing the list)."""
+        pretty = self.layout.indent is not None
+        if node.fallback is not None and not pretty:
+            self.force(lead)
+            return (yield from self.subschema(node.fallback, follow))
+        lines = pretty and isinstance(node.item, Obj)  # lists of objects: one item a line
+        inner = self.layout.line(depth + 1) if lines else ""
+        sep = "," + inner if lines else self.layout.comma
+        close = (self.layout.line(depth) if lines else "") + "]"
         first = starts(node.item)
-        taken = (yield from self.choose(["[" + s for s in first] + (["[]"] if node.min_items == 0 else []),
-                                        force_common=False))[1:]
+        empty = [lead + "[]" + f for f in follow] if node.min_items == 0 else []
+        taken = yield from self.choose([lead + "[" + inner + s for s in first] + empty, force_common=False)
+        if taken in empty:
+            return taken[len(lead) + 2:]
+        taken = taken[len(lead) + 1 + len(inner):]
+        ends = [close + f for f in follow]
         count = 0
-        while taken != "]":
+        while True:
             count += 1
-            more = [("," + s) for s in first] if count < node.max_items else []
-            after = more + (["]"] if count >= node.min_items else [])
-            taken = yield from self.item(node.item, taken, after)
-            if taken.startswith(","):
-                taken = taken[1:]
-        return (yield from self.choose(follow))
+            more = [sep + s for s in first] if count < node.max_items else []
+            after = more + (ends if count >= node.min_items else [])
+            taken = yield from self.item(node.item, taken, after, depth + 1 if lines else depth)
+            ended = next((f for f in follow if taken == close + f), None)
+            if ended is not None:
+                return ended
+            taken = taken[len(sep):]
 
-    def item(self, node: Node, start: str, follow: list[str]) -> Steps:
+    def item(self, node: Node, start: str, follow: list[str], depth: int) -> Steps:
         if isinstance(node, Obj):
-            return (yield from self.object(node, follow, opened=True))
+            return (yield from self.object(node, follow, depth, opened=True))
         if isinstance(node, Str):
             return (yield from self.string(node, follow, opened=True))
         return (yield from self.choose(follow))  # a Pick/Const item is complete in ``start``
 
 
-def _keys(optional: Any, comma: bool) -> list[str]:
-    return [("," if comma else "") + literal(name) + ":" for name, _ in optional]
+def _keys(optional: Any, before: str, colon: str) -> list[str]:
+    return [before + literal(name) + colon for name, _ in optional]
 
 
 def _common_prefix(options: list[str]) -> str:

@@ -86,6 +86,9 @@ class Arr:
     item: Node
     min_items: int
     max_items: int
+    #: a list of strings or labels: generated under the engine's grammar (this ``Value``) when the model writes
+    #: compact JSON, item by item when it lays JSON out (``fastforward.Layout``)
+    fallback: Value | None = None
 
 
 Node: TypeAlias = Const | Pick | Str | Num | Value | Obj | Arr
@@ -210,10 +213,14 @@ def _array(schema: dict[str, Any], root: dict[str, Any], depth: int) -> Node:
     if not isinstance(item, (Obj, Str, Pick, Const)):
         return _value(schema, root)  # numbers and nested arrays end where the engine's grammar says
     if isinstance(item, (Str, Pick)):
-        # a list of strings or labels under the engine's grammar: written compact and item by item, SmolLM2
-        # closed such lists at once (``[]``: compress's points) — the grammar lets it lay the list out as it
-        # writes JSON, and the list costs one call instead of one per item
-        return _value(schema, root)
+        # a list of strings or labels: written compact and item by item, SmolLM2 closed such lists at once
+        # (``[]``: compress's points), so a compact answer generates it under the engine's grammar (``fallback``);
+        # an answer laid out as the model writes JSON (Qwen2.5: ``["a", "b"]``) goes item by item, each item's
+        # call free to end the list (under the engine's grammar alone the list could not end with the token the
+        # model prefers, ``"],``, and ran to maxItems repeating an item)
+        if depth == 0:
+            return _value(schema, root)
+        return Arr(item, low, high, _value(schema, root))
     return Arr(item, low, high)
 
 
@@ -246,6 +253,8 @@ def estimate(node: Node) -> tuple[float, float]:
             f, c = estimate(sub)
             forced, calls = forced + len(literal(name)) + 2 + f, calls + c
         return forced, calls + len(node.optional)
+    if node.fallback is not None:
+        return 0.0, 1.0  # priced as one value under the engine's grammar (the compact layout's way)
     n = max(node.min_items, min(ASSUMED_ITEMS, node.max_items))
     f, c = estimate(node.item)
     merged = isinstance(node.item, (Str, Pick))  # the item's own call also chooses between "," and "]"
