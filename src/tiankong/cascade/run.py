@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from .curve import Curve, Score, build_curve
 from .answer import Answer
+from .curve import Curve, Score, build_curve
 from .sides import GUARD_LABELS, TASKS, Log, Side, answer_all, asker, check_task
 
 if TYPE_CHECKING:
