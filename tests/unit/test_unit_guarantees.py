@@ -20,6 +20,7 @@ from tiankong import Client
 from tiankong.batch.store import OutputWriter
 from tiankong.errors import RetriesExhausted
 from tiankong.gateway.origin import OriginCheck
+from tiankong.structured.fastforward import _PROBE as LAYOUT_PROBE
 from tiankong.tasks.sql import check_query, empty_copy, schema_from_ddl
 
 URL = "http://engine.test"
@@ -95,7 +96,8 @@ def test_fast_forward_counts_decoded_and_forced_tokens() -> None:
         result = client.extract_result("Paris is in France", CITY)
     assert result.path == "fast_forward" and result.raw == '{"city":"Paris"}'
     assert (result.decoded_tokens, result.forced_tokens) == (2, 14)
-    (body,) = engine.bodies("/completion")
+    probe, body = engine.bodies("/completion")  # the layout probe (the model's own first tokens), the value
+    assert probe["grammar"] == LAYOUT_PROBE and probe["prompt"] == body["prompt"][:len(probe["prompt"])]
     assert body["prompt"].endswith('{"city":"')  # the forced prefix is prompt, not decoded
 
 
