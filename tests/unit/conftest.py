@@ -37,7 +37,12 @@ class _NoEnginePopen(subprocess.Popen):  # type: ignore[type-arg]
 @pytest.fixture(autouse=True)
 def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """Fail loudly when a unit test starts an engine (any llama.cpp process) — it belongs in the engine tier.
-    The data dir is empty: no installed model (an embedding part would start its own engine)."""
+    The data dir is empty: no installed model (an embedding part would start its own engine), and no retrieval
+    part an engine-tier test left running in this process is reachable (found when the whole suite ran: a dedupe
+    flow test got real embeddings from one)."""
+    from tiankong.engine.parts import stop_parts
+
+    stop_parts()
     monkeypatch.setattr(subprocess, "Popen", _NoEnginePopen)
     monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("TIANKONG_CACHE_DIR", str(tmp_path / "cache"))
