@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..evals.scorers import leaves, same_value
 from .answer import Answer
 
 #: the label of a failed extraction (never equal to an expected object's)
@@ -54,32 +55,14 @@ def expected_of(data: dict[str, Any], where: str) -> str:
 
 
 def _norm(value: Any) -> str:
+    """For grounding: whitespace runs as one space, case folded (a value is found in the text as a substring)."""
     return re.sub(r"\s+", " ", str(value)).strip().casefold()
-
-
-def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Leaf values by path (``/a/0/b``); an empty object or list is a leaf itself."""
-    if isinstance(value, dict) and value:
-        return [leaf for key, child in value.items() for leaf in leaves(child, f"{prefix}/{key}")]
-    if isinstance(value, list) and value:
-        return [leaf for index, child in enumerate(value) for leaf in leaves(child, f"{prefix}/{index}")]
-    return [(prefix, value)]
-
-
-def _same(expected: Any, got: Any) -> bool:
-    if isinstance(expected, bool) or isinstance(got, bool):
-        return expected is got
-    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
-        return abs(expected - got) <= 1e-9 * max(1.0, abs(expected))
-    if isinstance(expected, str) and isinstance(got, str):
-        return _norm(expected) == _norm(got)
-    return bool(expected == got)
 
 
 def fields_match(expected: str, answer: str) -> bool:
     """Every leaf of ``expected`` (canonical JSON) is in ``answer`` at the same path with the same value."""
     got = dict(leaves(json.loads(answer)))
-    return all(path in got and _same(value, got[path]) for path, value in leaves(json.loads(expected)))
+    return all(path in got and same_value(value, got[path]) for path, value in leaves(json.loads(expected)))
 
 
 def grounded(answer: Any, text: str) -> float:

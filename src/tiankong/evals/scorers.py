@@ -118,7 +118,7 @@ def _json_fields(item: EvalItem, output: Any) -> float:
             return 0.0
     expected = dict(leaves(item.reference))
     got = dict(leaves(output))
-    hits = sum(1 for path, value in expected.items() if path in got and _same(value, got[path]))
+    hits = sum(1 for path, value in expected.items() if path in got and same_value(value, got[path]))
     return hits / len(expected) if expected else 0.0
 
 
@@ -131,7 +131,9 @@ def leaves(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     return [(prefix, value)]
 
 
-def _same(expected: Any, got: Any) -> bool:
+def same_value(expected: Any, got: Any) -> bool:
+    """One expected leaf value against the answer's: booleans by identity, numbers within rounding, strings
+    after :func:`normalize`."""
     if isinstance(expected, bool) or isinstance(got, bool):
         return expected is got
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
