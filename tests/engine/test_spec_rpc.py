@@ -25,6 +25,7 @@ from tiankong.client import BaseClient, InvalidImage, image_part, validate_messa
 from tiankong.engine import (
     EngineConfig,
     EngineProcess,
+    ProcessState,
     RpcWorker,
     SpecAuto,
     SpecMonitor,
@@ -299,7 +300,8 @@ def test_rpc_worker_is_restarted_after_a_crash() -> None:
         first = worker.pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        assert wait_until(lambda: worker.pid != first and worker.alive())
+        # READY, not just alive: the new process exists before it listens (CI once connected in that gap)
+        assert wait_until(lambda: worker.pid != first and worker.state is ProcessState.READY)
         assert worker.restarts == 1
         with socket.create_connection(("127.0.0.1", worker.port), timeout=5):
             pass
