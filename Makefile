@@ -11,6 +11,8 @@ DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
 TEST_MODEL    := smollm2-135m-instruct:q4_1
 EMBED_MODEL   := all-minilm-l6-v2:f16
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test` (each takes whole modules and its own share of the cores; 0: one process)
+TEST_WORKERS ?= 2
 
 .PHONY: serve test test-unit test-engine mutants setup engine models lint typecheck bench clean docs
 
@@ -40,7 +42,7 @@ serve: setup
 
 # the whole suite (real engine and models), then the mutation check
 test: setup $(EXTRAS)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python tools/mutants.py
 
 # the unit tier alone: sans-I/O flows against a scripted transport, no engine, no model (seconds)
@@ -49,7 +51,7 @@ test-unit: $(STAMP)
 
 # the engine tier alone: the real llama-server and the small models
 test-engine: setup $(EXTRAS)
-	$(BIN)/python -m pytest tests/engine $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) tests/engine $(PYTEST_ARGS)
 
 # each guarantee that matters most removed from a copy of src/: the tests named for it must fail (docs/testing.md)
 mutants: $(STAMP)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +35,68 @@ settings.load_profile("tiankong")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "unit: the unit tier (tests/unit/: no engine, a scripted transport)")
+    if getattr(config.option, "numprocesses", None):
+        # the modules go out in the order pytest_collection_modifyitems gives them (the slowest first), not by count
+        config.option.loadscopereorder = False
+
+
+# --- parallel workers: `make test` runs pytest-xdist with a worker per core (`-n auto`) ---------------------------
+# Each worker takes whole modules (module-scoped engines start once), the Ray modules as one unit (one local Ray
+# cluster at a time), the slowest modules first. Each worker owns a disjoint share of the CPUs: llama.cpp sizes its
+# threads by the usable CPUs (engine/flags.py) and its threads spin while they wait, so two engines with a thread per
+# core each would slow each other down; pinned, they do not. Each worker also logs to a logs dir of its own (an
+# engine start prunes the oldest logs, never another worker's live one).
+
+#: modules that start a local Ray cluster: run one after another, on one worker
+RAY_MODULES = ("test_batch_ray.py", "test_batch_dedupe.py")
+#: seconds each slow module took in a plain run (2 cores, 2026-12-05, --durations=0): scheduled first, the longest
+#: first, so no worker is left with one long module at the end; the order matters only for the wall time
+SLOW_MODULES: dict[str, float] = {
+    "test_tune_long.py": 167, "test_batch_ray.py": 104, "test_deciders.py": 94, "test_batch_api.py": 72,
+    "test_models.py": 52, "test_batch_dedupe.py": 42, "test_client_gateway_busy.py": 40, "test_lora.py": 37,
+    "test_gateway_pool.py": 36, "test_obvious_workflows.py": 35, "test_gateway_fuzz.py": 34,
+    "test_draft_replace.py": 30, "test_gateway_admission.py": 29, "test_evals.py": 28, "test_batch.py": 28,
+    "test_cascade.py": 25, "test_fast_forward.py": 24, "test_hardening.py": 23, "test_dedupe.py": 22,
+    "test_tasks.py": 22, "test_readme.py": 22, "test_tenant_isolation.py": 20,
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "ray" if Path(module).name in RAY_MODULES else module
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest modules first (stable: every worker must collect the same order); a plain run is unchanged."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        def weight(item: pytest.Item) -> float:
+            name = Path(str(item.fspath)).name
+            return -max(SLOW_MODULES.get(name, 0.0), sum(SLOW_MODULES.get(m, 0.0) for m in RAY_MODULES)
+                        if name in RAY_MODULES else 0.0)
+        items.sort(key=weight)
+
+
+def _own_share_of_the_cpus(worker: str) -> None:
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cpus = sorted(os.sched_getaffinity(0))
+    if count < 2 or len(cpus) < count:
+        return
+    share = set(cpus[int(worker.removeprefix("gw")) % count::count])
+    for task in Path("/proc/self/task").iterdir():  # every thread: the child processes of any of them inherit it
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(int(task.name), share)
+
+
+def _own_logs_dir(worker: str) -> None:
+    root = Path(tempfile.mkdtemp(prefix=f"tiankong-cache-{worker}-"))
+    atexit.register(shutil.rmtree, root, True)
+    os.environ["TIANKONG_CACHE_DIR"] = str(cache_with_own_logs(root))
 
 HERE = Path(__file__).parent
 FAKE_SERVER = HERE / "helpers" / "fake_server.py"
@@ -91,6 +157,11 @@ def cache_with_own_logs(root: Path) -> Path:
             (root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
     (root / "logs").mkdir()
     return root
+
+
+if _WORKER := os.environ.get("PYTEST_XDIST_WORKER"):
+    _own_share_of_the_cpus(_WORKER)
+    _own_logs_dir(_WORKER)
 
 
 @pytest.fixture

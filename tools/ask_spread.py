@@ -4,6 +4,7 @@ others (``ask`` reads the text once and the questions from the prompt cache, in 
 alone, cold and warm, over several rounds on the test engine (SmolLM2-135M, the suite's 2 slots and 4096 ctx).
 
     PYTHONPATH=src python tools/ask_spread.py --rounds 4 > benchmarks/results/tolerances/ask-spread.txt
+    taskset -c 0 …  (one core, one engine thread: how `make test` runs it, a worker per core)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
-    spec = importlib.util.spec_from_file_location("test_ask", ROOT / "tests" / "test_ask.py")
+    spec = importlib.util.spec_from_file_location("test_ask", ROOT / "tests" / "engine" / "test_ask.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
