@@ -1,0 +1,133 @@
+"""A dedupe job's scale-out on Ray (issue 42: 2 nodes ≥ 1.7× one node), side by side in one run: the MinHash
+signatures on this machine (one core), on a Ray cluster of one node (one core) and of two nodes (a core each), and
+the whole ``kind = "dedupe"`` job (exact + near stages, OUT written once by the driver) on one and on two nodes.
+
+    .venv/bin/python benchmarks/dedupe_ray.py --records 40000 --out benchmarks/results/dedupe/ray-DATE.json
+
+Each node is a raylet started while this process is pinned to that node's core (``os.sched_setaffinity``), so its
+workers inherit the pin (as benchmarks/batch_ray.py does). The records are benchmarks/dedupe.py's: 500 characters,
+10 % near copies. The driver (this process: banding, the exact stage, writing OUT) runs on both cores, beside the
+nodes. Every figure is the best of ``--repeats`` runs; the outputs of all runs must be the same bytes. Loopback
+only; the cluster is shut down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a loopback cluster (batch/ray_exec.py)
+sys.path.insert(0, str(Path(__file__).parent))
+
+from dedupe import make_records  # noqa: E402
+
+from tiankong.batch import make_job, run  # noqa: E402
+from tiankong.batch.ray_dedupe import RaySigner  # noqa: E402
+from tiankong.dedupe.near import signatures  # noqa: E402
+
+ARGS = {"stages": ["exact", "near"]}
+SHINGLE, PERMUTATIONS = 5, 128
+
+
+def best_of(repeats: int, work: Any) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def fresh(out: Path) -> Path:
+    """A new output path each repeat (a finished OUT is not run again); the last one is ``out`` itself."""
+    if out.exists():
+        out.rename(out.with_suffix(f".{time.monotonic_ns()}.jsonl"))
+        for side in out.parent.glob(out.name + ".*"):
+            side.unlink()
+    return out
+
+
+def measure(address: str, texts: list[str], source: Path, out: Path, repeats: int) -> dict[str, Any]:
+    signer = RaySigner(address)
+    try:
+        signer(texts[:2000], SHINGLE, PERMUTATIONS)  # the workers started and the function shipped, not timed
+        sign_s = best_of(repeats, lambda: signer(texts, SHINGLE, PERMUTATIONS))
+        described = signer.describe()
+    finally:
+        signer.close()
+    job_s = best_of(repeats, lambda: run(make_job(input=str(source), output=str(fresh(out)), kind="dedupe",
+                                                  args=ARGS, ray=address)))
+    return {"sign_s": round(sign_s, 3), "sign_records_per_s": round(len(texts) / sign_s),
+            "job_s": round(job_s, 3), "job_records_per_s": round(len(texts) / job_s), **described}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=40000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("needs two cores (one per node)")
+    work = Path(tempfile.mkdtemp(prefix="tk-dedupe-ray-"))
+    texts = make_records(args.records, 500, 0)
+    source = work / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": f"r{i}", "text": t}) + "\n" for i, t in enumerate(texts)),
+                      encoding="utf-8")
+
+    every = set(cores)
+    os.sched_setaffinity(0, {cores[0]})
+    local_sign_s = best_of(args.repeats, lambda: signatures(texts, SHINGLE, PERMUTATIONS))
+    local_job_s = best_of(args.repeats, lambda: run(make_job(input=str(source), output=str(fresh(work / "local.jsonl")),
+                                                             kind="dedupe", args=ARGS)))
+    os.sched_setaffinity(0, every)
+    print(f"this machine, one core: signatures {args.records / local_sign_s:,.0f} records/s; whole job "
+          f"{args.records / local_job_s:,.0f} records/s", flush=True)
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    os.sched_setaffinity(0, {cores[0]})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
+                                                            "include_dashboard": False})
+    os.sched_setaffinity(0, every)
+    try:
+        cluster.wait_for_nodes()
+        one = measure(cluster.address, texts, source, work / "ray1.jsonl", args.repeats)
+        print(f"ray, 1 node: {one}", flush=True)
+        os.sched_setaffinity(0, {cores[1]})
+        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        os.sched_setaffinity(0, every)
+        cluster.wait_for_nodes()
+        time.sleep(2)
+        two = measure(cluster.address, texts, source, work / "ray2.jsonl", args.repeats)
+        print(f"ray, 2 nodes: {two}", flush=True)
+    finally:
+        os.sched_setaffinity(0, every)
+        ray.shutdown()
+        cluster.shutdown()
+    same = len({(work / name).read_bytes() for name in ("local.jsonl", "ray1.jsonl", "ray2.jsonl")}) == 1
+    result = {
+        "args": vars(args), "same_output": same,
+        "local_one_core": {"sign_s": round(local_sign_s, 3), "sign_records_per_s": round(args.records / local_sign_s),
+                           "job_s": round(local_job_s, 3), "job_records_per_s": round(args.records / local_job_s)},
+        "ray_1_node": one, "ray_2_nodes": two,
+        "signatures_2_vs_1": round(one["sign_s"] / two["sign_s"], 3),
+        "job_2_vs_1": round(one["job_s"] / two["job_s"], 3),
+    }
+    print(f"2 nodes / 1 node: signatures {result['signatures_2_vs_1']:.2f}x, whole job {result['job_2_vs_1']:.2f}x "
+          f"(target >= 1.7); same output everywhere: {same}", flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
