@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from dedupe import make_records  # noqa: E402
 
 from tiankong.batch import make_job, run  # noqa: E402
-from tiankong.batch.ray_dedupe import RaySigner  # noqa: E402
-from tiankong.dedupe.near import signatures  # noqa: E402
+from tiankong.batch.ray_dedupe import RaySpread  # noqa: E402
+from tiankong.dedupe.near import band_ranges, candidate_pairs, signatures  # noqa: E402
 
 ARGS = {"stages": ["exact", "near"]}
-SHINGLE, PERMUTATIONS = 5, 128
+SHINGLE, PERMUTATIONS, LOW = 5, 128, 0.7  # the job's defaults (near = 0.7, no band)
 
 
 def best_of(repeats: int, work: Any) -> float:
@@ -54,16 +54,23 @@ def fresh(out: Path) -> Path:
 
 
 def measure(address: str, texts: list[str], source: Path, out: Path, repeats: int) -> dict[str, Any]:
-    signer = RaySigner(address)
+    start = time.perf_counter()
+    spread = RaySpread(address)
+    connect_s = time.perf_counter() - start
     try:
-        signer(texts[:2000], SHINGLE, PERMUTATIONS)  # the workers started and the function shipped, not timed
-        sign_s = best_of(repeats, lambda: signer(texts, SHINGLE, PERMUTATIONS))
-        described = signer.describe()
+        spread.signatures(texts[:2000], SHINGLE, PERMUTATIONS)  # the workers started, the function shipped: untimed
+        sign_s = best_of(repeats, lambda: spread.signatures(texts, SHINGLE, PERMUTATIONS))
+        rows = spread.signatures(texts, SHINGLE, PERMUTATIONS)
+        bands_s = best_of(repeats, lambda: spread.bands(rows, band_ranges(LOW, PERMUTATIONS)))
+        described = spread.describe()
     finally:
-        signer.close()
+        start = time.perf_counter()
+        spread.close()
+        close_s = time.perf_counter() - start
     job_s = best_of(repeats, lambda: run(make_job(input=str(source), output=str(fresh(out)), kind="dedupe",
                                                   args=ARGS, ray=address)))
-    return {"sign_s": round(sign_s, 3), "sign_records_per_s": round(len(texts) / sign_s),
+    return {"connect_s": round(connect_s, 3), "close_s": round(close_s, 3), "bands_s": round(bands_s, 3),
+            "sign_s": round(sign_s, 3), "sign_records_per_s": round(len(texts) / sign_s),
             "job_s": round(job_s, 3), "job_records_per_s": round(len(texts) / job_s), **described}
 
 
@@ -85,10 +92,13 @@ def main() -> None:
     every = set(cores)
     os.sched_setaffinity(0, {cores[0]})
     local_sign_s = best_of(args.repeats, lambda: signatures(texts, SHINGLE, PERMUTATIONS))
+    rows = signatures(texts, SHINGLE, PERMUTATIONS)
+    local_bands_s = best_of(args.repeats, lambda: candidate_pairs(rows, band_ranges(LOW, PERMUTATIONS)))
     local_job_s = best_of(args.repeats, lambda: run(make_job(input=str(source), output=str(fresh(work / "local.jsonl")),
                                                              kind="dedupe", args=ARGS)))
     os.sched_setaffinity(0, every)
-    print(f"this machine, one core: signatures {args.records / local_sign_s:,.0f} records/s; whole job "
+    print(f"this machine, one core: signatures {args.records / local_sign_s:,.0f} records/s; bands "
+          f"{local_bands_s:.2f} s; whole job "
           f"{args.records / local_job_s:,.0f} records/s", flush=True)
 
     import ray
@@ -116,7 +126,8 @@ def main() -> None:
     same = len({(work / name).read_bytes() for name in ("local.jsonl", "ray1.jsonl", "ray2.jsonl")}) == 1
     result = {
         "args": vars(args), "same_output": same,
-        "local_one_core": {"sign_s": round(local_sign_s, 3), "sign_records_per_s": round(args.records / local_sign_s),
+        "local_one_core": {"bands_s": round(local_bands_s, 3),
+                           "sign_s": round(local_sign_s, 3), "sign_records_per_s": round(args.records / local_sign_s),
                            "job_s": round(local_job_s, 3), "job_records_per_s": round(args.records / local_job_s)},
         "ray_1_node": one, "ray_2_nodes": two,
         "signatures_2_vs_1": round(one["sign_s"] / two["sign_s"], 3),

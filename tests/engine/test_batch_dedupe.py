@@ -185,6 +185,27 @@ def test_a_dedupe_job_on_ray_signs_in_partitions_and_writes_the_same_clusters(tm
     args = {"stages": ["exact", "near"]}
     run(make_job(input=str(src), output=str(local), kind="dedupe", args=args))
     report = run(make_job(input=str(src), output=str(remote), kind="dedupe", args=args, ray="local"))
-    assert report.step is not None and report.step["ray"]["partitions"] >= 2
+    assert report.step is not None
+    partitions = report.step["ray"]["partitions"]
+    assert partitions["signatures"] >= 2 and partitions["bands"] >= 2 and partitions["search"] == 0
     assert remote.read_bytes() == local.read_bytes()
     assert report.step["duplicates"] >= 2700
+
+
+def test_a_semantic_dedupe_on_ray_searches_in_partitions_and_finds_the_same_pairs(tmp_path: Path) -> None:
+    """The ANN search in partitions of the queries (the index built on the driver and shipped): the same clusters
+    as the job on this machine, paraphrases (no shared shingles to speak of) among them."""
+    pytest.importorskip("ray", reason="the [ray] extra (make test installs it)")
+    topics = ["printer", "laptop", "phone", "router", "monitor", "keyboard", "scanner", "camera", "tablet", "server"]
+    rows = [{"id": f"r{i}", "text": f"Order {i}: the {topics[i % 10]} arrived with a cracked case, unit {i * 7919}."}
+            for i in range(600)]
+    rows += [{"id": "p1", "text": "Order 3: the router arrived with a cracked case, unit 23757."},
+             {"id": "p2", "text": "My router came broken: the casing was cracked when order 3 arrived (unit 23757)."}]
+    src = _write(tmp_path / "in.jsonl", rows)
+    local, remote = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
+    args = {"stages": ["semantic"], "semantic_low": None}
+    run(make_job(input=str(src), output=str(local), kind="dedupe", args=args))
+    report = run(make_job(input=str(src), output=str(remote), kind="dedupe", args=args, ray="local"))
+    assert report.step is not None and report.step["ray"]["partitions"]["search"] >= 2
+    assert report.step["stages"]["semantic"]["pairs"] >= 1, report.step
+    assert remote.read_bytes() == local.read_bytes()

@@ -333,3 +333,23 @@ def test_the_numpy_banding_finds_exactly_datasketchs_lsh_candidates() -> None:
     expected = sorted((i, j) for i, m in enumerate(hashes) for j in lsh.query(m) if j > i)
     left, right = candidate_pairs(rows, band_ranges(0.7))
     assert expected and sorted(zip(left.tolist(), right.tolist(), strict=True)) == expected
+
+
+def test_the_bands_split_between_partitions_give_the_same_candidates() -> None:
+    """What a Ray job's band tasks rely on: the union of ``band_codes`` over any split of the bands is the codes of
+    all of them; and one band alone finds fewer (a split that lost a band would show)."""
+    import numpy as np
+
+    from tiankong.dedupe.near import band_codes, band_ranges, signatures, split_codes
+
+    rng = __import__("random").Random(5)
+    words = [t["text"] for t in PLANTED]
+    rows = signatures([" ".join(rng.choice(words).split()[:6] + [str(rng.randrange(40))]) for _ in range(300)], 5)
+    ranges = band_ranges(0.7)
+    whole = band_codes(rows, ranges)
+    for parts in (2, 3, len(ranges)):
+        union = np.unique(np.concatenate([band_codes(rows, ranges[i::parts]) for i in range(parts)]))
+        assert union.tolist() == whole.tolist()
+    assert len(band_codes(rows, ranges[:1])) < len(whole)
+    left, right = split_codes(whole, len(rows))
+    assert (left < right).all() and len(left) == len(whole)

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,7 @@ def test_playground_streams_a_chat_and_answers_a_task_in_headless_chromium(gatew
                                " return s === 'running' ? '' : s; })()")}
     while (state := browser.evaluate("document.getElementById('pg-output').dataset.state")) == "streaming":
         states.add(state)
+        time.sleep(0.05)  # not a busy poll: on a worker's one core it starved the engine it waits for (178 s)
     assert state == "done" and "streaming" in states, states  # text arrived in pieces, then the whole
     assert browser.evaluate("document.getElementById('pg-output').textContent") == expected["content"]
     assert "first token" in browser.evaluate("document.getElementById('pg-meta').textContent")

@@ -111,14 +111,14 @@ async def _step(job: BatchJob, paths: OutputPaths, records: list[Any], options: 
     from .journal import CallJournal, journaled
 
     journal = CallJournal(paths.calls, stamp)
-    signer = None
-    if job.ray is not None:  # the MinHash signatures in partitions on the cluster; this driver writes OUT
+    spread = None
+    if job.ray is not None:  # signatures, bands and the ANN search in partitions on the cluster; this driver writes OUT
         from dataclasses import replace
 
-        from .ray_dedupe import RaySigner
+        from .ray_dedupe import RaySpread
 
-        signer = RaySigner(job.ray)
-        options = replace(options, sign=signer)
+        spread = RaySpread(job.ray)
+        options = replace(options, spread=spread)
     try:
         flow = journaled(dedupe_flow(records, options), journal)
         if kind_engine(job).engine:  # a decider that reads the chat engine
@@ -133,9 +133,9 @@ async def _step(job: BatchJob, paths: OutputPaths, records: list[Any], options: 
         await asyncio.to_thread(write_atomic, paths.output, output_lines(result))
     finally:
         journal.close()
-        ray = signer.describe() if signer is not None else None
-        if signer is not None:
-            signer.close()
+        ray = spread.describe() if spread is not None else None
+        if spread is not None:
+            spread.close()
     calls = {"replayed": journal.replayed, "sent": journal.called, "repaired_bytes": journal.repaired}
     journal.remove()  # OUT is written: a re-run finds it finished
     return {**result.report, "fingerprint": stamp, "calls": calls, **({"ray": ray} if ray else {})}

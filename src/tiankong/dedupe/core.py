@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ..errors import ConfigError
 from ..structured.flow import Flow
@@ -37,6 +37,20 @@ class Record:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+class Spread(Protocol):
+    """The stages' arithmetic in partitions — the same numbers as in place, so the same clusters (a Ray job's:
+    ``batch/ray_dedupe.py``). ``None`` in the options: everything runs in this process."""
+
+    def signatures(self, texts: Sequence[str], k: int, num_perm: int) -> Any:
+        """``near.signatures`` over ``texts``."""
+
+    def bands(self, rows: Any, ranges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:
+        """``near.candidate_pairs`` of the signature ``rows`` over the bands ``ranges``."""
+
+    def search(self, index_bytes: Any, queries: Any, wanted: int) -> tuple[Any, Any]:
+        """``semantic.search_index`` of every query row."""
+
+
 @dataclass(frozen=True)
 class DedupeOptions:
     """Thresholds and rules; the defaults are the CLI's and the HTTP body's."""
@@ -51,9 +65,8 @@ class DedupeOptions:
     decider: str | None = None  # decides the uncertain band
     part: str = ""  # the embedding part ('' : the catalog's)
     keys: KeyOptions = KeyOptions()
-    #: computes the MinHash signatures instead of ``near.signatures`` (the same numbers: a Ray job's partitions,
-    #: ``batch/ray_dedupe.py``); not part of the options' identity
-    sign: Any = field(default=None, compare=False, repr=False)
+    #: where the heavy arithmetic runs (:class:`Spread`; None: here); not part of the options' identity
+    spread: Spread | None = field(default=None, compare=False, repr=False)
 
     def check(self) -> DedupeOptions:
         for name in ("near", "semantic"):
@@ -216,7 +229,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
 
         k = options.shingle or shingle_size(texts)
         low = options.near_low if options.near_low is not None else options.near
-        found = near_pairs(texts, low=low, k=k, sign=options.sign) if len(texts) > 1 else []
+        found = near_pairs(texts, low=low, k=k, spread=options.spread) if len(texts) > 1 else []
         stats = apply("near", [(p.a, p.b, p.jaccard) for p in found], options.near, options.near_low)
         report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": k, **stats}
     if "semantic" in options.stages:
@@ -251,7 +264,7 @@ def _semantic(texts: list[str], options: DedupeOptions) -> Flow[tuple[list[Any],
     if vectors is None:
         return cut
     low = options.semantic_low if options.semantic_low is not None else options.semantic
-    return semantic_pairs(vectors, low=low), cut
+    return semantic_pairs(vectors, low=low, spread=options.spread), cut
 
 
 def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Record], options: DedupeOptions,

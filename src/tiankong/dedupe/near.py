@@ -92,11 +92,13 @@ class NearPair:
 
 
 def near_pairs(texts: Sequence[str], *, low: float, k: int, num_perm: int = NUM_PERM,
-               sign: Any = None) -> list[NearPair]:
-    """Pairs ``(a < b)`` whose estimated Jaccard is at least ``low``, by LSH banding tuned for ``low``; ``sign``:
-    computes the signatures instead of :func:`signatures` (the same numbers; a Ray job's partitions)."""
-    rows = (sign or signatures)(texts, k, num_perm)
-    left, right = candidate_pairs(rows, band_ranges(low, num_perm))
+               spread: Any = None) -> list[NearPair]:
+    """Pairs ``(a < b)`` whose estimated Jaccard is at least ``low``, by LSH banding tuned for ``low``; ``spread``:
+    computes the signatures and the bands' candidates in partitions instead (``core.Spread``: the same numbers,
+    e.g. on a Ray cluster)."""
+    rows = spread.signatures(texts, k, num_perm) if spread is not None else signatures(texts, k, num_perm)
+    ranges = band_ranges(low, num_perm)
+    left, right = spread.bands(rows, ranges) if spread is not None else candidate_pairs(rows, ranges)
     if not len(left):
         return []
     scores = np.empty(len(left), dtype=np.float64)
@@ -119,6 +121,17 @@ def candidate_pairs(rows: np.ndarray[Any, np.dtype[np.uint32]],
     """Every pair of rows equal in at least one band, ``a < b``, sorted: the candidates ``MinHashLSH.query``
     returns, found by sorting each band's 64-bit key instead of a dict of sets per band (about 16 bytes a record
     at a time, where the dicts take about 4 KB a record: ``benchmarks/dedupe.py --tiny``)."""
+    return split_codes(band_codes(rows, ranges), len(rows))
+
+
+def split_codes(codes: np.ndarray[Any, Any], n: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Pair codes ``a * n + b`` (sorted, unique) back into the ``a`` and ``b`` arrays."""
+    return codes // n, codes % n
+
+
+def band_codes(rows: np.ndarray[Any, np.dtype[np.uint32]], ranges: Sequence[tuple[int, int]]) -> np.ndarray[Any, Any]:
+    """The candidates of the bands ``ranges`` as sorted unique codes ``a * n + b`` (bands are independent: a union
+    of the codes of any split of the bands is the codes of all of them)."""
     n = len(rows)
     found: list[np.ndarray[Any, Any]] = []
     for start, end in ranges:
@@ -138,7 +151,5 @@ def candidate_pairs(rows: np.ndarray[Any, np.dtype[np.uint32]],
                 a, b = np.nonzero(np.triu(same, 1 + block))
                 found.append(members[a + block].astype(np.int64) * n + members[b])
     if not found:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
-    codes = np.unique(np.concatenate(found))
-    return codes // n, codes % n
+        return np.zeros(0, dtype=np.int64)
+    return np.unique(np.concatenate(found))
