@@ -3,8 +3,8 @@ node (one core), Ray with two nodes (each pinned to its own core), the same clas
 
     .venv/bin/python benchmarks/batch_ray.py --records 300 --out benchmarks/results/batch/ray-DATE.json
 
-Each node is a raylet started while this process is pinned to that node's core (``os.sched_setaffinity``), so
-the node's workers — the engine actor and its llama-server (``-t 1``) — inherit the pin. The local baseline is
+Each node is a raylet pinned to its own core (``benchmarks/ray_nodes.py``): the node's workers — the engine actor
+and its llama-server (``-t 1``) — inherit the pin. The local baseline is
 ``taskset -c 0 tiankong batch run`` (its engine then also runs one thread on core 0). items/s come from each
 run's report (engine start-up excluded in all three). Targets (issue 25): 2 nodes ≥ 1.7× one node; Ray with one
 node ≥ 0.9× the local executor. Loopback only; the cluster is shut down at the end.
@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a loopback cluster (batch/ray_exec.py)
+sys.path.insert(0, str(Path(__file__).parent))
+from ray_nodes import add_pinned_node, pinned_cluster, two_cores  # noqa: E402
 
 TIANKONG = str(Path(sys.executable).parent / "tiankong")
 BILLING = ["invoice", "refund", "charged", "payment", "receipt", "subscription", "price", "card"]
@@ -56,9 +55,7 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2, help="slots per engine (each node's, and the local one)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        raise SystemExit("needs two cores (one per node)")
+    cores = two_cores()
     work = Path(tempfile.mkdtemp(prefix="tk-batch-ray-"))
     source = work / "in.jsonl"
     records(source, args.records)
@@ -72,29 +69,12 @@ def main() -> None:
     local_rate = json.loads(local.stdout)["items_per_s"]
     print(f"local executor (1 core): {local_rate:.3f} items/s", flush=True)
 
-    import ray
-    from ray.cluster_utils import Cluster
-
-    every = set(cores)
-    os.sched_setaffinity(0, {cores[0]})
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
-                                                            "include_dashboard": False})
-    os.sched_setaffinity(0, every)
-    try:
-        cluster.wait_for_nodes()
+    with pinned_cluster(cores[0]) as cluster:
         one = ray_run(cluster.address, source, work / "ray1.jsonl", args.model, args.slots)
         print(f"ray, 1 node: {one['items_per_s']:.3f} items/s", flush=True)
-        os.sched_setaffinity(0, {cores[1]})
-        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-        os.sched_setaffinity(0, every)
-        cluster.wait_for_nodes()
-        time.sleep(2)
+        add_pinned_node(cluster, cores[1])
         two = ray_run(cluster.address, source, work / "ray2.jsonl", args.model, args.slots)
         print(f"ray, 2 nodes: {two['items_per_s']:.3f} items/s ({two['nodes']})", flush=True)
-    finally:
-        os.sched_setaffinity(0, every)
-        ray.shutdown()
-        cluster.shutdown()
     result = {
         "args": vars(args), "local_items_per_s": local_rate, "ray_1_node": one, "ray_2_nodes": two,
         "scaling_2_vs_1": round(two["items_per_s"] / one["items_per_s"], 3),

@@ -4,28 +4,27 @@ the whole ``kind = "dedupe"`` job (exact + near stages, OUT written once by the 
 
     .venv/bin/python benchmarks/dedupe_ray.py --records 40000 --out benchmarks/results/dedupe/ray-DATE.json
 
-Each node is a raylet started while this process is pinned to that node's core (``os.sched_setaffinity``), so its
-workers inherit the pin (as benchmarks/batch_ray.py does). The records are benchmarks/dedupe.py's: 500 characters,
-10 % near copies. The driver (this process: banding, the exact stage, writing OUT) runs on both cores, beside the
-nodes. Every figure is the best of ``--repeats`` runs; the outputs of all runs must be the same bytes. Loopback
-only; the cluster is shut down at the end.
+Each node is a raylet pinned to its own core (``benchmarks/ray_nodes.py``, as for benchmarks/batch_ray.py).
+The records are benchmarks/dedupe.py's: 500 characters, 10 % near copies. The driver (this process: reading the
+records, the exact stage, the clusters, writing OUT) runs on both cores, beside the nodes. Every figure is the best
+of ``--repeats`` runs; the outputs of all runs must be the same bytes. Loopback only; the cluster is shut down at
+the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a loopback cluster (batch/ray_exec.py)
 sys.path.insert(0, str(Path(__file__).parent))
 
 from dedupe import make_records  # noqa: E402
+from ray_nodes import add_pinned_node, pinned, pinned_cluster, two_cores  # noqa: E402
 
 from tiankong.batch import make_job, run  # noqa: E402
 from tiankong.batch.ray_dedupe import RaySpread  # noqa: E402
@@ -80,49 +79,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
-        raise SystemExit("needs two cores (one per node)")
+    cores = two_cores()
     work = Path(tempfile.mkdtemp(prefix="tk-dedupe-ray-"))
     texts = make_records(args.records, 500, 0)
     source = work / "in.jsonl"
     source.write_text("".join(json.dumps({"id": f"r{i}", "text": t}) + "\n" for i, t in enumerate(texts)),
                       encoding="utf-8")
 
-    every = set(cores)
-    os.sched_setaffinity(0, {cores[0]})
-    local_sign_s = best_of(args.repeats, lambda: signatures(texts, SHINGLE, PERMUTATIONS))
-    rows = signatures(texts, SHINGLE, PERMUTATIONS)
-    local_bands_s = best_of(args.repeats, lambda: candidate_pairs(rows, band_ranges(LOW, PERMUTATIONS)))
-    local_job_s = best_of(args.repeats, lambda: run(make_job(input=str(source), output=str(fresh(work / "local.jsonl")),
-                                                             kind="dedupe", args=ARGS)))
-    os.sched_setaffinity(0, every)
+    with pinned(cores[0]):
+        local_sign_s = best_of(args.repeats, lambda: signatures(texts, SHINGLE, PERMUTATIONS))
+        rows = signatures(texts, SHINGLE, PERMUTATIONS)
+        local_bands_s = best_of(args.repeats, lambda: candidate_pairs(rows, band_ranges(LOW, PERMUTATIONS)))
+        local_job_s = best_of(args.repeats, lambda: run(make_job(
+            input=str(source), output=str(fresh(work / "local.jsonl")), kind="dedupe", args=ARGS)))
     print(f"this machine, one core: signatures {args.records / local_sign_s:,.0f} records/s; bands "
-          f"{local_bands_s:.2f} s; whole job "
-          f"{args.records / local_job_s:,.0f} records/s", flush=True)
+          f"{local_bands_s:.2f} s; whole job {args.records / local_job_s:,.0f} records/s", flush=True)
 
-    import ray
-    from ray.cluster_utils import Cluster
-
-    os.sched_setaffinity(0, {cores[0]})
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",
-                                                            "include_dashboard": False})
-    os.sched_setaffinity(0, every)
-    try:
-        cluster.wait_for_nodes()
+    with pinned_cluster(cores[0]) as cluster:
         one = measure(cluster.address, texts, source, work / "ray1.jsonl", args.repeats)
         print(f"ray, 1 node: {one}", flush=True)
-        os.sched_setaffinity(0, {cores[1]})
-        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
-        os.sched_setaffinity(0, every)
-        cluster.wait_for_nodes()
-        time.sleep(2)
+        add_pinned_node(cluster, cores[1])
         two = measure(cluster.address, texts, source, work / "ray2.jsonl", args.repeats)
         print(f"ray, 2 nodes: {two}", flush=True)
-    finally:
-        os.sched_setaffinity(0, every)
-        ray.shutdown()
-        cluster.shutdown()
     same = len({(work / name).read_bytes() for name in ("local.jsonl", "ray1.jsonl", "ray2.jsonl")}) == 1
     result = {
         "args": vars(args), "same_output": same,
