@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-# --- parallel workers: `make test` runs pytest-xdist with a worker per core (`-n auto`) ---------------------------
+# --- parallel workers: `make test` runs pytest-xdist on two workers (`-n 2`; TEST_WORKERS in the Makefile) --------
 # Each worker takes whole modules (module-scoped engines start once), the Ray modules as one unit (one local Ray
 # cluster at a time), the slowest modules first. Each worker owns a disjoint share of the CPUs: llama.cpp sizes its
 # threads by the usable CPUs (engine/flags.py) and its threads spin while they wait, so two engines with a thread per
@@ -93,7 +93,15 @@ def _own_share_of_the_cpus(worker: str) -> None:
             os.sched_setaffinity(int(task.name), share)
 
 
+#: the cache dir's entries a run keeps for the next (engine builds, downloads, feature caches, converters, the demo
+#: adapter test_lora.py trains once per machine): made in the user's cache dir before a worker links to them, so
+#: what a worker adds there outlives it; only ``logs`` is the worker's own
+SHARED_CACHE_ENTRIES = ("engine", "downloads", "deciders", "lora-convert", "evals", "test-adapters")
+
+
 def _own_logs_dir(worker: str) -> None:
+    for entry in SHARED_CACHE_ENTRIES:
+        (paths.cache_dir() / entry).mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=f"tiankong-cache-{worker}-"))
     atexit.register(shutil.rmtree, root, True)
     os.environ["TIANKONG_CACHE_DIR"] = str(cache_with_own_logs(root))
