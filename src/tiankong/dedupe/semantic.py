@@ -9,7 +9,8 @@ run; small inputs (up to ``EXACT_BELOW`` vectors) use the exact flat index, whic
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +49,7 @@ def semantic_pairs(vectors: Sequence[Sequence[float]], *, low: float, neighbours
     matrix = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
     faiss.normalize_L2(matrix)
     dim = matrix.shape[1]
-    threads, blas = faiss.omp_get_max_threads(), faiss.cvar.distance_compute_blas_threshold
-    faiss.omp_set_num_threads(1)  # a deterministic build (and search): the same graph on every run
-    faiss.cvar.distance_compute_blas_threshold = PER_QUERY
-    try:
+    with deterministic():
         index: faiss.Index
         if len(matrix) < EXACT_BELOW:
             index = faiss.IndexFlatIP(dim)
@@ -66,9 +64,6 @@ def semantic_pairs(vectors: Sequence[Sequence[float]], *, low: float, neighbours
             scores, found = spread.search(faiss.serialize_index(index), matrix, wanted)
         else:
             scores, found = index.search(matrix, wanted)
-    finally:
-        faiss.omp_set_num_threads(threads)
-        faiss.cvar.distance_compute_blas_threshold = blas
     best: dict[tuple[int, int], float] = {}
     for a in range(len(matrix)):
         for score, b in zip(scores[a].tolist(), found[a].tolist(), strict=True):
@@ -84,12 +79,22 @@ def search_index(index_bytes: Any, queries: np.ndarray[Any, Any], wanted: int) -
     (the same answers as the index searched where it was built)."""
     import faiss
 
+    with deterministic():
+        index = faiss.deserialize_index(index_bytes)
+        return index.search(np.ascontiguousarray(queries, dtype=np.float32), wanted)
+
+
+@contextmanager
+def deterministic() -> Iterator[None]:
+    """One OpenMP thread (the same graph on every build) and each query scored on its own (``PER_QUERY``), faiss's
+    process-wide settings restored after."""
+    import faiss
+
     threads, blas = faiss.omp_get_max_threads(), faiss.cvar.distance_compute_blas_threshold
     faiss.omp_set_num_threads(1)
     faiss.cvar.distance_compute_blas_threshold = PER_QUERY
     try:
-        index = faiss.deserialize_index(index_bytes)
-        return index.search(np.ascontiguousarray(queries, dtype=np.float32), wanted)
+        yield
     finally:
         faiss.omp_set_num_threads(threads)
         faiss.cvar.distance_compute_blas_threshold = blas
