@@ -25,7 +25,7 @@ from tiankong.engine import EngineProcess
 from tiankong.gateway import GatewayState, create_app
 from tiankong.gateway.admission import Admission
 from tiankong.gateway.keys import ApiKey, hash_key
-from tiankong.gateway.preempt import continuation, joined, preemptible
+from tiankong.gateway.preempt import Piece, continuation, finishes, joined, piece_body, preemptible, read_piece
 from tiankong.models import TEST_MODEL
 
 KEY_ONE, KEY_TWO = "batch-key-one-0123456789", "batch-key-two-0123456789"
@@ -407,6 +407,34 @@ def test_preemptible_lines_and_their_continuations() -> None:
     whole = joined({"id": "a", "created": 1}, last, "1, 2, 3,", 5, chat=True)
     assert whole["id"] == "a" and whole["choices"][0]["message"]["content"] == "1, 2, 3, 4."
     assert whole["usage"] == {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}
+
+
+def test_a_line_at_its_budget_finishes_rather_than_stepping_aside() -> None:
+    """A line closed after its last token but before its last event went on with ``max_tokens`` 1 and answered a
+    token more than it allowed (CI, 2026-12-05): at or within FINISH_WITHIN tokens of its budget it reads on."""
+    assert finishes(60, 60) and finishes(60, 57) and finishes(60, 61)
+    assert not finishes(60, 50) and not finishes(None, 10_000)
+
+
+def test_a_piece_counts_the_engines_tokens_not_its_events(smol_engine: EngineProcess) -> None:
+    """llama-server sends a token that ends inside a UTF-8 character with the next one, so a Chinese answer has
+    fewer events than tokens; a piece counts what the engine generated, so a line that stepped aside keeps to its
+    ``max_tokens``."""
+    body = {"model": TEST_MODEL, "max_tokens": 40, "temperature": 0,
+            "messages": [{"role": "user", "content": "用中文介绍一下北京的历史和文化。"}]}
+
+    async def read() -> Piece:
+        piece = Piece(chat=True)
+        async with httpx.AsyncClient(timeout=120) as http, http.stream(
+                "POST", f"{smol_engine.url}/v1/chat/completions",
+                json=piece_body("/v1/chat/completions", body, "", 0)) as engine:
+            await read_piece(engine, piece)
+        return piece
+
+    piece = asyncio.run(read())
+    answer = piece.assembler.result()
+    assert answer["usage"]["completion_tokens"] == 40
+    assert piece.tokens == 40 and piece.events < 40, (piece.tokens, piece.events)
 
 
 def test_batch_lines_step_aside_and_their_answers_are_whole(smol_engine: EngineProcess, tmp_path: Path) -> None:

@@ -21,6 +21,13 @@ second). With the default ``-b 2048`` a prompt is read in one step anyway; ``[en
 Only lines whose answer is plain text step aside (no tools, schemas, grammars, log probabilities, ``n`` > 1, or
 a chat that already ends with an assistant message); the others run as before. Greedy continuation of a prefix
 is the same text as an uninterrupted run up to how the prefix is tokenized again at the seam.
+
+The budget spent is the engine's own count (``timings_per_token``: each event carries ``predicted_n``), not the
+events read: llama-server holds a token that ends inside a UTF-8 character and sends it with the next, so a
+Chinese answer has fewer events than tokens, and counting events let a line that stepped aside run past its
+``max_tokens``. A line with its budget spent (or within ``FINISH_WITHIN`` tokens of it) finishes rather than
+stepping aside: its last event is on its way, and sending it again would ask the engine for a token more than
+the line allowed (CI, 2026-12-05: a line closed after its 60th token went on with ``max_tokens`` 1).
 """
 
 from __future__ import annotations
@@ -69,12 +76,22 @@ def continuation(path: str, body: dict[str, Any], written: str, spent: int) -> d
     return {**rest, "messages": [*body["messages"], {"role": "assistant", "content": written}]}
 
 
+def piece_body(path: str, body: dict[str, Any], written: str, spent: int) -> dict[str, Any]:
+    """What is sent for one stretch of a line: streamed, writing while it reads a prompt, counting its tokens."""
+    return {**streamed_body(continuation(path, body, written, spent)), "return_progress": True,
+            "timings_per_token": True}
+
+
+def finishes(budget: int | None, spent: int) -> bool:
+    """Whether a line that has spent ``spent`` tokens of ``budget`` reads on to its end instead of stepping aside."""
+    return budget is not None and budget - spent <= FINISH_WITHIN
+
+
 def joined(first: dict[str, Any], answer: dict[str, Any], written: str, spent: int, chat: bool) -> dict[str, Any]:
     """The last piece's answer with the earlier pieces' text in front and the whole usage."""
     choice = answer["choices"][0]
-    if chat:  # llama-server's answer to a prefilled assistant message holds the prefill too
-        content = choice["message"].get("content") or ""
-        choice["message"]["content"] = content if content.startswith(written) else written + content
+    if chat:  # llama-server's answer to a prefilled assistant message holds only what follows the prefill
+        choice["message"]["content"] = written + (choice["message"].get("content") or "")
     else:
         choice["text"] = written + (choice.get("text") or "")
     for key in ("id", "created"):
@@ -89,12 +106,19 @@ def joined(first: dict[str, Any], answer: dict[str, Any], written: str, spent: i
     return answer
 
 
-class _Piece:
+class Piece:
     """One stretch of a line's answer read from the engine, until it ends or an interactive request arrives."""
 
     def __init__(self, chat: bool) -> None:
         self.assembler = StreamAssembler(chat=chat)
-        self.tokens = 0  # content events seen: llama-server sends one per token
+        self.events = 0  # content events seen
+
+    @property
+    def tokens(self) -> int:
+        """Tokens generated for the text read so far: the engine's count of the last event read (one event may
+        carry several tokens), or the events seen where an engine sends no count."""
+        counted = (self.assembler.timings or {}).get("predicted_n")
+        return max(counted, self.events) if isinstance(counted, int) else self.events
 
 
 async def forward_preemptible(upstream: Upstream, admission: Admission, call: RequestRecord, path: str,
@@ -104,20 +128,19 @@ async def forward_preemptible(upstream: Upstream, admission: Admission, call: Re
     first: dict[str, Any] = {}
     budget = token_budget(body)
     while True:
-        piece = _Piece(chat)
-        piece_body = {**streamed_body(continuation(path, body, written, spent)), "return_progress": True}
-        engine = await upstream.send(call, path, piece_body, stream=True)
+        piece = Piece(chat)
+        engine = await upstream.send(call, path, piece_body(path, body, written, spent), stream=True)
         if isinstance(engine, Response):
             return engine
         try:
             if engine.status_code >= 400:
                 return upstream_error(engine.status_code, await engine.aread())
-            reading = asyncio.ensure_future(_read(engine, piece))
+            reading = asyncio.ensure_future(read_piece(engine, piece))
             arrival = asyncio.ensure_future(admission.interactive_arrived())
             try:
                 await asyncio.wait({reading, arrival}, return_when=asyncio.FIRST_COMPLETED)
-                if not reading.done() and budget is not None and 0 < budget - spent - piece.tokens <= FINISH_WITHIN:
-                    await reading  # a few tokens from its end: finishing costs less than stopping and resuming
+                if not reading.done() and finishes(budget, spent + piece.tokens):
+                    await reading  # at or a few tokens from its end: finishing costs less than stopping and resuming
             finally:
                 arrival.cancel()
                 if not reading.done():
@@ -138,7 +161,7 @@ async def forward_preemptible(upstream: Upstream, admission: Admission, call: Re
                 answer["tiankong"] = {"stepped_aside": steps}
             call.note_answer(answer)
             return JSONResponse(answer)
-        written += _new_text(piece, written, chat)
+        written += "".join(piece.assembler.content)
         spent += piece.tokens
         steps += 1
         admission.preemptions += 1
@@ -147,20 +170,16 @@ async def forward_preemptible(upstream: Upstream, admission: Admission, call: Re
             deadline[0].reschedule(asyncio.get_running_loop().time() + deadline[1])
 
 
-def _new_text(piece: _Piece, written: str, chat: bool) -> str:
-    """What a piece added: a chat continuation's first delta repeats the prefill (llama-server sends the whole
-    assistant message), a completion's does not."""
-    text = "".join(piece.assembler.content)
-    return text[len(written):] if chat and written and text.startswith(written) else text
 
 
-def _answer(reading: asyncio.Future[None], piece: _Piece) -> dict[str, Any]:
+def _answer(reading: asyncio.Future[None], piece: Piece) -> dict[str, Any]:
     reading.result()
     return piece.assembler.result()
 
 
-async def _read(engine: Any, piece: _Piece) -> None:
+async def read_piece(engine: Any, piece: Piece) -> None:
+    """Feed an engine's stream to ``piece`` until it ends (or the reading is cancelled)."""
     async for chunk in engine.aiter_raw():
         before = len(piece.assembler.content)
         piece.assembler.feed(chunk)
-        piece.tokens += len(piece.assembler.content) - before
+        piece.events += len(piece.assembler.content) - before
