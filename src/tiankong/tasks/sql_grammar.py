@@ -40,8 +40,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .sql import DbSchema
 
-#: the most tokens a query may take (the grammar ends it; this bounds a run-away sub-query chain)
-QUERY_TOKENS = 320
+#: the most tokens a query may take (the grammar ends it; this bounds a run-away sub-query chain). The longest
+#: right answer in the Chinook benchmark's stores is 232 characters (≈ 70 tokens). 320 was too many: a run-away
+#: that nests sub-queries slows llama.cpp's grammar down at every token (17 tokens/s at 160 tokens, 0.4 at 275 on
+#: 2 cores), and with two slots one such answer (dev question f02-7's retry) froze the engine — every slot — for
+#: 18 minutes before token 278 (2026-12-05). At 160 a run-away is cut while the grammar is still fast, and retried.
+QUERY_TOKENS = 160
 
 #: a table alias the grammar lets a model write: 1-3 characters (``T1``, ``t``, ``ar``)
 ALIAS = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,2}")

@@ -1,0 +1,97 @@
+"""How sure is the model that another call follows the first? A development probe for BFCL parallel calls.
+
+    .venv/bin/python benchmarks/parallel_probe.py [--start 100] [--n 50] [--out FILE]
+
+Development only: BFCL questions at positions ``--start`` … ``--start + --n`` of ``tool_calls.load``'s seeded
+order (the held-out figures of docs/benchmarks.md use positions 0–99; these are never among them). For each
+question the model's first call is written as the gateway writes it (``tool_template``: its own template, under the
+grammar), closed, and then one forward pass gives P(another ``<tool_call>``) against P(the end of the turn) — the
+decision a parallel answer turns on. Printed per category with the number of calls BFCL's answer holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tiankong.engine import EngineConfig, EngineProcess, locate_engine
+from tiankong.models import DEFAULT_MODEL, resolve_installed
+from tiankong.structured.drivers import run_sync
+from tiankong.structured.tool_template import OPENERS, first_step, template_calls, template_prompt
+from tiankong.structured.tools import Tool
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tool_calls import load, to_tools  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--start", type=int, default=100)
+    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    record = resolve_installed(DEFAULT_MODEL)
+    engine = EngineProcess(EngineConfig(model=record.path, ctx=8192, slots=1), locate_engine())
+    engine.start()
+    rows_out: list[dict[str, Any]] = []
+    try:
+        http = httpx.Client(timeout=600)
+
+        def request(method: str, path: str, body: dict[str, Any] | None) -> Any:
+            return http.request(method, engine.url + path, json=body).json()
+
+        def probs(text: str) -> list[tuple[str, float]]:
+            body = {"prompt": text, "n_predict": 1, "n_probs": 20, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+                    "min_p": 0.0, "post_sampling_probs": True, "cache_prompt": True}
+            top = request("POST", "/completion", body)["completion_probabilities"][0]["top_probs"]
+            return [(str(t["token"]), float(t["prob"])) for t in top]
+
+        for category in ("parallel", "simple", "multiple"):
+            rows = load(category, args.start + args.n)[args.start:]
+            for row in rows:
+                tools = [Tool(t["function"]["name"], t["function"].get("description", ""), t["function"]["parameters"])
+                         for t in to_tools(row["function"])]
+                messages = row["question"][0]
+                prompt = run_sync(template_prompt(messages, tools), request)
+                if prompt is None:
+                    continue
+                p_call, opener = run_sync(first_step(prompt), request)
+                calls, written, _, _, errors = run_sync(template_calls(
+                    prompt, tools, opener, parallel=False, max_tokens=None, options={"temperature": 0}), request)
+                opener_text, closer_text = OPENERS[opener]
+                text = written[len(opener_text):-len(closer_text)] if written.endswith(closer_text) else ""
+                # (a) right after the call's closer: the end of the turn, or anything else (another call, words)
+                after = probs(prompt + written)
+                end = sum(p for token, p in after if token in ("", "<|im_end|>", "<|endoftext|>"))
+                # (b) the calls written as one JSON list: after the first element, "," (another) or "]" (the end)
+                listed = probs(prompt + opener_text + "[" + text)
+                comma = sum(p for token, p in listed if token.strip()[:1] in (",", "{"))
+                close = sum(p for token, p in listed if token.strip().startswith("]"))
+                item = {"category": category, "id": row["id"], "gold_calls": len(row["ground_truth"]),
+                        "p_call": round(p_call, 4), "opener": opener, "calls": len(calls), "errors": bool(errors),
+                        "p_go_on": round(1 - end, 4), "p_list_more": round(comma / (comma + close), 4)
+                        if comma + close > 0 else None,
+                        "after": [(t, round(p, 4)) for t, p in after[:4]],
+                        "listed": [(t, round(p, 4)) for t, p in listed[:4]]}
+                rows_out.append(item)
+                print(json.dumps(item, ensure_ascii=False), flush=True)
+    finally:
+        engine.stop()
+    for key in ("p_go_on", "p_list_more"):
+        for category in ("parallel", "simple", "multiple"):
+            ps = [r[key] for r in rows_out if r["category"] == category and r[key] is not None]
+            if len(ps) > 1:
+                print(f"{key} {category}: n={len(ps)} median {statistics.median(ps):.4f} deciles "
+                      + " ".join(f"{q:.4f}" for q in statistics.quantiles(ps, n=10)))
+    if args.out:
+        args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows_out))
+
+
+if __name__ == "__main__":
+    main()
