@@ -21,7 +21,7 @@ from tiankong.errors import ConfigError
 from tiankong.gateway import GatewayState
 from tiankong.models import TEST_MODEL
 from tiankong.tasks.sql import DbSchema, check_query, empty_copy, read_only, schema_from_db, schema_from_ddl, sql_flow
-from tiankong.tasks.sql_grammar import Scope, scope_of, sql_grammar
+from tiankong.tasks.sql_grammar import QUERY_TOKENS, Scope, scope_of, sql_grammar
 
 DDL = """
 CREATE TABLE artist (id INTEGER PRIMARY KEY, name TEXT);
@@ -324,6 +324,23 @@ def test_a_first_answer_out_of_scope_is_retried_under_its_from_clause(smol_engin
     assert "artist_id" not in result.sql and result.tables == ["artist"] and accepts(retry_grammar, result.sql)
     with read_only(db) as con:
         assert check_query(result.sql, schema, con)[0] == [] and con.execute(result.sql).fetchall()
+
+
+def test_a_run_away_first_answer_is_retried_at_the_same_cap_not_grown(db: Path) -> None:
+    """A query cut off at the cap (a chain of nested sub-queries) is retried under its FROM clause with the same
+    budget: a larger one let llama.cpp's grammar slow at every token until a 278-token answer froze the engine for
+    18 minutes (docs/benchmarks.md, 2026-12-05); the longest right answer measured is ≈ 70 tokens."""
+    schema = schema_from_db(db)
+    flow = sql_flow("Which albums are by AC/DC?", schema, db_path=db)
+    first = next(flow)
+    assert first[0].body["max_tokens"] == QUERY_TOKENS <= 160
+    run_away = "SELECT title FROM album WHERE artist_id IN (SELECT artist_id FROM album WHERE artist_id IN (SELECT"
+    retry = flow.send([{"choices": [{"index": 0, "finish_reason": "length", "message": {
+        "role": "assistant", "content": run_away}}], "usage": {"prompt_tokens": 1, "completion_tokens": QUERY_TOKENS}}])
+    assert retry[0].body["max_tokens"] == QUERY_TOKENS
+    assert f"cut off at {QUERY_TOKENS} tokens" in json.dumps(retry[0].body["messages"])
+    assert retry[0].body["grammar"] == sql_grammar(schema)  # a cut-off query does not parse: the open grammar
+    flow.close()
 
 
 def test_sql_over_ddl_text_and_another_dialect(client: Client) -> None:
