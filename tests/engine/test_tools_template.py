@@ -23,6 +23,7 @@ from tiankong.errors import RetriesExhausted
 from tiankong.gateway import GatewayState
 from tiankong.models import DEFAULT_MODEL
 from tiankong.structured.drivers import run_sync
+from tiankong.structured.tool_template import MORE_AT
 from tiankong.structured.tools import REPLY, ToolCalls, call_flow, parse_tools
 
 WEATHER = {"type": "function", "function": {
@@ -47,8 +48,10 @@ class Scripted:
     """Answers the flow's calls from a script: the template, the first token's distribution, then one answer
     per ``/completion`` with a schema (a call) or a grammar (another call or the end). Records what was sent."""
 
-    def __init__(self, calls: list[dict[str, Any]], more: list[str], first: str = "```") -> None:
+    def __init__(self, calls: list[dict[str, Any]], more: list[str], first: str = "```",
+                 goes_on: list[float] | None = None) -> None:
         self.calls, self.more, self.first = list(calls), list(more), first
+        self.goes_on = list(goes_on or [])  # P(",") after each call read as a list (none left: the list ends)
         self.sent: list[tuple[str, dict[str, Any]]] = []
 
     def __call__(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
@@ -56,6 +59,10 @@ class Scripted:
         self.sent.append((path, body))
         if path == "/apply-template":  # a template that shows the tools only when it is given them
             return {"prompt": PROMPT if "tools" in body else PROMPT.replace("get_weather open_ticket", "")}
+        if path == "/completion" and body.get("n_probs") and body.get("prompt") != PROMPT:  # the calls as a list
+            more = self.goes_on.pop(0) if self.goes_on else 0.0
+            return {"completion_probabilities": [{"top_probs": [{"token": ",", "prob": more},
+                                                                {"token": "]\n", "prob": 1 - more}]}]}
         if path == "/completion" and body.get("n_probs"):
             return {"completion_probabilities": [{"top_probs": [{"token": self.first, "prob": 0.9},
                                                                 {"token": "Sure", "prob": 0.1}]}]}
@@ -103,6 +110,24 @@ def test_the_count_is_the_models_own_and_a_repeat_ends_the_list() -> None:
     assert ends.structured is not None and ends.structured.path == "template"
     grammars = [body["grammar"] for path, body in script.sent if "grammar" in body]
     assert grammars and all('"```"' in g for g in grammars)  # the model writes the closer itself
+
+
+def test_a_list_of_calls_the_model_would_go_on_gets_its_next_call_in_the_list() -> None:
+    """After each call the calls so far are read as a JSON list: at P(",") ≥ MORE_AT the next call is written as
+    the list's next element (the 0.5B ends its turn after a closed call even where a list would go on); below it
+    the list is closed. Fails when the list is not read (the model's own end after one call is all there is)."""
+    first = {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
+    second = {"name": "get_weather", "arguments": {"city": "Tokyo", "unit": "celsius"}}
+    script = Scripted([first, second], [], goes_on=[0.3, MORE_AT / 2])
+    both = run(script, tool_choice="required")
+    assert [c.arguments["city"] for c in both.calls] == ["Paris", "Tokyo"]
+    prompts = [body["prompt"] for path, body in script.sent if "json_schema" in body]
+    assert prompts[1] == PROMPT + "```json\n[" + json.dumps(first) + ", "  # the second call: the list's element
+    assert not any("grammar" in body for _, body in script.sent)  # the list decided; no closer step
+    assert both.structured is not None and both.structured.raw == \
+        "```json\n[" + json.dumps(first) + ", " + json.dumps(second) + "]\n```"
+    repeat = run(Scripted([first, first], [], goes_on=[0.5]), tool_choice="required")
+    assert len(repeat.calls) == 1 and repeat.duplicates_dropped == 1  # a repeat still ends the list
 
 
 def test_auto_replies_when_the_first_token_is_words_and_named_allows_one_function() -> None:
@@ -164,10 +189,9 @@ def test_streamed_deltas_assemble_to_the_same_valid_calls(sdk: openai.OpenAI) ->
     assert streamed == calls
 
 
-@pytest.mark.xfail(reason="measured 2026-12-05 (commit cb69587): the 0.5B ends its turn after the Paris call on "
-                   "this prompt; the count is the model's own (the mechanism: test_the_count_is_the_models_own_…)",
-                   strict=False)
 def test_a_request_for_two_cities_comes_back_as_two_calls(sdk: openai.OpenAI) -> None:
+    """Until the calls were read as a list the 0.5B ended its turn after the Paris call on this prompt (xfail,
+    2026-12-05, cb69587); its P(another element) in the list is what writes the Tokyo call."""
     answer = sdk.chat.completions.create(**PARALLEL)
     calls = assert_valid(answer.choices[0].message.tool_calls or [])
     assert sorted(a["city"] for _, a in calls) == ["Paris", "Tokyo"]
