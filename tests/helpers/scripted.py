@@ -160,3 +160,9 @@ def chat_stream(content: str, finish_reason: str = "stop") -> httpx.Response:
                "usage": {"prompt_tokens": 10, "completion_tokens": max(1, len(content) // 4), "total_tokens": 20}}]
     data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
     return httpx.Response(200, stream=httpx.ByteStream(data.encode()), headers={"content-type": "text/event-stream"})
+
+
+def chat_as_asked(body: dict[str, Any], content: str) -> Any:
+    """``content`` as the request asked for it: streamed when ``stream`` is set (the client streams a generation
+    with a budget over ``assemble.MIN_TOKENS``), else one JSON answer."""
+    return chat_stream(content) if body.get("stream") else chat_reply(content)

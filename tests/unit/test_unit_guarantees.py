@@ -15,7 +15,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from helpers.scripted import ScriptedEngine, chat_reply, chat_stream, completion
+from helpers.scripted import ScriptedEngine, chat_as_asked, chat_reply, completion
 from tiankong import Client
 from tiankong.batch.store import OutputWriter
 from tiankong.errors import RetriesExhausted
@@ -46,7 +46,7 @@ def test_sqlite_explain_refuses_queries_the_other_checks_pass(sql: str) -> None:
 
 def test_a_query_explain_refuses_is_retried_with_sqlites_words() -> None:
     answers = iter(["SELECT album.title FROM album WHERE COUNT(*) > 1", "SELECT COUNT(*) FROM album"])
-    engine = ScriptedEngine().on("/v1/chat/completions", lambda body: chat_stream(next(answers)))
+    engine = ScriptedEngine().on("/v1/chat/completions", lambda body: chat_as_asked(body, next(answers)))
     with Client(URL, transport=engine.transport()) as client:
         result = client.sql("how many albums", DDL)
     assert result.sql == "SELECT COUNT(*) FROM album" and result.attempts == 2
@@ -56,7 +56,7 @@ def test_a_query_explain_refuses_is_retried_with_sqlites_words() -> None:
 
 def test_explain_refusal_twice_is_an_error_not_a_query() -> None:
     engine = ScriptedEngine().on("/v1/chat/completions",
-                                 lambda body: chat_stream("SELECT SUM(COUNT(*)) FROM album"))
+                                 lambda body: chat_as_asked(body, "SELECT SUM(COUNT(*)) FROM album"))
     with Client(URL, transport=engine.transport()) as client, pytest.raises(RetriesExhausted) as err:
         client.sql("how many albums", DDL)
     assert any(e.startswith("SQLite:") for e in err.value.errors)

@@ -8,7 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from helpers.scripted import ScriptedEngine, chat_reply, chat_stream, completion, engine_error, probabilities, scored
+from helpers.scripted import (
+    ScriptedEngine,
+    chat_as_asked,
+    chat_reply,
+    completion,
+    engine_error,
+    probabilities,
+    scored,
+)
 from tiankong import Client
 from tiankong.errors import RetriesExhausted, TiankongError
 
@@ -171,7 +179,7 @@ def test_call_replies_in_words_when_a_call_is_unlikely(engine: ScriptedEngine) -
 
 
 def test_sql_returns_the_checked_query(engine: ScriptedEngine) -> None:
-    engine.on("/v1/chat/completions", lambda body: chat_stream("SELECT COUNT(*) FROM users"))
+    engine.on("/v1/chat/completions", lambda body: chat_as_asked(body, "SELECT COUNT(*) FROM users"))
     with client_for(engine) as client:
         result = client.sql("how many users", "CREATE TABLE users (id INTEGER, name TEXT);")
     assert result.sql == "SELECT COUNT(*) FROM users" and result.tables == ["users"]

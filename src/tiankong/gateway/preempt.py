@@ -170,8 +170,6 @@ async def forward_preemptible(upstream: Upstream, admission: Admission, call: Re
             deadline[0].reschedule(asyncio.get_running_loop().time() + deadline[1])
 
 
-
-
 def _answer(reading: asyncio.Future[None], piece: Piece) -> dict[str, Any]:
     reading.result()
     return piece.assembler.result()
