@@ -23,7 +23,15 @@ import httpx
 from tiankong.engine import EngineConfig, EngineProcess, locate_engine
 from tiankong.models import DEFAULT_MODEL, resolve_installed
 from tiankong.structured.drivers import run_sync
-from tiankong.structured.tool_template import OPENERS, first_step, template_calls, template_prompt
+from tiankong.structured.tool_template import (
+    MORE_PROBS,
+    OPENERS,
+    first_step,
+    goes_on,
+    next_token_body,
+    template_calls,
+    template_prompt,
+)
 from tiankong.structured.tools import Tool
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,11 +54,10 @@ def main() -> None:
         def request(method: str, path: str, body: dict[str, Any] | None) -> Any:
             return http.request(method, engine.url + path, json=body).json()
 
-        def probs(text: str) -> list[tuple[str, float]]:
-            body = {"prompt": text, "n_predict": 1, "n_probs": 20, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
-                    "min_p": 0.0, "post_sampling_probs": True, "cache_prompt": True}
-            top = request("POST", "/completion", body)["completion_probabilities"][0]["top_probs"]
-            return [(str(t["token"]), float(t["prob"])) for t in top]
+        def probs(text: str) -> tuple[dict[str, Any], list[tuple[str, float]]]:
+            answer = request("POST", "/completion", next_token_body(text, MORE_PROBS, seed=42))
+            top = answer["completion_probabilities"][0]["top_probs"]
+            return answer, [(str(t["token"]), float(t["prob"])) for t in top]
 
         for category in ("parallel", "simple", "multiple"):
             rows = load(category, args.start + args.n)[args.start:]
@@ -67,16 +74,14 @@ def main() -> None:
                 opener_text, closer_text = OPENERS[opener]
                 text = written[len(opener_text):-len(closer_text)] if written.endswith(closer_text) else ""
                 # (a) right after the call's closer: the end of the turn, or anything else (another call, words)
-                after = probs(prompt + written)
+                _, after = probs(prompt + written)
                 end = sum(p for token, p in after if token in ("", "<|im_end|>", "<|endoftext|>"))
-                # (b) the calls written as one JSON list: after the first element, "," (another) or "]" (the end)
-                listed = probs(prompt + opener_text + "[" + text)
-                comma = sum(p for token, p in listed if token.strip()[:1] in (",", "{"))
-                close = sum(p for token, p in listed if token.strip().startswith("]"))
+                # (b) the calls written as one JSON list: after the first element, "," / "{" (another) or "]" (the
+                # end) — the gateway's own reading (tool_template.goes_on)
+                answer, listed = probs(prompt + opener_text + "[" + text)
                 item = {"category": category, "id": row["id"], "gold_calls": len(row["ground_truth"]),
                         "p_call": round(p_call, 4), "opener": opener, "calls": len(calls), "errors": bool(errors),
-                        "p_go_on": round(1 - end, 4), "p_list_more": round(comma / (comma + close), 4)
-                        if comma + close > 0 else None,
+                        "p_go_on": round(1 - end, 4), "p_list_more": round(goes_on(answer), 4),
                         "after": [(t, round(p, 4)) for t, p in after[:4]],
                         "listed": [(t, round(p, 4)) for t, p in listed[:4]]}
                 rows_out.append(item)

@@ -109,11 +109,16 @@ def template_prompt(messages: list[dict[str, Any]], tools: list[Tool]) -> Flow[s
     return prompt
 
 
+def next_token_body(prompt: str, n_probs: int, seed: int) -> dict[str, Any]:
+    """One forward pass after ``prompt``: the next token's ``n_probs`` most likely tokens, sampling left neutral."""
+    return {"prompt": prompt, "n_predict": 1, "n_probs": n_probs, "temperature": 1.0, "top_k": 0, "top_p": 1.0,
+            "min_p": 0.0, "post_sampling_probs": True, "cache_prompt": True, "seed": seed}
+
+
 def first_step(prompt: str, pin: SlotPin | None = None) -> Flow[tuple[float, str]]:
     """P(the answer starts a call) from the first token's distribution, and the opener its most likely
     call-start asks for."""
-    body = {"prompt": prompt, "n_predict": 1, "n_probs": FIRST_PROBS, "temperature": 1.0, "top_k": 0,
-            "top_p": 1.0, "min_p": 0.0, "post_sampling_probs": True, "cache_prompt": True, "seed": 42}
+    body = next_token_body(prompt, FIRST_PROBS, seed=42)
     (answer,) = yield [Call("POST", "/completion", pin.pin(body) if pin else body)]
     if isinstance(answer, Exception):
         raise answer
@@ -240,9 +245,7 @@ def template_calls(prompt: str, tools: list[Tool], opener: str, *, parallel: boo
             written = (listed(texts) if written.endswith(", ") else written + text) + OPENERS[opener][1]
             break
         listing = OPENERS[opener][0] + "[" + ", ".join(texts)
-        probe = {"prompt": prompt + listing, "n_predict": 1, "n_probs": MORE_PROBS, "temperature": 1.0,
-                 "top_k": 0, "top_p": 1.0, "min_p": 0.0, "post_sampling_probs": True, "cache_prompt": True,
-                 "seed": seed}
+        probe = next_token_body(prompt + listing, MORE_PROBS, seed)
         (answer,) = yield [Call("POST", "/completion", pin.pin(probe) if pin else probe)]
         if isinstance(answer, Exception):
             raise answer
