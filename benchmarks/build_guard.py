@@ -30,7 +30,8 @@ import guard_data as G  # noqa: E402
 
 from tiankong.deciders import methods as M  # noqa: E402
 from tiankong.deciders.registry import BUILTIN_DIR  # noqa: E402
-from tiankong.tasks.guard import decider_texts  # noqa: E402
+from tiankong.deciders.rules import reader_instructions  # noqa: E402
+from tiankong.tasks.guard import decider_texts, lifted  # noqa: E402
 from tiankong.tuning import check_examples, tune  # noqa: E402
 
 METHOD = "tfidf-rules"
@@ -39,8 +40,9 @@ BLOCK_MARGIN = 0.02
 RESULTS = Path(__file__).parent / "results" / "guard"
 
 
-def scores(state: dict[str, Any], texts: list[str]) -> np.ndarray:
-    """P(injection) as the guard computes it: the highest over each text and its windows."""
+def scores(state: dict[str, Any], texts: list[str], flag_at: float | None = None) -> np.ndarray:
+    """P(injection) as the guard computes it: the highest over each text and its windows; with ``flag_at``, a
+    text holding an instruction to the reader (``rules.reader_instructions``) lifted to it (``guard.lifted``)."""
     parts = [decider_texts(t) for t in texts]
     flat = [x for p in parts for x in p]
     probs = M.predict(METHOD, state, M.FeatureSet(flat))[:, 0]
@@ -48,6 +50,8 @@ def scores(state: dict[str, Any], texts: list[str]) -> np.ndarray:
     for i, p in enumerate(parts):
         out[i] = probs[at:at + len(p)].max()
         at += len(p)
+        if flag_at is not None:
+            out[i] = lifted(out[i], bool(reader_instructions(texts[i])), flag_at)
     return out
 
 

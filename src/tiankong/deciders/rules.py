@@ -2,6 +2,17 @@
 
 They are ``guard``'s reasons and, as one feature column each, part of the shipped guard decider
 (``tfidf-rules``), which learns how much each is worth next to the text's n-grams.
+
+``READER_RULES`` are of another kind: an instruction *addressed to the model that reads a document* — a note to
+"any AI processing this text", a bracketed ``[INSTRUCTION: …]`` or ``AI instructions:`` block, "your new task",
+"ignore the above", "do not tell the user", a tool call to make "before you reply". A user's own ask never needs
+them; an injection hidden in a document, page or tool result does (Greshake et al. 2023, "Not what you've signed
+up for"). The guard's decider never sees such injections in training (they are its held-out family), so it cannot
+learn them; these rules lift a text they match to at least ``flag`` (``tasks.guard``), with the span as the
+reason. They are not decider columns, so artifacts tuned with ``tfidf-rules`` keep their feature count. Forms a
+user writes in their own ask ("in your summary, include the dates", "when translating, keep the names") are
+deliberately left out (tests/unit/test_guard_rules.py); matched on benign asks over the train and val documents,
+chit-chat and near-miss prompts of benchmarks/guard_data.py: 0 of 4,417 (docs/deciders.md).
 """
 
 from __future__ import annotations
@@ -30,6 +41,48 @@ RULES: list[tuple[float, str, re.Pattern[str]]] = [(w, reason, re.compile(p, re.
      r"<\|im_start\|>|<\|system\|>|\[/?INST\]|^\s*#{2,}\s*(system|instruction)s?\s*:|^\s*system\s*:", ),
     (0.4, "long encoded payload", r"[A-Za-z0-9+/]{120,}={0,2}"),
 ]]
+
+
+_AI = (r"(?:ai|a\.i\.|language model|llm|chatbot|chat ?gpt|gpt|copilot|(?:ai |search )?summari[sz]er|ai assistant|"
+       r"ai agent|ai model|ai system)s?")
+
+#: (reason, pattern): instructions addressed to the model that reads a document
+READER_RULES: list[tuple[str, re.Pattern[str]]] = [(reason, re.compile(p, re.I)) for reason, p in [
+    ("addresses the AI that reads the text",
+     rf"\b(?:note|message|instructions?|attention|important|reminder|directive)\b[^.\n]{{0,20}}\b(?:to|for)\s+"
+     rf"(?:any|all|the|every|this)?\s*(?:\w+\s+)?{_AI}(?:\s+ai)?\s*"
+     rf"(?::|\]|,|\b(?:reading|processing|parsing|summari[sz]ing|that|which|who)\b)"
+     rf"|\bif you are an? (?:ai|artificial intelligence|language model|llm|chatbot)\b"
+     rf"|\b(?:when|if) (?:an? |the |any )?{_AI}\b[^.\n]{{0,6}}\b(?:reads?|processe?s|summari[sz]es|sees?|parses?)\b"
+     rf"|\b{_AI}\b[^.\n]{{0,10}}\b(?:reading|processing|summari[sz]ing|analy[sz]ing|parsing) "
+     r"(?:this|these|the following)\b"
+     r"|\[\s*(?:ai|assistant|system|agent|llm)(?: instructions?| note)?\b[^\]\n]{0,30}\]?\s*:"
+     r"|\[\s*instructions?\s*:"
+     r"|\b(?:ai|llm|hidden|system) instructions?\b[^:\n]{0,30}:"),
+    ("gives the reader a new task",
+     r"\byour (?:new|real|actual|true) (?:task|instructions?|job|goal|objective|role)\b"
+     r"|\boverride (?:your|the|all) (?:previous |prior |original )?(?:instructions?|rules?|task|guidelines?|scoring|"
+     r"rubric|summari[sz]ation|programming|directives?)"
+     r"|\b(?:ignore|disregard|forget) (?:the |everything |all of the )?above\b"
+     r"|\b(?:ignore|disregard) the (?:summari[sz]ation|translation|original) (?:task|request)\b"),
+    ("asks to keep it from the user",
+     r"\b(?:do not|don't|never|without) (?:tell|telling|inform|informing|mention|mentioning|reveal|revealing|"
+     r"disclose|disclosing|alert|alerting|notify|notifying)\b[^.\n]{0,30}\b(?:the user|users|anyone|the reader)\b"),
+    ("a tool call hidden in the text",
+     r"\b(?:call|invoke|execute)\s+`?[a-z]+_[a-z_]+`?[^\n]{0,80}?\b(?:before|after|when) (?:you )?(?:reply|replying|"
+     r"respond|responding|answer|answering|summari[sz]ing|finish|finishing)\b"),
+    ("addresses the AI that reads the text (zh)",
+     r"(?:致|给)(?:所有|任何)?(?:AI|ＡＩ|人工智能|语言模型|大模型)(?:助手|模型|系统)?[：:，,]"
+     r"|如果你是(?:一个)?(?:AI|ＡＩ|人工智能|语言模型|大模型)"),
+    ("gives the reader a new task (zh)", r"你(?:的)?(?:新|真正的)(?:任务|指令|目标)|(?:忽略|无视)(?:以上|上面|上述)"),
+    ("asks to keep it from the user (zh)", r"(?:不要|别|切勿)(?:告诉|透露|提及|通知)[^。\n]{0,6}(?:用户|读者)"),
+]]
+
+
+def reader_instructions(text: str) -> list[str]:
+    """Every ``READER_RULES`` match as a reason naming the rule and quoting the span (empty: none found)."""
+    return [f"rule: {reason}: {_quote(m.group(0))} at {m.start()}-{m.end()}"
+            for reason, pattern in READER_RULES if (m := pattern.search(text))]
 
 
 def heuristics(text: str) -> tuple[float, list[str]]:

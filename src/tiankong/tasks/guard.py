@@ -7,7 +7,9 @@ engine call. Its P(injection) is the score — of the whole text and of every wi
 injection inside a long document is read on its own, not diluted by the document), the highest: ``block`` at
 ``block_at``, ``flag`` at ``flag_at`` (defaults from the decider, chosen on a validation split of benign requests
 over real documents), else ``allow``. The reasons name what was found: each matching rule with the span it
-matched, and the passage the decider scored highest. ``use_model=True`` adds the chat model's own yes/no
+matched, and the passage the decider scored highest. An instruction addressed to the model that reads a document
+(``rules.READER_RULES``: the injection family the decider is never trained on) lifts the score to at least
+``flag_at`` (``lifted``). ``use_model=True`` adds the chat model's own yes/no
 judgement (noisy-OR); ``decider=None`` is the old heuristics + model score. Optional
 policies (plain-language descriptions of what is not allowed) are each a yes/no question to the model.
 """
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..deciders.registry import Decider
-from ..deciders.rules import heuristics
+from ..deciders.rules import heuristics, reader_instructions
 from ..errors import ConfigError
 from ..structured.combine import gather, pure
 from ..structured.flow import Flow
@@ -149,6 +151,9 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
     else:
         assert model_p is not None
         score = 1.0 - (1.0 - rule_score) * (1.0 - model_p)
+    reader = reader_instructions(text)
+    score = lifted(score, bool(reader), flag)
+    reasons += reader
     if model_p is not None and model_p >= flag:
         reasons.append(f"model {_judgement(model_p, flag, block)}")
     reasons += [f"may violate policy: {p} (p={v:.2f})" for p, v in policy_p.items() if v >= flag]
@@ -156,6 +161,12 @@ def guard_flow(text: str, *, decider: Decider | None = None, flag_at: float | No
     verdict = "block" if worst >= block else "flag" if worst >= flag else "allow"
     return GuardVerdict(verdict, score, reasons, rule_score, decider.ref if decider else None, decider_p, model_p,
                         policy_p)
+
+
+def lifted(score: float, reader_instruction: bool, flag: float) -> float:
+    """The guard's score once an instruction to the reader (``rules.reader_instructions``) was found: at least
+    ``flag`` — flagged for review, blocked only when the score itself reaches ``block_at``."""
+    return max(score, flag) if reader_instruction else score
 
 
 def _judgement(p: float, flag: float, block: float) -> str:
