@@ -219,8 +219,13 @@ def extract_split(name: str, n: int = 300, seed: int = 40) -> list[dict[str, Any
 def redact_split(lang: str, split: str, per_kind: int = 60, seed: int = 41) -> list[dict[str, Any]]:
     """``per_kind`` sentences with a PERSON span and ``per_kind`` without, 8–160 characters, in a seeded order:
     zh dev = MSRA train, zh test = MSRA test (odd sentences: the extraction set takes the even ones);
-    en dev = CoNLL-2003 valid, en test = CoNLL-2003 test."""
-    if lang == "zh":
+    en dev = CoNLL-2003 valid, en test = CoNLL-2003 test. ``test2`` (frozen 2026-12-05, after ``test`` was read):
+    the same files' sentences that ``test`` does not hold, drawn with another seed."""
+    if split == "test2":
+        taken = {s["text"] for s in redact_split(lang, "test", per_kind, seed)}
+        pool = msra_sentences("test")[1::2] if lang == "zh" else conll_sentences("test")
+        pool = [s for s in pool if s["text"] not in taken]
+    elif lang == "zh":
         pool = msra_sentences("train" if split == "dev" else "test")
         if split == "test":
             pool = pool[1::2]
@@ -253,7 +258,7 @@ if __name__ == "__main__":
         split = extract_split(set_name)
         summary[f"extract/{set_name}/test"] = {"n": len(split), "sha256": digest(split)}
     for language in ("zh", "en"):
-        for part in ("dev", "test"):
+        for part in ("dev", "test", "test2"):
             split = redact_split(language, part)
             summary[f"redact/{language}/{part}"] = {"n": len(split), "sha256": digest(split)}
     print(json.dumps(summary, indent=1, ensure_ascii=False))

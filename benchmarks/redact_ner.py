@@ -134,7 +134,7 @@ def report(rows: list[dict[str, Any]], label: str) -> tuple[str, dict[str, Any]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", choices=("dev", "test"), required=True)
+    parser.add_argument("--split", choices=("dev", "test", "test2"), required=True)
     parser.add_argument("--lang", nargs="+", default=["zh", "en"])
     parser.add_argument("--n", type=int, default=120, help="the first n sentences per language (of 120)")
     parser.add_argument("--mode", choices=("trace", "real"), default="real")
