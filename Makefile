@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tiankong-installed
-EXTRAS := $(VENV)/.tiankong-extras-lora-ray-retrieval
+EXTRAS := $(VENV)/.tiankong-extras-lora-ray-retrieval-ner
 DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
 TEST_MODEL    := smollm2-135m-instruct:q4_1
 EMBED_MODEL   := all-minilm-l6-v2:f16
@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) models engine
 
 # the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft;
-# [ray]: the Ray executor of batch jobs; [retrieval]: the converter of the embedding part) and the embedding part
+# [ray]: the Ray executor of batch jobs; [retrieval]: the converter of the embedding part; [ner]: redact's name
+# taggers) and the embedding part
 $(EXTRAS): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray,retrieval]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray,retrieval,ner]'
 	$(BIN)/tiankong models pull $(EMBED_MODEL)
 	touch $(EXTRAS)
 
@@ -54,7 +55,7 @@ test-engine: setup $(EXTRAS)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) tests/engine $(PYTEST_ARGS)
 
 # each guarantee that matters most removed from a copy of src/: the tests named for it must fail (docs/testing.md)
-mutants: $(STAMP)
+mutants: $(STAMP) $(EXTRAS)
 	$(BIN)/python tools/mutants.py
 
 docs: $(STAMP)

@@ -44,6 +44,7 @@ from tiankong.structured.drivers import run_sync  # noqa: E402
 from tiankong.structured.flow import Flow  # noqa: E402
 from tiankong.tasks.pii_names import name_entities  # noqa: E402
 from tiankong.tasks.pii_rules import Entity, detect_rules  # noqa: E402
+from tiankong.tasks.pii_tagger import available as tagger_available  # noqa: E402
 from tiankong.tasks.redact import (  # noqa: E402
     _chunks,
     _named_flow,
@@ -72,7 +73,7 @@ def trace_flow(text: str, model: str | None) -> Flow[dict[str, Any]]:
                                              for (s, e), p in probabilities.items()]}
 
 
-def assemble(text: str, trace: dict[str, Any]) -> list[Entity]:
+def assemble(text: str, trace: dict[str, Any], tagger: bool = True) -> list[Entity]:
     """``redact_flow``'s entities from a trace, with the current rules and bar. A candidate the current rules
     propose that the trace never asked about counts as unasked (kept: fail safe)."""
     asked = {(c["start"], c["end"]): c["p"] for c in trace["candidates"]}
@@ -82,7 +83,7 @@ def assemble(text: str, trace: dict[str, Any]) -> list[Entity]:
     base = merge(rules, [*locate(text, sure), *name_entities(text)])
     current = candidate_spans(text, base, locate(text, doubtful))
     probabilities = {(c.start, c.end): asked.get((c.start, c.end)) for c in current}
-    return assemble_names(text, rules, listed, probabilities)
+    return assemble_names(text, rules, listed, probabilities, tagger=tagger)
 
 
 def score(item: dict[str, Any], entities: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -144,6 +145,8 @@ def main() -> None:
                         help="engine threads (1: on a shared, oversubscribed machine threads wait on each other)")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/redact"))
+    parser.add_argument("--no-tagger", action="store_true",
+                        help="trace mode: assemble without the [ner] taggers' names (as before issue 40's taggers)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     items = []
@@ -181,14 +184,15 @@ def main() -> None:
     rows = [{**done[item["id"]], **item} for item in items if item["id"] in done]
     for row in rows:
         entities = row["entities"] if args.mode == "real" else \
-            [entity_json(e) for e in assemble(row["text"], row["trace"])]
+            [entity_json(e) for e in assemble(row["text"], row["trace"], tagger=not args.no_tagger)]
         row["final"] = entities
         row["score"] = score(row, entities)
     label = (f"{args.split} split, mode {args.mode}{' (re-assembled with the current rules)' if args.rescore else ''}"
-             f", model {args.model}, {len(rows)} sentences")
+             f"{' without the taggers' if args.no_tagger else ''}, model {args.model}, {len(rows)} sentences; "
+             f"taggers loaded: {tagger_available()}")
     text, table = report(rows, label)
     print(text)
-    stem = f"{args.split}-{args.mode}{'-rescored' if args.rescore else ''}"
+    stem = f"{args.split}-{args.mode}{'-rescored' if args.rescore else ''}{'-no-tagger' if args.no_tagger else ''}"
     (args.out / f"{stem}-summary.txt").write_text(text + "\n", encoding="utf-8")
     (args.out / f"{stem}-summary.json").write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n")
     (args.out / f"{stem}-fp.jsonl").write_text("".join(

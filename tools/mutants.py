@@ -87,6 +87,12 @@ MUTANTS = (
            'top = {int(t["id"]): float(t["prob"]) for t in probs[0].get("top_probs", [])}',
            "top = {}",
            (TASKS, "-k", "classify or choose")),
+    Mutant("guard-reader-rules", "an instruction to the reader hidden in a document lifts the guard to flag",
+           "score = lifted(score, bool(reader), flag)", "score = score",
+           ("tests/unit/test_guard_rules.py",)),
+    Mutant("redaction-tagger", "a name the taggers find is redacted when the model path missed it",
+           "return merge(entities, tagged_names(text)) if tagger else entities", "return entities",
+           ("tests/engine/test_redact_tagger.py",)),
 )
 
 

@@ -29,6 +29,7 @@ from .generate import json_task, string_list
 from .pii_listing import ENUMERATION, listed_name, never_name
 from .pii_names import CONFIRM_AT, name_candidates, name_entities
 from .pii_rules import TYPES, Entity, detect_rules
+from .pii_tagger import tagged_names
 from .prompts import NAMED, task_messages
 from .redaction import redact_text
 
@@ -75,17 +76,21 @@ def redact_flow(text: str, *, style: str = "placeholder", use_model: bool = True
 
 
 def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]],
-                   probabilities: dict[tuple[int, int], float | None], *, name_rules: bool = True) -> list[Entity]:
+                   probabilities: dict[tuple[int, int], float | None], *, name_rules: bool = True,
+                   tagger: bool = True) -> list[Entity]:
     """The entities of a text from its parts: the validated rules' entities, the model's listing (kind, string),
     the name rules, and each name candidate's P(yes) (None: not asked, kept — fail safe). Rule entities win
     overlaps; candidates are kept at P(yes) >= CONFIRM_AT. With ``name_rules``, only the listed people with a
-    name's form (``pii_names.sure_name``) are taken as listed; the others are candidates, asked like the rules'."""
+    name's form (``pii_names.sure_name``) are taken as listed; the others are candidates, asked like the rules'.
+    Last, with ``tagger``, the names the taggers of the ``[ner]`` extra find (``pii_tagger``) where nothing
+    else was found."""
     if not name_rules:
         return merge(rules, locate(text, listed))
     entities = merge(rules, [*locate(text, split_listing(listed)[0]), *name_entities(text)])
     kept = [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
             for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
-    return merge(entities, kept)
+    entities = merge(entities, kept)
+    return merge(entities, tagged_names(text)) if tagger else entities
 
 
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,

@@ -1,0 +1,40 @@
+"""The ``[ner]`` taggers in ``redact`` (issue 40): names the model path did not find are still redacted."""
+
+from __future__ import annotations
+
+from tiankong.tasks.pii_rules import detect_rules
+from tiankong.tasks.pii_tagger import available, tagged_names
+from tiankong.tasks.redact import assemble_names
+
+EN = "Federal Reserve chairman Alan Greenspan told reporters in Washington that rates would stay unchanged."
+ZH = "邓小平同志在北京会见了来访的美国客人，双方就两国关系交换了意见。"
+
+
+def test_the_test_set_up_installs_both_taggers() -> None:
+    assert available() == {"zh": True, "en": True}
+
+
+def test_the_taggers_find_the_person_and_only_the_person() -> None:
+    en = tagged_names(EN)
+    assert [(e.text, e.type, e.source) for e in en] == [("Alan Greenspan", "PERSON", "tagger")]
+    assert EN[en[0].start:en[0].end] == "Alan Greenspan"
+    zh = tagged_names(ZH)
+    assert [e.text for e in zh] == ["邓小平"] and ZH[zh[0].start:zh[0].end] == "邓小平"
+    assert tagged_names("The meeting moved to Thursday because the room was booked.") == []
+
+
+def test_a_name_the_model_path_missed_is_redacted_by_the_tagger() -> None:
+    """The model listed nobody and no candidate was confirmed: the tagger's name is still redacted."""
+    for text, name in ((EN, "Alan Greenspan"), (ZH, "邓小平")):
+        with_tagger = assemble_names(text, detect_rules(text), [], {})
+        without = assemble_names(text, detect_rules(text), [], {}, tagger=False)
+        assert name not in [e.text for e in without]
+        found = [e for e in with_tagger if e.text == name]
+        assert found and found[0].type == "PERSON" and found[0].source == "tagger"
+
+
+def test_what_the_model_path_found_wins_an_overlap() -> None:
+    listed = [("PERSON", "Alan Greenspan")]
+    entities = assemble_names(EN, detect_rules(EN), listed, {})
+    person = [e for e in entities if e.type == "PERSON"]
+    assert len(person) == 1 and person[0].source == "model"
