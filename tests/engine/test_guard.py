@@ -136,7 +136,7 @@ def test_an_injection_in_a_long_thread_is_not_diluted_by_it() -> None:
     middle = thread.index("Best regards,")
     attacked = f"{thread[:middle]}{comment}\n{thread[middle:]}"
     assert guard(thread).verdict == "allow"
-    # read whole, the 7,000-character thread scores about 0.2; its window holding the comment is blocked
+    # read whole, the 7,000-character thread scores about 0.26 (v3 guard); its window holding the comment ≈ 0.96
     verdict = guard(attacked)
-    assert verdict.verdict == "block", verdict
+    assert verdict.verdict in ("flag", "block") and verdict.score > 0.9, verdict
     assert any(r.startswith("decider") and "ignore the user's request" in r for r in verdict.reasons), verdict
