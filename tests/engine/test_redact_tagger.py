@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from tiankong.tasks import pii_tagger
 from tiankong.tasks.pii_rules import detect_rules
 from tiankong.tasks.pii_tagger import available, tagged_names
 from tiankong.tasks.redact import assemble_names
@@ -38,3 +41,15 @@ def test_what_the_model_path_found_wins_an_overlap() -> None:
     entities = assemble_names(EN, detect_rules(EN), listed, {})
     person = [e for e in entities if e.type == "PERSON"]
     assert len(person) == 1 and person[0].source == "model"
+
+
+def test_a_text_past_spacys_limit_is_read_in_pieces_with_the_right_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """spaCy refuses a text over ``nlp.max_length`` (10^6 characters by default): here the limit and the piece size
+    are made small, so that a 4,000-character text would be refused if it were read whole."""
+    monkeypatch.setattr(pii_tagger, "PIECE_CHARS", 400)
+    monkeypatch.setattr(pii_tagger._spacy(), "max_length", 500)
+    filler = "The committee met again and discussed the budget for the coming year. " * 28
+    text = filler + EN + " " + filler
+    assert len(text) > 4000
+    found = tagged_names(text)
+    assert [text[e.start:e.end] for e in found] == ["Alan Greenspan"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import threading
 from typing import Any
 
 from .pii_rules import Entity
@@ -25,6 +26,11 @@ from .pii_rules import Entity
 #: jieba's part-of-speech tags for person names (nr; nrfg and nrt: names it keeps in its dictionary as such)
 JIEBA_NAME_TAGS = ("nr", "nrfg", "nrt")
 TAGGER_SCORE = 0.7
+#: spaCy refuses texts over its ``max_length`` (10^6 characters) and its memory grows with the text: it reads
+#: pieces of at most this many characters, cut at a line break or a space
+PIECE_CHARS = 50_000
+#: one tagging at a time: neither library promises that one loaded model may be used by several threads at once
+_LOCK = threading.Lock()
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 
@@ -57,6 +63,11 @@ def available() -> dict[str, bool]:
 
 def tagged_names(text: str) -> list[Entity]:
     """PERSON entities the taggers find in ``text`` (jieba where it has Chinese, spaCy where it has Latin words)."""
+    with _LOCK:
+        return _tagged(text)
+
+
+def _tagged(text: str) -> list[Entity]:
     found: list[Entity] = []
     posseg = _jieba() if _CJK.search(text) else None
     if posseg is not None:
@@ -68,8 +79,28 @@ def tagged_names(text: str) -> list[Entity]:
             at = end
     nlp = _spacy() if _LATIN_WORD.search(text) else None
     if nlp is not None:
-        for ent in nlp(text).ents:
-            if ent.label_ == "PERSON" and _LATIN_WORD.search(ent.text):
-                found.append(Entity(ent.start_char, ent.end_char, "PERSON", ent.text, source="tagger",
-                                    score=TAGGER_SCORE))
+        starts, pieces = zip(*_pieces(text), strict=True)
+        for start, doc in zip(starts, nlp.pipe(pieces), strict=True):
+            for ent in doc.ents:
+                if ent.label_ == "PERSON" and _LATIN_WORD.search(ent.text):
+                    found.append(Entity(start + ent.start_char, start + ent.end_char, "PERSON", ent.text,
+                                        source="tagger", score=TAGGER_SCORE))
     return found
+
+
+def _pieces(text: str) -> list[tuple[int, str]]:
+    """(offset, piece) of at most PIECE_CHARS characters each, cut after the last line break, else the last
+    sentence end, else the last space in the second half of the piece (a name does not cross a sentence end)."""
+    out, at = [], 0
+    while at < len(text):
+        end = min(len(text), at + PIECE_CHARS)
+        if end < len(text):
+            half = at + PIECE_CHARS // 2
+            for mark in ("\n", ". ", "。", " "):
+                cut = text.rfind(mark, half, end)
+                if cut >= 0:
+                    end = cut + len(mark)
+                    break
+        out.append((at, text[at:end]))
+        at = end
+    return out
