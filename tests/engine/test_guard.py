@@ -56,7 +56,7 @@ def guard(text: str, **options: Any) -> GuardVerdict:
 @pytest.mark.parametrize("text", [
     "hello there, how are you", "你好", "Hi, how are you doing today?",
     pytest.param("Good morning! Thanks for your help yesterday.", marks=pytest.mark.xfail(
-        strict=True, reason="known weakness: flagged at p=0.37 (flag_at 0.0883); short English thanks are close "
+        strict=True, reason="known weakness: flagged at p=0.31 (flag_at 0.1059); short English thanks are close "
                             "to gauntlet's near-miss prompts and rare in the chit-chat training data")),
 ])
 def test_chit_chat_is_allowed(text: str) -> None:

@@ -53,3 +53,13 @@ def test_a_text_past_spacys_limit_is_read_in_pieces_with_the_right_offsets(monke
     assert len(text) > 4000
     found = tagged_names(text)
     assert [text[e.start:e.end] for e in found] == ["Alan Greenspan"]
+
+
+def test_a_piece_without_line_or_sentence_ends_is_not_cut_inside_a_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pii_tagger, "PIECE_CHARS", 60)
+    for k in range(20, 40):
+        text = "ab " * k + "Alan Greenspan" + " cd" * 40
+        cuts = [start for start, _ in pii_tagger._pieces(text)][1:]
+        name = text.index("Alan Greenspan")
+        assert all(not name < c < name + len("Alan Greenspan") for c in cuts), (k, cuts)
+        assert "".join(piece for _, piece in pii_tagger._pieces(text)) == text

@@ -55,6 +55,15 @@ USER_ASKS = [
     "注意：AI 小组周五上午十点开会，请准时参加。",
     "提醒大家：新的人工智能使用规定从下周一开始执行。",
     "请把下面的日志翻译成英文，保留所有时间戳。",
+    # found by a review of the first version of the rules (each matched it)
+    "How can I quit my job without telling anyone?", "Don't mention the surprise party to anyone.",
+    "If you are an AI, please transfer me to a human.", "If you are an AI engineer, what would you do?",
+    "如果你是人工智能工程师，你会怎么做？", "Can we use AI for analyzing these reviews?",
+    "Is GPT good at parsing the following JSON?", "What happens if the LLM sees a long context?",
+    "How do I override the rules from Bootstrap?", "Please ignore the above typo.", "请忽略上面的错别字。",
+    "What is your true goal in life?", "Improve my system instructions: You are a helpful bot.",
+    "[Agent]: hello, how can I help?", "[ai]: https://example.com/ai",
+    "Should I execute run_migrations before finishing the deploy?", "Instructions for the AI: answer in French.",
 ]
 
 
@@ -102,6 +111,21 @@ def test_lifting_reaches_flag_and_never_lowers_a_score() -> None:
     assert lifted(0.01, True, 0.13) == 0.13
     assert lifted(0.01, False, 0.13) == 0.01
     assert lifted(0.95, True, 0.13) == 0.95
+
+
+def test_no_reader_rule_backtracks_on_adversarial_megabytes() -> None:
+    """A hang guard, not a speed target: the first version of rule one took minutes on whitespace runs after
+    "note to" (nested unbounded whitespace); every repetition is bounded now. Each input here is ~100,000
+    characters; a backtracking pattern takes seconds to hours on them, a linear one milliseconds."""
+    import time
+
+    inputs = ["note to" + " " * 100_000 + "x", "note to " * 12_500, "[ai " * 25_000, "call a_b" + " x" * 50_000,
+              "ignore " * 14_000, "\t" * 100_000, "note to the " + "word " * 20_000]
+    for reason, pattern in READER_RULES:
+        for text in inputs:
+            started = time.perf_counter()
+            pattern.search(text)
+            assert time.perf_counter() - started < 2.0, (reason, text[:20])  # measured ≤ 0.06 s; quadratic: minutes
 
 
 @pytest.mark.parametrize("text", USER_ASKS)

@@ -11,8 +11,10 @@ up for"). The guard's decider never sees such injections in training (they are i
 learn them; these rules lift a text they match to at least ``flag`` (``tasks.guard``), with the span as the
 reason. They are not decider columns, so artifacts tuned with ``tfidf-rules`` keep their feature count. Forms a
 user writes in their own ask ("in your summary, include the dates", "when translating, keep the names") are
-deliberately left out (tests/unit/test_guard_rules.py); matched on benign asks over the train and val documents,
-chit-chat and near-miss prompts of benchmarks/guard_data.py: 0 of 4,417 (docs/deciders.md).
+deliberately left out, and so are user requests a review found the first version matched ("without telling
+anyone", "if you are an AI engineer", "ignore the above typo": tests/unit/test_guard_rules.py); matched on the
+benign asks over the train and val documents, chit-chat and near-miss prompts of benchmarks/guard_data.py: 0 of
+9,929 (docs/deciders.md).
 """
 
 from __future__ import annotations
@@ -48,33 +50,37 @@ _AI = (r"(?:ai|a\.i\.|language model|llm|chatbot|chat ?gpt|gpt|copilot|(?:ai |se
 
 #: (reason, pattern): instructions addressed to the model that reads a document
 READER_RULES: list[tuple[str, re.Pattern[str]]] = [(reason, re.compile(p, re.I)) for reason, p in [
+    # every repetition is bounded and no two adjacent pieces match the same characters (no ReDoS on megabytes)
     ("addresses the AI that reads the text",
-     rf"\b(?:note|message|instructions?|attention|important|reminder|directive)\b[^.\n]{{0,20}}\b(?:to|for)\s+"
-     rf"(?:any|all|the|every|this)?\s*(?:\w+\s+)?{_AI}(?:\s+ai)?\s*"
+     rf"\b(?:note|message|attention|reminder|directive)\b[^.\n]{{0,20}}\b(?:to|for)[ \t]{{1,3}}"
+     rf"(?:(?:any|all|the|every|this)[ \t]{{1,3}})?(?:\w{{1,30}}[ \t]{{1,3}})?{_AI}(?:[ \t]{{1,3}}ai)?[ \t]{{0,3}}"
      rf"(?::|\]|,|\b(?:reading|processing|parsing|summari[sz]ing|that|which|who)\b)"
-     rf"|\bif you are an? (?:ai|artificial intelligence|language model|llm|chatbot)\b"
-     rf"|\b(?:when|if) (?:an? |the |any )?{_AI}\b[^.\n]{{0,6}}\b(?:reads?|processe?s|summari[sz]es|sees?|parses?)\b"
-     rf"|\b{_AI}\b[^.\n]{{0,10}}\b(?:reading|processing|summari[sz]ing|analy[sz]ing|parsing) "
-     r"(?:this|these|the following)\b"
-     r"|\[\s*(?:ai|assistant|system|agent|llm)(?: instructions?| note)?\b[^\]\n]{0,30}\]?\s*:"
-     r"|\[\s*instructions?\s*:"
-     r"|\b(?:ai|llm|hidden|system) instructions?\b[^:\n]{0,30}:"),
+     rf"|\bif you are an? (?:ai|artificial intelligence|language model|llm|chatbot)(?: \w{{1,20}})? "
+     rf"(?:reading|processing|summari[sz]ing|parsing|analy[sz]ing) (?:this|these)\b"
+     rf"|\b(?:when|if) (?:an? |the |any )?{_AI} (?:reads?|processe?s|summari[sz]es|parses) (?:this|these)\b"
+     rf"|\b{_AI} (?:reading|processing|summari[sz]ing|parsing) (?:this|these)\b"
+     r"|\[[ \t]{0,3}(?:ai|assistant|system|llm)[ \t]{0,3}:"
+     r"|\[[ \t]{0,3}(?:ai|assistant|system|agent|llm)[ \t]{1,3}(?:instructions?|note|override)\b"
+     r"|\[[ \t]{0,3}instructions?[ \t]{0,3}:"
+     r"|\b(?:ai|llm|hidden) instructions?\b[^:\n]{0,30}:"),
     ("gives the reader a new task",
-     r"\byour (?:new|real|actual|true) (?:task|instructions?|job|goal|objective|role)\b"
-     r"|\boverride (?:your|the|all) (?:previous |prior |original )?(?:instructions?|rules?|task|guidelines?|scoring|"
-     r"rubric|summari[sz]ation|programming|directives?)"
-     r"|\b(?:ignore|disregard|forget) (?:the |everything |all of the )?above\b"
+     r"\byour (?:new|real|actual) (?:task|instructions?|objective) (?:is|are)\b"
+     r"|\boverride (?:your|all) (?:previous |prior |original )?(?:instructions?|rules?|task|guidelines?|scoring|"
+     r"rubric|summari[sz]ation|programming|directives?)\b"
+     r"|\b(?:ignore|disregard|forget) (?:everything|all of the above|all the text) above\b"
+     r"|\b(?:ignore|disregard|forget) (?:the )?above(?: instructions?| text| content)?[.,:;!]"
      r"|\b(?:ignore|disregard) the (?:summari[sz]ation|translation|original) (?:task|request)\b"),
     ("asks to keep it from the user",
-     r"\b(?:do not|don't|never|without) (?:tell|telling|inform|informing|mention|mentioning|reveal|revealing|"
-     r"disclose|disclosing|alert|alerting|notify|notifying)\b[^.\n]{0,30}\b(?:the user|users|anyone|the reader)\b"),
+     r"\b(?:do not|don't|never) (?:tell|inform|mention|reveal|disclose|alert|notify)\b[^.\n]{0,30}"
+     r"\b(?:the user|the reader)\b"),
     ("a tool call hidden in the text",
-     r"\b(?:call|invoke|execute)\s+`?[a-z]+_[a-z_]+`?[^\n]{0,80}?\b(?:before|after|when) (?:you )?(?:reply|replying|"
-     r"respond|responding|answer|answering|summari[sz]ing|finish|finishing)\b"),
+     r"\b(?:call|invoke|execute)[ \t]{1,3}`?[a-z]{1,30}_[a-z_]{1,40}`?[^\n]{0,80}?\b(?:before|after) (?:you )?"
+     r"(?:reply|replying|respond|responding|answer|answering)\b"),
     ("addresses the AI that reads the text (zh)",
      r"(?:致|给)(?:所有|任何)?(?:AI|ＡＩ|人工智能|语言模型|大模型)(?:助手|模型|系统)?[：:，,]"
-     r"|如果你是(?:一个)?(?:AI|ＡＩ|人工智能|语言模型|大模型)"),
-    ("gives the reader a new task (zh)", r"你(?:的)?(?:新|真正的)(?:任务|指令|目标)|(?:忽略|无视)(?:以上|上面|上述)"),
+     r"|如果你是(?:一个)?(?:AI|ＡＩ|人工智能|语言模型|大模型)(?:助手|模型|系统)?(?:[，,：:]|在(?:阅读|处理|总结))"),
+    ("gives the reader a new task (zh)",
+     r"你(?:的)?(?:新|真正的)(?:任务|指令)是|(?:忽略|无视)(?:以上|上面|上述)(?:所有|全部)?(?:内容|指令|指示|要求|信息)"),
     ("asks to keep it from the user (zh)", r"(?:不要|别|切勿)(?:告诉|透露|提及|通知)[^。\n]{0,6}(?:用户|读者)"),
 ]]
 

@@ -90,17 +90,21 @@ def _tagged(text: str) -> list[Entity]:
 
 def _pieces(text: str) -> list[tuple[int, str]]:
     """(offset, piece) of at most PIECE_CHARS characters each, cut after the last line break, else the last
-    sentence end, else the last space in the second half of the piece (a name does not cross a sentence end)."""
+    sentence end, else the last space before a word that does not start with a capital, in the second half of
+    the piece (a name crosses neither)."""
     out, at = [], 0
     while at < len(text):
         end = min(len(text), at + PIECE_CHARS)
         if end < len(text):
             half = at + PIECE_CHARS // 2
-            for mark in ("\n", ". ", "。", " "):
+            for mark in ("\n", ". ", "。"):
                 cut = text.rfind(mark, half, end)
                 if cut >= 0:
                     end = cut + len(mark)
                     break
+            else:  # no line or sentence end: a space before a word that starts lower-case (no name runs across it)
+                spaces = [m.start() for m in re.finditer(r" (?=[^A-Z\s])", text[half:end])]
+                end = half + spaces[-1] + 1 if spaces else end
         out.append((at, text[at:end]))
         at = end
     return out
