@@ -129,9 +129,20 @@ async def run_async(flow: Flow[T], request: Callable[[str, str, dict[str, Any] |
         finally:
             slots.give(extra)
 
+    # the flow's own steps (pure computation between engine calls: a decider over 256 windows, the name taggers
+    # over a long text) run in a worker thread, so that a step of seconds never holds the event loop — the
+    # gateway's other requests, health checks and streams go on meanwhile
+    done, batch = await asyncio.to_thread(_step, flow, [], True)
+    while not done:
+        answers = list(await asyncio.gather(*(one(call) for call in batch)))
+        done, batch = await asyncio.to_thread(_step, flow, answers, False)
+    return batch  # type: ignore[no-any-return]
+
+
+def _step(flow: Flow[Any], answers: list[Any], first: bool) -> tuple[bool, Any]:
+    """One step of ``flow``: (False, its next batch) or (True, its result). StopIteration cannot cross a
+    thread's future, so it is turned into the result here."""
     try:
-        batch = next(flow)
-        while True:
-            batch = flow.send(list(await asyncio.gather(*(one(call) for call in batch))))
+        return False, next(flow) if first else flow.send(answers)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        return True, stop.value
