@@ -3,6 +3,7 @@ the guard's verdict to at least ``flag`` and names the span; the forms users wri
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -113,19 +114,33 @@ def test_lifting_reaches_flag_and_never_lowers_a_score() -> None:
     assert lifted(0.95, True, 0.13) == 0.95
 
 
-def test_no_reader_rule_backtracks_on_adversarial_megabytes() -> None:
-    """A hang guard, not a speed target: the first version of rule one took minutes on whitespace runs after
-    "note to" (nested unbounded whitespace); every repetition is bounded now. Each input here is ~100,000
-    characters; a backtracking pattern takes seconds to hours on them, a linear one milliseconds."""
-    import time
+def unbounded_repeats(pattern: str) -> list[str]:
+    """The unbounded quantifiers (``*``, ``+``, ``{n,}``) of a regex source, outside character classes."""
+    found, i, in_class = [], 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class, i = True, i + (2 if pattern[i + 1:i + 2] in ("]", "^") else 1)
+            continue
+        elif ch in "*+" or (ch == "{" and re.match(r"\{\d*,\}", pattern[i:])):
+            found.append(pattern[max(0, i - 12):i + 1])
+        i += 1
+    return found
 
-    inputs = ["note to" + " " * 100_000 + "x", "note to " * 12_500, "[ai " * 25_000, "call a_b" + " x" * 50_000,
-              "ignore " * 14_000, "\t" * 100_000, "note to the " + "word " * 20_000]
+
+def test_no_reader_rule_can_backtrack_on_long_input() -> None:
+    """The rules read untrusted texts of megabytes. The first version of rule one had two unbounded whitespace
+    runs side by side after "note to" and took minutes on a run of spaces (quadratic backtracking); with every
+    repetition bounded, the work per starting position is bounded, so a scan is linear in the text."""
+    # the checker itself: three unbounded repeats here (+, * and {2,}); the [^+*] class and \{0,3\} are not
+    assert len(unbounded_repeats(r"to\s+(?:any)?\s*x[^+*]{0,3}y{2,}")) == 3
     for reason, pattern in READER_RULES:
-        for text in inputs:
-            started = time.perf_counter()
-            pattern.search(text)
-            assert time.perf_counter() - started < 2.0, (reason, text[:20])  # measured ≤ 0.06 s; quadratic: minutes
+        assert unbounded_repeats(pattern.pattern) == [], reason
 
 
 @pytest.mark.parametrize("text", USER_ASKS)
