@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +32,9 @@ PACKAGES = {"Django==5.1.4": r"docs/.*\.txt$", "click==8.1.7": r"docs/.*\.rst$",
 def sections() -> list[tuple[str, str]]:
     found = []
     for requirement, pattern in PACKAGES.items():
-        with tarfile.open(D._fetch_sdist(requirement)) as tar:
-            for member in sorted(tar.getmembers(), key=lambda m: m.name):
-                if member.isfile() and re.search(pattern, member.name):
-                    handle = tar.extractfile(member)
-                    assert handle is not None
-                    text = handle.read().decode("utf-8", "replace")
-                    found += [(f"{requirement}:{member.name}#{k}", text[k:k + 3000])
-                              for k in range(0, len(text), 3000) if len(text[k:k + 3000]) > 1000]
+        for name, text in G._tar_texts(D._fetch_sdist(requirement), pattern):
+            found += [(f"{requirement}:{name}#{k}", text[k:k + 3000])
+                      for k in range(0, len(text), 3000) if len(text[k:k + 3000]) > 1000]
     return random.Random(5).sample(found, 300)
 
 
