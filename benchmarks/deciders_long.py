@@ -165,10 +165,16 @@ def run(args: argparse.Namespace) -> None:
 
 
 def setfit_scores(texts: list[str], y: np.ndarray, held: list[str], n_labels: int) -> np.ndarray:
-    """Fine-tune the embedding part on ``texts`` (``tuning/setfit.py``) and score ``held`` with it."""
-    from tiankong.tuning.setfit import fit_and_predict
+    """``setfit`` as tune's cross-validation scores it (``tuning/setfit.py``): the part's checkpoint fine-tuned on
+    ``texts`` with the default settings, a probe on its vectors, ``held`` scored in torch (the registered GGUF gives
+    the same vectors up to f16 rounding)."""
+    from tiankong.deciders import methods
+    from tiankong.tuning.setfit import SetFitCandidate
 
-    return fit_and_predict(texts, y, held, n_labels)
+    encoder = SetFitCandidate(log=lambda line: print(line, file=sys.stderr, flush=True))._encoder()
+    encoder.fine_tune(texts, y)
+    head = methods.fit_linear(encoder.vectors(texts), y, n_labels, methods.C_PROBE)
+    return methods.predict_linear(head, encoder.vectors(held))
 
 
 if __name__ == "__main__":

@@ -135,13 +135,16 @@ def part_vector_flow(text: str) -> Flow[list[float]]:
     return vectors[0]
 
 
-def part_vectors_flow(texts: list[str]) -> Flow[np.ndarray]:
-    """``(n, d)`` sentence vectors of many texts from the retrieval part."""
+def part_vectors_flow(texts: list[str], part: str | None = None) -> Flow[np.ndarray]:
+    """``(n, d)`` sentence vectors of many texts from a retrieval part (default: the catalog's embedding model;
+    ``setfit`` deciders name their fine-tuned copy)."""
     from ..models.catalog import EMBEDDING_MODEL
     from ..structured.part_flows import part_vectors
 
-    vectors, reason = yield from part_vectors([t[:MAX_CHARS] for t in texts], EMBEDDING_MODEL)
+    name = part or EMBEDDING_MODEL
+    vectors, reason = yield from part_vectors([t[:MAX_CHARS] for t in texts], name)
     if vectors is None:
-        raise DeciderEngineError(f"the embedding part gives no vectors ({reason})",
-                                 hint=f"tiankong models pull {EMBEDDING_MODEL}")
+        hint = f"tiankong models pull {name}" if name == EMBEDDING_MODEL else \
+            "tune the decider again (tiankong tune classify --methods setfit) on this machine"
+        raise DeciderEngineError(f"the embedding part gives no vectors ({reason})", hint=hint)
     return np.asarray(vectors)

@@ -12,6 +12,8 @@ Methods (label order is the decider's ``labels``; every ``predict`` returns an `
 * ``probe-mean`` / ``probe-last`` – logistic regression on the engine's pooled embeddings (one forward pass).
 * ``zeroshot`` – the model's label probabilities for verbalised labels, divided by the probabilities it gives a
   content-free input (contextual calibration); uses no examples at all.
+* ``setfit`` (trained in ``tuning/setfit.py``) – logistic regression on the vectors of the embedding part after a
+  SetFit-style contrastive fine-tune on the examples (its own registered model; no chat engine).
 * ``stack`` – logistic regression over the out-of-fold log-probabilities of ``tfidf`` and a probe.
 * ``fewshot`` (scored in ``tune.py``) – the k most similar examples as earlier turns, then label probabilities.
 * ``lora`` (``adapter.py``) – a LoRA fine-tune of the chat model answering with the label's word.
@@ -45,6 +47,8 @@ PROBES = ("probe-mean", "probe-last")
 PART_PROBE = "probe-part"
 #: a probe on how alike the two halves of a dedupe pair text are (``dedupe/pairs.py``): the part's engine only
 PAIR_PROBE = "probe-pair"
+#: a probe on a fine-tuned copy of the retrieval part (``tuning/setfit.py``): the fine-tuned part's engine only
+SETFIT = "setfit"
 
 
 @dataclass
@@ -141,7 +145,7 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
 def predict(method: str, state: dict[str, Any], features: FeatureSet) -> np.ndarray:
     if method in ("tfidf", "tfidf-rules"):
         return predict_linear(state["linear"], tfidf_matrix(state, features.texts))
-    if method in PROBES or method in (PART_PROBE, PAIR_PROBE):
+    if method in PROBES or method in (PART_PROBE, PAIR_PROBE, SETFIT):
         return predict_linear(state["linear"], features.embeddings[state["pooling"]])
     if method == "zeroshot":
         assert features.zeroshot is not None

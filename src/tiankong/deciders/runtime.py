@@ -40,6 +40,22 @@ def _verify_model(decider: Decider) -> Flow[None]:
             hint=f"use --model {base.get('name')}, or tune the decider again on this model")
 
 
+def _verify_part(decider: Decider) -> str:
+    """The registered fine-tuned part a ``setfit`` decider reads, checked by sha256."""
+    from ..models.registry import resolve
+
+    name, sha = str(decider.state["part"]), str(decider.state["part_sha256"])
+    hint = "tune the decider again on this machine (tiankong tune classify --methods setfit)"
+    record = resolve(name)
+    if not record.installed:
+        raise DeciderEngineError(f"decider {decider.ref} reads the fine-tuned part {name}, which is not installed",
+                                 hint=hint)
+    if record.sha256 != sha:
+        raise DeciderModelMismatch(f"decider {decider.ref} was fitted on {name} with sha256 {sha[:12]}…, but that "
+                                   f"model now has sha256 {str(record.sha256)[:12]}…", hint=hint)
+    return name
+
+
 @dataclass(frozen=True)
 class EngineNeeds:
     """What an engine must offer a decider: whether one is needed at all, embeddings, LoRA adapters, the model."""
@@ -68,6 +84,8 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
         features.embeddings = yield from embeddings_flow(texts)
     if decider.method == methods.PART_PROBE:
         features.embeddings = {"part": (yield from part_vectors_flow(texts))}
+    if decider.method == methods.SETFIT:
+        features.embeddings = {"part": (yield from part_vectors_flow(texts, _verify_part(decider)))}
     if decider.method == methods.PAIR_PROBE:
         from ..dedupe.pairs import pair_features_flow
 

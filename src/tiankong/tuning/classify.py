@@ -34,18 +34,19 @@ from ..structured.flow import Flow
 from .adapter import AdapterCandidate
 from .data import Examples
 from .passes import FeatureCache, Log, cached_pass, text_key
+from .setfit import SetFitCandidate, missing_packages
 
 #: how many parameters a method fits to the examples, as a level (fewest first): the one-SE rule's "simplest"
 SIMPLICITY = {"zeroshot": 0, "fewshot": 1, "probe-mean": 2, "probe-last": 2, "probe-part": 2, "tfidf": 3,
               "tfidf-rules": 3,
-              "stack": 4, "lora": 5}
+              "stack": 4, "setfit": 5, "lora": 5}
 SIZES = (20, 50, 100, 200, 500, 1000)
 CONTENT_FREE = "N/A"
 #: label names that are jargon to a general model, and words it knows (user descriptions take precedence)
 VERBALISERS = {"ham": "normal message", "pos": "positive", "neg": "negative", "0": "no", "1": "yes"}
 PASSES = {"tfidf": 0, "tfidf-rules": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1,
-          "lora": 1, "probe-part": 0, "probe-pair": 0}  # probe-part/-pair: the retrieval part's own engine reads
-#: ``lora`` is asked for by name: it trains k + 1 adapters, minutes each on a CPU (docs/deciders.md)
+          "lora": 1, "probe-part": 0, "probe-pair": 0, "setfit": 0}  # the part methods: the part's own engine reads
+#: ``lora`` and ``setfit`` are asked for by name: they train k + 1 models, minutes each on a CPU (docs/deciders.md)
 DEFAULT_METHODS = ("tfidf", "probe-part", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
 
 Runner = Callable[[Flow[Any]], Any]
@@ -241,13 +242,14 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
          descriptions: dict[str, str] | None = None,
          precomputed: tuple[methods.FeatureSet, dict[str, float], list[float] | None] | None = None,
          adapter: AdapterCandidate | None = None, cache: FeatureCache | None = None,
-         log: Log | None = None) -> TuneReport:
+         log: Log | None = None, setfit: SetFitCandidate | None = None) -> TuneReport:
     """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved; a chosen
     ``lora`` adapter is registered in the LoRA registry).
 
     ``precomputed``: engine features already read for these texts (as :func:`engine_features` returns them);
     ``adapter``: trains and scores the ``lora`` candidate (skipped without it); ``cache``: engine features on disk
-    (``passes.py``); ``log``: progress lines (stage, items done, time left)."""
+    (``passes.py``); ``log``: progress lines (stage, items done, time left); ``setfit``: the ``setfit`` candidate's
+    settings (default ones when it is asked for without)."""
     check_name(name)
     wanted = list(methods_wanted or DEFAULT_METHODS)
     unknown = [m for m in wanted if m not in PASSES]
@@ -255,9 +257,13 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         raise ConfigError(f"unknown method(s) {unknown}", hint=f"choose from {', '.join(PASSES)}")
     skipped = {m: "needs an engine (pass --model or --url)" for m in wanted
                if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")
-               and not (m == "lora" and adapter is not None) and m not in (methods.PART_PROBE, methods.PAIR_PROBE)}
-    if methods.PART_PROBE in wanted and (why := part_unusable(examples.texts)):
-        skipped[methods.PART_PROBE] = why
+               and not (m == "lora" and adapter is not None)
+               and m not in (methods.PART_PROBE, methods.PAIR_PROBE, methods.SETFIT)}
+    for part_method in (methods.PART_PROBE, methods.SETFIT):
+        if part_method in wanted and (why := part_unusable(examples.texts)):
+            skipped[part_method] = why
+    if methods.SETFIT in wanted and methods.SETFIT not in skipped and (missing := missing_packages()):
+        skipped[methods.SETFIT] = f"needs {', '.join(missing)} (pip install 'tiankong[retrieval]')"
     if "lora" in wanted and adapter is None and "lora" not in skipped:
         skipped["lora"] = "needs a model to fine-tune (--model) and the [lora] extra"
     wanted = [m for m in wanted if m not in skipped]
@@ -288,6 +294,12 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
             rows.append(_score("lora", min(len(t) for t, _ in splits), found, y, ms))
             params["lora_train_s_per_adapter"] = round(train_s, 1)
             continue
+        if method == methods.SETFIT:
+            setfit = setfit or SetFitCandidate(log=log or (lambda _: None))
+            found, ms, train_s = setfit.cross_validate(features.texts, y, len(labels), splits)
+            rows.append(_score(methods.SETFIT, min(len(t) for t, _ in splits), found, y, ms))
+            params["setfit_train_s_per_model"] = round(train_s, 1)
+            continue
         rows += _cross_validate(method, features, y, len(labels), splits, prior, engine_ms, run, words, k, seed,
                                 cache, log)
     full = [r for r in rows if r.size == max(x.size for x in rows)]
@@ -296,6 +308,9 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         assert adapter is not None
         state = adapter.final(name, examples.sha256, features.texts, y, words)
         base_model = base_model or adapter.base_model()
+    elif chosen == methods.SETFIT:
+        assert setfit is not None
+        state = setfit.final(name, examples.sha256, features.texts, y, len(labels))
     else:
         state = _final_state(chosen, features, y, labels, words, prior)
     chosen_row = next(r for r in full if r.method == chosen)
