@@ -86,6 +86,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="20,50,200")
     parser.add_argument("--methods", default="tfidf,probe-part,setfit")
     parser.add_argument("--tune", default="tfidf,probe-part", help="methods tune's CV chooses among ('' for none)")
+    parser.add_argument("--zeroshot", default=None, metavar="MODEL",
+                        help="instead: the chat model's calibrated zero-shot answers on the held-out split")
+    parser.add_argument("--limit", type=int, default=None, help="with --zeroshot: only the first N held-out texts")
     parser.add_argument("--out", default="benchmarks/results/deciders")
     args = parser.parse_args()
     if args.freeze:
@@ -93,7 +96,45 @@ def main() -> None:
             test, dev, pool = splits(name)
             print(f"{name}: test {len(test)} sha256 {sha256_rows(test)}; dev {len(dev)}; pool {len(pool)}")
         return
+    if args.zeroshot:
+        zeroshot(args)
+        return
     run(args)
+
+
+def zeroshot(args: argparse.Namespace) -> None:
+    """The chat model's zero-shot label probabilities, contextually calibrated (``zeroshot``: no examples at all)."""
+    from tiankong import Client
+    from tiankong.deciders import methods
+    from tiankong.structured.drivers import run_sync
+    from tiankong.tuning.classify import engine_features, verbalise
+
+    report: dict[str, Any] = {"command": " ".join(sys.argv), "split": args.split, "model": args.zeroshot, "rows": []}
+    with Client(model=args.zeroshot, slots=2, ctx=8192) as client:
+        for name in args.corpora.split(","):
+            test, dev, _ = splits(name)
+            held = (test if args.split == "test" else dev)
+            labels = sorted({label for _, label in held})
+            if args.limit:  # the same number per label
+                held = [r for label in labels for r in [x for x in held if x[1] == label][:args.limit // len(labels)]]
+            words = verbalise(labels)
+            started = time.perf_counter()
+            features, _, prior = engine_features(lambda flow: run_sync(flow, client._limited),
+                                                 [t for t, _ in held], words, {"zeroshot"})
+            assert features.zeroshot is not None and prior is not None
+            found = methods.calibrate(features.zeroshot, np.asarray(prior)).argmax(1)
+            y = np.asarray([labels.index(label) for _, label in held])
+            entry = {"corpus": name, "held_out": len(held), "words": words,
+                     "accuracy": float((found == y).mean()),
+                     "uncalibrated": float((features.zeroshot.argmax(1) == y).mean()),
+                     "ms_per_text": round(1000 * (time.perf_counter() - started) / len(held), 1)}
+            report["rows"].append(entry)
+            print(json.dumps(entry), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"long-zeroshot-{args.split}-{time.strftime('%Y-%m-%d-%H%M')}.json"
+    target.write_text(json.dumps(report, indent=1))
+    print(f"raw: {target}")
 
 
 def run(args: argparse.Namespace) -> None:

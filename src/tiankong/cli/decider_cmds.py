@@ -22,12 +22,15 @@ def tune() -> None:
 @click.option("--model", default=None, help="Tune on this model (an engine is started with embeddings on).")
 @click.option("--url", default=None, help="Use a running llama-server started with --embeddings --pooling none.")
 @click.option("--labels", default=None, help="Comma-separated labels the data must use (default: those found).")
-@click.option("--methods", default=None, help="Comma-separated methods (default: tfidf, probe-mean, "
-              "probe-last, zeroshot, fewshot, stack); also tfidf-rules, and lora (a LoRA fine-tune per fold: "
-              "needs the [lora] extra, minutes per fold on a CPU).")
+@click.option("--methods", default=None, help="Comma-separated methods (default: tfidf, probe-part, "
+              "probe-mean, probe-last, zeroshot, fewshot, stack); also tfidf-rules, setfit (a contrastive "
+              "fine-tune of the embedding part per fold, no chat engine: needs the [retrieval] extra, 1-2 minutes "
+              "per fold on 2 cores), and lora (a LoRA fine-tune per fold: needs the [lora] extra, minutes per "
+              "fold on a CPU).")
 @click.option("--folds", type=int, default=5, show_default=True, help="Stratified cross-validation folds.")
 @click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Words for a label in prompts (repeat).")
-@click.option("--no-engine", is_flag=True, help="Score only methods that need no engine (tfidf).")
+@click.option("--no-engine", is_flag=True, help="Score only methods that need no chat engine (tfidf, "
+              "probe-part; setfit when asked for).")
 @click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the CV report as JSON.")

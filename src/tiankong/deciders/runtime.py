@@ -42,12 +42,18 @@ def _verify_model(decider: Decider) -> Flow[None]:
 
 def _verify_part(decider: Decider) -> str:
     """The registered fine-tuned part a ``setfit`` decider reads, checked by sha256."""
+    from ..errors import ModelNotFound
     from ..models.registry import resolve
 
-    name, sha = str(decider.state["part"]), str(decider.state["part_sha256"])
+    name, sha = str(decider.state.get("part") or ""), str(decider.state.get("part_sha256") or "")
     hint = "tune the decider again on this machine (tiankong tune classify --methods setfit)"
-    record = resolve(name)
-    if not record.installed:
+    if not name.startswith("setfit-") or "/" in name or name.endswith(".gguf"):  # a registry name, never a path
+        raise DeciderEngineError(f"decider {decider.ref} names no registered fine-tuned part ({name!r})", hint=hint)
+    try:
+        record = resolve(name)
+    except ModelNotFound:
+        record = None
+    if record is None or not record.installed:
         raise DeciderEngineError(f"decider {decider.ref} reads the fine-tuned part {name}, which is not installed",
                                  hint=hint)
     if record.sha256 != sha:

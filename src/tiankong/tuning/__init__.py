@@ -43,6 +43,10 @@ __all__ = [
 ]
 
 
+#: methods that read no chat engine (the part methods read the embedding part's own engine)
+ENGINE_FREE = ("tfidf", "tfidf-rules", "probe-part", "probe-pair", "setfit")
+
+
 def tune_classify(data: str | Path, *, name: str, model: str | None = None, url: str | None = None,
                   labels: Sequence[str] | None = None, methods: Sequence[str] | None = None, folds: int = 5,
                   descriptions: dict[str, str] | None = None, save: bool = True,
@@ -65,8 +69,10 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
     from .passes import FeatureCache, retrying
 
     examples = load_examples(data, labels=labels)
-    if model is None and url is None:
-        report = tune(examples, name=name, methods_wanted=methods, folds=folds, descriptions=descriptions, log=log)
+    engine_free = bool(methods) and all(m in ENGINE_FREE for m in methods or ())
+    if (model is None and url is None) or engine_free:  # no chat engine is started for methods that read none
+        report = tune(examples, name=name, methods_wanted=methods, folds=folds, descriptions=descriptions, log=log,
+                      register=save)
     else:
         with Client(url, model=model, llama_server=llama_server, slots=2, ctx=8192, embeddings=True) as client:
             base = _base_model(client, model)
@@ -79,7 +85,8 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
 
             report = tune(examples, name=name, run=run, base_model=base, methods_wanted=methods,
                           folds=folds, descriptions=descriptions, adapter=adapter,
-                          cache=FeatureCache(cache_dir or paths.cache_dir(), base["sha256"]), log=log)
+                          cache=FeatureCache(cache_dir or paths.cache_dir(), base["sha256"]), log=log,
+                          register=save)
     if save and report.decider is not None:
         from ..deciders.registry import save_decider
 

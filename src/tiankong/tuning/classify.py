@@ -242,14 +242,15 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
          descriptions: dict[str, str] | None = None,
          precomputed: tuple[methods.FeatureSet, dict[str, float], list[float] | None] | None = None,
          adapter: AdapterCandidate | None = None, cache: FeatureCache | None = None,
-         log: Log | None = None, setfit: SetFitCandidate | None = None) -> TuneReport:
+         log: Log | None = None, setfit: SetFitCandidate | None = None, register: bool = True) -> TuneReport:
     """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved; a chosen
     ``lora`` adapter is registered in the LoRA registry).
 
     ``precomputed``: engine features already read for these texts (as :func:`engine_features` returns them);
     ``adapter``: trains and scores the ``lora`` candidate (skipped without it); ``cache``: engine features on disk
     (``passes.py``); ``log``: progress lines (stage, items done, time left); ``setfit``: the ``setfit`` candidate's
-    settings (default ones when it is asked for without)."""
+    settings (default ones when it is asked for without); ``register``: false for a dry run — a chosen ``setfit``
+    then trains and registers no final model (its decider cannot answer, and is not meant to be saved)."""
     check_name(name)
     wanted = list(methods_wanted or DEFAULT_METHODS)
     unknown = [m for m in wanted if m not in PASSES]
@@ -310,7 +311,8 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         base_model = base_model or adapter.base_model()
     elif chosen == methods.SETFIT:
         assert setfit is not None
-        state = setfit.final(name, examples.sha256, features.texts, y, len(labels))
+        state = setfit.final(name, features.texts, y, len(labels)) if register else \
+            {"pooling": "part", "part": None, "note": "not registered: a dry run fits no final model"}
     else:
         state = _final_state(chosen, features, y, labels, words, prior)
     chosen_row = next(r for r in full if r.method == chosen)

@@ -12,9 +12,9 @@ llama.cpp's converter needs too.
   the cosine against 1 / 0), AdamW, a linear schedule with 10 % warm-up; mean pooling over the tokens, as the part
   engine pools. Texts are cut to ``train_tokens`` for training only (measured: docs/deciders.md).
 * **Serving**: the fine-tuned weights are converted to GGUF by llama.cpp's own converter and registered as a model
-  (``setfit-<decider>-<data sha>:f16``); the decider's head is fitted on the vectors that engine returns for the
-  training texts, so training and serving read the same vectors. The decider names the model and its sha256 and
-  refuses another file. No chat engine is needed.
+  (``setfit-<decider>-<the file's sha256>:f16``; ``tune --dry-run`` registers nothing); the decider's head is
+  fitted on the vectors that engine returns for the training texts, so training and serving read the same
+  vectors. The decider names the model and its sha256 and refuses another file. No chat engine is needed.
 * **Cross-validation** fine-tunes once per fold and scores the held-out fold with the fold's model in torch (the
   converted engine would give the same vectors up to f16 rounding; converting k models would cost minutes).
 """
@@ -140,11 +140,12 @@ class Encoder:
         self.model.save_pretrained(str(folder), safe_serialization=True)
 
 
-def model_name(decider: str, examples_sha256: str) -> tuple[str, str, str]:
-    """(family, size, quant) of a decider's fine-tuned part in the model registry."""
-    from ..models.registry import _slug
+def model_name(decider: str, gguf: Path) -> tuple[str, str, str]:
+    """(family, size, quant) of a decider's fine-tuned part in the model registry: named by the converted file's
+    own sha256, so a name never stands for two files (a saved decider's part is never replaced by a later tune)."""
+    from ..models.registry import _slug, sha256_file
 
-    return f"setfit-{_slug(decider)[:40]}", examples_sha256[:12], "f16"
+    return f"setfit-{_slug(decider)[:40]}", sha256_file(gguf)[:12], "f16"
 
 
 class SetFitCandidate:
@@ -182,20 +183,21 @@ class SetFitCandidate:
             answer_s += time.perf_counter() - started
         return found, 1000 * answer_s / len(texts), train_s / len(splits)
 
-    def final(self, name: str, examples_sha256: str, texts: list[str], y: np.ndarray,
-              n_labels: int) -> dict[str, Any]:
+    def final(self, name: str, texts: list[str], y: np.ndarray, n_labels: int) -> dict[str, Any]:
         """Fine-tune on every example, convert, register; the head is fitted on the registered part's vectors."""
         from ..models.convert import convert_checkpoint
-        from ..models.registry import add_model
+        from ..models.registry import MODEL_FILE, add_model, model_dir, resolve
 
         encoder = self._encoder()
         count = encoder.fine_tune(texts, y, self.log)
-        family, size, quant = model_name(name, examples_sha256)
         with tempfile.TemporaryDirectory(prefix="tiankong-setfit-") as tmp:
             encoder.save(Path(tmp) / "checkpoint")
             gguf = convert_checkpoint(Path(tmp) / "checkpoint", Path(tmp) / "model.gguf", outtype="f16",
                                       log=self.log)
-            record = add_model(gguf, family=family, size=size, quant=quant, force=True)
+            family, size, quant = model_name(name, gguf)
+            existing = resolve(f"{family}-{size}:{quant}") if (model_dir(family, size, quant) / MODEL_FILE).is_file() \
+                else None  # the same weights again: the same file, already registered
+            record = existing or add_model(gguf, family=family, size=size, quant=quant)
         vectors = part_matrix(texts, record.name)
         return {"pooling": "part", "part": record.name, "part_sha256": record.sha256,
                 "linear": methods.fit_linear(vectors, y, n_labels, methods.C_PROBE),
