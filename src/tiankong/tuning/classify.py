@@ -19,11 +19,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import StratifiedKFold
 
 from ..deciders import methods
@@ -34,112 +32,37 @@ from ..structured.flow import Flow
 from .adapter import AdapterCandidate
 from .data import Examples
 from .passes import FeatureCache, Log, cached_pass, text_key
+from .report import (
+    PASSES,
+    SIMPLICITY,
+    MethodScore,
+    TuneReport,
+    _score,
+    chance_accuracy,
+    choose,
+    expected_calibration_error,
+    near_chance,
+    standard_error,
+)
 from .setfit import SetFitCandidate, missing_packages
 
-#: how many parameters a method fits to the examples, as a level (fewest first): the one-SE rule's "simplest"
-SIMPLICITY = {"zeroshot": 0, "fewshot": 1, "probe-mean": 2, "probe-last": 2, "probe-part": 2, "tfidf": 3,
-              "tfidf-rules": 3,
-              "stack": 4, "setfit": 5, "lora": 5}
+__all__ = ["DEFAULT_METHODS", "PASSES", "SIMPLICITY", "MethodScore", "TuneReport", "_score", "chance_accuracy",
+           "choose", "engine_features", "expected_calibration_error", "near_chance", "part_features",
+           "standard_error", "stratified_subset", "tune", "verbalise"]
+
 SIZES = (20, 50, 100, 200, 500, 1000)
 CONTENT_FREE = "N/A"
 #: label names that are jargon to a general model, and words it knows (user descriptions take precedence)
 VERBALISERS = {"ham": "normal message", "pos": "positive", "neg": "negative", "0": "no", "1": "yes"}
-PASSES = {"tfidf": 0, "tfidf-rules": 0, "probe-mean": 1, "probe-last": 1, "stack": 1, "zeroshot": 1, "fewshot": 1,
-          "lora": 1, "probe-part": 0, "probe-pair": 0, "setfit": 0}  # the part methods: the part's own engine reads
 #: ``lora`` and ``setfit`` are asked for by name: they train k + 1 models, minutes each on a CPU (docs/deciders.md)
 DEFAULT_METHODS = ("tfidf", "probe-part", "probe-mean", "probe-last", "zeroshot", "fewshot", "stack")
 
 Runner = Callable[[Flow[Any]], Any]
-
-
-@dataclass
-class MethodScore:
-    method: str
-    size: int
-    accuracy: float
-    macro_f1: float
-    ece: float
-    ms_per_item: float
-    engine_passes: int
-    log_loss: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"method": self.method, "size": self.size, "accuracy": round(self.accuracy, 4),
-                "macro_f1": round(self.macro_f1, 4), "ece": round(self.ece, 4), "log_loss": round(self.log_loss, 4),
-                "ms_per_item": round(self.ms_per_item, 2), "engine_passes": self.engine_passes}
-
-
-@dataclass
-class TuneReport:
-    name: str
-    labels: list[str]
-    counts: dict[str, int]
-    folds: int
-    rows: list[MethodScore]
-    chosen: str
-    rule: str
-    base_model: dict[str, str] | None = None
-    decider: Decider | None = None
-    skipped: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def warning(self) -> str | None:
-        """Set when the chosen method is hardly better than guessing (``near_chance``), with what to do."""
-        row = next((r for r in self.best_rows() if r.method == self.chosen), None)
-        if row is None or not near_chance(row.accuracy, self.counts):
-            return None
-        where = "; let an engine read the texts (--model NAME instead of --no-engine)" if \
-            all(r.engine_passes == 0 for r in self.rows) else ""
-        return (f"the chosen {self.chosen} scores CV accuracy {row.accuracy:.3f}, near chance "
-                f"({chance_accuracy(self.counts):.3f} for {len(self.counts)} labels): its answers will often be wrong; "
-                f"add labelled examples (30 or more per label){where}, or describe the labels (--describe)")
-
-    def best_rows(self) -> list[MethodScore]:
-        full = max(r.size for r in self.rows)
-        return [r for r in self.rows if r.size == full]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "labels": self.labels, "counts": self.counts, "folds": self.folds,
-                "chosen": self.chosen, "rule": self.rule, "base_model": self.base_model,
-                "version": self.decider.version if self.decider else None,
-                "results": [r.to_json() for r in self.rows], "skipped": self.skipped,
-                **({"warning": self.warning} if self.warning else {})}
-
-    def table(self) -> str:
-        lines = [f"{self.folds}-fold CV, {sum(self.counts.values())} examples "
-                 f"({', '.join(f'{k}: {v}' for k, v in self.counts.items())})",
-                 f"{'method':<11} {'size':>5} {'accuracy':>8} {'macro-F1':>8} {'ECE':>6} {'logloss':>7} "
-                 f"{'ms/item':>8} passes"]
-        for r in sorted(self.rows, key=lambda r: (r.method, r.size)):
-            mark = " *" if r.method == self.chosen and r.size == max(x.size for x in self.rows) else ""
-            lines.append(f"{r.method:<11} {r.size:>5} {r.accuracy:>8.3f} {r.macro_f1:>8.3f} {r.ece:>6.3f} "
-                         f"{r.log_loss:>7.3f} {r.ms_per_item:>8.1f} {r.engine_passes:>6}{mark}")
-        lines += [f"skipped {m}: {why}" for m, why in self.skipped.items()]
-        lines.append(f"chosen: {self.chosen} ({self.rule})")
-        return "\n".join(lines)
-
-
-def chance_accuracy(counts: dict[str, int]) -> float:
-    """What guessing scores: the larger of a uniform guess and always answering the commonest label."""
-    total = sum(counts.values())
-    return max(1.0 / len(counts), max(counts.values()) / total) if total else 1.0
-
-
-def near_chance(accuracy: float, counts: dict[str, int]) -> bool:
-    """Accuracy that closes less than a third of the gap from guessing to perfect."""
-    chance = chance_accuracy(counts)
-    return accuracy < chance + (1.0 - chance) / 3
-
-
-def expected_calibration_error(probabilities: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
-    confidence, predicted = probabilities.max(axis=1), probabilities.argmax(axis=1)
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    total = 0.0
-    for low, high in zip(edges[:-1], edges[1:], strict=True):
-        inside = (confidence > low) & (confidence <= high)
-        if inside.any():
-            total += inside.mean() * abs((predicted[inside] == y[inside]).mean() - confidence[inside].mean())
-    return float(total)
+#: below this many examples CV is repeated with other shuffles for the methods that refit in seconds (one 5-fold
+#: split of 20 examples moves accuracy by several points with its seed); the engine-bound ones run once
+REPEAT_BELOW = 500
+REPEATS = 3
+REPEATED = (*methods.LOCAL, *methods.PROBES, methods.PART_PROBE, methods.PAIR_PROBE, "stack")
 
 
 def verbalise(labels: Sequence[str], descriptions: dict[str, str] | None = None) -> list[str]:
@@ -156,14 +79,6 @@ def stratified_subset(y: np.ndarray, size: int, seed: int) -> np.ndarray:
         take = max(2, round(size * len(rows) / len(y)))
         picked += rng.permutation(rows)[:take].tolist()
     return np.asarray(sorted(picked))
-
-
-def _score(method: str, size: int, probabilities: np.ndarray, y: np.ndarray, ms: float) -> MethodScore:
-    predicted = probabilities.argmax(axis=1)
-    picked = np.clip(probabilities[np.arange(len(y)), y], 1e-6, 1.0)
-    return MethodScore(method, size, float(accuracy_score(y, predicted)),
-                       float(f1_score(y, predicted, average="macro")),
-                       expected_calibration_error(probabilities, y), ms, PASSES[method], float(-np.log(picked).mean()))
 
 
 def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set[str],
@@ -275,7 +190,10 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
     y = np.asarray([labels.index(x) for x in examples.labels])
     words = verbalise(labels, descriptions)
     folds = max(2, min(folds, int(np.bincount(y).min())))
-    splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+    repeats = REPEATS if len(y) < REPEAT_BELOW else 1
+    shuffles = [list(StratifiedKFold(folds, shuffle=True, random_state=seed + r).split(np.zeros(len(y)), y))
+                for r in range(repeats)]
+    splits = shuffles[0]
     if precomputed is None:
         precomputed = engine_features(run, examples.texts, words, set(wanted), cache, log) if run else \
             (methods.FeatureSet(list(examples.texts)), {}, None)
@@ -301,10 +219,14 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
             rows.append(_score(methods.SETFIT, min(len(t) for t, _ in splits), found, y, ms))
             params["setfit_train_s_per_model"] = round(train_s, 1)
             continue
-        rows += _cross_validate(method, features, y, len(labels), splits, prior, engine_ms, run, words, k, seed,
-                                cache, log)
+        shuffled = shuffles if method in REPEATED else shuffles[:1]
+        rows += _averaged([_cross_validate(method, features, y, len(labels), split, prior, engine_ms, run, words, k,
+                                           seed, cache, log) for split in shuffled])
     full = [r for r in rows if r.size == max(x.size for x in rows)]
     chosen, rule = choose(full, len(y))
+    if repeats > 1:
+        rule += (f"; CV repeated {repeats}× with other shuffles (seeds {seed}–{seed + repeats - 1}) for the methods "
+                 f"that refit in seconds ({', '.join(m for m in wanted if m in REPEATED)}), their scores averaged")
     if chosen == "lora":
         assert adapter is not None
         state = adapter.final(name, examples.sha256, features.texts, y, words)
@@ -320,27 +242,24 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
                       base_model=base_model if methods.needs_engine(chosen, state) else None,
                       examples={"n": len(examples), "sha256": examples.sha256, "counts": examples.counts(),
                                 "source": examples.source},
-                      cv={"folds": folds, "seed": seed, "chosen": chosen_row.to_json(), "rule": rule,
+                      cv={"folds": folds, "repeats": repeats, "seed": seed, "chosen": chosen_row.to_json(),
+                          "rule": rule,
                           "results": [r.to_json() for r in rows]},
                       params=params)
-    return TuneReport(name, labels, examples.counts(), folds, rows, chosen, rule, base_model, decider, skipped)
+    return TuneReport(name, labels, examples.counts(), folds, rows, chosen, rule, base_model, decider, skipped,
+                      repeats)
 
 
-def standard_error(accuracy: float, n: int) -> float:
-    """The binomial standard error of an accuracy measured on ``n`` held-out answers."""
-    return float(np.sqrt(max(accuracy * (1.0 - accuracy), 0.0) / max(n, 1)))
+def _averaged(runs: list[list[MethodScore]]) -> list[MethodScore]:
+    """One method's rows (one per learning-curve size) averaged over repeated CV runs."""
+    if len(runs) == 1:
+        return runs[0]
+    def mean(rows: tuple[MethodScore, ...], name: str) -> float:
+        return float(np.mean([getattr(r, name) for r in rows]))
 
-
-def choose(rows: Sequence[MethodScore], n: int) -> tuple[str, str]:
-    """The one-standard-error rule over full-size CV rows: ``(method, the rule in words with its numbers)``."""
-    best = max(rows, key=lambda r: r.accuracy)
-    se = standard_error(best.accuracy, n)
-    close = [r for r in rows if r.accuracy >= best.accuracy - se - 1e-12]
-    pick = min(close, key=lambda r: (SIMPLICITY.get(r.method, len(SIMPLICITY)), round(r.log_loss, 4),
-                                     r.engine_passes, r.ms_per_item))
-    rule = (f"one-standard-error rule: the best CV accuracy {best.accuracy:.3f} ({best.method}) ± {se:.3f} on {n} "
-            f"examples; of the methods within it, the one fitting the fewest parameters, then the lowest CV log-loss")
-    return pick.method, rule
+    return [MethodScore(rows[0].method, rows[0].size, mean(rows, "accuracy"), mean(rows, "macro_f1"),
+                        mean(rows, "ece"), mean(rows, "ms_per_item"), rows[0].engine_passes, mean(rows, "log_loss"))
+            for rows in zip(*runs, strict=True)]
 
 
 def _final_state(method: str, features: methods.FeatureSet, y: np.ndarray, labels: list[str], words: list[str],
