@@ -160,10 +160,7 @@ def run(args: argparse.Namespace) -> None:
                 train = sample(pool, size, 0)
                 texts, names = [t for t, _ in train], [label for _, label in train]
                 y = np.asarray([labels.index(label) for label in names])
-                vectorizer = TfidfVectorizer().fit(texts)
-                plain = LogisticRegression(max_iter=2000).fit(vectorizer.transform(texts), y)
-                found: dict[str, float] = {
-                    "sklearn-default": float((plain.predict(vectorizer.transform(held_x)) == held_y).mean())}
+                found: dict[str, float] = {"sklearn-default": sklearn_default(texts, y, held_x, held_y)}
                 seconds: dict[str, float] = {}
                 features = methods.FeatureSet(texts)
                 if "probe-part" in wanted:
@@ -194,13 +191,24 @@ def run(args: argparse.Namespace) -> None:
                 print(json.dumps(entry), flush=True)
     finally:
         stop_parts()
-    print(f"| corpus | train | sklearn TF-IDF+LR | {' | '.join(wanted)} | tune's pick |")
-    print("| --- " * (4 + len(wanted)) + "|")
+    write_results(["corpus", "train", "sklearn TF-IDF+LR", *wanted, "tune's pick"], table, report,
+                  Path(args.out) / f"long-{args.split}-{time.strftime('%Y-%m-%d-%H%M')}.json")
+
+
+def sklearn_default(texts: list[str], y: np.ndarray, held: list[str], held_y: np.ndarray) -> float:
+    """Accuracy of what a user writes: ``TfidfVectorizer()`` + ``LogisticRegression()`` with their defaults."""
+    vectorizer = TfidfVectorizer().fit(texts)
+    plain = LogisticRegression(max_iter=2000).fit(vectorizer.transform(texts), y)
+    return float((plain.predict(vectorizer.transform(held)) == held_y).mean())
+
+
+def write_results(header: list[str], table: list[list[object]], report: dict[str, Any], target: Path) -> None:
+    """The table in Markdown on stdout, the raw report as JSON at ``target`` (shared with ``probe_part.py``)."""
+    print("| " + " | ".join(header) + " |")
+    print("| --- " * len(header) + "|")
     for r in table:
         print("| " + " | ".join(f"{c:.3f}" if isinstance(c, float) else str(c) for c in r) + " |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / f"long-{args.split}-{time.strftime('%Y-%m-%d-%H%M')}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(report, indent=1))
     print(f"raw: {target}")
 

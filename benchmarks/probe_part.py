@@ -14,18 +14,16 @@ not found this session.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
 
 sys.path.insert(0, str(Path(__file__).parent))
 import datasets  # noqa: E402
+from deciders_long import sklearn_default, write_results  # noqa: E402
 
 from tiankong.deciders import methods  # noqa: E402
 from tiankong.engine.parts import stop_parts  # noqa: E402
@@ -77,9 +75,7 @@ def main() -> None:
                 train = sample(pool, size, 0)
                 texts, y_names = [t for t, _ in train], [label for _, label in train]
                 y = np.asarray([labels.index(label) for label in y_names])
-                vec = TfidfVectorizer().fit(texts)
-                base = LogisticRegression(max_iter=2000).fit(vec.transform(texts), y)
-                found = {"sklearn-default": float((base.predict(vec.transform(test_x)) == test_y).mean())}
+                found = {"sklearn-default": sklearn_default(texts, y, test_x, test_y)}
                 started = time.perf_counter()
                 examples = check_examples([{"text": t, "label": n} for t, n in zip(texts, y_names, strict=True)],
                                           min_per_label=2, source=name)
@@ -98,15 +94,8 @@ def main() -> None:
                              f"{found['tune']:.3f} ({report_tune.chosen})"])
     finally:
         stop_parts()
-    print("| corpus | train | sklearn TF-IDF+LR | tfidf | probe-part | tune's pick |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for r in rows:
-        print("| " + " | ".join(f"{c:.3f}" if isinstance(c, float) else str(c) for c in r) + " |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / f"probe-part-{time.strftime('%Y-%m-%d-%H%M')}.json"
-    target.write_text(json.dumps(report, indent=1))
-    print(f"raw: {target}")
+    write_results(["corpus", "train", "sklearn TF-IDF+LR", "tfidf", "probe-part", "tune's pick"], rows, report,
+                  Path(args.out) / f"probe-part-{time.strftime('%Y-%m-%d-%H%M')}.json")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,9 @@ MUTANTS = (
     Mutant("redaction-tagger", "a name the taggers find is redacted when the model path missed it",
            "return merge(entities, tagged_names(text)) if tagger else entities", "return entities",
            ("tests/engine/test_redact_tagger.py",)),
+    Mutant("tune-repeated-cv", "small data are cross-validated over several shuffles and the scores averaged",
+           "    if len(runs) == 1:\n        return runs[0]\n", "    if runs:\n        return runs[0]\n",
+           (TUNING, "-k", "shuffles")),
 )
 
 
