@@ -92,3 +92,19 @@ def _one_shuffle(texts: list[str], labels: list[str], seed: int) -> float:
         return tune(_examples(texts, labels), name="u", methods_wanted=["tfidf"], seed=seed).best_rows()[0].accuracy
     finally:
         classify.REPEATS = saved
+
+
+def test_only_the_fast_methods_are_repeated_and_a_report_says_so_only_then() -> None:
+    """Zero-shot reads precomputed probabilities (no engine here): it is not repeated, and a tune of it alone
+    reports one shuffle; with tfidf beside it, the rule names tfidf alone as repeated."""
+    from tiankong.deciders.methods import FeatureSet
+
+    texts = [f"refund my order {i}" for i in range(12)] + [f"love the product {i}" for i in range(12)]
+    labels = ["complaint"] * 12 + ["praise"] * 12
+    rng = np.random.default_rng(0)
+    zeroshot = rng.dirichlet([1.0, 1.0], size=len(texts))
+    features = (FeatureSet(list(texts), zeroshot=zeroshot), {"zeroshot": 1.0}, [0.5, 0.5])
+    alone = tune(_examples(texts, labels), name="u", methods_wanted=["zeroshot"], precomputed=features)
+    assert alone.repeats == 1 and "repeated" not in alone.rule and "repeated" not in alone.table()
+    both = tune(_examples(texts, labels), name="u", methods_wanted=["zeroshot", "tfidf"], precomputed=features)
+    assert both.repeats == 3 and "(tfidf)" in both.rule

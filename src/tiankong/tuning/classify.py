@@ -190,7 +190,7 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
     y = np.asarray([labels.index(x) for x in examples.labels])
     words = verbalise(labels, descriptions)
     folds = max(2, min(folds, int(np.bincount(y).min())))
-    repeats = REPEATS if len(y) < REPEAT_BELOW else 1
+    repeats = REPEATS if len(y) < REPEAT_BELOW and any(m in REPEATED for m in wanted) else 1
     shuffles = [list(StratifiedKFold(folds, shuffle=True, random_state=seed + r).split(np.zeros(len(y)), y))
                 for r in range(repeats)]
     splits = shuffles[0]
@@ -220,8 +220,9 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
             params["setfit_train_s_per_model"] = round(train_s, 1)
             continue
         shuffled = shuffles if method in REPEATED else shuffles[:1]
+        # each shuffle draws its learning-curve subsets with seeds of its own (the same seeds would pick the same rows)
         rows += _averaged([_cross_validate(method, features, y, len(labels), split, prior, engine_ms, run, words, k,
-                                           seed, cache, log) for split in shuffled])
+                                           seed + 1000 * r, cache, log) for r, split in enumerate(shuffled)])
     full = [r for r in rows if r.size == max(x.size for x in rows)]
     chosen, rule = choose(full, len(y))
     if repeats > 1:
