@@ -81,7 +81,9 @@ def test_setfit_is_tuned_registered_and_answers_through_its_fine_tuned_part() ->
     decider = load_decider("tickets-setfit")
     assert decider.method == "setfit" and not engine_needs(decider).engine
     answer = run_sync(decide_flow(decider, "I was charged twice for one order, please refund me"), no_engine)
-    assert set(answer.scores) == {"billing", "bug", "account"} and sum(answer.scores.values()) == pytest.approx(1.0)
+    # each score is rounded to 6 decimals (tasks/classify.py): three of them sum to 1 within 1.5e-6
+    assert set(answer.scores) == {"billing", "bug", "account"}
+    assert sum(answer.scores.values()) == pytest.approx(1.0, abs=2e-6)
     assert answer.label == "billing"
 
     # the decider reads only the model it was fitted on, and only a registered one (never a path)
