@@ -31,7 +31,7 @@ from ..errors import ConfigError
 from ..structured.flow import Flow
 from .adapter import AdapterCandidate
 from .data import Examples
-from .passes import FeatureCache, Log, cached_pass, text_key
+from .passes import FeatureCache, Log, cached_pass, text_key, without_chat_engine
 from .report import (
     PASSES,
     SIMPLICITY,
@@ -117,12 +117,7 @@ def part_unusable(texts: Sequence[str]) -> str:
 
 def part_features(texts: list[str], cache: FeatureCache | None, log: Log | None) -> np.ndarray:
     """The retrieval part's sentence vector of every text, through ``cache`` like the engine passes."""
-    from ..structured.drivers import run_sync
-
-    def no_engine(*_: Any) -> Any:
-        raise ConfigError("the part's vectors need no chat engine")
-
-    rows = cached_pass(lambda flow: run_sync(flow, no_engine), "part embeddings",
+    rows = cached_pass(without_chat_engine, "part embeddings",
                        [(text_key(t[:MAX_CHARS]), _part_vector(t)) for t in texts], cache=cache,
                        kind=f"part-{MAX_CHARS}", log=log)
     return np.asarray(rows)
@@ -131,12 +126,8 @@ def part_features(texts: list[str], cache: FeatureCache | None, log: Log | None)
 def pair_matrix(texts: list[str]) -> np.ndarray:
     """``probe-pair``'s comparisons of the two halves of every dedupe pair text (``dedupe/pairs.py``)."""
     from ..dedupe.pairs import pair_features_flow
-    from ..structured.drivers import run_sync
 
-    def no_engine(*_: Any) -> Any:
-        raise ConfigError("pair features need no chat engine")
-
-    return np.asarray(run_sync(pair_features_flow(list(texts)), no_engine))
+    return np.asarray(without_chat_engine(pair_features_flow(list(texts))))
 
 
 def _part_vector(text: str) -> Callable[[], Flow[Any]]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ServerError, TransportError
+from ..errors import ConfigError, ServerError, TransportError
 from ..structured.combine import gather
 from ..structured.flow import Flow
 
@@ -125,3 +125,13 @@ def retrying(request: Callable[..., Any], log: Log | None = None,
         raise AssertionError("unreachable")
 
     return send
+
+
+def without_chat_engine(flow: Flow[Any]) -> Any:
+    """Run a flow that asks only the embedding part's engine (its calls never reach a chat engine: none is given)."""
+    from ..structured.drivers import run_sync
+
+    def no_engine(*_: Any) -> Any:
+        raise ConfigError("this step reads the embedding part only, and asked a chat engine")
+
+    return run_sync(flow, no_engine)

@@ -61,11 +61,12 @@ def pairs(y: np.ndarray, iterations: int, max_pairs: int, seed: int) -> list[tup
     """SetFit's pairs: per round and example, one partner of its label (target 1) and one of another (target 0)."""
     rng = random.Random(seed)
     by_label = {int(k): [i for i in range(len(y)) if y[i] == k] for k in np.unique(y)}
+    others = {k: [j for j in range(len(y)) if y[j] != k] for k in by_label}
     out: list[tuple[int, int, float]] = []
     for _ in range(iterations):
         for i in range(len(y)):
             same = [j for j in by_label[int(y[i])] if j != i]
-            other = [j for j in range(len(y)) if y[j] != y[i]]
+            other = others[int(y[i])]
             if same:
                 out.append((i, rng.choice(same), 1.0))
             if other:
@@ -207,9 +208,6 @@ class SetFitCandidate:
 def part_matrix(texts: list[str], part: str) -> np.ndarray:
     """Sentence vectors of ``texts`` from the engine of the registered model ``part``."""
     from ..deciders.features import part_vectors_flow
-    from ..structured.drivers import run_sync
+    from .passes import without_chat_engine
 
-    def no_engine(*_: Any) -> Any:
-        raise ConfigError("a part's vectors need no chat engine")
-
-    return np.asarray(run_sync(part_vectors_flow(texts, part), no_engine))
+    return np.asarray(without_chat_engine(part_vectors_flow(texts, part)))
