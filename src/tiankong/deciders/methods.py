@@ -132,7 +132,12 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
     """Fitted state of ``method`` on ``features`` with label indices ``y``."""
     if method in ("tfidf", "tfidf-rules"):
         return fit_tfidf(features, y, n_labels, rules=method == "tfidf-rules")
-    if method in PROBES or method in (PART_PROBE, PAIR_PROBE):
+    if method == PAIR_PROBE:  # its columns stored: a later version's added column leaves this decider as it was
+        from ..dedupe.pairs import COLUMNS  # noqa: PLC0415 (the dedupe package is loaded only by pair deciders)
+
+        return {"pooling": "pair", "columns": list(COLUMNS),
+                "linear": fit_linear(features.embeddings["pair"], y, n_labels, C_PROBE)}
+    if method in PROBES or method == PART_PROBE:
         pooling = method.split("-", 1)[1]
         return {"pooling": pooling, "linear": fit_linear(features.embeddings[pooling], y, n_labels, C_PROBE)}
     if method == "zeroshot":
@@ -145,7 +150,11 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
 def predict(method: str, state: dict[str, Any], features: FeatureSet) -> np.ndarray:
     if method in ("tfidf", "tfidf-rules"):
         return predict_linear(state["linear"], tfidf_matrix(state, features.texts))
-    if method in PROBES or method in (PART_PROBE, PAIR_PROBE, SETFIT):
+    if method == PAIR_PROBE:
+        from ..dedupe.pairs import select  # noqa: PLC0415
+
+        return predict_linear(state["linear"], select(features.embeddings["pair"], state.get("columns")))
+    if method in PROBES or method in (PART_PROBE, SETFIT):
         return predict_linear(state["linear"], features.embeddings[state["pooling"]])
     if method == "zeroshot":
         assert features.zeroshot is not None
