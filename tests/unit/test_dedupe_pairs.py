@@ -1,0 +1,61 @@
+"""``probe-pair``'s comparisons of a pair's halves (``dedupe/pairs.py``): the ``digits`` column, and a decider that
+reads exactly the columns it was fitted on (pure functions: no engine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tiankong.deciders import methods
+from tiankong.dedupe.pairs import COLUMNS, LEGACY_COLUMNS, lexical, select
+from tiankong.errors import ConfigError
+
+DIGITS = COLUMNS.index("digits") - 1  # lexical() has every column but the cosine
+NUMBERS = COLUMNS.index("numbers") - 1
+
+
+@pytest.mark.parametrize(("a", "b", "numbers", "digits"), [
+    # the same phone and street number; one side adds cross streets: not the same set, every shared digit kept
+    ("carnegie deli 854 7th ave. between 54th and 55th sts. new york 212/757-2245",
+     "carnegie deli 854 seventh ave. new york city 212-757-2245", 0.0, 1.0),
+    # another phone: the street number and the area code are shared (6 of the side with fewer's 13 digits)
+    ("uncle nicks 747 9th ave. new york 212/315-1726", "uncle nicks 747 ninth ave. new york city 212-245-7992",
+     0.0, 6 / 13),
+    ("no numbers here", "none here either", 1.0, 1.0),
+    ("room 12", "room twelve", 0.0, 0.0),
+])
+def test_digits_counts_the_shared_numbers_of_the_side_with_fewer(a: str, b: str, numbers: float,
+                                                                   digits: float) -> None:
+    row = lexical(a, b)
+    assert len(row) == len(COLUMNS) - 1
+    assert row[NUMBERS] == numbers
+    assert row[DIGITS] == pytest.approx(digits)
+
+
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of every column in which only ``digits`` separates the labels (0: same, 1: different)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.4, 0.6, size=(n, len(COLUMNS)))
+    y = np.arange(n) % 2
+    x[:, COLUMNS.index("digits")] = np.where(y == 0, 0.95, 0.2)
+    return x, y
+
+
+def test_a_pair_decider_stores_its_columns_and_one_saved_before_reads_the_first_six() -> None:
+    x, y = _pairs(40)
+    state = methods.fit(methods.PAIR_PROBE, methods.FeatureSet([""] * 40, {"pair": x}), y, 2)
+    assert state["columns"] == list(COLUMNS)
+    fitted = methods.predict(methods.PAIR_PROBE, state, methods.FeatureSet([""] * 40, {"pair": x}))
+    assert (fitted.argmax(axis=1) == y).mean() == 1.0  # it reads the digits column
+    # a decider saved before `digits` existed: fitted on six columns, no "columns" in its state
+    old = methods.fit(methods.PAIR_PROBE, methods.FeatureSet([""] * 40, {"pair": x[:, :6]}), y, 2)
+    old.pop("columns")
+    now = methods.predict(methods.PAIR_PROBE, old, methods.FeatureSet([""] * 40, {"pair": x}))
+    assert now.shape == (40, 2)
+    with_six = methods.predict_linear(old["linear"], x[:, : len(LEGACY_COLUMNS)])
+    assert np.allclose(now, with_six)
+
+
+def test_a_column_this_version_does_not_compute_is_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match="tune the decider again"):
+        select(np.zeros((1, len(COLUMNS))), [*COLUMNS, "phonetic"])
