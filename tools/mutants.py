@@ -96,6 +96,9 @@ MUTANTS = (
     Mutant("tune-repeated-cv", "small data are cross-validated over several shuffles and the scores averaged",
            "    if len(runs) == 1:\n        return runs[0]\n", "    if runs:\n        return runs[0]\n",
            (TUNING, "-k", "shuffles")),
+    Mutant("dedupe-pair-digits", "probe-pair compares the digits of the numbers both halves hold",
+           "    return min(1.0, sum(len(n) for n in a & b) / fewer)\n", "    return 1.0 if a == b else 0.0\n",
+           ("tests/unit/test_dedupe_pairs.py",)),
 )
 
 
