@@ -142,6 +142,27 @@ def test_tune_dedupe_on_labelled_pairs_registers_a_decider_that_dedupe_uses(tmp_
     assert_one_line_error(run_cli("tune", "dedupe", "--data", str(bad), "--name", "x"), "pair 1", "same")
 
 
+def test_pairs_out_writes_the_band_to_label_and_tune_dedupe_refuses_it_until_labelled(tmp_path: Path) -> None:
+    """``--pairs-out``: each uncertain pair once, with both texts, ready to label; merged pairs are not in it;
+    unlabelled, ``tune dedupe`` names the pair and the labels it accepts; labelled, it reads every row."""
+    from tiankong.tuning.dedupe import pair_rows
+
+    src = _write(tmp_path / "in.jsonl", PLANTED)  # type: ignore[arg-type]
+    band = tmp_path / "band.jsonl"
+    proc = run_cli("dedupe", "--input", str(src), "--output", str(tmp_path / "out.jsonl"), "--pairs-out", str(band))
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in band.read_text(encoding="utf-8").splitlines()]
+    assert [(r["a_id"], r["b_id"]) for r in rows] == [("u1", "u2")]  # the band's one pair, once
+    (row,) = rows
+    assert (row["a"], row["b"]) == (PLANTED[6]["text"], PLANTED[7]["text"]) and row["label"] == ""
+    assert row["stage"] == "semantic" and 0.8 <= row["score"] < 0.9
+    assert_one_line_error(run_cli("tune", "dedupe", "--data", str(band), "--name", "x"), "pair 1", "same")
+    band.write_text(json.dumps({**row, "label": "same"}) + "\n", encoding="utf-8")
+    assert pair_rows(band) == [{"text": pair_text(row["a"], row["b"]), "label": "same"}]
+    assert_one_line_error(run_cli("dedupe", "--input", str(src), "--output", str(band), "--pairs-out", str(band)),
+                          "own path")
+
+
 def test_the_cli_writes_one_line_per_record_keep_ids_and_the_same_bytes_twice(tmp_path: Path) -> None:
     src = _write(tmp_path / "in.jsonl", PLANTED)  # type: ignore[arg-type]
     first, second, kept = tmp_path / "one.jsonl", tmp_path / "two.jsonl", tmp_path / "kept.txt"

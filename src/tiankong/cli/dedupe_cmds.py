@@ -33,10 +33,13 @@ from . import emit_json
 @click.option("--decider", default=None, help="Decides the uncertain pairs (labels same/different; "
               "`tiankong deciders list`); without it they stay apart and are reported.")
 @click.option("--keep-ids", is_flag=True, help="Write only the kept ids, one per line.")
+@click.option("--pairs-out", default=None, help="Also write the uncertain pairs to this JSONL file, one "
+              '{a, b, a_id, b_id, stage, score, label: ""} per pair: fill in label (same/different) and learn a '
+              "decider from them with `tiankong tune dedupe --data FILE`.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def dedupe(input_path: str, output: str, field: str, id_field: str, near: float, near_low: float | None,
            shingle: int | None, semantic: float, semantic_low: float | None, stages: str, keep: str,
-           decider: str | None, keep_ids: bool, as_json: bool) -> None:
+           decider: str | None, keep_ids: bool, pairs_out: str | None, as_json: bool) -> None:
     """Find exact, near and semantic duplicates in --input; write clusters (or the kept ids) to --output."""
     from ..dedupe import DedupeOptions, dedupe_file
     from ..dedupe.core import Stage
@@ -44,7 +47,8 @@ def dedupe(input_path: str, output: str, field: str, id_field: str, near: float,
     chosen = tuple(cast(Stage, s.strip()) for s in stages.split(",") if s.strip())
     options = DedupeOptions(near=near, near_low=near_low, semantic=semantic, semantic_low=semantic_low,
                             shingle=shingle, keep=keep, stages=chosen, decider=decider)
-    report = dedupe_file(input_path, output, field=field, id_field=id_field, options=options, keep_ids=keep_ids)
+    report = dedupe_file(input_path, output, field=field, id_field=id_field, options=options, keep_ids=keep_ids,
+                         pairs_out=pairs_out)
     if as_json:
         emit_json(report)
         return
@@ -59,5 +63,8 @@ def dedupe(input_path: str, output: str, field: str, id_field: str, near: float,
             f", decided by {uncertain['decider']}: {uncertain['decided_same']} same, "
             f"{uncertain['decided_different']} different" if "decider" in uncertain else
             " left apart (give --decider NAME to decide them)"))
+    if pairs_out is not None:
+        click.echo(f"  {report['pairs_written']} uncertain pairs in {pairs_out}: label them same/different, then "
+                   f"`tiankong tune dedupe --data {pairs_out} --name NAME` and `--decider NAME`")
     for note in report["notes"]:
         click.echo(f"  note: {note}")

@@ -129,18 +129,48 @@ def output_lines(result: Dedupe, *, keep_ids: bool = False) -> list[str]:
     return [json.dumps(a.to_json(), ensure_ascii=False, sort_keys=True) for a in result.records]
 
 
+def band_lines(result: Dedupe, records: list[Record]) -> list[str]:
+    """The uncertain band's pairs, once each (input order), as rows to label for ``tiankong tune dedupe``:
+    ``{"a", "b", "a_id", "b_id", "stage", "score", "label": ""}`` (+ ``p_same`` when a decider decided it). A pair
+    joined by a stage before the band was read is not among them (it is no longer uncertain)."""
+    text = {r.id: r.text for r in records}
+    seen: set[tuple[str, ...]] = set()
+    lines = []
+    for assignment in result.records:
+        for e in assignment.evidence:
+            if e.merged and e.decided_by is None:
+                continue
+            key = tuple(sorted((repr(assignment.id), repr(e.other))))
+            if key in seen:
+                continue
+            seen.add(key)
+            row: dict[str, Any] = {"a": text[assignment.id], "b": text[e.other], "a_id": assignment.id,
+                                   "b_id": e.other, "stage": e.stage, "score": e.score, "label": ""}
+            if e.p_same is not None:
+                row["p_same"] = e.p_same
+            lines.append(json.dumps(row, ensure_ascii=False))
+    return lines
+
+
 def dedupe_file(input: str | Path, output: str | Path, *, field: str = "text", id_field: str = "id",
                 options: DedupeOptions = DEFAULTS, keep_ids: bool = False,
-                request: Request = no_chat_engine) -> dict[str, Any]:
-    """``tiankong dedupe``: IN's records clustered, OUT written atomically; returns the report."""
-    if Path(input).resolve() == Path(output).resolve():
-        raise ConfigError("--output is the --input file", hint="write the output to another path")
+                request: Request = no_chat_engine, pairs_out: str | Path | None = None) -> dict[str, Any]:
+    """``tiankong dedupe``: IN's records clustered, OUT written atomically; returns the report. ``pairs_out``: the
+    uncertain pairs written there too (:func:`band_lines`), to be labelled and learnt from."""
+    paths = {Path(input).resolve(), Path(output).resolve()}
+    if len(paths) == 1 or (pairs_out is not None and Path(pairs_out).resolve() in paths):
+        raise ConfigError("--output (or --pairs-out) is the --input file, or both outputs are one file",
+                          hint="write each output to its own path")
     options.check()
     records = read_records(input, field=field, id_field=id_field)
     result = dedupe_records(records, options, request) if records else _empty()
     write_atomic(output, output_lines(result, keep_ids=keep_ids))
     report = dict(result.report)
     report.update(input=str(input), output=str(output), keep_ids=keep_ids)
+    if pairs_out is not None:
+        band = band_lines(result, records)
+        write_atomic(pairs_out, band)
+        report.update(pairs_out=str(pairs_out), pairs_written=len(band))
     return report
 
 
