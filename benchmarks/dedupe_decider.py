@@ -9,8 +9,8 @@ decider), on the same frozen splits (docs/dedupe.md).
         --split dev --out benchmarks/results/dedupe/decider-dev.json      # --split test: read the test split
 
 How the decided system is set, on dev only (no choice reads the evaluated records):
-* the stages' thresholds (``near``, ``semantic``, shingle k) are the ones ``dedupe_febrl.py`` chose on dev for
-  tiankong's stages without a decider — the decider only adds merges below them;
+* the stages' thresholds (``near``, ``semantic``, shingle k) are chosen as ``dedupe_febrl.py`` chooses them for
+  tiankong's stages without a decider, on the training side — the decider only adds merges below them;
 * the band's floors (``near_low``, ``semantic_low``) are the training side's lowest Jaccard / cosine of a gold pair,
   rounded down to the grid (floor 0.3 / 0.5): every gold pair of the training side is in the band or above it;
 * the training pairs are the training side's candidate pairs at or above those floors (not exact duplicates), labelled
@@ -102,6 +102,25 @@ def decided(train: list[Any], evaluated: list[Any], setting: tuple[int, float, f
             "tune_s": round(tune_s, 1), "records_per_s": round(len(evaluated) / run_s, 1)}
 
 
+def stages_setting(scores: Scores) -> tuple[tuple[int, float, float], dict[str, float]]:
+    """``dedupe_febrl.py``'s choice of tiankong's stage thresholds (k, near, semantic) on ``scores``' records."""
+    combo = [(k, n, c) for k in (3, 5) for n in GRID for c in COS_GRID[::2]]
+    return best(scores, lambda s, x: s.system(*x), combo)  # type: ignore[no-any-return]
+
+
+def library(evaluated: list[Any], setting: tuple[int, float, float]) -> dict[str, Any]:
+    """The stages through the library (``dedupe_records``) with no decider: the same pairs as ``Scores.system``
+    computes outside it (the decided row's baseline, checked in the same run)."""
+    from tiankong.dedupe import DedupeOptions, Record
+    from tiankong.dedupe.files import dedupe_records
+
+    k, near, semantic = setting
+    result = dedupe_records([Record(r[0], r[2]) for r in evaluated],
+                            DedupeOptions(near=near, semantic=semantic, semantic_low=None, shingle=k))
+    index = {r[0]: i for i, r in enumerate(evaluated)}
+    return score(evaluated, [(index[a.cluster], index[a.id]) for a in result.records if a.cluster != a.id])
+
+
 def halves(records: list[Any], seed: int) -> tuple[list[Any], list[Any]]:
     one, two = [], []
     for r in records:
@@ -119,8 +138,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         entry: dict[str, Any] = {"test_sha256": febrl.split_sha(test_records)}
         results["datasets"][dataset] = entry
         dev = Scores(dev_records)
-        combo = [(k, n, c) for k in (3, 5) for n in GRID for c in COS_GRID[::2]]
-        setting, setting_dev = best(dev, lambda s, x: s.system(*x), combo)
+        setting, setting_dev = stages_setting(dev)
         entry["stages_setting"] = {"k": setting[0], "near": setting[1], "semantic": setting[2], "dev": setting_dev}
         with tempfile.TemporaryDirectory(prefix="tiankong-decider-bench-") as folder:
             os.environ["TIANKONG_DATA_DIR"] = folder  # the tuned deciders are registered here, then removed
@@ -128,9 +146,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 one, two = halves(dev_records, args.seed)
                 entry["halves"] = []
                 for i, (train, evaluated) in enumerate(((one, two), (two, one))):
-                    plain = score(evaluated, Scores(evaluated).system(*setting))
-                    with_decider = decided(train, evaluated, setting, f"bench-{dataset}-half{i}", Path(folder))
-                    entry["halves"].append({"records": len(evaluated), "no_decider": plain, "decided": with_decider})
+                    chosen, _ = stages_setting(Scores(train))  # the training half alone chooses everything
+                    plain = score(evaluated, Scores(evaluated).system(*chosen))
+                    with_decider = decided(train, evaluated, chosen, f"bench-{dataset}-half{i}", Path(folder))
+                    entry["halves"].append({"records": len(evaluated), "stages_setting": chosen,
+                                            "no_decider": plain, "decided": with_decider})
                     print(dataset, "half", i, json.dumps(entry["halves"][-1]), flush=True)
             else:
                 test = Scores(test_records)
@@ -138,10 +158,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ds_setting, _ = max(((x, score(dev_records, febrl.datasketch_pairs(dev.norm, *x))) for x in ds_grid),
                                     key=lambda x: (x[1]["f1"], str(x[0])))
                 emb_t, _ = best(dev, lambda s, t: [(a, b) for a, b, c in s.semantic if c >= t], COS_GRID)
+                entry["settings"] = {"datasketch": {"k": ds_setting[0], "threshold": ds_setting[1]},
+                                     "embeddings": {"cosine": emb_t}}
                 entry["test"] = {
                     "datasketch": score(test_records, febrl.datasketch_pairs(test.norm, *ds_setting)),
                     "embeddings": score(test_records, [(a, b) for a, b, c in test.semantic if c >= emb_t]),
                     "tiankong": score(test_records, test.system(*setting)),
+                    "tiankong, library, no decider": library(test_records, setting),
                     "tiankong+decider": decided(dev_records, test_records, setting, f"bench-{dataset}", Path(folder)),
                 }
                 print(dataset, json.dumps(entry["test"], indent=1), flush=True)

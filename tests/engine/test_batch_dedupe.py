@@ -193,8 +193,9 @@ def test_a_dedupe_job_on_ray_signs_in_partitions_and_writes_the_same_clusters(tm
 
 
 def test_a_semantic_dedupe_on_ray_searches_in_partitions_and_finds_the_same_pairs(tmp_path: Path) -> None:
-    """The ANN search in partitions of the queries (the index built on the driver and shipped): the same clusters
-    as the job on this machine, paraphrases (no shared shingles to speak of) among them."""
+    """The vectors embedded by the nodes' own embedding parts and the ANN search in partitions of the queries (the
+    index built on the driver and shipped): the same clusters, byte for byte, as the job on this machine,
+    paraphrases (no shared shingles to speak of) among them; no part engine outlives its task."""
     pytest.importorskip("ray", reason="the [ray] extra (make test installs it)")
     topics = ["printer", "laptop", "phone", "router", "monitor", "keyboard", "scanner", "camera", "tablet", "server"]
     rows = [{"id": f"r{i}", "text": f"Order {i}: the {topics[i % 10]} arrived with a cracked case, unit {i * 7919}."}
@@ -207,5 +208,6 @@ def test_a_semantic_dedupe_on_ray_searches_in_partitions_and_finds_the_same_pair
     run(make_job(input=str(src), output=str(local), kind="dedupe", args=args))
     report = run(make_job(input=str(src), output=str(remote), kind="dedupe", args=args, ray="local"))
     assert report.step is not None and report.step["ray"]["partitions"]["search"] >= 2
+    assert report.step["ray"]["partitions"]["vectors"] >= 2
     assert report.step["stages"]["semantic"]["pairs"] >= 1, report.step
     assert remote.read_bytes() == local.read_bytes()

@@ -116,9 +116,9 @@ def test_tune_dedupe_on_labelled_pairs_registers_a_decider_that_dedupe_uses(tmp_
     (``probe-pair``) wins the CV — the methods reading the pair as one text are at chance on this file, where every
     "different" pair reuses the A of a "same" pair — and, reloaded, it ranks a held-out duplicate above a held-out
     distinct pair and decides dedupe's uncertain band. Measured (3 folds over 3 shuffles, seed 0, deterministic;
-    2026-12-05, with and without the digits column alike — these pairs hold no numbers): probe-pair 0.847, tfidf
-    0.257, probe-part 0.222; the bound 0.7 is the one-shuffle figure of the first measurement (0.812) less 2
-    standard errors (0.056)."""
+    2026-12-05): probe-pair 0.847 with the digits column and without it (on these pairs it equals the numbers
+    column), tfidf 0.257, probe-part 0.222 (benchmarks/results/dedupe/tune-pairs-2026-12-05*.txt); the bound 0.7
+    is the one-shuffle figure of the first measurement (0.812) less 2 standard errors (0.056)."""
     from tiankong.deciders import load_decider
     from tiankong.deciders.runtime import scores_flow
 

@@ -56,6 +56,11 @@ def test_a_pair_decider_stores_its_columns_and_one_saved_before_reads_the_first_
     assert np.allclose(now, with_six)
 
 
+def test_no_rows_select_to_no_rows_of_the_stored_columns() -> None:
+    assert select(np.zeros((0,)), None).shape == (0, len(LEGACY_COLUMNS))
+    assert select(np.zeros((0, len(COLUMNS))), list(COLUMNS)).shape == (0, len(COLUMNS))
+
+
 def test_a_column_this_version_does_not_compute_is_one_clear_error() -> None:
-    with pytest.raises(ConfigError, match="tune the decider again"):
+    with pytest.raises(ConfigError, match="phonetic"):
         select(np.zeros((1, len(COLUMNS))), [*COLUMNS, "phonetic"])

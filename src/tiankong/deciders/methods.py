@@ -135,8 +135,9 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
     if method == PAIR_PROBE:  # its columns stored: a later version's added column leaves this decider as it was
         from ..dedupe.pairs import COLUMNS  # noqa: PLC0415 (the dedupe package is loaded only by pair deciders)
 
-        return {"pooling": "pair", "columns": list(COLUMNS),
-                "linear": fit_linear(features.embeddings["pair"], y, n_labels, C_PROBE)}
+        matrix = features.embeddings["pair"]
+        return {"pooling": "pair", "columns": list(COLUMNS[: matrix.shape[1]]),
+                "linear": fit_linear(matrix, y, n_labels, C_PROBE)}
     if method in PROBES or method == PART_PROBE:
         pooling = method.split("-", 1)[1]
         return {"pooling": pooling, "linear": fit_linear(features.embeddings[pooling], y, n_labels, C_PROBE)}

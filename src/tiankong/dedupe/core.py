@@ -50,6 +50,9 @@ class Spread(Protocol):
     def search(self, index_bytes: Any, queries: Any, wanted: int) -> tuple[Any, Any]:
         """``semantic.search_index`` of every query row."""
 
+    def vectors(self, texts: Sequence[str], part: str) -> tuple[list[list[float]] | None, str]:
+        """``part_flows.part_vectors`` of ``texts`` (the same vectors and cut note), embedded where it runs."""
+
 
 @dataclass(frozen=True)
 class DedupeOptions:
@@ -260,7 +263,10 @@ def _semantic(texts: list[str], options: DedupeOptions) -> Flow[tuple[list[Any],
     unread = part_reads(part, texts)
     if unread:
         return unread
-    vectors, cut = yield from part_vectors(list(texts), part)
+    if options.spread is not None:
+        vectors, cut = options.spread.vectors(list(texts), part)
+    else:
+        vectors, cut = yield from part_vectors(list(texts), part)
     if vectors is None:
         return cut
     low = options.semantic_low if options.semantic_low is not None else options.semantic

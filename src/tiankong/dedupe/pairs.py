@@ -13,7 +13,8 @@ instead fits a logistic regression on a few comparisons of the two halves, all i
 * ``digits`` — the digits of the shared numbers over the digits of the side with fewer (1 when neither has a number,
   0 when only one has): the same phone or order number counts although one side adds others ("854 7th ave. between
   54th and 55th sts. 212/757-2245" vs "854 seventh ave. 212-757-2245": ``numbers`` 0, ``digits`` 1). Measured reason:
-  on Restaurant's dev split the gold pairs ``numbers`` missed were mostly of that kind (docs/dedupe.md).
+  on Restaurant's dev split the gold pairs ``numbers`` missed were mostly of that kind (docs/dedupe.md). Numbers
+  are digit runs as written (one inner "," or "." kept): "212 757 2245" and "2127572245" share none.
 
 A decider stores the columns it was fitted on (``state["columns"]``; one saved before ``digits`` existed has the first
 six) and reads only those, so adding a column never changes an old decider's answers.
@@ -77,7 +78,9 @@ def select(rows: Any, columns: list[str] | None) -> Any:
     if unknown:
         raise ConfigError(f"this pair decider reads the columns {unknown}, which this version does not compute",
                           hint="upgrade tiankong, or tune the decider again with this version (tiankong tune dedupe)")
-    return rows[:, [COLUMNS.index(c) for c in wanted]]
+    import numpy as np  # noqa: PLC0415 (the CLI's --help and the registry load this module's callers)
+
+    return np.asarray(rows).reshape(-1, len(COLUMNS))[:, [COLUMNS.index(c) for c in wanted]]
 
 
 def pair_features_flow(texts: list[str], part: str = "") -> Flow[list[list[float]]]:
