@@ -1,6 +1,7 @@
 """A dedupe job's scale-out on Ray (issue 42: 2 nodes ≥ 1.7× one node), side by side in one run: the MinHash
 signatures on this machine (one core), on a Ray cluster of one node (one core) and of two nodes (a core each), and
-the whole ``kind = "dedupe"`` job (exact + near stages, OUT written once by the driver) on one and on two nodes.
+the whole ``kind = "dedupe"`` job (exact + near stages, OUT written once by the driver; ``--stages
+exact,near,semantic`` adds the semantic stage, its vectors embedded on the nodes) on one and on two nodes.
 
     .venv/bin/python benchmarks/dedupe_ray.py --records 40000 --out benchmarks/results/dedupe/ray-DATE.json
 
@@ -66,11 +67,14 @@ def measure(address: str, texts: list[str], source: Path, out: Path, repeats: in
         start = time.perf_counter()
         spread.close()
         close_s = time.perf_counter() - start
-    job_s = best_of(repeats, lambda: run(make_job(input=str(source), output=str(fresh(out)), kind="dedupe",
-                                                  args=ARGS, ray=address)))
+    reports: list[Any] = []
+    job_s = best_of(repeats, lambda: reports.append(run(make_job(input=str(source), output=str(fresh(out)),
+                                                                 kind="dedupe", args=ARGS, ray=address))))
+    job_ray = reports[-1].step["ray"] if reports and reports[-1].step else {}
     return {"connect_s": round(connect_s, 3), "close_s": round(close_s, 3), "bands_s": round(bands_s, 3),
             "sign_s": round(sign_s, 3), "sign_records_per_s": round(len(texts) / sign_s),
-            "job_s": round(job_s, 3), "job_records_per_s": round(len(texts) / job_s), **described}
+            "job_s": round(job_s, 3), "job_records_per_s": round(len(texts) / job_s), **described,
+            "job_partitions": job_ray.get("partitions", {})}
 
 
 def main() -> None:
@@ -78,7 +82,10 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=40000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--stages", default="exact,near", help="the job's stages; with semantic, each node embeds "
+                        "its partition with its own embedding part (use fewer --records: ~10 records/s a core)")
     args = parser.parse_args()
+    ARGS["stages"] = args.stages.split(",")
     cores = two_cores()
     work = Path(tempfile.mkdtemp(prefix="tk-dedupe-ray-"))
     texts = make_records(args.records, 500, 0)
@@ -111,6 +118,9 @@ def main() -> None:
         "signatures_2_vs_1": round(one["sign_s"] / two["sign_s"], 3),
         "job_2_vs_1": round(one["job_s"] / two["job_s"], 3),
     }
+    if "semantic" in ARGS["stages"]:
+        result["vectors_partitions"] = {"ray_1_node": one["job_partitions"].get("vectors"),
+                                        "ray_2_nodes": two["job_partitions"].get("vectors")}
     print(f"2 nodes / 1 node: signatures {result['signatures_2_vs_1']:.2f}x, whole job {result['job_2_vs_1']:.2f}x "
           f"(target >= 1.7); same output everywhere: {same}", flush=True)
     if args.out:
