@@ -194,8 +194,11 @@ def test_a_dedupe_job_on_ray_signs_in_partitions_and_writes_the_same_clusters(tm
 
 def test_a_semantic_dedupe_on_ray_searches_in_partitions_and_finds_the_same_pairs(tmp_path: Path) -> None:
     """The vectors embedded by the nodes' own embedding parts and the ANN search in partitions of the queries (the
-    index built on the driver and shipped): the same clusters, byte for byte, as the job on this machine,
-    paraphrases (no shared shingles to speak of) among them; no part engine outlives its task."""
+    index built on the driver and shipped): the same clusters and the same evidence pairs as the job on this
+    machine, paraphrases (no shared shingles to speak of) among them. Scores may differ by float noise: a node's
+    part batches its requests on its own (measured: cosines within 5e-5 of the driver's on 2,000 records,
+    benchmarks/results/dedupe/ray-2026-12-05-vectors.log), so they are compared within 1e-4; no pair here lies that
+    close to a threshold."""
     pytest.importorskip("ray", reason="the [ray] extra (make test installs it)")
     topics = ["printer", "laptop", "phone", "router", "monitor", "keyboard", "scanner", "camera", "tablet", "server"]
     rows = [{"id": f"r{i}", "text": f"Order {i}: the {topics[i % 10]} arrived with a cracked case, unit {i * 7919}."}
@@ -210,4 +213,9 @@ def test_a_semantic_dedupe_on_ray_searches_in_partitions_and_finds_the_same_pair
     assert report.step is not None and report.step["ray"]["partitions"]["search"] >= 2
     assert report.step["ray"]["partitions"]["vectors"] >= 2
     assert report.step["stages"]["semantic"]["pairs"] >= 1, report.step
-    assert remote.read_bytes() == local.read_bytes()
+    here, there = ([json.loads(x) for x in f.read_text().splitlines()] for f in (local, remote))
+    assert [(r["id"], r["cluster"], r["kept"]) for r in there] == [(r["id"], r["cluster"], r["kept"]) for r in here]
+    for a, b in zip(here, there, strict=True):
+        assert [(e["stage"], e["with"], e["merged"]) for e in b["evidence"]] == \
+            [(e["stage"], e["with"], e["merged"]) for e in a["evidence"]]
+        assert [e["score"] for e in b["evidence"]] == pytest.approx([e["score"] for e in a["evidence"]], abs=1e-4)

@@ -8,8 +8,10 @@ same clusters — and the driver alone writes ``OUT``, once (``batch/whole.py``)
   (bands are independent; the driver takes the union of their candidate codes);
 - the semantic stage's **vectors**: each partition of the texts is embedded by a task that installs the embedding
   part on its node if missing (``ray_exec.ensure_model``), starts it there, embeds and stops it. Partitions are
-  whole multiples of the part's request batch (``EMBED_BATCH``), so every request holds the texts it holds in place
-  and the vectors are the same numbers (the test compares the outputs' bytes);
+  whole multiples of the part's request batch (``EMBED_BATCH``), so every request holds the texts it holds in place;
+  the numbers can still differ from the driver's by float noise (the part batches concurrent requests as they come:
+  cosines within 5e-5 measured on 2,000 records), so a pair that close to a threshold can fall the other way
+  (Ray 1 and 2 nodes gave the same bytes; the local job differed in 3 of 2,000 records);
 - the semantic stage's **ANN search**: the faiss index is built on the driver (one deterministic graph) and
   shipped serialized; the queries are searched in partitions.
 
