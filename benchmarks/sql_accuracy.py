@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -245,6 +246,26 @@ def score(con: sqlite3.Connection, schema: Any, sql: str, gold: str) -> dict[str
     return {"outcome": outcome, "correct": correct, "unknown_name": unknown, "sql": sql}
 
 
+def ask_both(client: Client, item: dict[str, Any], db: Path, schema: Any, con: sqlite3.Connection,
+             raw: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One question asked both ways and scored: the same model's free text (unless ``raw`` is given from an earlier
+    store) and the grammar-bound ``sql`` task; each side with its seconds."""
+    if raw is None:
+        started = time.monotonic()
+        messages = [{"role": "system", "content": SQL_PROMPT.format(schema=schema.prompt())},
+                    {"role": "user", "content": item["question"]}]
+        free = client.chat(messages, max_tokens=320, temperature=0.0, seed=42).text
+        raw = {**score(con, schema, first_select(free), item["gold"]), "s": time.monotonic() - started}
+    started = time.monotonic()
+    try:
+        answer = client.sql(item["question"], db=db)
+        bound = {**score(con, schema, answer.sql, item["gold"]), "attempts": answer.attempts}
+    except TiankongError as exc:
+        bound = {"outcome": "refused", "correct": False, "unknown_name": False, "error": str(exc)[:200]}
+    bound["s"] = time.monotonic() - started
+    return raw, bound
+
+
 def load(store: Path | None) -> dict[str, dict[str, Any]]:
     out = {}
     for line in store.read_text().splitlines() if store is not None and store.exists() else []:
@@ -253,12 +274,14 @@ def load(store: Path | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run(model: str, items: list[dict[str, Any]], slots: int, db: Path, store: Path,
-        raw_from: Path | None = None) -> list[dict[str, Any]]:
+def run(model: str, items: list[dict[str, Any]], slots: int, db: Path | Callable[[dict[str, Any]], Path],
+        store: Path, raw_from: Path | None = None) -> list[dict[str, Any]]:
+    """Every item not in ``store`` asked both ways and appended to it (resumable); ``db``: the database, or the
+    database of each item (``sql_spider.py``)."""
     measured = load(store)
     earlier = {k: v for k, v in load(raw_from).items() if v.get("model") == model}
     todo = [i for i in items if i["id"] not in measured]
-    schema = schema_from_db(db)
+    db_of = db if callable(db) else (lambda _item: db)
     if todo:
         record = resolve_installed(model)
         engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 4096, slots=slots), locate_engine())
@@ -266,29 +289,18 @@ def run(model: str, items: list[dict[str, Any]], slots: int, db: Path, store: Pa
         try:
             with Client(engine.url) as client:
                 def one(item: dict[str, Any]) -> dict[str, Any]:
-                    with read_only(db) as con:
+                    path = db_of(item)
+                    with read_only(path) as con:
                         old = earlier.get(item["id"])
+                        raw = None
                         if old is not None and old["question"] == item["question"] and old["gold"] == item["gold"]:
                             raw = {"from": str(raw_from), **old["raw"]}  # the first store it came from
-                        else:
-                            started = time.monotonic()
-                            messages = [{"role": "system", "content": SQL_PROMPT.format(schema=schema.prompt())},
-                                        {"role": "user", "content": item["question"]}]
-                            free = client.chat(messages, max_tokens=320, temperature=0.0, seed=42).text
-                            raw = {**score(con, schema, first_select(free), item["gold"]),
-                                   "s": time.monotonic() - started}
-                        started = time.monotonic()
-                        try:
-                            answer = client.sql(item["question"], db=db)
-                            bound = {**score(con, schema, answer.sql, item["gold"]), "attempts": answer.attempts}
-                        except TiankongError as exc:
-                            bound = {"outcome": "refused", "correct": False, "unknown_name": False,
-                                     "error": str(exc)[:200]}
-                        bound["s"] = time.monotonic() - started
+                        raw, bound = ask_both(client, item, path, schema_from_db(path), con, raw)
                     done = {**item, "raw": raw, "sql_task": bound, "model": record.name}
                     with store.open("a") as handle:
                         handle.write(json.dumps(done, ensure_ascii=False) + "\n")
-                    print(f"  {item['id']}: free {raw['correct']} | sql {bound['correct']}", flush=True)
+                    print(f"  {item['id']} {item.get('db', '')}: free {raw['correct']} | sql {bound['correct']}",
+                          flush=True)
                     return done
 
                 with ThreadPoolExecutor(slots) as pool:

