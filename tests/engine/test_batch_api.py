@@ -470,8 +470,14 @@ def test_batch_lines_step_aside_and_their_answers_are_whole(smol_engine: EngineP
             body = line["response"]["body"]
             request = next(x["body"] for x in lines if x["custom_id"] == line["custom_id"])
             alone = httpx.post(f"{url}/v1/chat/completions", json=request, timeout=120).json()
-            assert body["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
-            assert body["usage"]["completion_tokens"] <= 60
+            # whole: the same budget read to the same end as an uninterrupted run. The words themselves may differ:
+            # the line was decoded beside the interactive chats, and llama.cpp's numbers depend on what shares a
+            # batch — fresh-clone run 15 (benchmarks/results/fresh-clone-2026-12-05-run15.txt) saw the greedy path
+            # part at the 4th token, before any step aside. A line that lost or repeated pieces at its seam, or went
+            # on with a budget of 1, has another token count or end.
+            assert body["choices"][0]["finish_reason"] == alone["choices"][0]["finish_reason"]
+            assert body["usage"]["completion_tokens"] == alone["usage"]["completion_tokens"] <= 60
+            assert body["choices"][0]["message"]["content"].strip()
 
 
 # --- bad input ------------------------------------------------------------------------------------------------
