@@ -7,12 +7,15 @@ order (the held-out figures of docs/benchmarks.md use positions 0–99; these ar
 question the model's first call is written as the gateway writes it (``tool_template``: its own template, under the
 grammar), closed, and then one forward pass gives P(another ``<tool_call>``) against P(the end of the turn) — the
 decision a parallel answer turns on. Printed per category with the number of calls BFCL's answer holds.
+``--categories`` may add ``irrelevance`` (BFCL's questions that no given function answers: only P(call) is read,
+the decision ``auto`` turns on; its positions in a seeded order, as for the others).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -35,7 +38,16 @@ from tiankong.structured.tool_template import (
 from tiankong.structured.tools import Tool
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tool_calls import load, to_tools  # noqa: E402
+from tool_calls import bfcl_dir, load, to_tools  # noqa: E402
+
+
+def irrelevant(category: str, n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """BFCL's irrelevance questions (no answer file: the right answer is no call), in a seeded order."""
+    path = bfcl_dir() / "bfcl_eval" / "data" / "BFCL_v4_irrelevance.json"
+    rows = [{**json.loads(line), "category": category, "ground_truth": []}
+            for line in path.read_text().splitlines() if line.strip()]
+    random.Random(seed).shuffle(rows)
+    return rows[:n]
 
 
 def main() -> None:
@@ -43,7 +55,10 @@ def main() -> None:
     parser.add_argument("--start", type=int, default=100)
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--categories", default="parallel,simple,multiple",
+                        help="comma-separated: parallel, simple, multiple, irrelevance")
     args = parser.parse_args()
+    categories = args.categories.split(",")
     record = resolve_installed(DEFAULT_MODEL)
     engine = EngineProcess(EngineConfig(model=record.path, ctx=8192, slots=1), locate_engine())
     engine.start()
@@ -59,8 +74,8 @@ def main() -> None:
             top = answer["completion_probabilities"][0]["top_probs"]
             return answer, [(str(t["token"]), float(t["prob"])) for t in top]
 
-        for category in ("parallel", "simple", "multiple"):
-            rows = load(category, args.start + args.n)[args.start:]
+        for category in categories:
+            rows = (irrelevant if category == "irrelevance" else load)(category, args.start + args.n)[args.start:]
             for row in rows:
                 tools = [Tool(t["function"]["name"], t["function"].get("description", ""), t["function"]["parameters"])
                          for t in to_tools(row["function"])]
@@ -69,6 +84,11 @@ def main() -> None:
                 if prompt is None:
                     continue
                 p_call, opener = run_sync(first_step(prompt), request)
+                if category == "irrelevance":
+                    item = {"category": category, "id": row["id"], "gold_calls": 0, "p_call": round(p_call, 4)}
+                    rows_out.append(item)
+                    print(json.dumps(item, ensure_ascii=False), flush=True)
+                    continue
                 calls, written, _, _, errors = run_sync(template_calls(
                     prompt, tools, opener, parallel=False, max_tokens=None, options={"temperature": 0}), request)
                 opener_text, closer_text = OPENERS[opener]
@@ -88,9 +108,9 @@ def main() -> None:
                 print(json.dumps(item, ensure_ascii=False), flush=True)
     finally:
         engine.stop()
-    for key in ("p_go_on", "p_list_more"):
-        for category in ("parallel", "simple", "multiple"):
-            ps = [r[key] for r in rows_out if r["category"] == category and r[key] is not None]
+    for key in ("p_call", "p_go_on", "p_list_more"):
+        for category in categories:
+            ps = [r[key] for r in rows_out if r["category"] == category and r.get(key) is not None]
             if len(ps) > 1:
                 print(f"{key} {category}: n={len(ps)} median {statistics.median(ps):.4f} deciles "
                       + " ".join(f"{q:.4f}" for q in statistics.quantiles(ps, n=10)))

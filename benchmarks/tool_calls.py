@@ -185,9 +185,14 @@ def done(store: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
+SKIPPED: dict[str, Any] = {"outcome": "skipped", "ast": False, "s": 0.0}
+
+
 async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path,
-              raw_from: Path | None = None) -> list[dict[str, Any]]:
-    """``raw_from``: a store of an earlier run whose raw answers are reused (only the gateway is asked again)."""
+              raw_from: Path | None = None, raw: bool = True) -> list[dict[str, Any]]:
+    """``raw_from``: a store of an earlier run whose raw answers are reused (only the gateway is asked again);
+    ``raw=False``: the raw side is not asked at all (development of the gateway's path: its rows say "skipped")."""
+    ask_raw = raw
     measured = done(store)
     earlier = done(raw_from) if raw_from is not None else {}
     todo = [row for row in rows if row["id"] not in measured]
@@ -204,7 +209,7 @@ async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path,
                     async with gate:
                         tools = to_tools(row["function"])
                         raw = earlier[row["id"]]["raw"] if row["id"] in earlier else \
-                            await ask(http, engine.url, row, tools, check)
+                            await ask(http, engine.url, row, tools, check) if ask_raw else SKIPPED
                         through = await ask(http, gateway, row, tools, check)
                         item = {"id": row["id"], "category": row["category"], "raw": raw, "gateway": through,
                                 "model": record.name}
@@ -275,6 +280,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n", type=int, default=100, help="questions per category (seeded sample)")
+    parser.add_argument("--start", type=int, default=0, help="skip the first START of each category's order: "
+                        "positions START.. are development questions (the held-out figures read 0–99)")
+    parser.add_argument("--categories", default=",".join(CATEGORIES), help="comma-separated (default: all three)")
     parser.add_argument("--take", type=int, default=None, help="score only the first TAKE of each category's "
                         "--n sample (nested: a later run with a larger TAKE resumes)")
     parser.add_argument("--slots", type=int, default=4)
@@ -284,17 +292,18 @@ def main() -> None:
     parser.add_argument("--store", default=None, help="the JSONL file's name under --results (default: the model)")
     parser.add_argument("--interleave", action="store_true", help="ask the categories in turn (a run cut short "
                         "still has every category)")
+    parser.add_argument("--no-raw", action="store_true", help="ask only the gateway (development runs)")
     parser.add_argument("--score-only", action="store_true", help="score what the store holds (a run cut short)")
     args = parser.parse_args()
     args.results.mkdir(parents=True, exist_ok=True)
-    per = [load(category, args.n)[:args.take] for category in CATEGORIES]
+    per = [load(category, args.start + args.n)[args.start:][:args.take] for category in args.categories.split(",")]
     rows = [row for group in per for row in group]
     if args.interleave:
         rows = [group[i] for i in range(max(map(len, per))) for group in per if i < len(group)]
     store = args.results / (args.store or f"{args.model.replace(':', '_')}.jsonl")
     if args.score_only:
         rows = [row for row in rows if row["id"] in done(store)]
-    items = asyncio.run(run(args.model, rows, args.slots, store, args.raw_from))
+    items = asyncio.run(run(args.model, rows, args.slots, store, args.raw_from, not args.no_raw))
     check = checker()
     for item, row in zip(items, rows, strict=True):
         item["raw_text_parsed"] = text_parsed(item, row, check)
