@@ -219,3 +219,13 @@ def test_a_semantic_dedupe_on_ray_searches_in_partitions_and_finds_the_same_pair
         assert [(e["stage"], e["with"], e["merged"]) for e in b["evidence"]] == \
             [(e["stage"], e["with"], e["merged"]) for e in a["evidence"]]
         assert [e["score"] for e in b["evidence"]] == pytest.approx([e["score"] for e in a["evidence"]], abs=1e-4)
+
+
+def test_a_node_that_cannot_install_the_part_skips_the_semantic_stage_with_the_reason() -> None:
+    """What runs in each Ray vectors task, called here in place: a part the node has not and cannot install is the
+    semantic stage skipped with the node's reason (as on one machine without the part), never a failed job."""
+    from tiankong.batch.ray_dedupe import _vector_partition
+
+    found, reason = _vector_partition(["a ticket", "another ticket"], "no-such-part:f16")
+    assert found is None
+    assert "no-such-part:f16" in reason and "could not install" in reason and "\n" not in reason

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli, serve_app
 from tiankong import Client
-from tiankong.deciders import DeciderModelMismatch, DeciderNotFound, load_decider, save_decider
+from tiankong.deciders import DeciderModelMismatch, DeciderNotFound, load_decider, remove_decider, save_decider
 from tiankong.deciders.runtime import scores_flow
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError
@@ -165,13 +165,17 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 def test_lora_decider_is_tuned_registered_and_served_with_its_adapter(data_dir: Path, examples_file: Path,
                                                                        smol_engine: EngineProcess) -> None:
     from tiankong.deciders.features import label_probability_flow
-    from tiankong.lora import resolve_adapter
+    from tiankong.lora import list_adapters, resolve_adapter
+    from tiankong.lora.registry import AdapterNotFound
     from tiankong.lora.train import TrainSettings
     from tiankong.tuning import AdapterCandidate, tune
 
     examples = load_examples(examples_file)
     quick = TrainSettings(steps=6, eval_every=3, patience=1, batch_size=4, layers=4, max_tokens=512, lr=3e-3)
     adapter = AdapterCandidate(TEST_MODEL, slots=2, ctx=4096, training=quick)
+    # a dry run scores the candidate but registers no adapter
+    dry = tune(examples, name="spam-lora-dry", methods_wanted=["lora"], folds=2, adapter=adapter, register=False)
+    assert dry.chosen == "lora" and list_adapters() == []
     report = tune(examples, name="spam-lora", methods_wanted=["lora"], folds=2, adapter=adapter)
     (row,) = report.rows
     assert row.method == "lora" and row.size == 12 and 0.0 <= row.accuracy <= 1.0 and row.engine_passes == 1
@@ -201,6 +205,11 @@ def test_lora_decider_is_tuned_registered_and_served_with_its_adapter(data_dir: 
     proc = run_cli("classify", "--decider", "spam-lora", "--json", PROBES[0])
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["method"] == "lora"
+    # removing the decider removes the adapter only it reads
+    removed = remove_decider("spam-lora")
+    assert record.path.parent in removed
+    with pytest.raises(AdapterNotFound):
+        resolve_adapter(stored.state["adapter"])
 
 
 # --- zero-shot: calibrated by default, warned when the prior is skewed -------------------------------------

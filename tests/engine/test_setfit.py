@@ -5,13 +5,14 @@ real part engines; a few training steps so the module takes about a minute on 2 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tiankong.deciders.features import DeciderEngineError
-from tiankong.deciders.registry import load_decider, save_decider
+from tiankong.deciders.registry import load_decider, remove_decider, save_decider
 from tiankong.deciders.runtime import DeciderModelMismatch, engine_needs, scores_flow
 from tiankong.engine.parts import stop_parts
 from tiankong.models.catalog import EMBEDDING_MODEL
@@ -94,6 +95,13 @@ def test_setfit_is_tuned_registered_and_answers_through_its_fine_tuned_part() ->
         decider.state["part"] = elsewhere
         with pytest.raises(DeciderEngineError):
             run_sync(scores_flow(decider, ["a text"]), no_engine)
+
+    # removing the decider removes its fine-tuned part — kept while another decider still reads it
+    save_decider(replace(report.decider, name="tickets-setfit-copy"))
+    assert record.path.parent not in remove_decider("tickets-setfit")
+    assert state["part"] in setfit_models()
+    assert record.path.parent in remove_decider("tickets-setfit-copy")
+    assert state["part"] not in setfit_models()
 
 
 def setfit_models() -> list[str]:

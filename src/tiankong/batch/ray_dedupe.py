@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
+
 #: records per signature partition at least (a task's overhead is milliseconds; 2,000 texts take ~0.2 s)
 MIN_PARTITION = 2000
 #: queries per search partition at least
@@ -60,7 +62,10 @@ def _vector_partition(texts: list[str], part: str) -> tuple[list[list[float]] | 
     from ..structured.part_flows import part_vectors
     from .ray_exec import ensure_model
 
-    ensure_model(part)
+    try:
+        ensure_model(part)
+    except ConfigError as exc:  # as in place without the part: the semantic stage is skipped, and the report says why
+        return None, exc.one_line()
     try:
         return run_sync(part_vectors(texts, part), no_chat_engine)
     finally:

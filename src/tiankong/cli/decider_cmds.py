@@ -147,9 +147,11 @@ def show_cmd(name: str, as_json: bool) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def rm_cmd(name: str, as_json: bool) -> None:
-    """Remove every registered version of NAME."""
+    """Remove every registered version of NAME (and the fine-tuned part or adapter only it reads)."""
     removed = remove_decider(name)
+    versions = [p for p in removed if p.suffix == ".json"]
     if as_json:
         emit_json({"name": name, "removed": [str(p) for p in removed]})
     else:
-        click.echo(f"removed {name} ({len(removed)} version(s))")
+        parts = ", ".join(str(p) for p in removed if p.suffix != ".json")
+        click.echo(f"removed {name} ({len(versions)} version(s)){' and its parts ' + parts if parts else ''}")

@@ -222,7 +222,9 @@ def list_deciders() -> list[Decider]:
 
 
 def remove_decider(name: str) -> list[Path]:
-    """Delete every registered version of ``name`` (built-in deciders cannot be removed)."""
+    """Delete every registered version of ``name`` (built-in deciders cannot be removed), and the parts only those
+    versions read: a ``setfit`` decider's fine-tuned model, a ``lora`` decider's adapter (a part another decider
+    still names is kept). Returns every path removed: the version files, then the parts' folders."""
     versions = _versions(name) if _NAME.match(name) else []
     if not versions:
         if name in builtin_names():
@@ -230,7 +232,38 @@ def remove_decider(name: str) -> list[Path]:
                               hint="register your own decider of that name to replace it")
         raise DeciderNotFound(name, known_names())
     removed = [deciders_dir() / name / f"v{v}.json" for v in versions]
+    parts = set().union(*(_parts(path) for path in removed))
     for path in removed:
         path.unlink()
     (deciders_dir() / name).rmdir() if not any((deciders_dir() / name).iterdir()) else None
-    return removed
+    still = set().union(*(_parts(deciders_dir() / other / f"v{v}.json")
+                          for other in known_names() for v in _versions(other)))
+    return removed + [gone for part in sorted(parts - still) if (gone := _remove_part(*part)) is not None]
+
+
+#: what a decider's state names as its own part, and the prefix every such part's registry name has
+_PART_KEYS = {"part": "setfit-", "adapter": "decider-"}
+
+
+def _parts(path: Path) -> set[tuple[str, str]]:
+    """(state key, registry name) of the parts a decider file names; none from a file that cannot be read."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8")).get("state") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {(key, value) for key, prefix in _PART_KEYS.items()
+            if isinstance(value := state.get(key), str) and value.startswith(prefix)}
+
+
+def _remove_part(key: str, name: str) -> Path | None:
+    """Remove a decider's part from its registry; None when it is already gone."""
+    try:
+        if key == "part":
+            from ..models.registry import remove_model
+
+            return remove_model(name).path.parent
+        from ..lora.registry import remove_adapter
+
+        return remove_adapter(name).path.parent
+    except ConfigError:  # not installed (ModelNotFound, AdapterNotFound): nothing to remove
+        return None

@@ -150,13 +150,13 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
          adapter: AdapterCandidate | None = None, cache: FeatureCache | None = None,
          log: Log | None = None, setfit: SetFitCandidate | None = None, register: bool = True) -> TuneReport:
     """Score every candidate by stratified k-fold CV and fit the chosen one on all examples (not saved; a chosen
-    ``lora`` adapter is registered in the LoRA registry).
+    ``lora`` adapter is registered in the LoRA registry, a chosen ``setfit`` part in the model registry).
 
     ``precomputed``: engine features already read for these texts (as :func:`engine_features` returns them);
     ``adapter``: trains and scores the ``lora`` candidate (skipped without it); ``cache``: engine features on disk
     (``passes.py``); ``log``: progress lines (stage, items done, time left); ``setfit``: the ``setfit`` candidate's
     settings (default ones when it is asked for without); ``register``: false for a dry run — a chosen ``setfit``
-    then trains and registers no final model (its decider cannot answer, and is not meant to be saved)."""
+    or ``lora`` then trains and registers no final model (its decider cannot answer, and is not meant to be saved)."""
     check_name(name)
     wanted = list(methods_wanted or DEFAULT_METHODS)
     unknown = [m for m in wanted if m not in PASSES]
@@ -221,7 +221,8 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
                  f"that refit in seconds ({', '.join(m for m in wanted if m in REPEATED)}), their scores averaged")
     if chosen == "lora":
         assert adapter is not None
-        state = adapter.final(name, examples.sha256, features.texts, y, words)
+        state = adapter.final(name, examples.sha256, features.texts, y, words) if register else \
+            {"adapter": None, "note": "not registered: a dry run fits no final model"}
         base_model = base_model or adapter.base_model()
     elif chosen == methods.SETFIT:
         assert setfit is not None
