@@ -299,8 +299,8 @@ def run(model: str, items: list[dict[str, Any]], slots: int, db: Path | Callable
                     done = {**item, "raw": raw, "sql_task": bound, "model": record.name}
                     with store.open("a") as handle:
                         handle.write(json.dumps(done, ensure_ascii=False) + "\n")
-                    print(f"  {item['id']} {item.get('db', '')}: free {raw['correct']} | sql {bound['correct']}",
-                          flush=True)
+                    where = f" {item['db']}" if item.get("db") else ""
+                    print(f"  {item['id']}{where}: free {raw['correct']} | sql {bound['correct']}", flush=True)
                     return done
 
                 with ThreadPoolExecutor(slots) as pool:
