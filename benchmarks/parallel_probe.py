@@ -45,7 +45,7 @@ def irrelevant(category: str, n: int, seed: int = 7) -> list[dict[str, Any]]:
     """BFCL's irrelevance questions (no answer file: the right answer is no call), in a seeded order."""
     path = bfcl_dir() / "bfcl_eval" / "data" / "BFCL_v4_irrelevance.json"
     rows = [{**json.loads(line), "category": category, "ground_truth": []}
-            for line in path.read_text().splitlines() if line.strip()]
+            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     random.Random(seed).shuffle(rows)
     return rows[:n]
 

@@ -209,7 +209,7 @@ async def run(model: str, rows: list[dict[str, Any]], slots: int, store: Path,
                     async with gate:
                         tools = to_tools(row["function"])
                         raw = earlier[row["id"]]["raw"] if row["id"] in earlier else \
-                            await ask(http, engine.url, row, tools, check) if ask_raw else SKIPPED
+                            await ask(http, engine.url, row, tools, check) if ask_raw else dict(SKIPPED)
                         through = await ask(http, gateway, row, tools, check)
                         item = {"id": row["id"], "category": row["category"], "raw": raw, "gateway": through,
                                 "model": record.name}
@@ -266,6 +266,8 @@ def table(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows = [i for i in items if category in ("all", i["category"])]
         for side in ("raw", "raw_text_parsed", "gateway"):
             results = [r[side] for r in rows]
+            if results and all(r["outcome"] == "skipped" for r in results):
+                continue  # --no-raw: not asked, not a score
             n = len(results)
             out.append({"category": category, "side": side, "n": n,
                         "ast_accuracy": sum(r["ast"] for r in results) / n if n else 0.0,

@@ -17,7 +17,8 @@ from tiankong.deciders.runtime import DeciderModelMismatch, engine_needs, scores
 from tiankong.engine.parts import stop_parts
 from tiankong.models.catalog import EMBEDDING_MODEL
 from tiankong.models.pull import checkpoint_folder
-from tiankong.models.registry import installed_models, model_dir, resolve
+from tiankong.models.registry import add_model, installed_models, model_dir, resolve
+from tiankong.paths import data_dir
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.classify import decide_flow
 from tiankong.tuning import load_examples, tune
@@ -96,11 +97,20 @@ def test_setfit_is_tuned_registered_and_answers_through_its_fine_tuned_part() ->
         with pytest.raises(DeciderEngineError):
             run_sync(scores_flow(decider, ["a text"]), no_engine)
 
+    # a decider file can only remove the exact file it recorded: not a model the user registered under a similar name
+    # (found by prefix) nor one under the same name with another sha256
+    mine = add_model(record.path, family="setfit-mine", size="x", quant="f16")
+    for name, part, sha in (("loose", state["part"].split("-")[0] + "-tickets", record.sha256),
+                            ("other-sha", mine.name, "0" * 64)):
+        save_decider(replace(report.decider, name=name, state={**state, "part": part, "part_sha256": sha}))
+        assert remove_decider(name) == [data_dir() / "deciders" / name / "v1.json"]
+    assert {state["part"], mine.name} <= set(setfit_models())
+
     # removing the decider removes its fine-tuned part — kept while another decider still reads it
     save_decider(replace(report.decider, name="tickets-setfit-copy"))
-    assert record.path.parent not in remove_decider("tickets-setfit")
+    assert record.path not in remove_decider("tickets-setfit")
     assert state["part"] in setfit_models()
-    assert record.path.parent in remove_decider("tickets-setfit-copy")
+    assert record.path in remove_decider("tickets-setfit-copy")
     assert state["part"] not in setfit_models()
 
 

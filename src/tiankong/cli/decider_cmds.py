@@ -149,9 +149,10 @@ def show_cmd(name: str, as_json: bool) -> None:
 def rm_cmd(name: str, as_json: bool) -> None:
     """Remove every registered version of NAME (and the fine-tuned part or adapter only it reads)."""
     removed = remove_decider(name)
-    versions = [p for p in removed if p.suffix == ".json"]
+    versions = [p for p in removed if p.suffix == ".json"]  # the rest: the parts' model / adapter files
+    parts = [str(p) for p in removed if p.suffix != ".json"]
     if as_json:
-        emit_json({"name": name, "removed": [str(p) for p in removed]})
+        emit_json({"name": name, "removed": [str(p) for p in versions], "parts": parts})
     else:
-        parts = ", ".join(str(p) for p in removed if p.suffix != ".json")
-        click.echo(f"removed {name} ({len(versions)} version(s)){' and its parts ' + parts if parts else ''}")
+        also = f" and its parts {', '.join(parts)}" if parts else ""
+        click.echo(f"removed {name} ({len(versions)} version(s)){also}")

@@ -223,8 +223,10 @@ def list_deciders() -> list[Decider]:
 
 def remove_decider(name: str) -> list[Path]:
     """Delete every registered version of ``name`` (built-in deciders cannot be removed), and the parts only those
-    versions read: a ``setfit`` decider's fine-tuned model, a ``lora`` decider's adapter (a part another decider
-    still names is kept). Returns every path removed: the version files, then the parts' folders."""
+    versions read: a ``setfit`` decider's fine-tuned model, a ``lora`` decider's adapter — each only when the
+    registry holds it under exactly the name and sha256 the decider recorded (never a model or adapter the user
+    registered under a similar name), and kept while another decider's file names it or cannot be read. Returns
+    every path removed: the version files, then the parts' files."""
     versions = _versions(name) if _NAME.match(name) else []
     if not versions:
         if name in builtin_names():
@@ -232,38 +234,49 @@ def remove_decider(name: str) -> list[Path]:
                               hint="register your own decider of that name to replace it")
         raise DeciderNotFound(name, known_names())
     removed = [deciders_dir() / name / f"v{v}.json" for v in versions]
-    parts = set().union(*(_parts(path) for path in removed))
+    parts = set().union(*(_parts(path) or set() for path in removed))
     for path in removed:
         path.unlink()
     (deciders_dir() / name).rmdir() if not any((deciders_dir() / name).iterdir()) else None
-    still = set().union(*(_parts(deciders_dir() / other / f"v{v}.json")
-                          for other in known_names() for v in _versions(other)))
-    return removed + [gone for part in sorted(parts - still) if (gone := _remove_part(*part)) is not None]
+    others = [_parts(deciders_dir() / other / f"v{v}.json") for other in known_names() for v in _versions(other)]
+    if any(found is None for found in others):  # a decider we cannot read might need them: keep every part
+        return removed
+    still = {(key, part) for found in others if found for key, part, _ in found}
+    return removed + [gone for key, part, sha in sorted(parts) if (key, part) not in still
+                      and (gone := _remove_part(key, part, sha)) is not None]
 
 
-#: what a decider's state names as its own part, and the prefix every such part's registry name has
-_PART_KEYS = {"part": "setfit-", "adapter": "decider-"}
+#: what a decider's state names as its own part (with the sha256 it recorded), and the prefix its name has
+_PART_KEYS = {"part": ("part_sha256", "setfit-"), "adapter": ("adapter_sha256", "decider-")}
 
 
-def _parts(path: Path) -> set[tuple[str, str]]:
-    """(state key, registry name) of the parts a decider file names; none from a file that cannot be read."""
+def _parts(path: Path) -> set[tuple[str, str, str]] | None:
+    """(state key, registry name, recorded sha256) of the parts a decider file names; None when it cannot be read."""
     try:
-        state = json.loads(path.read_text(encoding="utf-8")).get("state") or {}
+        state = json.loads(path.read_text(encoding="utf-8")).get("state")
+        state = state if isinstance(state, dict) else {}
     except (OSError, ValueError, AttributeError):
-        return set()
-    return {(key, value) for key, prefix in _PART_KEYS.items()
+        return None
+    return {(key, value, str(state.get(sha_key) or "")) for key, (sha_key, prefix) in _PART_KEYS.items()
             if isinstance(value := state.get(key), str) and value.startswith(prefix)}
 
 
-def _remove_part(key: str, name: str) -> Path | None:
-    """Remove a decider's part from its registry; None when it is already gone."""
+def _remove_part(key: str, name: str, sha256: str) -> Path | None:
+    """Remove a decider's part from its registry when it is exactly the file the decider recorded; None otherwise
+    (gone already, another file under that name, or no sha256 recorded)."""
     try:
         if key == "part":
-            from ..models.registry import remove_model
+            from ..models.registry import remove_model, resolve
 
-            return remove_model(name).path.parent
-        from ..lora.registry import remove_adapter
+            model = resolve(name)
+            if not sha256 or model.name != name or not model.installed or model.sha256 != sha256:
+                return None
+            return remove_model(name).path
+        from ..lora.registry import remove_adapter, resolve_adapter
 
-        return remove_adapter(name).path.parent
+        adapter = resolve_adapter(name)
+        if not sha256 or adapter.name != name or adapter.sha256 != sha256:
+            return None
+        return remove_adapter(name).path
     except ConfigError:  # not installed (ModelNotFound, AdapterNotFound): nothing to remove
         return None
