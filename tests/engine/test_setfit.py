@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from tiankong.deciders.features import DeciderEngineError
-from tiankong.deciders.registry import load_decider, remove_decider, save_decider
+from tiankong.deciders.registry import deciders_dir, load_decider, remove_decider, save_decider
 from tiankong.deciders.runtime import DeciderModelMismatch, engine_needs, scores_flow
 from tiankong.engine.parts import stop_parts
 from tiankong.models.catalog import EMBEDDING_MODEL
 from tiankong.models.pull import checkpoint_folder
 from tiankong.models.registry import add_model, installed_models, model_dir, resolve
-from tiankong.paths import data_dir
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.classify import decide_flow
 from tiankong.tuning import load_examples, tune
@@ -103,7 +102,7 @@ def test_setfit_is_tuned_registered_and_answers_through_its_fine_tuned_part() ->
     for name, part, sha in (("loose", state["part"].split("-")[0] + "-tickets", record.sha256),
                             ("other-sha", mine.name, "0" * 64)):
         save_decider(replace(report.decider, name=name, state={**state, "part": part, "part_sha256": sha}))
-        assert remove_decider(name) == [data_dir() / "deciders" / name / "v1.json"]
+        assert remove_decider(name) == [deciders_dir() / name / "v1.json"]
     assert {state["part"], mine.name} <= set(setfit_models())
 
     # removing the decider removes its fine-tuned part — kept while another decider still reads it
