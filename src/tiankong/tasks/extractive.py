@@ -23,9 +23,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..models.catalog import EMBEDDING_MODEL
-from ..structured.flow import Call, Flow
-from ..structured.part_flows import EMBED_BATCH, fit_texts
+from ..structured.flow import Flow
+from ..structured.part_flows import AUTO_PART, part_for, part_vectors
 from .retrieval import bm25_scores, cosine, embedding_scores, part_reads, rrf, tokens
 
 #: scoring rules, named in the result (``Compression.scoring``)
@@ -46,9 +45,12 @@ class Scored:
 
 
 def score_sentences(sentences: Sequence[str], question: str | None,
-                    part: str | None = EMBEDDING_MODEL) -> Flow[Scored]:
-    """A relevance score per sentence (higher is better) and the rule that gave it."""
+                    part: str | None = AUTO_PART) -> Flow[Scored]:
+    """A relevance score per sentence (higher is better) and the rule that gave it; ``part``: the embedding
+    part (``AUTO_PART``: the catalog's for the text's language; ``None``: none)."""
     notes: list[str] = []
+    if part == AUTO_PART:
+        part = part_for([question or "", *sentences])
     if question and question.strip():
         lexical = bm25_scores(question, sentences)
         if part is not None:
@@ -98,17 +100,8 @@ def sentence_vectors(texts: Sequence[str], part: str) -> Flow[tuple[list[list[fl
     unread = part_reads(part, texts)
     if unread:
         return None, unread
-    fitted, cut = yield from fit_texts(list(texts), part)
-    if fitted is None:
-        return None, cut
-    batches = [fitted[i:i + EMBED_BATCH] for i in range(0, len(fitted), EMBED_BATCH)]
-    answers = yield [Call("POST", "/v1/embeddings", {"input": b}, part=part) for b in batches]
-    vectors: list[list[float]] = []
-    for answer in answers:
-        if isinstance(answer, Exception):
-            return None, f"{part}: {answer}"
-        vectors += [item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"])]
-    return vectors, ""
+    vectors, cut = yield from part_vectors(list(texts), part)
+    return (vectors, "") if vectors is not None else (None, cut)
 
 
 def select(scores: Sequence[float], costs: Sequence[int], budget: int) -> list[int]:

