@@ -140,7 +140,7 @@ def evaluate(items: list[Item], part: str) -> dict[str, dict[str, float]]:
         emb = [cosine(vectors[query(q)], vectors[passage(d)]) for d in docs]
         fused = rrf([bm, emb], retrieved=[bm25_retrieved(bm), None])
         # what rerank's default does: the shipped decider over BM25 and (when it reads the language) the part
-        default = fused_probabilities(shipped, bm, None if part_reads(part, [q, *docs]) else emb)
+        default = fused_probabilities(shipped, bm, None if part_reads(part, [q, *docs]) else emb, part)
         for method, scores in (("bm25", bm), ("embedding", emb), ("rrf", fused), ("rerank-default", default)):
             ranked = ranked_relevance(scores, rel)
             per[method]["ndcg@10"].append(ndcg_at(ranked, 10))

@@ -104,6 +104,9 @@ MUTANTS = (
            "return list(texts)", ("tests/unit/test_unit_parts.py",)),
     Mutant("packed-model-sha", "a packed model's container is checked by sha256 before it is read",
            "if sha256_file(source) != packed.sha256:", "if False:", ("tests/unit/test_unit_parts.py",)),
+    Mutant("rerank-part-weights", "a rerank decider scores a part's cosines with the weights learned on that part",
+           'return own if part and own in state else "with_embedding"', 'return "with_embedding"',
+           ("tests/unit/test_unit_parts.py",)),
 )
 
 

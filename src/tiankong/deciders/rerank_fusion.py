@@ -5,8 +5,11 @@ query's candidate list: BM25 (as scored, relative to the best, z-scored, whether
 how much lexical evidence the list has), and — when the embedding part read the text — its cosine (as scored,
 z-scored, distance to the best, spread of the list). Query-level features let one model learn *which part to trust
 for this query* (a list in which BM25 finds no query word should be ranked by meaning, a list with strong word
-overlap by BM25), which reciprocal-rank fusion cannot. Two weight sets are kept: with the embedding part and
-without it (a language the part does not read, or the part not installed). Pure numpy: nothing here does I/O.
+overlap by BM25), which reciprocal-rank fusion cannot. Weight sets are kept with the embedding part and without it
+(the part not installed, or not reading the language), and one per part that read enough of the examples
+(``with_embedding:<part>``): each part's cosines have their own scale (multilingual-e5's crowd near 0.8–0.95,
+MiniLM's spread over 0–0.8), so one weight set over both would misread one of them. Pure numpy: nothing here does
+I/O.
 
 Methods a rerank decider may hold: ``lr-fusion`` (the weights), or one of ``bm25``, ``embedding``, ``rrf`` when its
 cross-validation chose a single part (the one-standard-error rule picks the simplest method within one standard
@@ -61,12 +64,23 @@ def check_rerank_decider(decider: Decider) -> Decider:
     return decider
 
 
-def fused_probabilities(decider: Decider, bm25: Sequence[float], cosine: Sequence[float] | None) -> list[float]:
-    """P(relevant) of every candidate under an ``lr-fusion`` decider (the weight set that matches the parts)."""
-    key = "with_embedding" if cosine is not None else "bm25_only"
+def weights_key(state: dict[str, Any], part: str, read: bool) -> str:
+    """The weight set for cosines of ``part`` (its own when it has one, else the pooled one), or BM25's alone."""
+    if not read:
+        return "bm25_only"
+    own = f"with_embedding:{part}"
+    return own if part and own in state else "with_embedding"
+
+
+def fused_probabilities(decider: Decider, bm25: Sequence[float], cosine: Sequence[float] | None,
+                        part: str = "") -> list[float]:
+    """P(relevant) of every candidate under an ``lr-fusion`` decider (the weight set that matches the parts;
+    ``part``: the embedding part that gave ``cosine``)."""
+    key = weights_key(decider.state, part, cosine is not None)
     weights: dict[str, Any] = decider.state.get(key) or {}
     if not weights:
-        raise ConfigError(f"decider {decider.ref} has no weights for {key.replace('_', ' ')}")
+        raise ConfigError(f"decider {decider.ref} has no weights for {key.replace('_', ' ')}",
+                          hint="tune it again with `tiankong tune rerank`")
     import numpy as np
 
     features = fusion_features(bm25, cosine)

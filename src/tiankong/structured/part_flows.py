@@ -29,8 +29,8 @@ def fit_texts(texts: list[str], part: str) -> Flow[tuple[list[str] | None, str]]
     characters than the context has tokens are tokenized (every token covers at least one character)."""
     try:
         limit = yield from part_context(part)
-    except PartMissing as exc:
-        return None, f"{part}: {exc.message}"
+    except PartMissing as exc:  # the reason names the fix (``tiankong models pull …``)
+        return None, f"{part}: {exc.message}" + (f"; {exc.hint}" if exc.hint else "")
     except Exception as exc:  # noqa: BLE001 - the part's engine did not answer: the task goes on without it
         return None, f"{part}: {exc}"
     long = [i for i, t in enumerate(texts) if len(t) > limit]

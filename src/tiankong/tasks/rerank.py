@@ -102,7 +102,7 @@ def rerank_flow(query: str, documents: list[str], *, top_k: int | None = None, m
         elif bm is not None and (cosine is None or method == "bm25"):
             scores = fused_probabilities(chosen, bm, None) if method == "lr-fusion" and chosen else bm
         elif method == "lr-fusion" and chosen is not None and bm is not None:
-            scores = fused_probabilities(chosen, bm, cosine)
+            scores = fused_probabilities(chosen, bm, cosine, found.part)
         else:  # rrf
             assert bm is not None and cosine is not None
             scores = rrf([bm, cosine], retrieved=[bm25_retrieved(bm), None])

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from ..deciders.registry import Decider, save_decider
-from ..deciders.rerank_fusion import BM25_ONLY, FUSION_METHODS, WITH_EMBEDDING, fit_weights, fusion_features
+from ..deciders.rerank_fusion import (
+    BM25_ONLY,
+    FUSION_METHODS,
+    WITH_EMBEDDING,
+    fit_weights,
+    fusion_features,
+    weights_key,
+)
 from ..errors import ConfigError
 from ..structured.drivers import run_sync
 from ..tasks.retrieval import bm25_retrieved, bm25_scores, embedding_scores, rrf
@@ -39,6 +46,7 @@ class Group:
     relevant: list[float]
     bm25: list[float] = field(default_factory=list)
     cosine: list[float] | None = None
+    part: str = ""  # the embedding part that gave ``cosine``
 
 
 @dataclass
@@ -116,7 +124,7 @@ def score_parts(groups: list[Group], log: Log = lambda _: None) -> str:
     for index, group in enumerate(groups, start=1):
         group.bm25 = bm25_scores(group.query, group.passages)
         embedded = run_sync(embedding_scores(group.query, group.passages), _no_engine)
-        group.cosine = embedded.cosine
+        group.cosine, group.part = embedded.cosine, embedded.part
         missing = missing or embedded.missing
         if index % 100 == 0 or index == len(groups):
             log(f"scored {index}/{len(groups)} queries")
@@ -144,13 +152,14 @@ def _method_scores(method: str, group: Group, weights: dict[str, Any] | None) ->
         return None if group.cosine is None else rrf([group.bm25, group.cosine],
                                                      retrieved=[bm25_retrieved(group.bm25), None])
     assert weights is not None
-    key = "with_embedding" if group.cosine is not None else "bm25_only"
+    key = weights_key(weights, group.part, group.cosine is not None)
     logits = fusion_features(group.bm25, group.cosine) @ np.asarray(weights[key]["coef"]) + weights[key]["intercept"]
     return [float(x) for x in 1.0 / (1.0 + np.exp(-logits))]
 
 
 def fit_fusion(groups: list[Group]) -> dict[str, Any]:
-    """Weights with the embedding part (groups it read) and without it (every group)."""
+    """Weights with the embedding part (groups it read), one set per part that read ``MIN_QUERIES`` groups or more
+    (``rerank_fusion.weights_key``), and without it (every group)."""
     state: dict[str, Any] = {"features_with_embedding": list(WITH_EMBEDDING), "features_bm25_only": list(BM25_ONLY)}
     binary = [np.asarray([1.0 if r > 0 else 0.0 for r in g.relevant]) for g in groups]
     state["bm25_only"] = fit_weights(np.concatenate([fusion_features(g.bm25, None) for g in groups]),
@@ -159,6 +168,12 @@ def fit_fusion(groups: list[Group]) -> dict[str, Any]:
     if read:
         state["with_embedding"] = fit_weights(np.concatenate([fusion_features(g.bm25, g.cosine) for g, _ in read]),
                                               np.concatenate([y for _, y in read]))
+    parts = {g.part for g, _ in read if g.part}
+    for part in sorted(parts) if len(parts) > 1 else []:
+        own = [(g, y) for g, y in read if g.part == part]
+        if len(own) >= MIN_QUERIES:  # every group has relevant and irrelevant passages (read_pairs)
+            features = np.concatenate([fusion_features(g.bm25, g.cosine) for g, _ in own])
+            state[f"with_embedding:{part}"] = fit_weights(features, np.concatenate([y for _, y in own]))
     return state
 
 
