@@ -123,16 +123,11 @@ def engine_model_flow() -> Flow[tuple[str, str | None]]:
     return path, (model_sha256(path) if path and os.path.exists(path) else None)
 
 
-def part_vector_flow(text: str) -> Flow[list[float]]:
-    """One text's sentence vector from the retrieval part (``probe-part``), cut to the part's context."""
-    from ..models.catalog import EMBEDDING_MODEL
-    from ..structured.part_flows import part_vectors
-
-    vectors, reason = yield from part_vectors([text[:MAX_CHARS]], EMBEDDING_MODEL)
-    if vectors is None:
-        raise DeciderEngineError(f"the embedding part gives no vectors ({reason})",
-                                 hint=f"tiankong models pull {EMBEDDING_MODEL}")
-    return vectors[0]
+def part_vector_flow(text: str, part: str | None = None) -> Flow[list[float]]:
+    """One text's sentence vector from a retrieval part (``probe-part``; default: the catalog's English one), cut
+    to the part's context."""
+    matrix = yield from part_vectors_flow([text], part)
+    return [float(x) for x in matrix[0]]
 
 
 def part_vectors_flow(texts: list[str], part: str | None = None) -> Flow[np.ndarray]:
@@ -144,7 +139,7 @@ def part_vectors_flow(texts: list[str], part: str | None = None) -> Flow[np.ndar
     name = part or EMBEDDING_MODEL
     vectors, reason = yield from part_vectors([t[:MAX_CHARS] for t in texts], name)
     if vectors is None:
-        hint = f"tiankong models pull {name}" if name == EMBEDDING_MODEL else \
+        hint = f"tiankong models pull {name}" if not name.startswith("setfit-") else \
             "tune the decider again (tiankong tune classify --methods setfit) on this machine"
         raise DeciderEngineError(f"the embedding part gives no vectors ({reason})", hint=hint)
     return np.asarray(vectors)

@@ -40,6 +40,19 @@ def _verify_model(decider: Decider) -> Flow[None]:
             hint=f"use --model {base.get('name')}, or tune the decider again on this model")
 
 
+def _probe_part(decider: Decider) -> str:
+    """The catalog embedding part a ``probe-part`` decider was fitted on (deciders before 2026-12-05 name none: the
+    English one) — a catalog name, never a path."""
+    from ..models.catalog import EMBEDDING_MODEL, find_entry
+
+    name = str(decider.state.get("part") or EMBEDDING_MODEL)
+    entry = find_entry(name)
+    if entry is None or entry.kind != "embedding":
+        raise DeciderEngineError(f"decider {decider.ref} names {name!r}, which is not an embedding part of the catalog",
+                                 hint="tune the decider again (tiankong tune classify --methods probe-part)")
+    return name
+
+
 def _verify_part(decider: Decider) -> str:
     """The registered fine-tuned part a ``setfit`` decider reads, checked by sha256."""
     from ..errors import ModelNotFound
@@ -89,7 +102,7 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
     if methods.needs_embeddings(decider.method, decider.state):
         features.embeddings = yield from embeddings_flow(texts)
     if decider.method == methods.PART_PROBE:
-        features.embeddings = {"part": (yield from part_vectors_flow(texts))}
+        features.embeddings = {"part": (yield from part_vectors_flow(texts, _probe_part(decider)))}
     if decider.method == methods.SETFIT:
         features.embeddings = {"part": (yield from part_vectors_flow(texts, _verify_part(decider)))}
     if decider.method == methods.PAIR_PROBE:

@@ -28,7 +28,9 @@ from ..deciders import methods
 from ..deciders.features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow, part_vector_flow
 from ..deciders.registry import Decider, check_name
 from ..errors import ConfigError
+from ..models.catalog import EMBEDDING_MODEL
 from ..structured.flow import Flow
+from ..structured.part_flows import part_for
 from .adapter import AdapterCandidate
 from .data import Examples
 from .passes import FeatureCache, Log, cached_pass, text_key, without_chat_engine
@@ -104,22 +106,23 @@ def engine_features(run: Runner, texts: list[str], words: list[str], wanted: set
     return features, ms, prior
 
 
-def part_unusable(texts: Sequence[str]) -> str:
-    """Why ``probe-part`` cannot be scored on these texts ('' when it can)."""
-    from ..models.catalog import EMBEDDING_MODEL
+def part_unusable(texts: Sequence[str], part: str) -> str:
+    """Why ``part`` cannot give ``probe-part`` / ``setfit`` their vectors of these texts ('' when it can)."""
     from ..models.registry import resolve
     from ..tasks.retrieval import part_reads
 
-    if not resolve(EMBEDDING_MODEL).installed:
-        return f"needs the embedding part (tiankong models pull {EMBEDDING_MODEL})"
-    return part_reads(EMBEDDING_MODEL, list(texts))
+    if not resolve(part).installed:
+        return f"needs the embedding part (tiankong models pull {part})"
+    return part_reads(part, list(texts))
 
 
-def part_features(texts: list[str], cache: FeatureCache | None, log: Log | None) -> np.ndarray:
-    """The retrieval part's sentence vector of every text, through ``cache`` like the engine passes."""
+def part_features(texts: list[str], cache: FeatureCache | None, log: Log | None,
+                  part: str = EMBEDDING_MODEL) -> np.ndarray:
+    """``part``'s sentence vector of every text, through ``cache`` like the engine passes."""
+    kind = f"part-{MAX_CHARS}" if part == EMBEDDING_MODEL else f"part-{part}-{MAX_CHARS}"
     rows = cached_pass(without_chat_engine, "part embeddings",
-                       [(text_key(t[:MAX_CHARS]), _part_vector(t)) for t in texts], cache=cache,
-                       kind=f"part-{MAX_CHARS}", log=log)
+                       [(text_key(t[:MAX_CHARS]), _part_vector(t, part)) for t in texts], cache=cache,
+                       kind=kind, log=log)
     return np.asarray(rows)
 
 
@@ -130,8 +133,8 @@ def pair_matrix(texts: list[str]) -> np.ndarray:
     return np.asarray(without_chat_engine(pair_features_flow(list(texts))))
 
 
-def _part_vector(text: str) -> Callable[[], Flow[Any]]:
-    return lambda: part_vector_flow(text)
+def _part_vector(text: str, part: str) -> Callable[[], Flow[Any]]:
+    return lambda: part_vector_flow(text, part)
 
 
 def _embedding(text: str) -> Callable[[], Flow[Any]]:
@@ -166,8 +169,10 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
                if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")
                and not (m == "lora" and adapter is not None)
                and m not in (methods.PART_PROBE, methods.PAIR_PROBE, methods.SETFIT)}
-    for part_method in (methods.PART_PROBE, methods.SETFIT):
-        if part_method in wanted and (why := part_unusable(examples.texts)):
+    # probe-part reads the catalog's part for the examples' language; setfit fine-tunes the English part's checkpoint
+    probe_part = part_for(examples.texts)
+    for part_method, part in ((methods.PART_PROBE, probe_part), (methods.SETFIT, EMBEDDING_MODEL)):
+        if part_method in wanted and (why := part_unusable(examples.texts, part)):
             skipped[part_method] = why
     if methods.SETFIT in wanted and methods.SETFIT not in skipped and (missing := missing_packages()):
         skipped[methods.SETFIT] = f"needs {', '.join(missing)} (pip install 'tiankong[retrieval]')"
@@ -191,7 +196,7 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
     features, engine_ms, prior = precomputed
     if methods.PART_PROBE in wanted and "part" not in features.embeddings:
         start = time.perf_counter()
-        features.embeddings["part"] = part_features(examples.texts, cache, log)
+        features.embeddings["part"] = part_features(examples.texts, cache, log, probe_part)
         engine_ms["part"] = 1000 * (time.perf_counter() - start) / len(examples.texts)
     if methods.PAIR_PROBE in wanted and "pair" not in features.embeddings:
         features.embeddings["pair"] = pair_matrix(examples.texts)
@@ -230,6 +235,8 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
             {"pooling": "part", "part": None, "note": "not registered: a dry run fits no final model"}
     else:
         state = _final_state(chosen, features, y, labels, words, prior)
+        if chosen == methods.PART_PROBE:
+            state["part"] = probe_part  # the decider reads the part it was fitted on (deciders/runtime.py)
     chosen_row = next(r for r in full if r.method == chosen)
     decider = Decider(name=name, method=chosen, labels=labels, state=state, words=words,
                       base_model=base_model if methods.needs_engine(chosen, state) else None,
