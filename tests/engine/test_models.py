@@ -92,6 +92,7 @@ def test_add_inspect_verify_rm_roundtrip(tmp_registry: Path, smol_path: Path) ->
     env = {"TIANKONG_DATA_DIR": str(tmp_registry / "data")}
     assert run_cli("models", "rm", record.name, env=env).returncode == 0
     assert not any(r.name == record.name for r in list_models())
+    assert not record.path.parent.parent.parent.exists()  # no empty family/size folders left behind
 
 
 def test_verify_catches_one_flipped_byte(tmp_registry: Path, smol_path: Path) -> None:

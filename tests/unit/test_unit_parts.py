@@ -143,3 +143,15 @@ def test_a_rerank_decider_keeps_weights_per_part_and_uses_the_parts_own() -> Non
     assert own != pooled and int(np.argmax(own)) == 0
     single = fit_fusion([g for g in groups if g.part == EMBEDDING_MODEL])  # one part: the pooled set is its own
     assert not any(key.startswith("with_embedding:") for key in single)
+
+
+def test_a_ray_node_without_a_part_is_told_the_fix_that_works_for_that_part(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catalog part can be pulled on the node; a fine-tuned one cannot (it is in no package): the hint says so."""
+    from tiankong.batch.ray_exec import ensure_model
+    from tiankong.errors import ConfigError
+
+    monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
+    with pytest.raises(ConfigError) as tuned:
+        ensure_model("setfit-tickets-0123456789ab:f16")
+    assert "not in the catalog" in (tuned.value.hint or "") and "models pull" not in (tuned.value.hint or "")

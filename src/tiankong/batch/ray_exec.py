@@ -186,8 +186,12 @@ class EngineActor:
 def ensure_model(name: str) -> Any:
     """The model on this node: installed already, or pulled from the catalog now (sha256-checked)."""
     from ..models import resolve_installed
+    from ..models.catalog import find_entry
     from ..models.pull import pull_model
 
+    # a catalog model can be pulled on the node; any other (a fine-tuned part, a local file) must be copied there
+    fix = f"run `tiankong models pull {name}` on that node" if find_entry(name) is not None else \
+        f"install {name} on that node (`tiankong models add FILE`; it is not in the catalog)"
     try:
         return resolve_installed(name)
     except ConfigError as missing:
@@ -195,11 +199,11 @@ def ensure_model(name: str) -> Any:
             return pull_model(name, log=lambda _: None)
         except TiankongError as exc:
             raise ConfigError(f"node {socket.gethostname()} has no {name} and could not install it: "
-                              f"{exc.one_line()}", hint=f"run `tiankong models pull {name}` on that node (or give "
-                                                        "it network to the package registry)") from missing
+                              f"{exc.one_line()}", hint=fix + (" (or give it network to the package registry)"
+                                                               if find_entry(name) is not None else "")) from missing
         except OSError as exc:
             raise ConfigError(f"node {socket.gethostname()} has no {name} and could not install it: {exc}",
-                              hint=f"run `tiankong models pull {name}` on that node") from missing
+                              hint=fix) from missing
 
 
 class RemoteItemError(TiankongError):

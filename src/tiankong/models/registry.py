@@ -210,5 +210,11 @@ def remove_model(name: str) -> ModelRecord:
     record = resolve_installed(name)
     if record.source == "path":
         raise ConfigError(f"{name} is a file outside the registry", hint="delete the file yourself")
-    shutil.rmtree(record.path.parent)
+    folder = record.path.parent  # <models>/<family>/<size>/<quant>
+    shutil.rmtree(folder)
+    for parent in (folder.parent, folder.parent.parent):  # the size and family folders, once nothing else is there
+        try:
+            parent.rmdir()
+        except OSError:  # not empty (another quant or size), or already gone
+            break
     return record
