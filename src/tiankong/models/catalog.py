@@ -139,6 +139,13 @@ EMBEDDING_MODEL = "all-minilm-l6-v2:f16"
 MULTILINGUAL_EMBEDDING_MODEL = "multilingual-e5-small:q4_0"
 
 
+#: the part a ``probe-part`` decider reads, in every language. Development read (probe-part accuracy on dev splits at
+#: 20 / 50 / 200 examples, MiniLM → e5; benchmarks/results/deciders/part-choice-dev-2026-12-05.txt): IMDB reviews
+#: 0.618/0.660/0.772 → 0.750/0.762/0.850, SMS spam 0.940/0.925/0.940 → 0.955/0.975/0.970, SNIPS 0.776/0.878/0.923 →
+#: 0.750/0.903/0.934, BBC News 0.895/0.960/0.970 → 0.873/0.935/0.978 — large gains, small losses; and Chinese.
+DECIDER_EMBEDDING_MODEL = MULTILINGUAL_EMBEDDING_MODEL
+
+
 def embedding_part(lang: str) -> str:
     """The catalog's embedding part for text in ``lang`` ('en', 'zh'): MiniLM reads English only (its cosine on
     Chinese ranked below BM25), multilingual-e5-small reads Chinese (dev read: chatterbot-zh nDCG@10 0.354 vs

@@ -28,9 +28,8 @@ from ..deciders import methods
 from ..deciders.features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow, part_vector_flow
 from ..deciders.registry import Decider, check_name
 from ..errors import ConfigError
-from ..models.catalog import EMBEDDING_MODEL
+from ..models.catalog import DECIDER_EMBEDDING_MODEL, EMBEDDING_MODEL
 from ..structured.flow import Flow
-from ..structured.part_flows import part_for
 from .adapter import AdapterCandidate
 from .data import Examples
 from .passes import FeatureCache, Log, cached_pass, text_key, without_chat_engine
@@ -117,7 +116,7 @@ def part_unusable(texts: Sequence[str], part: str) -> str:
 
 
 def part_features(texts: list[str], cache: FeatureCache | None, log: Log | None,
-                  part: str = EMBEDDING_MODEL) -> np.ndarray:
+                  part: str = DECIDER_EMBEDDING_MODEL) -> np.ndarray:
     """``part``'s sentence vector of every text, through ``cache`` like the engine passes."""
     kind = f"part-{MAX_CHARS}" if part == EMBEDDING_MODEL else f"part-{part}-{MAX_CHARS}"
     rows = cached_pass(without_chat_engine, "part embeddings",
@@ -169,8 +168,8 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
                if run is None and m not in methods.LOCAL and not (precomputed and m != "fewshot")
                and not (m == "lora" and adapter is not None)
                and m not in (methods.PART_PROBE, methods.PAIR_PROBE, methods.SETFIT)}
-    # probe-part reads the catalog's part for the examples' language; setfit fine-tunes the English part's checkpoint
-    probe_part = part_for(examples.texts)
+    # probe-part reads the deciders' part (models.catalog: measured); setfit fine-tunes the English part's checkpoint
+    probe_part = DECIDER_EMBEDDING_MODEL
     for part_method, part in ((methods.PART_PROBE, probe_part), (methods.SETFIT, EMBEDDING_MODEL)):
         if part_method in wanted and (why := part_unusable(examples.texts, part)):
             skipped[part_method] = why
