@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -62,16 +63,25 @@ def http(smol_engine: EngineProcess) -> Iterator[TestClient]:
         yield c
 
 
-def test_the_embedding_part_is_installed_verified_and_answers_embeddings() -> None:
-    record = resolve(EMBEDDING_MODEL)
-    entry = find_entry(EMBEDDING_MODEL)
-    assert record.installed and entry is not None and entry.kind == "embedding" and entry.checkpoint is not None
-    manifest = json.loads((Path(record.path).parent / "manifest.json").read_text())
-    assert manifest["sha256"] == entry.sha256 and manifest["checkpoint_sha256"] == entry.checkpoint.safetensors_sha256
-    verified = run_cli("models", "verify", EMBEDDING_MODEL, "--json")
+def _installed_and_verified(name: str) -> dict[str, Any]:
+    """The part is installed with the catalog's sha256 and ``models verify`` passes; its manifest."""
+    record = resolve(name)
+    entry = find_entry(name)
+    assert record.installed and entry is not None and entry.kind == "embedding"
+    manifest: dict[str, Any] = json.loads((Path(record.path).parent / "manifest.json").read_text())
+    assert manifest["sha256"] == entry.sha256
+    verified = run_cli("models", "verify", name, "--json")
     assert verified.returncode == 0, verified.stderr
     checks = {c["name"]: c["ok"] for c in json.loads(verified.stdout)["checks"]}
     assert checks.get("sha256") and checks.get("embedding"), checks
+    return manifest
+
+
+def test_the_embedding_part_is_installed_verified_and_answers_embeddings() -> None:
+    manifest = _installed_and_verified(EMBEDDING_MODEL)
+    entry = find_entry(EMBEDDING_MODEL)
+    assert entry is not None and entry.checkpoint is not None
+    assert manifest["checkpoint_sha256"] == entry.checkpoint.safetensors_sha256
     answer = PARTS.send(EMBEDDING_MODEL, "POST", "/v1/embeddings", {"input": ["a refund", "money back", "a cat"]})
     vectors = [item["embedding"] for item in sorted(answer["data"], key=lambda d: d["index"])]
     assert [len(v) for v in vectors] == [384] * 3
@@ -96,15 +106,9 @@ def test_rrf_and_single_parts_are_modes(client: Client) -> None:
 
 
 def test_the_multilingual_part_is_installed_from_its_package_verified_and_reads_chinese() -> None:
-    record = resolve(MULTILINGUAL_EMBEDDING_MODEL)
+    manifest = _installed_and_verified(MULTILINGUAL_EMBEDDING_MODEL)
     entry = find_entry(MULTILINGUAL_EMBEDDING_MODEL)
-    assert record.installed and entry is not None and entry.kind == "embedding" and entry.packed is not None
-    manifest = json.loads((Path(record.path).parent / "manifest.json").read_text())
-    assert manifest["sha256"] == entry.sha256 and manifest["packed_sha256"] == entry.packed.sha256
-    verified = run_cli("models", "verify", MULTILINGUAL_EMBEDDING_MODEL, "--json")
-    assert verified.returncode == 0, verified.stderr
-    checks = {c["name"]: c["ok"] for c in json.loads(verified.stdout)["checks"]}
-    assert checks.get("sha256") and checks.get("embedding"), checks
+    assert entry is not None and entry.packed is not None and manifest["packed_sha256"] == entry.packed.sha256
     texts = ["今天天气很好，我们去公园散步吧。", "天气不错，一起去公园走走。", "数据库连接超时导致服务不可用。"]
     vectors, _ = without_chat_engine(part_vectors(texts, MULTILINGUAL_EMBEDDING_MODEL))
     # a paraphrase is closer than an unrelated sentence (measured 0.964 vs 0.826)
