@@ -190,7 +190,8 @@ def ensure_model(name: str) -> Any:
     from ..models.pull import pull_model
 
     # a catalog model can be pulled on the node; any other (a fine-tuned part, a local file) must be copied there
-    fix = f"run `tiankong models pull {name}` on that node" if find_entry(name) is not None else \
+    in_catalog = find_entry(name) is not None
+    fix = f"run `tiankong models pull {name}` on that node" if in_catalog else \
         f"install {name} on that node (`tiankong models add FILE`; it is not in the catalog)"
     try:
         return resolve_installed(name)
@@ -200,7 +201,7 @@ def ensure_model(name: str) -> Any:
         except TiankongError as exc:
             raise ConfigError(f"node {socket.gethostname()} has no {name} and could not install it: "
                               f"{exc.one_line()}", hint=fix + (" (or give it network to the package registry)"
-                                                               if find_entry(name) is not None else "")) from missing
+                                                               if in_catalog else "")) from missing
         except OSError as exc:
             raise ConfigError(f"node {socket.gethostname()} has no {name} and could not install it: {exc}",
                               hint=fix) from missing

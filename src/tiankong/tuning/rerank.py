@@ -28,6 +28,7 @@ from ..deciders.rerank_fusion import (
     WITH_EMBEDDING,
     fit_weights,
     fusion_features,
+    probabilities,
     weights_key,
 )
 from ..errors import ConfigError
@@ -152,9 +153,7 @@ def _method_scores(method: str, group: Group, weights: dict[str, Any] | None) ->
         return None if group.cosine is None else rrf([group.bm25, group.cosine],
                                                      retrieved=[bm25_retrieved(group.bm25), None])
     assert weights is not None
-    key = weights_key(weights, group.part, group.cosine is not None)
-    logits = fusion_features(group.bm25, group.cosine) @ np.asarray(weights[key]["coef"]) + weights[key]["intercept"]
-    return [float(x) for x in 1.0 / (1.0 + np.exp(-logits))]
+    return probabilities(weights[weights_key(weights, group.part, group.cosine is not None)], group.bm25, group.cosine)
 
 
 def fit_fusion(groups: list[Group]) -> dict[str, Any]:
