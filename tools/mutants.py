@@ -107,6 +107,8 @@ MUTANTS = (
     Mutant("rerank-part-weights", "a rerank decider scores a part's cosines with the weights learned on that part",
            'return own if part and own in state else "with_embedding"', 'return "with_embedding"',
            ("tests/unit/test_unit_parts.py",)),
+    Mutant("rerank-named-columns", "a rerank weight set reads the feature columns it was fitted with, by name",
+           "wanted = names if names is not None else", "wanted = None or", ("tests/unit/test_unit_parts.py",)),
 )
 
 

@@ -155,3 +155,47 @@ def test_a_ray_node_without_a_part_is_told_the_fix_that_works_for_that_part(tmp_
     with pytest.raises(ConfigError) as tuned:
         ensure_model("setfit-tickets-0123456789ab:f16")
     assert "not in the catalog" in (tuned.value.hint or "") and "models pull" not in (tuned.value.hint or "")
+
+
+def test_a_rerank_weight_set_reads_the_columns_it_was_fitted_with() -> None:
+    """A decider names its feature columns: the shipped one and a new tune carry the interaction columns, the columns
+    are picked by name (not position), a decider file from before them (ten unnamed columns) reads as it did, and a
+    name this version does not know is a clear error."""
+    import numpy as np
+
+    from tiankong.deciders.registry import Decider, load_decider
+    from tiankong.deciders.rerank_fusion import (
+        FIRST_WITH_EMBEDDING,
+        WITH_EMBEDDING,
+        fused_probabilities,
+        fusion_features,
+        probabilities,
+    )
+    from tiankong.errors import ConfigError
+    from tiankong.tuning.rerank import Group, fit_fusion
+
+    assert load_decider("rerank").state["features_with_embedding"] == list(WITH_EMBEDDING)
+    assert len(WITH_EMBEDDING) > len(FIRST_WITH_EMBEDDING)
+    rng = np.random.default_rng(1)
+    groups = [Group(f"q{i}", [f"p{j}" for j in range(8)], [1.0] + [0.0] * 7, bm25=list(rng.random(8) * 3),
+                    cosine=[0.6] + list(rng.random(7) * 0.5), part=EMBEDDING_MODEL) for i in range(12)]
+    state = fit_fusion(groups)
+    assert state["features_with_embedding"] == list(WITH_EMBEDDING)
+    assert len(state["with_embedding"]["coef"]) == len(WITH_EMBEDDING)
+    bm, cos = groups[0].bm25, groups[0].cosine
+    assert cos is not None
+    decider = Decider(name="r", method="lr-fusion", labels=["relevant", "irrelevant"], state=state, task="rerank")
+    as_fitted = fused_probabilities(decider, bm, cos)
+    order = list(rng.permutation(len(WITH_EMBEDDING)))  # the same weights with their columns in another order
+    shuffled = dict(state, features_with_embedding=[WITH_EMBEDDING[i] for i in order],
+                    with_embedding={"coef": [state["with_embedding"]["coef"][i] for i in order],
+                                    "intercept": state["with_embedding"]["intercept"]})
+    assert fused_probabilities(Decider(name="s", method="lr-fusion", labels=decider.labels, state=shuffled,
+                                       task="rerank"), bm, cos) == pytest.approx(as_fitted)
+    first = {"coef": [0.5, 1.0, 0.2, 0.1, 2.0, 0.7, 0.3, 0.0, 0.4, 0.6], "intercept": -1.0}  # a file from before
+    old = probabilities(first, bm, cos)
+    manual = fusion_features(bm, cos, FIRST_WITH_EMBEDDING) @ np.asarray(first["coef"]) - 1.0
+    assert old == pytest.approx(list(1 / (1 + np.exp(-manual))))
+    assert fusion_features(bm, cos, FIRST_WITH_EMBEDDING)[:, 0] == pytest.approx(np.asarray(bm) / max(bm))
+    with pytest.raises(ConfigError, match="unknown rerank features"):
+        probabilities(first, bm, cos, ["bm25_rel", "from_a_newer_version"])

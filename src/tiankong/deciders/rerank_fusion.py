@@ -3,7 +3,8 @@
 A rerank decider (``task: "rerank"``) is a logistic regression over per-candidate features computed within the
 query's candidate list: BM25 (as scored, relative to the best, z-scored, whether it matched a query word at all,
 how much lexical evidence the list has), and — when the embedding part read the text — its cosine (as scored,
-z-scored, distance to the best, spread of the list). Query-level features let one model learn *which part to trust
+z-scored, distance to the best, spread of the list), and each per-candidate score times the list's lexical
+evidence and times its cosine spread. Query-level features let one model learn *which part to trust
 for this query* (a list in which BM25 finds no query word should be ranked by meaning, a list with strong word
 overlap by BM25), which reciprocal-rank fusion cannot. Weight sets are kept with the embedding part and without it
 (the part not installed, or not reading the language), and one per part that read enough of the examples
@@ -28,9 +29,16 @@ if TYPE_CHECKING:  # numpy loads when a rerank runs, not when the CLI starts (te
     import numpy as np
 
 FUSION_METHODS = ("bm25", "embedding", "rrf", "lr-fusion")
-WITH_EMBEDDING = ("bm25_rel", "bm25_z", "bm25_hit", "bm25_max_log", "cos", "cos_z", "cos_gap", "cos_spread",
-                  "bm25_rel_x_max", "cos_z_x_nolex")
-BM25_ONLY = WITH_EMBEDDING[:4]
+_PER_CANDIDATE = ("bm25_rel", "bm25_z", "bm25_hit", "cos", "cos_z", "cos_gap")
+# the columns of the first weight sets (decider files tuned before 2026-12-06 name these and are still read)
+FIRST_WITH_EMBEDDING = ("bm25_rel", "bm25_z", "bm25_hit", "bm25_max_log", "cos", "cos_z", "cos_gap", "cos_spread",
+                        "bm25_rel_x_max", "cos_z_x_nolex")
+# every per-candidate feature also times the list's lexical evidence and its cosine spread: the weight a part gets
+# moves with how much the list says about it (dev CV, benchmarks/results/retrieval/fusion-features-2026-12-06.txt:
+# ACLSum 0.747 → 0.787, chatterbot-en 0.882 → 0.879, chatterbot-zh 0.341 → 0.348 nDCG@10)
+WITH_EMBEDDING = (*FIRST_WITH_EMBEDDING, *(f"{n}_x_lex" for n in _PER_CANDIDATE),
+                  *(f"{n}_x_spread" for n in _PER_CANDIDATE), "bm25_z_x_cos_z")
+BM25_ONLY = FIRST_WITH_EMBEDDING[:4]
 
 
 def _z(x: np.ndarray) -> np.ndarray:
@@ -42,19 +50,30 @@ def _z(x: np.ndarray) -> np.ndarray:
     return np.clip((x - x.mean()) / spread, -3.0, 3.0) if spread > 1e-6 else np.zeros_like(x)
 
 
-def fusion_features(bm25: Sequence[float], cosine: Sequence[float] | None) -> np.ndarray:
-    """``(n, len(WITH_EMBEDDING))`` with cosines, else ``(n, len(BM25_ONLY))``."""
+def fusion_features(bm25: Sequence[float], cosine: Sequence[float] | None,
+                    names: Sequence[str] | None = None) -> np.ndarray:
+    """``(n, len(names))``; ``names`` default: ``WITH_EMBEDDING`` with cosines, else ``BM25_ONLY``."""
     import numpy as np
 
     bm = np.asarray(bm25, dtype=float)
     top = float(bm.max()) if bm.size and bm.max() > 0 else 0.0
     lexical = np.log1p(top)
-    columns = [bm / top if top else np.zeros_like(bm), _z(bm), (bm > 0).astype(float), np.full_like(bm, lexical)]
+    col: dict[str, np.ndarray] = {"bm25_rel": bm / top if top else np.zeros_like(bm), "bm25_z": _z(bm),
+                                  "bm25_hit": (bm > 0).astype(float), "bm25_max_log": np.full_like(bm, lexical)}
     if cosine is not None:
         cs = np.asarray(cosine, dtype=float)
-        columns += [cs, _z(cs), cs - cs.max(), np.full_like(cs, cs.max() - np.median(cs)),
-                    columns[0] * lexical, _z(cs) / (1.0 + lexical)]
-    return np.stack(columns, axis=1)
+        spread = float(cs.max() - np.median(cs)) if cs.size else 0.0
+        col |= {"cos": cs, "cos_z": _z(cs), "cos_gap": cs - cs.max() if cs.size else cs,
+                "cos_spread": np.full_like(cs, spread), "bm25_rel_x_max": col["bm25_rel"] * lexical,
+                "cos_z_x_nolex": _z(cs) / (1.0 + lexical)}
+        for n in _PER_CANDIDATE:
+            col[f"{n}_x_lex"], col[f"{n}_x_spread"] = col[n] * lexical, col[n] * spread
+        col["bm25_z_x_cos_z"] = col["bm25_z"] * col["cos_z"]
+    wanted = names if names is not None else (WITH_EMBEDDING if cosine is not None else BM25_ONLY)
+    missing = [n for n in wanted if n not in col]
+    if missing:
+        raise ConfigError(f"unknown rerank features {missing}", hint="tune it again with `tiankong tune rerank`")
+    return np.stack([col[n] for n in wanted], axis=1) if bm.size else np.zeros((0, len(wanted)))
 
 
 def check_rerank_decider(decider: Decider) -> Decider:
@@ -81,14 +100,19 @@ def fused_probabilities(decider: Decider, bm25: Sequence[float], cosine: Sequenc
     if not weights:
         raise ConfigError(f"decider {decider.ref} has no weights for {key.replace('_', ' ')}",
                           hint="tune it again with `tiankong tune rerank`")
-    return probabilities(weights, bm25, cosine)
+    names = decider.state.get("features_with_embedding" if cosine is not None else "features_bm25_only")
+    return probabilities(weights, bm25, cosine, names)
 
 
-def probabilities(weights: dict[str, Any], bm25: Sequence[float], cosine: Sequence[float] | None) -> list[float]:
-    """P(relevant) of every candidate under one weight set (``coef``, ``intercept``) over ``fusion_features``."""
+def probabilities(weights: dict[str, Any], bm25: Sequence[float], cosine: Sequence[float] | None,
+                  names: Sequence[str] | None = None) -> list[float]:
+    """P(relevant) of every candidate under one weight set (``coef``, ``intercept``) over ``fusion_features`` (the
+    columns ``names`` it was fitted with; a decider file without names has the first columns)."""
     import numpy as np
 
-    features = fusion_features(bm25, cosine)
+    if names is None and cosine is not None and len(weights["coef"]) == len(FIRST_WITH_EMBEDDING):
+        names = FIRST_WITH_EMBEDDING
+    features = fusion_features(bm25, cosine, names)
     logits = features @ np.asarray(weights["coef"], dtype=float) + float(weights["intercept"])
     return [float(p) for p in 1.0 / (1.0 + np.exp(-logits))]
 
