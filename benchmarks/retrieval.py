@@ -11,7 +11,9 @@ Sets (public data the project did not write, fetched from the package index into
 * ``chatterbot-en`` / ``chatterbot-zh`` (``chatterbot-corpus==1.3.3``): query = the first turn of a conversation
   written by the corpus's authors, relevant = its reply (and any identical reply); candidates = the reply plus
   ``--candidates - 1`` other replies of the same language drawn with a fixed seed. Test split = the conversations
-  whose sha256(query) starts with an even hex digit (frozen: docs/tasks.md names its sha256).
+  whose sha256(query) starts with an even hex digit (frozen: docs/tasks.md names its sha256). Any other language of
+  the corpus by its folder name: ``chatterbot-german``, ``chatterbot-korean``, … (``--candidates 40``: the smaller
+  languages have fewer than 200 replies; frozen the same way, docs/tasks.md).
 
 Methods: BM25 (bm25s, our CJK-aware tokens), the embedding part alone (the catalog's part for the set's language, as
 rerank picks it: all-minilm-l6-v2 for English, multilingual-e5-small for Chinese; with its prefixes), RRF of the
@@ -201,8 +203,9 @@ def main() -> None:
             if name == "aclsum":
                 items = aclsum(args.queries, args.split)
             else:
-                items = chatterbot("english" if name.endswith("en") else "chinese", args.candidates, args.queries,
-                                   args.split)
+                folder = {"en": "english", "zh": "chinese"}.get(name.removeprefix("chatterbot-"),
+                                                                  name.removeprefix("chatterbot-"))
+                items = chatterbot(folder, args.candidates, args.queries, args.split)
             started = time.monotonic()
             part = part_for([text for q, docs, _ in items[:50] for text in (q, *docs[:1])])
             scores = evaluate(items, part)

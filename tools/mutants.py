@@ -109,6 +109,8 @@ MUTANTS = (
            ("tests/unit/test_unit_parts.py",)),
     Mutant("rerank-named-columns", "a rerank weight set reads the feature columns it was fitted with, by name",
            "wanted = names if names is not None else", "wanted = None or", ("tests/unit/test_unit_parts.py",)),
+    Mutant("part-for-languages", "text in another language than English gets the multilingual part, not English's",
+           'else "en" if english(sample) else "other"', 'else "en"', ("tests/unit/test_unit_parts.py",)),
 )
 
 

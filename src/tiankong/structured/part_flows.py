@@ -12,7 +12,7 @@ from typing import Any
 from ..engine.parts import PartMissing
 from ..models.catalog import embedding_part, find_entry
 from .flow import Call, Flow
-from .prompts import language
+from .prompts import english, language
 
 #: a flow's ``part`` argument that means "the catalog's embedding part for the texts' language" (``part_for``)
 AUTO_PART = "auto"
@@ -71,9 +71,16 @@ def part_context(part: str) -> Flow[int]:
     return _CONTEXT[part]
 
 
+def texts_language(texts: Sequence[str]) -> str:
+    """'zh', 'en' (``prompts.english``) or 'other', read from the first 300 characters of the first 50 texts."""
+    sample = " ".join(t[:300] for t in texts[:50])
+    return "zh" if language(sample) == "zh" else "en" if english(sample) else "other"
+
+
 def part_for(texts: Sequence[str]) -> str:
-    """The catalog's embedding part for the language of ``texts`` (``models.catalog.embedding_part``)."""
-    return embedding_part(language(" ".join(t[:300] for t in texts[:50])))
+    """The catalog's embedding part for the language of ``texts`` (``models.catalog.embedding_part``): English's
+    for English, the multilingual one for Chinese and every other language."""
+    return embedding_part(texts_language(texts))
 
 
 def prefixed(texts: Sequence[str], part: str, queries: int | None = None) -> list[str]:

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 
 from ..models.catalog import find_entry
 from ..structured.flow import Flow
-from ..structured.part_flows import AUTO_PART, part_for, part_vectors
-from ..structured.prompts import language
+from ..structured.part_flows import AUTO_PART, part_for, part_vectors, texts_language
 
 RRF_K = 60
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
@@ -67,10 +66,11 @@ def part_reads(part: str, texts: Sequence[str]) -> str:
     """'' when the part reads the texts' language, else why not (an English-only part on Chinese text ranks noise:
     on chatterbot-zh's dev half its cosine alone scored below BM25 and pulled the fusion down)."""
     entry = find_entry(part)
-    lang = language(" ".join(t[:300] for t in texts[:50]))
+    lang = texts_language(texts)
     if entry is None or not entry.languages or lang in entry.languages:
         return ""
-    return f"{part} reads {'/'.join(entry.languages)} only, this text is {lang}"
+    said = "in another language" if lang == "other" else lang
+    return f"{part} reads {'/'.join(entry.languages)} only, this text is {said}"
 
 
 def embedding_scores(query: str, documents: Sequence[str], part: str = AUTO_PART) -> Flow[Embedded]:
