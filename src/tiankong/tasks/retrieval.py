@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from ..models.catalog import find_entry
 from ..structured.flow import Flow
-from ..structured.part_flows import AUTO_PART, part_for, part_vectors, texts_language
+from ..structured.part_flows import AUTO_PART, part_for, part_vectors
+from ..structured.prompts import language
 
 RRF_K = 60
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
@@ -64,13 +65,14 @@ class Embedded:
 
 def part_reads(part: str, texts: Sequence[str]) -> str:
     """'' when the part reads the texts' language, else why not (an English-only part on Chinese text ranks noise:
-    on chatterbot-zh's dev half its cosine alone scored below BM25 and pulled the fusion down)."""
+    on chatterbot-zh's dev half its cosine alone scored below BM25 and pulled the fusion down). Lenient on purpose:
+    only Chinese is refused, so records and keyword lists in Latin letters (no English function words to tell them
+    by) keep the semantic stage of ``dedupe``, whose thresholds are MiniLM's; ``part_for`` is the stricter choice."""
     entry = find_entry(part)
-    lang = texts_language(texts)
+    lang = language(" ".join(t[:300] for t in texts[:50]))
     if entry is None or not entry.languages or lang in entry.languages:
         return ""
-    said = "in another language" if lang == "other" else lang
-    return f"{part} reads {'/'.join(entry.languages)} only, this text is {said}"
+    return f"{part} reads {'/'.join(entry.languages)} only, this text is {lang}"
 
 
 def embedding_scores(query: str, documents: Sequence[str], part: str = AUTO_PART) -> Flow[Embedded]:
