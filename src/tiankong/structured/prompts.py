@@ -24,17 +24,25 @@ _WORD = re.compile(r"[^\W\d_]+")
 #: "die", "do"). Written here rather than taken from a library: scikit-learn's English list costs 1.1 s of import,
 #: and a language detector would be a dependency for one decision; these separate every list measured
 #: (benchmarks/results/retrieval/languages/detect-*.txt).
-_ENGLISH = frozenset("""
-    the an and or but of to on at for with from by about are were be been being does did have has had you he she it
-    we they him her us them my your his its our their this that these those what which who whom whose where when why
-    how not can will would should could there here if than then too very all any some just""".split())
-_OTHER_LATIN = frozenset("""
-    der das und ist nicht ich du ein eine einen zu mit sie es wie auf für den dem sind bist mein dein ja nein auch
-    aber oder wir ihr sehr le la les et est je tu vous pas une des du que qui pour dans ce il elle ne sont avec très
-    oui non el los las y es de en un una por para con yo lo se del al como muy sí pero eres estoy gli e di che sono
-    sei io mi ti della ciao anche cosa o os é não um uma eu você da em muito sim het een niet ik je jij van dat wat
-    zijn op voor te ben ook maar yang dan ini itu aku saya kamu tidak apa ada dengan untuk ke dari bisa bir ve bu
-    ben sen değil için çok var och är jag det att ett inte som på med för har vad""".split())
+_ENGLISH = frozenset((
+    "the", "an", "and", "or", "but", "of", "to", "on", "at", "for", "with", "from", "by", "about", "are", "were",
+    "be", "been", "being", "does", "did", "have", "has", "had", "you", "he", "she", "it", "we", "they", "him", "her",
+    "us", "them", "my", "your", "his", "its", "our", "their", "this", "that", "these", "those", "what", "which",
+    "who", "whom", "whose", "where", "when", "why", "how", "not", "can", "will", "would", "should", "could", "there",
+    "here", "if", "than", "then", "too", "very", "all", "any", "some", "just",
+))
+_OTHER_LATIN = frozenset((
+    "der", "das", "und", "ist", "nicht", "ich", "du", "ein", "eine", "einen", "zu", "mit", "sie", "es", "wie", "auf",
+    "für", "den", "dem", "sind", "bist", "mein", "dein", "ja", "nein", "auch", "aber", "oder", "wir", "ihr", "sehr",
+    "le", "la", "les", "et", "est", "je", "tu", "vous", "pas", "une", "des", "du", "que", "qui", "pour", "dans",
+    "ce", "il", "elle", "ne", "sont", "avec", "très", "oui", "non", "el", "los", "las", "y", "es", "de", "en", "un",
+    "una", "por", "para", "con", "yo", "lo", "se", "del", "al", "como", "muy", "sí", "pero", "eres", "estoy", "gli",
+    "e", "di", "che", "sono", "sei", "io", "mi", "ti", "della", "ciao", "anche", "cosa", "o", "os", "é", "não", "um",
+    "uma", "eu", "você", "da", "em", "muito", "sim", "het", "een", "niet", "ik", "je", "jij", "van", "dat", "wat",
+    "zijn", "op", "voor", "te", "ben", "ook", "maar", "yang", "dan", "ini", "itu", "aku", "saya", "kamu", "tidak",
+    "apa", "ada", "dengan", "untuk", "ke", "dari", "bisa", "bir", "ve", "bu", "ben", "sen", "değil", "için", "çok",
+    "var", "och", "är", "jag", "det", "att", "ett", "inte", "som", "på", "med", "för", "har", "vad",
+))
 
 
 def english(text: str) -> bool:
