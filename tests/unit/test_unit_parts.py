@@ -17,6 +17,7 @@ from tiankong.models.catalog import EMBEDDING_MODEL, MULTILINGUAL_EMBEDDING_MODE
 from tiankong.models.pull import pull_model
 from tiankong.structured.flow import Call, Flow
 from tiankong.structured.part_flows import part_for, part_vectors
+from tiankong.structured.prompts import english
 from tiankong.tasks.retrieval import embedding_scores, part_reads
 
 ZH = ["退款将在五个工作日内退回原支付账户。", "食堂早上八点开门。"]
@@ -64,10 +65,14 @@ OTHER = {
            "ursprüngliche Konto überwiesen.", "Die Kantine öffnet um acht Uhr und schließt am Nachmittag."],
     "es": ["¿Cuándo llega mi reembolso?", "El reembolso llega a la cuenta original en cinco días hábiles.",
            "La cafetería abre a las ocho de la mañana y cierra por la tarde."],
-    "nl": ["Wanneer komt mijn terugbetaling?", "De terugbetaling komt binnen vijf werkdagen op de oorspronkelijke "
-           "rekening.", "De kantine gaat om acht uur open en sluit in de middag."],
+    "nl": ["Wanneer krijg ik mijn geld terug?", "Het geld komt binnen vijf werkdagen terug op je rekening, dat is "
+           "zeker.", "De kantine is open van acht tot vijf en niet op zondag."],
     "ru": ["Когда придёт мой возврат?", "Возврат поступит на исходный счёт в течение пяти рабочих дней.",
            "Столовая открывается в восемь утра."],
+    "fr": ["Comment puis-je avoir mon remboursement?", "Le remboursement arrive sur le compte dans les cinq jours "
+           "ouvrables, je pense que ce sera vendredi.", "La cantine ouvre à huit heures et ferme avec le soir."],
+    "id": ["Kapan uang saya dikembalikan?", "Uang dikembalikan ke rekening asal dalam lima hari kerja, saya tidak "
+           "tahu kapan tepatnya.", "Kantin itu buka jam delapan dan tutup sore dengan cepat."],
     "ko": ["환불은 언제 들어오나요?", "환불은 영업일 기준 5일 이내에 원래 계좌로 들어갑니다.",
            "구내식당은 8시에 엽니다."],
 }
@@ -87,7 +92,12 @@ def test_english_prose_records_and_keywords_keep_the_english_part() -> None:
     assert part_for(["refund status", "invoice 42"]) == EMBEDDING_MODEL
     records = ["arnie mortons of chicago 435 s. la cienega blvd. los angeles american",
                "hotel bel-air 701 stone canyon rd. bel air californian", "art s delicatessen 12224 ventura blvd."]
-    assert part_for(records * 4) == EMBEDDING_MODEL  # no function words either way: stays English, as before
+    assert part_for(records * 4) == EMBEDDING_MODEL  # "la", "los": place names, not counted: English, as before
+    assert english("Who founded the company? It was founded by José García in 1998.")  # one accented name
+    assert english("e-mail settings, e-commerce checkout, reset password")  # no one-letter "e"
+    assert english("") and english("12345 678")  # nothing to tell by: English's part, as before
+    assert not english("Je ne sais pas pourquoi il est parti avec une amie, mais nous sommes contents.")
+    assert not english("Saya tidak tahu kenapa dia pergi dengan temannya ke pasar itu.")  # ASCII only
 
 
 def test_the_query_and_the_passages_get_the_prefixes_the_part_was_trained_with() -> None:
@@ -224,10 +234,34 @@ def test_a_rerank_weight_set_reads_the_columns_it_was_fitted_with() -> None:
                                     "intercept": state["with_embedding"]["intercept"]})
     assert fused_probabilities(Decider(name="s", method="lr-fusion", labels=decider.labels, state=shuffled,
                                        task="rerank"), bm, cos) == pytest.approx(as_fitted)
-    first = {"coef": [0.5, 1.0, 0.2, 0.1, 2.0, 0.7, 0.3, 0.0, 0.4, 0.6], "intercept": -1.0}  # a file from before
-    old = probabilities(first, bm, cos)
-    manual = fusion_features(bm, cos, FIRST_WITH_EMBEDDING) @ np.asarray(first["coef"]) - 1.0
-    assert old == pytest.approx(list(1 / (1 + np.exp(-manual))))
-    assert fusion_features(bm, cos, FIRST_WITH_EMBEDDING)[:, 0] == pytest.approx(np.asarray(bm) / max(bm))
+    # a weight set from before the interaction columns: what b9eb8db's code answered for these lists
+    first = {"coef": [0.5, 1.0, 0.2, 0.1, 2.0, 0.7, 0.3, 0.0, 0.4, 0.6], "intercept": -1.0}
+    fixed_bm, fixed_cos = [3.2, 0.0, 1.1, 0.4, 2.5], [0.61, 0.12, 0.44, 0.35, 0.58]
+    assert probabilities(first, fixed_bm, fixed_cos) == pytest.approx(
+        [0.983538, 0.028137, 0.591644, 0.245325, 0.954958], abs=1e-6)
+    assert probabilities({"coef": [0.5, 1.0, 0.2, 0.1], "intercept": -1.0}, fixed_bm, None) == pytest.approx(
+        [0.782673, 0.115794, 0.318131, 0.190988, 0.645675], abs=1e-6)
+    # the interaction columns are the products they are named for
+    bm_a, cos_a = np.asarray(fixed_bm), np.asarray(fixed_cos)
+    lexical, spread = np.log1p(bm_a.max()), cos_a.max() - np.median(cos_a)
+    z = {n: fusion_features(fixed_bm, fixed_cos, [n])[:, 0] for n in ("bm25_z", "cos_z", "cos", "bm25_rel")}
+    assert fusion_features(fixed_bm, fixed_cos, ["bm25_z_x_cos_z", "cos_x_lex", "bm25_rel_x_spread"]) == \
+        pytest.approx(np.stack([z["bm25_z"] * z["cos_z"], cos_a * lexical, bm_a / bm_a.max() * spread], axis=1))
     with pytest.raises(ConfigError, match="unknown rerank features"):
         probabilities(first, bm, cos, ["bm25_rel", "from_a_newer_version"])
+    with pytest.raises(ConfigError, match="9 weights for 10 features"):
+        probabilities({"coef": first["coef"][:9], "intercept": 0.0}, bm, cos, FIRST_WITH_EMBEDDING)
+
+
+def test_tune_rerank_keeps_one_list_per_qid_when_a_query_heads_several() -> None:
+    """chatterbot-like data: the same first turn heads several conversations, each its own candidate list; glued by
+    query text, the lists' features would be computed over a list no rerank ever sees."""
+    from tiankong.tuning.rerank import read_pairs
+
+    rows = [{"qid": f"{q}-{n}", "query": "hello" if q < 2 else f"question {q}", "passage": f"reply {q}-{n}-{i}",
+             "relevant": int(i == 0)} for q in range(8) for n in range(2) for i in range(3)]
+    groups = read_pairs(rows)
+    assert len(groups) == 16 and all(len(g.passages) == 3 and sum(g.relevant) == 1 for g in groups)
+    assert [g.query for g in groups].count("hello") == 4
+    glued = read_pairs([{k: v for k, v in row.items() if k != "qid"} for row in rows])  # without ids: by query
+    assert len(glued) == 7 and max(len(g.passages) for g in glued) == 12

@@ -54,7 +54,8 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
 
 @tune.command("rerank")
 @click.option("--data", "data", required=True, help="Labelled rows: JSONL or CSV with query,passage,relevant "
-              "(0/1 or a grade; several passages per query, some relevant and some not; ≥ 6 queries).")
+              "(0/1 or a grade; several passages per query, some relevant and some not; ≥ 6 queries); an optional "
+              "qid column keeps one candidate list per id.")
 @click.option("--name", required=True, help="Register the decider under this name (a new version each time).")
 @click.option("--folds", type=int, default=5, show_default=True, help="Folds by query (repeated with 3 seeds).")
 @click.option("--method", type=click.Choice(["bm25", "embedding", "rrf", "lr-fusion"]), default=None,

@@ -63,9 +63,10 @@ def fusion_features(bm25: Sequence[float], cosine: Sequence[float] | None,
     if cosine is not None:
         cs = np.asarray(cosine, dtype=float)
         spread = float(cs.max() - np.median(cs)) if cs.size else 0.0
-        col |= {"cos": cs, "cos_z": _z(cs), "cos_gap": cs - cs.max() if cs.size else cs,
+        cos_z = _z(cs)
+        col |= {"cos": cs, "cos_z": cos_z, "cos_gap": cs - cs.max() if cs.size else cs,
                 "cos_spread": np.full_like(cs, spread), "bm25_rel_x_max": col["bm25_rel"] * lexical,
-                "cos_z_x_nolex": _z(cs) / (1.0 + lexical)}
+                "cos_z_x_nolex": cos_z / (1.0 + lexical)}
         for n in _PER_CANDIDATE:
             col[f"{n}_x_lex"], col[f"{n}_x_spread"] = col[n] * lexical, col[n] * spread
         col["bm25_z_x_cos_z"] = col["bm25_z"] * col["cos_z"]
@@ -95,13 +96,19 @@ def fused_probabilities(decider: Decider, bm25: Sequence[float], cosine: Sequenc
                         part: str = "") -> list[float]:
     """P(relevant) of every candidate under an ``lr-fusion`` decider (the weight set that matches the parts;
     ``part``: the embedding part that gave ``cosine``)."""
-    key = weights_key(decider.state, part, cosine is not None)
-    weights: dict[str, Any] = decider.state.get(key) or {}
+    return state_probabilities(decider.state, bm25, cosine, part, ref=decider.ref)
+
+
+def state_probabilities(state: dict[str, Any], bm25: Sequence[float], cosine: Sequence[float] | None,
+                        part: str = "", ref: str = "rerank") -> list[float]:
+    """The same from a decider's state (``weights_key``'s weight set over the columns the state names)."""
+    key = weights_key(state, part, cosine is not None)
+    weights: dict[str, Any] = state.get(key) or {}
     if not weights:
-        raise ConfigError(f"decider {decider.ref} has no weights for {key.replace('_', ' ')}",
+        raise ConfigError(f"decider {ref} has no weights for {key.replace('_', ' ')}",
                           hint="tune it again with `tiankong tune rerank`")
-    names = decider.state.get("features_with_embedding" if cosine is not None else "features_bm25_only")
-    return probabilities(weights, bm25, cosine, names)
+    return probabilities(weights, bm25, cosine,
+                         state.get("features_with_embedding" if cosine is not None else "features_bm25_only"))
 
 
 def probabilities(weights: dict[str, Any], bm25: Sequence[float], cosine: Sequence[float] | None,
@@ -113,6 +120,9 @@ def probabilities(weights: dict[str, Any], bm25: Sequence[float], cosine: Sequen
     if names is None and cosine is not None and len(weights["coef"]) == len(FIRST_WITH_EMBEDDING):
         names = FIRST_WITH_EMBEDDING
     features = fusion_features(bm25, cosine, names)
+    if features.shape[1] != len(weights["coef"]):
+        raise ConfigError(f"a rerank weight set has {len(weights['coef'])} weights for {features.shape[1]} features",
+                          hint="tune it again with `tiankong tune rerank`")
     logits = features @ np.asarray(weights["coef"], dtype=float) + float(weights["intercept"])
     return [float(p) for p in 1.0 / (1.0 + np.exp(-logits))]
 

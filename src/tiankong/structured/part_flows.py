@@ -71,9 +71,14 @@ def part_context(part: str) -> Flow[int]:
     return _CONTEXT[part]
 
 
+def sample_text(texts: Sequence[str]) -> str:
+    """What a language is told from: the first 300 characters of the first 50 texts."""
+    return " ".join(t[:300] for t in texts[:50])
+
+
 def texts_language(texts: Sequence[str]) -> str:
-    """'zh', 'en' (``prompts.english``) or 'other', read from the first 300 characters of the first 50 texts."""
-    sample = " ".join(t[:300] for t in texts[:50])
+    """'zh', 'en' (``prompts.english``) or 'other'."""
+    sample = sample_text(texts)
     return "zh" if language(sample) == "zh" else "en" if english(sample) else "other"
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..models.catalog import find_entry
 from ..structured.flow import Flow
-from ..structured.part_flows import AUTO_PART, part_for, part_vectors
+from ..structured.part_flows import AUTO_PART, part_for, part_vectors, sample_text
 from ..structured.prompts import language
 
 RRF_K = 60
@@ -69,7 +69,7 @@ def part_reads(part: str, texts: Sequence[str]) -> str:
     only Chinese is refused, so records and keyword lists in Latin letters (no English function words to tell them
     by) keep the semantic stage of ``dedupe``, whose thresholds are MiniLM's; ``part_for`` is the stricter choice."""
     entry = find_entry(part)
-    lang = language(" ".join(t[:300] for t in texts[:50]))
+    lang = language(sample_text(texts))
     if entry is None or not entry.languages or lang in entry.languages:
         return ""
     return f"{part} reads {'/'.join(entry.languages)} only, this text is {lang}"

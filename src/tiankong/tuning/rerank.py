@@ -28,8 +28,7 @@ from ..deciders.rerank_fusion import (
     WITH_EMBEDDING,
     fit_weights,
     fusion_features,
-    probabilities,
-    weights_key,
+    state_probabilities,
 )
 from ..errors import ConfigError
 from ..structured.drivers import run_sync
@@ -78,7 +77,9 @@ class RerankTuneReport:
 
 
 def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
-    """Rows ``{query, passage, relevant}`` (JSONL or CSV; relevant: 0/1, true/false or a grade ≥ 0) by query."""
+    """Rows ``{query, passage, relevant}`` (JSONL or CSV; relevant: 0/1, true/false or a grade ≥ 0) by query, or by
+    ``qid`` where rows carry one (one candidate list per id: the same query text may head several lists, as in
+    BEIR-style qrels, and each list's features are computed within that list)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
@@ -95,7 +96,8 @@ def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
         query, passage = str(row["query"]).strip(), str(row["passage"]).strip()
         if not query or not passage:
             raise ConfigError(f"row {number}: query and passage must not be empty")
-        group = groups.setdefault(query, Group(query, [], []))
+        qid = str(row["qid"]) if row.get("qid") not in (None, "") else query
+        group = groups.setdefault(qid, Group(query, [], []))
         group.passages.append(passage)
         group.relevant.append(_grade(row["relevant"], number))
     usable = [g for g in groups.values() if len(g.passages) >= 2 and any(g.relevant) and not all(g.relevant)]
@@ -153,7 +155,7 @@ def _method_scores(method: str, group: Group, weights: dict[str, Any] | None) ->
         return None if group.cosine is None else rrf([group.bm25, group.cosine],
                                                      retrieved=[bm25_retrieved(group.bm25), None])
     assert weights is not None
-    return probabilities(weights[weights_key(weights, group.part, group.cosine is not None)], group.bm25, group.cosine)
+    return state_probabilities(weights, group.bm25, group.cosine, group.part)
 
 
 def fit_fusion(groups: list[Group]) -> dict[str, Any]:
