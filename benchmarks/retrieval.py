@@ -72,6 +72,9 @@ def aclsum(limit: int | None, split: str = "test") -> list[Item]:
 
 def chatterbot(language: str, candidates: int, limit: int | None, split: str = "test") -> list[Item]:
     root = unpacked_wheel(CHATTERBOT) / "chatterbot_corpus" / "data" / language
+    if not root.is_dir():
+        raise SystemExit(f"chatterbot-corpus has no language {language!r}: one of "
+                         + ", ".join(sorted(p.name for p in root.parent.iterdir())))
     pairs = []
     for path in sorted(root.glob("*.yml")):
         for conv in yaml.safe_load(path.read_text("utf-8")).get("conversations") or []:
@@ -203,9 +206,9 @@ def main() -> None:
             if name == "aclsum":
                 items = aclsum(args.queries, args.split)
             else:
-                folder = {"en": "english", "zh": "chinese"}.get(name.removeprefix("chatterbot-"),
-                                                                  name.removeprefix("chatterbot-"))
-                items = chatterbot(folder, args.candidates, args.queries, args.split)
+                short = name.removeprefix("chatterbot-")
+                items = chatterbot({"en": "english", "zh": "chinese"}.get(short, short), args.candidates,
+                                   args.queries, args.split)
             started = time.monotonic()
             part = part_for([text for q, docs, _ in items[:50] for text in (q, *docs[:1])])
             scores = evaluate(items, part)

@@ -70,7 +70,8 @@ class RerankTuneReport:
         lines = [f"{self.queries} queries, {self.pairs} (query, passage) pairs; folds by query, seeds {list(SEEDS)}",
                  "method       nDCG@10   ± se    log-loss"]
         for row in self.rows:
-            mark = "  ← chosen (one-SE rule)" if row["method"] == self.chosen else ""
+            how = "one-SE rule" if self.decider is None or self.decider.cv.get("rule") != "--method" else "--method"
+            mark = f"  ← chosen ({how})" if row["method"] == self.chosen else ""
             loss = f"{row['log_loss']:.3f}" if row.get("log_loss") is not None else "  -  "
             lines.append(f"{row['method']:<12} {row['ndcg@10']:.3f}   {row['se']:.3f}   {loss}{mark}")
         if self.embedding:
@@ -273,7 +274,8 @@ def tune_rerank(source: str | Path | Iterable[dict[str, Any]], *, name: str, fol
     state = fit_fusion(groups)
     decider = Decider(name=name, method=chosen, labels=["relevant", "irrelevant"], state=state, task="rerank",
                       examples={"n": sum(len(g.passages) for g in groups), "queries": len(groups)},
-                      cv={"folds": folds, "seeds": list(SEEDS), "rows": rows, "rule": "one-standard-error",
+                      cv={"folds": folds, "seeds": list(SEEDS), "rows": rows,
+                          "rule": "--method" if method else "one-standard-error",
                           "chosen": next(r for r in rows if r["method"] == chosen)})
     if save:
         save_decider(decider)
