@@ -44,11 +44,8 @@ def sized(items: list[Item]) -> list[Item]:
     """The n-th query keeps its relevant replies and the first ``LIST_SIZES[n % 4] - 1`` others (already shuffled)."""
     out = []
     for n, (query, docs, rel) in enumerate(items):
-        room, keep = LIST_SIZES[n % len(LIST_SIZES)] - sum(rel), []
-        for i, r in enumerate(rel):
-            if r or room > 0:
-                keep.append(i)
-                room -= 0 if r else 1
+        others = [i for i, r in enumerate(rel) if not r][:LIST_SIZES[n % len(LIST_SIZES)] - sum(rel)]
+        keep = sorted([i for i, r in enumerate(rel) if r] + others)
         out.append((query, [docs[i] for i in keep], [rel[i] for i in keep]))
     return out
 

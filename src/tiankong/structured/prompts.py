@@ -35,12 +35,12 @@ _OTHER_LATIN = frozenset((
     "der", "das", "und", "ist", "nicht", "ich", "du", "ein", "eine", "einen", "zu", "mit", "sie", "es", "wie", "auf",
     "für", "den", "dem", "sind", "bist", "mein", "dein", "ja", "nein", "auch", "aber", "oder", "wir", "ihr", "sehr",
     "le", "les", "et", "est", "je", "tu", "vous", "pas", "une", "des", "du", "que", "qui", "pour", "dans", "ce",
-    "il", "elle", "ne", "sont", "avec", "très", "oui", "non", "es", "en", "un", "una", "por", "para", "con", "yo",
+    "il", "elle", "ne", "sont", "avec", "très", "oui", "non", "en", "un", "una", "por", "para", "con", "yo",
     "lo", "se", "al", "como", "muy", "sí", "pero", "eres", "estoy", "gli", "che", "sono", "sei", "io", "mi", "ti",
     "della", "ciao", "anche", "cosa", "os", "não", "um", "uma", "eu", "você", "em", "muito", "sim", "het", "een",
     "niet", "ik", "je", "jij", "dat", "wat", "zijn", "op", "voor", "te", "ben", "ook", "maar", "yang", "dan", "ini",
     "itu", "aku", "saya", "kamu", "tidak", "apa", "ada", "dengan", "untuk", "ke", "dari", "bisa", "bir", "ve", "bu",
-    "ben", "sen", "değil", "için", "çok", "var", "och", "är", "jag", "det", "att", "ett", "inte", "som", "på", "med",
+    "sen", "değil", "için", "çok", "var", "och", "är", "jag", "det", "att", "ett", "inte", "som", "på", "med",
     "för", "har", "vad",
 ))
 

@@ -69,8 +69,8 @@ class RerankTuneReport:
     def table(self) -> str:
         lines = [f"{self.queries} queries, {self.pairs} (query, passage) pairs; folds by query, seeds {list(SEEDS)}",
                  "method       nDCG@10   ± se    log-loss"]
+        how = "--method" if self.decider is not None and self.decider.cv.get("rule") == "--method" else "one-SE rule"
         for row in self.rows:
-            how = "one-SE rule" if self.decider is None or self.decider.cv.get("rule") != "--method" else "--method"
             mark = f"  ← chosen ({how})" if row["method"] == self.chosen else ""
             loss = f"{row['log_loss']:.3f}" if row.get("log_loss") is not None else "  -  "
             lines.append(f"{row['method']:<12} {row['ndcg@10']:.3f}   {row['se']:.3f}   {loss}{mark}")
