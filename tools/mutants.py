@@ -111,6 +111,9 @@ MUTANTS = (
            "wanted = names if names is not None else", "wanted = None or", ("tests/unit/test_unit_parts.py",)),
     Mutant("part-for-languages", "text in another language than English gets the multilingual part, not English's",
            'else "en" if english(sample) else "other"', 'else "en"', ("tests/unit/test_unit_parts.py",)),
+    Mutant("redact-tagger-veto",
+           "a person the model listed that the name taggers read as something else is not redacted",
+           "and reading.contradicts(e.start, e.end))]", "and False)]", ("tests/engine/test_redact_tagger.py",)),
 )
 
 

@@ -29,7 +29,7 @@ from .generate import json_task, string_list
 from .pii_listing import ENUMERATION, listed_name, never_name
 from .pii_names import CONFIRM_AT, name_candidates, name_entities
 from .pii_rules import TYPES, Entity, detect_rules
-from .pii_tagger import tagged_names
+from .pii_tagger import read as read_names
 from .prompts import NAMED, task_messages
 from .redaction import redact_text
 
@@ -40,6 +40,8 @@ MAX_CONFIRM = 24  # candidate questions per text; candidates past it are redacte
 CONFIRM_QUESTION = "「{name}」在文中是一个人的姓名吗？"
 CONFIRM_QUESTION_EN = 'Is "{name}" the name of a person in the text?'
 KNOWN_TYPES = (*TYPES, *MODEL_TYPES.values())
+#: the sources of a person the model listed or confirmed (the rules' cue names, 张先生 or Mr. Smith, are not asked)
+MODEL_PATH = ("model", "rule+model")
 _SPLIT = re.compile(r"(?<=[。！？!?\n])|(?<=\.)\s")
 
 
@@ -82,15 +84,21 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
     the name rules, and each name candidate's P(yes) (None: not asked, kept — fail safe). Rule entities win
     overlaps; candidates are kept at P(yes) >= CONFIRM_AT. With ``name_rules``, only the listed people with a
     name's form (``pii_names.sure_name``) are taken as listed; the others are candidates, asked like the rules'.
-    Last, with ``tagger``, the names the taggers of the ``[ner]`` extra find (``pii_tagger``) where nothing
-    else was found."""
+    Last, with ``tagger``, the taggers of the ``[ner]`` extra (``pii_tagger``) read the text: a person the
+    model listed or confirmed that they read as something else (a club, a place, a common noun, a piece of a word)
+    is dropped, and the names they find are added where nothing else was found."""
     if not name_rules:
         return merge(rules, locate(text, listed))
     entities = merge(rules, [*locate(text, split_listing(listed)[0]), *name_entities(text)])
     kept = [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
             for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
     entities = merge(entities, kept)
-    return merge(entities, tagged_names(text)) if tagger else entities
+    if not tagger:
+        return entities
+    reading = read_names(text)
+    entities = [e for e in entities if not (e.type == "PERSON" and e.source in MODEL_PATH
+                                            and reading.contradicts(e.start, e.end))]
+    return merge(entities, reading.names)
 
 
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,
