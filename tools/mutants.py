@@ -113,7 +113,7 @@ MUTANTS = (
            'else "en" if english(sample) else "other"', 'else "en"', ("tests/unit/test_unit_parts.py",)),
     Mutant("redact-tagger-veto",
            "a person the model listed that the name taggers read as something else is not redacted",
-           "and reading.contradicts(e.start, e.end))]", "and False)]", ("tests/engine/test_redact_tagger.py",)),
+           "and reading.contradicts(e.start, e.end):", "and False:", ("tests/engine/test_redact_tagger.py",)),
 )
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tiankong.tasks import pii_tagger
+from tiankong.tasks.pii_names import name_entities
 from tiankong.tasks.pii_rules import detect_rules
 from tiankong.tasks.pii_tagger import available, read, tagged_names
-from tiankong.tasks.redact import assemble_names
+from tiankong.tasks.redact import assemble_names, candidate_spans, locate, merge, split_listing
 
 EN = "Federal Reserve chairman Alan Greenspan told reporters in Washington that rates would stay unchanged."
 ZH = "邓小平同志在北京会见了来访的美国客人，双方就两国关系交换了意见。"
@@ -103,3 +104,27 @@ def test_the_readings_evidence() -> None:
     en = read(text)
     assert [n.text for n in en.names] == ["Roger Smith"] and en.others == [] and en.words == []
     assert not en.contradicts(text.index("General"), text.index(" rose"))
+
+
+def confirmed(text: str, listed: list[str], *, tagger: bool = True) -> list[tuple[str, str]]:
+    """(type, text) of what ``redact`` keeps when the model listed ``listed`` as people and confirmed every one
+    asked (P(yes) 0.9)."""
+    people = [("PERSON", name) for name in listed]
+    taken, doubtful = split_listing(people)
+    found = merge(detect_rules(text), [*locate(text, taken), *name_entities(text)])
+    probabilities: dict[tuple[int, int], float | None] = {
+        (c.start, c.end): 0.9 for c in candidate_spans(text, found, locate(text, doubtful))}
+    return [(e.type, e.text) for e in assemble_names(text, detect_rules(text), people, probabilities, tagger=tagger)]
+
+
+def test_an_organisation_listed_as_a_person_is_redacted_as_the_organisation_lac_reads() -> None:
+    """Vetoed as a person, still PII: LAC's organisation word is redacted instead (no leak)."""
+    text = "国际足联主席布拉特昨天抵达北京。"
+    assert ("PERSON", "国际足联") in confirmed(text, ["国际足联"], tagger=False)
+    assert ("ORG", "国际足联") in confirmed(text, ["国际足联"])
+    assert ("ORG", "新华社") in confirmed("新华社记者昨天报道了这件事。", ["新华社记者"])
+
+
+def test_a_place_listed_as_a_person_stays_redacted() -> None:
+    """LAC reads places as places, and some transliterated names too: a place word never vetoes (fail safe)."""
+    assert ("PERSON", "海陵潮州路") in confirmed("他昨天去了海陵潮州路看房子。", ["海陵潮州路"])

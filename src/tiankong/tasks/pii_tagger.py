@@ -47,22 +47,32 @@ _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 
 @dataclass(frozen=True)
 class Reading:
-    """What the taggers read in a text: person names; (start, end, tag) of LAC's Chinese words that cannot be
-    names (``others``); the (start, end) of every Chinese word LAC cut (``words``)."""
+    """What the taggers read in a text: person names; LAC's Chinese words that may hold a name (``proper``: a
+    person, a place, a work, another proper noun) and those that cannot (``others``: (start, end, tag) — a common
+    word, an organisation, a time); the (start, end) of every Chinese word LAC cut (``words``)."""
 
     names: list[Entity] = field(default_factory=list)
+    proper: list[tuple[int, int]] = field(default_factory=list)
     others: list[tuple[int, int, str]] = field(default_factory=list)
     words: list[tuple[int, int]] = field(default_factory=list)
 
     def contradicts(self, start: int, end: int) -> bool:
-        """The taggers read ``text[start:end]`` as something other than a person: no name of theirs overlaps it,
-        and it overlaps a Chinese word that cannot be a name, or cuts through one of LAC's words (万人民 in
-        亿万人民, 文如 in 全文如下: a name is a word of its own). English: never (spaCy's labels: see above)."""
+        """The taggers read ``text[start:end]`` as something other than a person: it overlaps none of their names
+        nor a word LAC reads as a proper noun or a place (an address listed as a person stays redacted), and it
+        overlaps a Chinese word that cannot be a name, or cuts through one of LAC's words (万人民 in 亿万人民, 文如
+        in 全文如下: a name is a word of its own). English: never (spaCy's labels: see above)."""
         if any(n.start < end and start < n.end for n in self.names):
+            return False
+        if any(s < end and start < e for s, e in self.proper):
             return False
         if any(s < end and start < e for s, e, _ in self.others):
             return True
         return any(s < start < e or s < end < e for s, e in self.words)
+
+    def organisations(self, start: int, end: int) -> list[tuple[int, int]]:
+        """LAC's organisation words overlapping ``text[start:end]`` (whole): what a vetoed "person" that is an
+        organisation is redacted as instead — an organisation is PII too (the model lists companies as people)."""
+        return [(s, e) for s, e, tag in self.others if tag == "ORG" and s < end and start < e]
 
 
 @functools.cache
@@ -109,12 +119,14 @@ def _read(text: str) -> Reading:
             at = start
             for word, tag in lac.run(piece):
                 end = at + len(word)
-                if tag == "PER" and len(word) >= 2 and _CJK.search(word):
-                    reading.names.append(Entity(at, end, "PERSON", word, source="tagger", score=TAGGER_SCORE))
-                elif tag not in LAC_NAMES and _CJK.search(word):
-                    reading.others.append((at, end, tag))
                 if _CJK.search(word):
                     reading.words.append((at, end))
+                    if tag not in LAC_NAMES:
+                        reading.others.append((at, end, tag))
+                    elif tag == "PER" and len(word) >= 2:
+                        reading.names.append(Entity(at, end, "PERSON", word, source="tagger", score=TAGGER_SCORE))
+                    else:
+                        reading.proper.append((at, end))
                 at = end
     nlp = _spacy() if _LATIN_WORD.search(text) else None
     if nlp is not None:

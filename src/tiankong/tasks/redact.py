@@ -29,6 +29,7 @@ from .generate import json_task, string_list
 from .pii_listing import ENUMERATION, listed_name, never_name
 from .pii_names import CONFIRM_AT, name_candidates, name_entities
 from .pii_rules import TYPES, Entity, detect_rules
+from .pii_tagger import TAGGER_SCORE
 from .pii_tagger import read as read_names
 from .prompts import NAMED, task_messages
 from .redaction import redact_text
@@ -85,8 +86,9 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
     overlaps; candidates are kept at P(yes) >= CONFIRM_AT. With ``name_rules``, only the listed people with a
     name's form (``pii_names.sure_name``) are taken as listed; the others are candidates, asked like the rules'.
     Last, with ``tagger``, the taggers of the ``[ner]`` extra (``pii_tagger``) read the text: a person the
-    model listed or confirmed that they read as something else (a club, a place, a common noun, a piece of a word)
-    is dropped, and the names they find are added where nothing else was found."""
+    model listed or confirmed that LAC reads as something else (a common noun, a time, a piece of a word) is dropped
+    — or, where LAC reads an organisation in it, redacted as that organisation — and the names they find are added
+    where nothing else was found."""
     if not name_rules:
         return merge(rules, locate(text, listed))
     entities = merge(rules, [*locate(text, split_listing(listed)[0]), *name_entities(text)])
@@ -96,9 +98,15 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
     if not tagger:
         return entities
     reading = read_names(text)
-    entities = [e for e in entities if not (e.type == "PERSON" and e.source in MODEL_PATH
-                                            and reading.contradicts(e.start, e.end))]
-    return merge(entities, reading.names)
+    read_right: list[Entity] = []
+    organisations: list[Entity] = []
+    for e in entities:
+        if e.type == "PERSON" and e.source in MODEL_PATH and reading.contradicts(e.start, e.end):
+            organisations += [Entity(a, b, "ORG", text[a:b], "tagger", TAGGER_SCORE)
+                              for a, b in reading.organisations(e.start, e.end)]
+        else:
+            read_right.append(e)
+    return merge(read_right, [*organisations, *reading.names])
 
 
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,
