@@ -66,6 +66,9 @@ EN_TEMPLATES = [
 ]
 
 
+CONDITIONS = ("rules", "model", "model+rules")
+
+
 def faker_module() -> Any:
     sys.path.insert(0, str(datasets.unpacked_wheel(FAKER)))
     import faker
@@ -131,6 +134,8 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tasks/redact-recall"))
+    parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS),
+                        help="which to run (model: the listing alone, without the name rules and taggers)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     data = items(args.per_language, args.seed)
@@ -139,7 +144,7 @@ def main() -> None:
     with EngineProcess(config) as engine, Client(engine.url) as client:
         def one(item: dict[str, Any]) -> dict[str, Any]:
             row: dict[str, Any] = {"id": item["id"], "lang": item["lang"], "text": item["text"], "gold": item["gold"]}
-            for name in ("rules", "model", "model+rules"):
+            for name in args.conditions:
                 started = time.perf_counter()
                 if name == "rules":
                     result = redact_rules(item["text"])
@@ -152,23 +157,23 @@ def main() -> None:
         with ThreadPoolExecutor(args.slots) as pool:
             for row in pool.map(one, data):
                 rows.append(row)
-                print(row["id"], {n: row[n]["caught"] for n in ("model", "model+rules")}, flush=True)
+                print(row["id"], {n: row[n]["caught"] for n in args.conditions if n != "rules"}, flush=True)
     (args.out / "items.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
                                           encoding="utf-8")
     summary = []
     lines = [f"model {args.model}, {args.per_language} items per language (faker zh_CN / en_US, seed {args.seed}), "
              f"one PERSON, ADDRESS and ORG each",
-             f"{'lang':<4} {'type':<8} {'n':>4} | {'rules':>7} {'model':>7} {'model+rules':>12}"]
+             f"{'lang':<4} {'type':<8} {'n':>4} | " + " ".join(f"{n:>12}" for n in args.conditions)]
     for lang in ("zh", "en"):
         subset = [r for r in rows if r["lang"] == lang]
         for kind in TYPES:
             cell = {"lang": lang, "type": kind, "n": len(subset)}
-            for name in ("rules", "model", "model+rules"):
+            for name in args.conditions:
                 cell[name] = sum(r[name]["caught"][kind] for r in subset) / len(subset)
             summary.append(cell)
-            lines.append(f"{lang:<4} {kind:<8} {len(subset):>4} | {cell['rules']:>7.3f} {cell['model']:>7.3f} "
-                         f"{cell['model+rules']:>12.3f}")
-        for name in ("rules", "model", "model+rules"):
+            lines.append(f"{lang:<4} {kind:<8} {len(subset):>4} | "
+                         + " ".join(f"{cell[n]:>12.3f}" for n in args.conditions))
+        for name in args.conditions:
             over = sum(r[name]["over"] for r in subset) / max(1, sum(r[name]["other_chars"] for r in subset))
             secs = sum(r[name]["s"] for r in subset) / len(subset)
             summary.append({"lang": lang, "condition": name, "over_redaction": over, "s_per_item": secs})
