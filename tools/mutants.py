@@ -114,6 +114,9 @@ MUTANTS = (
     Mutant("redact-tagger-veto",
            "a person the model listed that the name taggers read as something else is not redacted",
            "and reading.contradicts(e.start, e.end):", "and False:", ("tests/engine/test_redact_tagger.py",)),
+    Mutant("redact-widen", "a tagger's name overlapping a partial person is redacted whole",
+           "return merge(widen(text, read_right, reading.names),", "return merge(read_right,",
+           ("tests/engine/test_redact_tagger.py",)),
 )
 
 

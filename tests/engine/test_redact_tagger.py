@@ -128,3 +128,15 @@ def test_an_organisation_listed_as_a_person_is_redacted_as_the_organisation_lac_
 def test_a_place_listed_as_a_person_stays_redacted() -> None:
     """LAC reads places as places, and some transliterated names too: a place word never vetoes (fail safe)."""
     assert ("PERSON", "海陵潮州路") in confirmed("他昨天去了海陵潮州路看房子。", ["海陵潮州路"])
+
+
+def test_a_tagger_name_overlapping_a_partial_person_widens_it() -> None:
+    """A cue rule's 罗庚 (罗庚先生) and a confirmed candidate 任任 (主任任建新) covered part of a name: the tagger's
+    fuller name takes them in, so the whole name is redacted (before, merge() dropped the tagger's name)."""
+    text = "华罗庚先生生命的最后一息，终结在访日的学术讲坛上。"
+    assert [e.text for e in assemble_names(text, detect_rules(text), [], {}, tagger=False)] == ["罗庚"]
+    assert [(e.type, e.text) for e in assemble_names(text, detect_rules(text), [], {})] == [("PERSON", "华罗庚")]
+    text = "委员会主任任建新发来贺信。"
+    found = assemble_names(text, detect_rules(text), [], {(4, 6): 0.9})
+    person = [e for e in found if e.type == "PERSON"]
+    assert len(person) == 1 and person[0].start <= text.index("任建新") and person[0].end >= text.index("发")

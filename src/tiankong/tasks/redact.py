@@ -88,7 +88,7 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
     Last, with ``tagger``, the taggers of the ``[ner]`` extra (``pii_tagger``) read the text: a person the
     model listed or confirmed that LAC reads as something else (a common noun, a time, a piece of a word) is dropped
     — or, where LAC reads an organisation in it, redacted as that organisation — and the names they find are added
-    where nothing else was found."""
+    where nothing else was found, or widen the persons found that they overlap (:func:`widen`)."""
     if not name_rules:
         return merge(rules, locate(text, listed))
     entities = merge(rules, [*locate(text, split_listing(listed)[0]), *name_entities(text)])
@@ -106,7 +106,23 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
                               for a, b in reading.organisations(e.start, e.end)]
         else:
             read_right.append(e)
-    return merge(read_right, [*organisations, *reading.names])
+    return merge(widen(text, read_right, reading.names), [*organisations, *reading.names])
+
+
+def widen(text: str, entities: list[Entity], names: list[Entity]) -> list[Entity]:
+    """A tagger's name that overlaps only persons found already takes them in: one person spanning them all
+    (source "tagger"). A partial span blocked the fuller name before — 罗庚 (a cue rule: 罗庚先生) kept 华罗庚
+    from being redacted whole, 任任 (a confirmed surname pair in 主任任建新) kept 任建新 (issue 40, test3)."""
+    out = list(entities)
+    for name in names:
+        hit = [e for e in out if e.start < name.end and name.start < e.end]
+        if not hit or any(e.type != "PERSON" for e in hit):
+            continue  # nothing to widen, or it meets another kind of entity: merge() decides as before
+        start, end = min(name.start, *(e.start for e in hit)), max(name.end, *(e.end for e in hit))
+        if (start, end) not in {(e.start, e.end) for e in hit}:  # else one found person holds the name already
+            out = [e for e in out if e not in hit]
+            out.append(Entity(start, end, "PERSON", text[start:end], "tagger", TAGGER_SCORE))
+    return sorted(out, key=lambda e: e.start)
 
 
 def redact_rules(text: str, *, style: str = "placeholder", types: list[str] | None = None,
