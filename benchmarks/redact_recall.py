@@ -134,13 +134,15 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tasks/redact-recall"))
+    parser.add_argument("--threads", type=int, default=None, help="engine threads (default: the usable CPUs)")
     parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS),
                         help="which to run (model: the listing alone, without the name rules and taggers)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     data = items(args.per_language, args.seed)
     rows: list[dict[str, Any]] = []
-    config = EngineConfig(model=model_path(args.model), ctx=args.slots * 2048, slots=args.slots)
+    config = EngineConfig(model=model_path(args.model), ctx=args.slots * 2048, slots=args.slots,
+                          **({"threads": args.threads} if args.threads else {}))
     with EngineProcess(config) as engine, Client(engine.url) as client:
         def one(item: dict[str, Any]) -> dict[str, Any]:
             row: dict[str, Any] = {"id": item["id"], "lang": item["lang"], "text": item["text"], "gold": item["gold"]}

@@ -91,7 +91,7 @@ MUTANTS = (
            "score = lifted(score, bool(reader), flag)", "score = score",
            ("tests/unit/test_guard_rules.py",)),
     Mutant("redaction-tagger", "a name the taggers find is redacted when the model path missed it",
-           "return merge(entities, tagged_names(text)) if tagger else entities", "return entities",
+           "[*organisations, *reading.names])", "[*organisations])",
            ("tests/engine/test_redact_tagger.py",)),
     Mutant("tune-repeated-cv", "small data are cross-validated over several shuffles and the scores averaged",
            "    if len(runs) == 1:\n        return runs[0]\n", "    if runs:\n        return runs[0]\n",

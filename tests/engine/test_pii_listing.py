@@ -62,10 +62,10 @@ def test_doubtful_listed_people_are_asked_first_and_never_taken_unasked() -> Non
         span: (0.9 if c.text == "小明" else 0.05) for span, c in spans.items()}
     people = {e.text for e in assemble_names(text, [], listed, probabilities) if e.type == "PERSON"}
     assert people == {"张文东", "小明"}
-    # fail safe: a doubtful span that could not be asked (None) is still redacted by the model path; the name
-    # taggers, where installed, then read both as common nouns and drop them (test_redact_tagger.py)
+    # fail safe: a doubtful span that could not be asked (None) is still redacted — the name taggers' reading does
+    # not veto it either (test_redact_tagger.py)
     unasked = dict.fromkeys(spans)
-    assert {"委员们", "渔翁村夫"} <= {e.text for e in assemble_names(text, [], listed, unasked, tagger=False)}
+    assert {"委员们", "渔翁村夫"} <= {e.text for e in assemble_names(text, [], listed, unasked)}
 
 
 def test_titles_come_off_and_what_cannot_be_a_name_is_dropped() -> None:

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 from .pii_rules import Entity, resolve_overlaps
 
-__all__ = ["CONFIRM_AT", "name_candidates", "name_entities"]
+__all__ = ["CONFIRM_AT", "name_candidates", "name_entities", "next_to_cue"]
 
 #: a surname candidate is redacted when the model gives "it is a person's name" at least this probability: low,
 #: since redaction fails safe (chosen before measuring; not tuned on the benchmark's set)
@@ -289,6 +289,11 @@ def _cue_after(text: str, end: int) -> bool:
 def _cue_before(text: str, index: int) -> bool:
     before = text[max(0, index - 6):index].rstrip(" ：:，,")
     return before.endswith(_CUES_BEFORE)
+
+
+def next_to_cue(text: str, start: int, end: int) -> bool:
+    """``text[start:end]`` has a name's cue next to it (联系人：…, …先生, …说)."""
+    return _cue_before(text, start) or _cue_after(text, end)
 
 
 # --- entry points ------------------------------------------------------------------------------------------------
