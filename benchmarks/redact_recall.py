@@ -76,10 +76,12 @@ def faker_module() -> Any:
     return faker
 
 
-def items(per_language: int, seed: int = 23) -> list[dict[str, Any]]:
+def items(per_language: int, seed: int = 23, langs: tuple[str, ...] = ("zh", "en")) -> list[dict[str, Any]]:
     faker = faker_module()
     out = []
     for lang, locale, templates in (("zh", "zh_CN", ZH_TEMPLATES), ("en", "en_US", EN_TEMPLATES)):
+        if lang not in langs:
+            continue
         fake = faker.Faker(locale)
         fake.seed_instance(seed)
         rng = random.Random(seed)
@@ -134,12 +136,13 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tasks/redact-recall"))
+    parser.add_argument("--langs", nargs="+", choices=("zh", "en"), default=["zh", "en"])
     parser.add_argument("--threads", type=int, default=None, help="engine threads (default: the usable CPUs)")
     parser.add_argument("--conditions", nargs="+", choices=CONDITIONS, default=list(CONDITIONS),
                         help="which to run (model: the listing alone, without the name rules and taggers)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    data = items(args.per_language, args.seed)
+    data = items(args.per_language, args.seed, tuple(args.langs))
     rows: list[dict[str, Any]] = []
     config = EngineConfig(model=model_path(args.model), ctx=args.slots * 2048, slots=args.slots,
                           **({"threads": args.threads} if args.threads else {}))
@@ -166,7 +169,7 @@ def main() -> None:
     lines = [f"model {args.model}, {args.per_language} items per language (faker zh_CN / en_US, seed {args.seed}), "
              f"one PERSON, ADDRESS and ORG each",
              f"{'lang':<4} {'type':<8} {'n':>4} | " + " ".join(f"{n:>12}" for n in args.conditions)]
-    for lang in ("zh", "en"):
+    for lang in args.langs:
         subset = [r for r in rows if r["lang"] == lang]
         for kind in TYPES:
             cell = {"lang": lang, "type": kind, "n": len(subset)}
