@@ -54,6 +54,11 @@ def test_addresses_with_a_form_are_found(text: str, entity: str) -> None:
 @pytest.mark.parametrize(("text", "entity"), [
     ("本合同由北京字节跳动科技有限公司盖章生效。", "北京字节跳动科技有限公司"),
     ("我们和ABC数据服务有限公司签了约。", "ABC数据服务有限公司"),
+    # 和 with nothing to join on its left is the name's first character (generated sets, seeds 11 and 23)
+    ("昨天他在群里说，和泰信息有限公司准备搬家。", "和泰信息有限公司"),
+    ("商品由和泰网络有限公司发出，请审核。", "和泰网络有限公司"),
+    ("萧颖打电话来投诉，说和泰信息有限公司把水管弄坏了。", "和泰信息有限公司"),
+    ("甲方和乙方科技有限公司签了约。", "乙方科技有限公司"),  # 和 between two words joins them: not in the name
     ("复旦大学附属中山医院的报告", "复旦大学附属中山医院"),
     ("The invoice from Northwind Traders LLC is overdue.", "Northwind Traders LLC"),
     ("She studied at the University of Edinburgh last year.", "University of Edinburgh"),
