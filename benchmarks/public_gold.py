@@ -222,8 +222,8 @@ def redact_split(lang: str, split: str, per_kind: int = 60, seed: int = 41) -> l
     en dev = CoNLL-2003 valid, en test = CoNLL-2003 test. ``test2`` (frozen 2026-12-05, after ``test`` was read):
     the same files' sentences that ``test`` does not hold, drawn with another seed. ``test3`` (frozen 2026-12-06,
     after ``test2`` was read; 80 sentences of each kind): those that neither ``test`` nor ``test2`` holds; ``test4``
-    (frozen 2026-12-06, after ``test3`` was read; 80 of each kind): those that none of the three holds; ``test5`` (frozen
-    2026-12-06, after ``test4`` was read; 80 of each kind): those that none of the four holds."""
+    (frozen 2026-12-06, after ``test3`` was read; 80 of each kind): those that none of the three holds; ``test5``
+    (frozen 2026-12-06, after ``test4`` was read; 80 of each kind): those that none of the four holds."""
     if split in ("test3", "test4", "test5"):
         per_kind = 80
     if split in ("test2", "test3", "test4", "test5"):

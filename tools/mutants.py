@@ -117,6 +117,13 @@ MUTANTS = (
     Mutant("redact-widen", "a tagger's name overlapping a partial person is redacted whole",
            "return merge(widen(text, read_right, reading.names),", "return merge(read_right,",
            ("tests/engine/test_redact_tagger.py",)),
+    Mutant("redact-english-veto",
+           "an English place, pronoun phrase or common words confirmed as a person is not redacted",
+           "elif not (vetoable(text, e, latin=True) and not_a_name(text, e.start, e.end, persons)):", "else:",
+           ("tests/engine/test_redact_tagger.py",)),
+    Mutant("redact-english-names-kept", "an English name that is also a place or a word is not vetoed",
+           'if folded in places and not (all(w in names for w in parts) if len(parts) > 1 else folded in names):',
+           "if folded in places:", ("tests/engine/test_redact_tagger.py",)),
 )
 
 

@@ -26,6 +26,7 @@ from ..structured.flow import Flow
 from .ask import Question, ask_flow
 from .classify import require_text
 from .generate import json_task, string_list
+from .pii_gazetteer import not_a_name
 from .pii_listing import ENUMERATION, listed_name, never_name
 from .pii_names import CONFIRM_AT, name_candidates, name_entities, next_to_cue
 from .pii_rules import TYPES, Entity, detect_rules
@@ -46,6 +47,8 @@ MODEL_PATH = ("model", "rule+model")
 #: a confirmation at or over this P(yes) is not vetoed by the taggers; an unasked candidate (scored 0.5) neither. On
 #: the MSRA development sentences every vetoed confirmation sat at P(yes) 0.354-0.370
 VETO_BELOW = 0.5
+#: the score of a candidate kept unasked (past MAX_CONFIRM, or across two chunks): never vetoed (fail safe)
+UNASKED = 0.5
 _SPLIT = re.compile(r"(?<=[。！？!?\n])|(?<=\.)\s")
 
 
@@ -95,7 +98,7 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
     if not name_rules:
         return merge(rules, locate(text, listed))
     entities = merge(rules, [*locate(text, split_listing(listed)[0]), *name_entities(text)])
-    kept = [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
+    kept = [Entity(start, end, "PERSON", text[start:end], "rule+model", UNASKED if p is None else round(p, 4))
             for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
     entities = merge(entities, kept)
     if not tagger:
@@ -103,21 +106,25 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
     reading = read_names(text)
     read_right: list[Entity] = []
     organisations: list[Entity] = []
+    persons = [(n.start, n.end) for n in reading.names]
     for e in entities:
         if vetoable(text, e) and reading.contradicts(e.start, e.end):
             organisations += [Entity(a, b, "ORG", text[a:b], "tagger", TAGGER_SCORE)
                               for a, b in reading.organisations(e.start, e.end)]
-        else:
+        elif not (vetoable(text, e, latin=True) and not_a_name(text, e.start, e.end, persons)):
             read_right.append(e)
     return merge(widen(text, read_right, reading.names), [*organisations, *reading.names])
 
 
-def vetoable(text: str, e: Entity) -> bool:
+def vetoable(text: str, e: Entity, *, latin: bool = False) -> bool:
     """A person the taggers' reading may veto: one the model listed, or a candidate it confirmed under
     ``VETO_BELOW`` — not one it could not be asked about (fail safe), nor one next to a name's cue (联系人：海燕,
-    国庆先生: a given name that is also a word)."""
+    国庆先生: a given name that is also a word). ``latin``: the English veto (``pii_gazetteer``) of a span in Latin
+    letters, at any P(yes) — the English confirmation does not separate names (``pii_gazetteer``'s docstring)."""
     if e.type != "PERSON" or e.source not in MODEL_PATH or next_to_cue(text, e.start, e.end):
         return False
+    if latin:
+        return e.text.isascii() and (e.source == "model" or e.score != UNASKED)
     return e.source == "model" or e.score < VETO_BELOW
 
 
@@ -152,7 +159,7 @@ def confirm_question(name: str) -> str:
 def confirm_candidates(text: str, entities: list[Entity], model: str | None) -> Flow[list[Entity]]:
     """The name candidates kept: P(yes) >= CONFIRM_AT, or not asked (see :func:`ask_candidates`)."""
     probabilities = yield from ask_candidates(text, entities, model)
-    return [Entity(start, end, "PERSON", text[start:end], "rule+model", 0.5 if p is None else round(p, 4))
+    return [Entity(start, end, "PERSON", text[start:end], "rule+model", UNASKED if p is None else round(p, 4))
             for (start, end), p in probabilities.items() if p is None or p >= CONFIRM_AT]
 
 

