@@ -124,6 +124,10 @@ MUTANTS = (
     Mutant("redact-english-names-kept", "an English name that is also a place or a word is not vetoed",
            'if folded in places and not (all(w in names for w in parts) if len(parts) > 1 else folded in names):',
            "if folded in places:", ("tests/engine/test_redact_tagger.py",)),
+    Mutant("redact-surname-candidates", "a lone capitalised surname is asked about as a name",
+           'found += [Entity(s, e, "PERSON", text[s:e], "rule", 0.5) for s, e in surname_words(text)',
+           'found += [Entity(s, e, "PERSON", text[s:e], "rule", 0.5) for s, e in []',
+           ("tests/engine/test_redact_tagger.py",)),
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tiankong.tasks import pii_gazetteer, pii_tagger
-from tiankong.tasks.pii_names import name_entities
+from tiankong.tasks.pii_names import name_candidates, name_entities
 from tiankong.tasks.pii_rules import detect_rules
 from tiankong.tasks.pii_tagger import available, read, tagged_names
 from tiankong.tasks.redact import assemble_names, candidate_spans, locate, merge, split_listing
@@ -236,3 +236,17 @@ def test_the_english_veto_spares_unasked_candidates_and_what_spacy_reads_as_a_pe
     start = text.index("Marlow")
     assert pii_gazetteer.not_a_name(text, start, start + 6) == "place"
     assert pii_gazetteer.not_a_name(text, start, start + 6, [(start - 3, start + 6)]) is None  # ... unless spaCy's
+
+
+def test_a_lone_capitalised_surname_is_a_candidate_unless_a_place_or_a_frequent_word(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone surname had no candidate (20 of the 399 English development names leaked, 7 of them such surnames)."""
+    text = "Police said Davies was arrested in York after the King spoke."
+    assert [e.text for e in name_candidates(text)] == ["Davies"]  # York: a place; King: a frequent word
+    headline = "SOCCER - SCHULZ SENT OFF."
+    assert [headline[a:b] for a, b in pii_gazetteer.surname_words(headline)] == ["SCHULZ"]
+    start = text.index("Davies")
+    kept = assemble_names(text, detect_rules(text), [], {(start, start + 6): 0.55})
+    assert [e.text for e in kept if e.type == "PERSON"] == ["Davies"]
+    monkeypatch.setattr(pii_gazetteer, "_data", lambda: None)  # without the [ner] extra: no such candidate
+    assert name_candidates(text) == []

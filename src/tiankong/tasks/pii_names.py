@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from .pii_gazetteer import surname_words
 from .pii_rules import Entity, resolve_overlaps
 
 __all__ = ["CONFIRM_AT", "name_candidates", "name_entities", "next_to_cue"]
@@ -369,8 +370,10 @@ def _en_candidates(text: str) -> Iterator[tuple[int, int]]:
 def name_candidates(text: str) -> list[Entity]:
     """Spans that may be a person's name, to be confirmed by the model: a Chinese surname + given name with no cue
     (where the name may have one given character or two — 戴玲反馈: 戴玲 or 戴玲反? — both), and English runs of
-    capitalised words."""
+    capitalised words, and a lone capitalised word that is a known surname (``pii_gazetteer.surname_words``)."""
     found = [Entity(s, e, "PERSON", text[s:e], "rule", 0.5) for s, e in _en_candidates(text)]
+    found += [Entity(s, e, "PERSON", text[s:e], "rule", 0.5) for s, e in surname_words(text)
+              if all(e <= f.start or s >= f.end for f in found)]
     for start, end, sure in _zh_persons(text):
         if sure:
             continue
