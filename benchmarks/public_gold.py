@@ -223,12 +223,14 @@ def redact_split(lang: str, split: str, per_kind: int = 60, seed: int = 41) -> l
     the same files' sentences that ``test`` does not hold, drawn with another seed. ``test3`` (frozen 2026-12-06,
     after ``test2`` was read; 80 sentences of each kind): those that neither ``test`` nor ``test2`` holds; ``test4``
     (frozen 2026-12-06, after ``test3`` was read; 80 of each kind): those that none of the three holds; ``test5``
-    (frozen 2026-12-06, after ``test4`` was read; 80 of each kind): those that none of the four holds."""
-    if split in ("test3", "test4", "test5"):
+    (frozen 2026-12-06, after ``test4`` was read; 80 of each kind): those that none of the four holds; ``test6``
+    (frozen 2026-12-06, after ``test5`` was read; 80 of each kind): those that none of the five holds."""
+    if split in ("test3", "test4", "test5", "test6"):
         per_kind = 80
-    if split in ("test2", "test3", "test4", "test5"):
+    if split in ("test2", "test3", "test4", "test5", "test6"):
         earlier = {"test2": ("test",), "test3": ("test", "test2"), "test4": ("test", "test2", "test3"),
-                   "test5": ("test", "test2", "test3", "test4")}[split]
+                   "test5": ("test", "test2", "test3", "test4"),
+                   "test6": ("test", "test2", "test3", "test4", "test5")}[split]
         taken = {s["text"] for part in earlier for s in redact_split(lang, part, 60, seed)}
         pool = msra_sentences("test")[1::2] if lang == "zh" else conll_sentences("test")
         pool = [s for s in pool if s["text"] not in taken]
@@ -265,7 +267,7 @@ if __name__ == "__main__":
         split = extract_split(set_name)
         summary[f"extract/{set_name}/test"] = {"n": len(split), "sha256": digest(split)}
     for language in ("zh", "en"):
-        for part in ("dev", "test", "test2", "test3", "test4", "test5"):
+        for part in ("dev", "test", "test2", "test3", "test4", "test5", "test6"):
             split = redact_split(language, part)
             summary[f"redact/{language}/{part}"] = {"n": len(split), "sha256": digest(split)}
     print(json.dumps(summary, indent=1, ensure_ascii=False))

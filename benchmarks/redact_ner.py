@@ -135,10 +135,11 @@ def report(rows: list[dict[str, Any]], label: str) -> tuple[str, dict[str, Any]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--split", choices=("dev", "test", "test2", "test3", "test4", "test5"), required=True)
+    parser.add_argument("--split", choices=("dev", "test", "test2", "test3", "test4", "test5", "test6"),
+                        required=True)
     parser.add_argument("--lang", nargs="+", default=["zh", "en"])
     parser.add_argument("--n", type=int, default=120,
-                        help="the first n sentences per language (of 120; test3, test4, test5: of 160)")
+                        help="the first n sentences per language (of 120; test3 to test6: of 160)")
     parser.add_argument("--mode", choices=("trace", "real"), default="real")
     parser.add_argument("--rescore", action="store_true", help="trace mode: re-assemble offline, no engine")
     parser.add_argument("--model", default=DEFAULT_MODEL)
