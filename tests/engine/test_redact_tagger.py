@@ -250,3 +250,22 @@ def test_a_lone_capitalised_surname_is_a_candidate_unless_a_place_or_a_frequent_
     assert [e.text for e in kept if e.type == "PERSON"] == ["Davies"]
     monkeypatch.setattr(pii_gazetteer, "_data", lambda: None)  # without the [ner] extra: no such candidate
     assert name_candidates(text) == []
+
+
+@pytest.mark.parametrize(("text", "span"), [
+    ("香港各界人士昨天举行集会。", "香港"),
+    ("挪威政府发表声明表示欢迎。", "挪威"),
+    ("墨西哥人民欢庆独立日。", "墨西哥人民"),
+    ("驻香港部队官兵参加了植树活动。", "驻香港部队"),
+])
+def test_a_chinese_place_the_model_took_for_a_person_is_dropped(text: str, span: str) -> None:
+    """LAC reads transliterated names as places too, so a place word vetoes nothing by itself; a known place
+    (countries, Chinese provinces and cities, GeoNames' Chinese city names) with no LAC person in it does."""
+    assert pii_gazetteer.chinese_place(span)
+    assert ("PERSON", span) in confirmed(text, [span], tagger=False)  # the model path alone redacts it
+    assert span not in [t for kind, t in confirmed(text, [span]) if kind == "PERSON"]
+
+
+def test_a_transliterated_name_that_is_no_known_place_stays_redacted() -> None:
+    assert not pii_gazetteer.chinese_place("布拉特") and not pii_gazetteer.chinese_place("拉腊基")
+    assert ("PERSON", "拉腊基") in confirmed("会议由拉腊基主持。", ["拉腊基"])
