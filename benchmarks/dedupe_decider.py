@@ -70,14 +70,15 @@ def training_pairs(scores: Scores, k: int, near_low: float, sem_low: float) -> l
 
 
 def decided(train: list[Any], evaluated: list[Any], setting: tuple[int, float, float], name: str,
-            folder: Path) -> dict[str, Any]:
-    """Tune a decider on ``train``'s pairs, dedupe ``evaluated`` with it; the score, the pick and the timing."""
+            folder: Path, part: str = "") -> dict[str, Any]:
+    """Tune a decider on ``train``'s pairs, dedupe ``evaluated`` with it; the score, the pick and the timing
+    (``part``: the embedding part of the semantic stage, '' the library's default)."""
     from tiankong.dedupe import DedupeOptions, Record
     from tiankong.dedupe.files import dedupe_records
     from tiankong.tuning.dedupe import tune_dedupe
 
     k, near, semantic = setting
-    train_scores = Scores(train)
+    train_scores = Scores(train, part=part, ks=(k,))
     near_low, sem_low = floors(train_scores, k)
     rows = training_pairs(train_scores, k, near_low, sem_low)
     data = folder / f"{name}.jsonl"
@@ -86,7 +87,7 @@ def decided(train: list[Any], evaluated: list[Any], setting: tuple[int, float, f
     report = tune_dedupe(data, name=name)
     tune_s = time.perf_counter() - start
     options = DedupeOptions(near=near, near_low=min(near_low, near), semantic=semantic,
-                            semantic_low=min(sem_low, semantic), shingle=k, decider=name)
+                            semantic_low=min(sem_low, semantic), shingle=k, decider=name, part=part)
     records = [Record(r[0], r[2]) for r in evaluated]
     start = time.perf_counter()
     result = dedupe_records(records, options)
@@ -108,7 +109,7 @@ def stages_setting(scores: Scores) -> tuple[tuple[int, float, float], dict[str, 
     return best(scores, lambda s, x: s.system(*x), combo)  # type: ignore[no-any-return]
 
 
-def library(evaluated: list[Any], setting: tuple[int, float, float]) -> dict[str, Any]:
+def library(evaluated: list[Any], setting: tuple[int, float, float], part: str = "") -> dict[str, Any]:
     """The stages through the library (``dedupe_records``) with no decider: the same pairs as ``Scores.system``
     computes outside it (the decided row's baseline, checked in the same run)."""
     from tiankong.dedupe import DedupeOptions, Record
@@ -116,7 +117,7 @@ def library(evaluated: list[Any], setting: tuple[int, float, float]) -> dict[str
 
     k, near, semantic = setting
     result = dedupe_records([Record(r[0], r[2]) for r in evaluated],
-                            DedupeOptions(near=near, semantic=semantic, semantic_low=None, shingle=k))
+                            DedupeOptions(near=near, semantic=semantic, semantic_low=None, shingle=k, part=part))
     index = {r[0]: i for i, r in enumerate(evaluated)}
     return score(evaluated, [(index[a.cluster], index[a.id]) for a in result.records if a.cluster != a.id])
 

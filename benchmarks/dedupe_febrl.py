@@ -147,7 +147,7 @@ def datasketch_pairs(texts: list[str], k: int, threshold: float) -> list[tuple[i
 class Scores:
     """Every candidate score of one split, computed once; thresholds then only filter them."""
 
-    def __init__(self, records: list[Any]) -> None:
+    def __init__(self, records: list[Any], part: str = "", ks: tuple[int, ...] = (3, 5)) -> None:
         from tiankong.dedupe.files import no_chat_engine
         from tiankong.dedupe.keys import KeyOptions
         from tiankong.dedupe.near import near_pairs
@@ -171,12 +171,12 @@ class Scores:
         self.exact_s = time.perf_counter() - start
         self.near: dict[int, list[tuple[int, int, float]]] = {}
         self.near_s: dict[int, float] = {}
-        for k in (3, 5):
+        for k in ks:
             start = time.perf_counter()
             self.near[k] = [(p.a, p.b, p.jaccard) for p in near_pairs(self.norm, low=0.3, k=k)]
             self.near_s[k] = time.perf_counter() - start
         start = time.perf_counter()
-        vectors, _ = run_sync(part_vectors(self.norm, EMBEDDING_MODEL), no_chat_engine)
+        vectors, _ = run_sync(part_vectors(self.norm, part or EMBEDDING_MODEL), no_chat_engine)
         assert vectors is not None, "the embedding part is not installed"
         self.semantic = [(p.a, p.b, p.cosine) for p in semantic_pairs(vectors, low=0.5)]
         self.semantic_s = time.perf_counter() - start
