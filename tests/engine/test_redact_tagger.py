@@ -220,6 +220,7 @@ def test_an_english_place_pronoun_or_common_words_confirmed_as_a_person_is_dropp
     ("Sun Jun won the final in straight sets.", "Sun Jun"),  # two frequent words, and a romanised Chinese name
     ("This cannot endure, Marlow told BBC television on Thursday.", "Marlow"),  # a town, before a verb of saying
     ("Florence Masnada of France finished third.", "Florence Masnada"),  # a name with a place in it
+    ("The contract with Walker-Brown was signed on Friday.", "Walker-Brown"),  # frequent words, each a surname
 ])
 def test_an_english_name_that_is_also_a_place_or_a_word_is_kept(text: str, span: str) -> None:
     start = text.index(span)

@@ -75,7 +75,8 @@ def not_a_name(text: str, start: int, end: int, persons: Iterable[tuple[int, int
     parts = folded.split()
     if folded in places and not (all(w in names for w in parts) if len(parts) > 1 else folded in names):
         return "place"
-    letters = _WORD.findall(span)
+    # each part of a hyphenated word on its own: Walker-Brown is two surnames, not two frequent words
+    letters = [part for word in _WORD.findall(span) for part in re.split(r"[-.']+", word) if part]
     if letters and not re.search(r"\d", span) and all(
             w.casefold() not in names and zipf(w, "en") >= COMMON_ZIPF for w in letters):
         return "common words"
