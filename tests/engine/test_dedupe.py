@@ -241,6 +241,29 @@ def test_chinese_text_skips_the_english_only_semantic_stage_and_says_so() -> Non
     assert [a.cluster for a in result.records] == [1, 1, 3]
 
 
+def test_the_multilingual_part_finds_a_chinese_paraphrase_the_default_skips(tmp_path: Path) -> None:
+    """``part``: the semantic stage on Chinese text with multilingual-e5-small (CNSD STS-B, docs/dedupe.md: F1 0.610
+    against MinHash's 0.497); the CLI's --part, and an unknown part refused in one line."""
+    records = [Record(1, "一个男人正在弹吉他。"), Record(2, "有个男的在弹奏吉他。"), Record(3, "一个女人在切洋葱。")]
+    default = dedupe_records(records)
+    assert [a.cluster for a in default.records] == [1, 2, 3] and "skipped" in default.report["stages"]["semantic"]
+    e5 = dedupe_records(records, DedupeOptions(part="multilingual-e5-small:q4_0", semantic=0.95, semantic_low=0.9))
+    assert [a.cluster for a in e5.records] == [1, 1, 3], e5.report
+    assert e5.records[1].evidence[0].stage == "semantic"
+    with pytest.raises(ConfigError, match="unknown embedding part"):
+        dedupe_records(records, DedupeOptions(part="qwen2.5-coder-0.5b-instruct:q4_k_m"))
+    data = tmp_path / "zh.jsonl"
+    data.write_text("".join(json.dumps({"id": r.id, "text": r.text}, ensure_ascii=False) + "\n" for r in records),
+                    encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    done = run_cli("dedupe", "--input", str(data), "--output", str(out), "--part", "multilingual-e5-small:q4_0",
+                   "--semantic", "0.95", "--semantic-low", "0.9")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["cluster"] for line in out.read_text().splitlines()] == [1, 1, 3]
+    bad = run_cli("dedupe", "--input", str(data), "--output", str(out), "--part", "nope")
+    assert_one_line_error(bad, "unknown embedding part")
+
+
 def test_the_task_spec_answers_clusters_and_caps_the_records() -> None:
     answer = DEDUPE.to_json(run_sync(DEDUPE.flow({"records": PLANTED[:6]}), no_chat_engine))
     groups = {tuple(c["ids"]): c for c in answer["clusters"]}
@@ -273,6 +296,8 @@ def test_post_v1_tasks_dedupe_serves_the_spec_and_refuses_beyond_the_cap() -> No
         assert over.status_code == 400 and over.json()["error"]["param"] == "records"
         dup = http.post("/v1/tasks/dedupe", json={"records": [{"id": 1, "text": "a"}, {"id": 1, "text": "b"}]})
         assert dup.status_code == 400 and "unique" in dup.json()["error"]["message"]
+        part = http.post("/v1/tasks/dedupe", json={"records": PLANTED[:2], "part": "nope"})
+        assert part.status_code == 400 and "unknown embedding part" in part.json()["error"]["message"]
         doc = http.get("/openapi.json").json()
         assert "/v1/tasks/dedupe" in doc["paths"]
 

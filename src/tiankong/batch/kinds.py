@@ -52,7 +52,8 @@ def dedupe_options(job: BatchJob) -> DedupeOptions:
         raise ConfigError("a dedupe job's records come from its input", hint="remove records from args")
     a = DEDUPE.parse({**job.args, "records": []})
     return DedupeOptions(near=a.near, near_low=a.near_low, semantic=a.semantic, semantic_low=a.semantic_low,
-                         shingle=a.shingle, keep=a.keep, stages=tuple(a.stages), decider=a.decider).check()
+                         shingle=a.shingle, keep=a.keep, stages=tuple(a.stages), decider=a.decider,
+                         part=a.part).check()
 
 
 def normalize_args(job: BatchJob) -> NormalizeArgs:

@@ -32,6 +32,9 @@ from . import emit_json
               help="The record kept per cluster: first, longest, most-complete or field:NAME (largest NAME).")
 @click.option("--decider", default=None, help="Decides the uncertain pairs (labels same/different; "
               "`tiankong deciders list`); without it they stay apart and are reported.")
+@click.option("--part", default="", help="The embedding part of the semantic stage (default all-minilm-l6-v2, "
+              "English only; multilingual-e5-small:q4_0 reads Chinese: give it --semantic 0.95, its cosines "
+              "crowd near 1).")
 @click.option("--keep-ids", is_flag=True, help="Write only the kept ids, one per line.")
 @click.option("--pairs-out", default=None, help="Also write the uncertain pairs to this JSONL file, one "
               '{a, b, a_id, b_id, stage, score, label: ""} per pair: fill in label (same/different) and learn a '
@@ -39,14 +42,14 @@ from . import emit_json
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def dedupe(input_path: str, output: str, field: str, id_field: str, near: float, near_low: float | None,
            shingle: int | None, semantic: float, semantic_low: float | None, stages: str, keep: str,
-           decider: str | None, keep_ids: bool, pairs_out: str | None, as_json: bool) -> None:
+           decider: str | None, part: str, keep_ids: bool, pairs_out: str | None, as_json: bool) -> None:
     """Find exact, near and semantic duplicates in --input; write clusters (or the kept ids) to --output."""
     from ..dedupe import DedupeOptions, dedupe_file
     from ..dedupe.core import Stage
 
     chosen = tuple(cast(Stage, s.strip()) for s in stages.split(",") if s.strip())
     options = DedupeOptions(near=near, near_low=near_low, semantic=semantic, semantic_low=semantic_low,
-                            shingle=shingle, keep=keep, stages=chosen, decider=decider)
+                            shingle=shingle, keep=keep, stages=chosen, decider=decider, part=part)
     report = dedupe_file(input_path, output, field=field, id_field=id_field, options=options, keep_ids=keep_ids,
                          pairs_out=pairs_out)
     if as_json:

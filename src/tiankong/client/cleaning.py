@@ -83,7 +83,8 @@ class CleaningMethods:
                near_low: float | None = None, semantic: float = 0.9, semantic_low: float | None = 0.8,
                shingle: int | None = None, keep: str = "first",
                stages: Sequence[str] = ALL_STAGES, decider: str | None = None,  # noqa: B006 (never mutated)
-               options: DedupeOptions | None = None, field: str = "text", id_field: str = "id") -> Dedupe:
+               part: str = "", options: DedupeOptions | None = None, field: str = "text",
+               id_field: str = "id") -> Dedupe:
         """Clusters of exact, near and semantic duplicates among ``records`` (``Record``s or ``{id, text, …}``
         dicts; the parameters are ``POST /v1/tasks/dedupe``'s, or ``options``); the uncertain band goes to the
         decider on this client's engine."""
@@ -91,7 +92,8 @@ class CleaningMethods:
         from ..structured.drivers import run_sync
 
         chosen = _options(options, dict(near=near, near_low=near_low, semantic=semantic, semantic_low=semantic_low,
-                                        shingle=shingle, keep=keep, stages=list(stages), decider=decider))
+                                        shingle=shingle, keep=keep, stages=list(stages), decider=decider,
+                                        part=part))
         return run_sync(dedupe_flow(_records(records, field, id_field), chosen), self._request)
 
     def normalize(self, records: Sequence[Mapping[str, Any]], schema: dict[str, Any], *,
@@ -116,12 +118,14 @@ class AsyncCleaningMethods:
                      near_low: float | None = None, semantic: float = 0.9, semantic_low: float | None = 0.8,
                      shingle: int | None = None, keep: str = "first",
                      stages: Sequence[str] = ALL_STAGES, decider: str | None = None,  # noqa: B006
-                     options: DedupeOptions | None = None, field: str = "text", id_field: str = "id") -> Dedupe:
+                     part: str = "", options: DedupeOptions | None = None, field: str = "text",
+                     id_field: str = "id") -> Dedupe:
         from ..dedupe import dedupe_flow
         from ..structured.drivers import run_async
 
         chosen = _options(options, dict(near=near, near_low=near_low, semantic=semantic, semantic_low=semantic_low,
-                                        shingle=shingle, keep=keep, stages=list(stages), decider=decider))
+                                        shingle=shingle, keep=keep, stages=list(stages), decider=decider,
+                                        part=part))
         return await run_async(dedupe_flow(_records(records, field, id_field), chosen), self._request)
 
     async def normalize(self, records: Sequence[Mapping[str, Any]], schema: dict[str, Any], *,

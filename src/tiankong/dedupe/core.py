@@ -81,6 +81,13 @@ class DedupeOptions:
             if low is not None and not 0.0 < low <= value:
                 raise ConfigError(f"{name}_low {low} must be above 0 and at most {name} ({value})",
                                   hint="the uncertain band is [low, threshold)")
+        if self.part:
+            from ..models.catalog import find_entry
+
+            entry = find_entry(self.part)
+            if entry is None or entry.kind != "embedding":
+                raise ConfigError(f"unknown embedding part {self.part!r}", hint="use all-minilm-l6-v2:f16 or "
+                                  "multilingual-e5-small:q4_0 (`tiankong models list`), or leave it out")
         if self.shingle is not None and not 1 <= self.shingle <= 64:
             raise ConfigError(f"shingle size {self.shingle} is outside 1..64", hint="use 3 to 9 characters")
         unknown = [s for s in self.stages if s not in STAGES]

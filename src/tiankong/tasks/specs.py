@@ -67,7 +67,7 @@ __all__ = ["MAX_DEDUPE_RECORDS", "SPECS", "TASK_SPECS", "TaskArgs", "TaskSpec", 
 def _dedupe(a: DedupeArgs, model: str | None) -> Flow[Dedupe]:
     records = [Record(r.id, r.text, r.model_dump()) for r in a.records]
     options = DedupeOptions(near=a.near, near_low=a.near_low, semantic=a.semantic, semantic_low=a.semantic_low,
-                            shingle=a.shingle, keep=a.keep, stages=tuple(a.stages), decider=a.decider)
+                            shingle=a.shingle, keep=a.keep, stages=tuple(a.stages), decider=a.decider, part=a.part)
     return dedupe_flow(records, options)
 
 
