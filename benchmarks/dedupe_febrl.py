@@ -37,6 +37,7 @@ import os
 import time
 import zipfile
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,9 @@ def split_sha(records: list[tuple[str, str, str]]) -> str:
     return hashlib.sha256("".join(f"{r[0]}\t{r[2]}\n" for r in sorted(records)).encode()).hexdigest()
 
 
-def score(records: list[Any], pairs: list[tuple[int, int]]) -> dict[str, float]:
-    """Pair P/R/F1 of the clusters the pairs make (union-find), counted per (cluster, entity) group."""
-    parent = list(range(len(records)))
+def roots(n: int, pairs: Iterable[tuple[int, int]]) -> list[int]:
+    """Each of ``n`` items' cluster (its smallest member) once the pairs are joined (union-find)."""
+    parent = list(range(n))
 
     def find(i: int) -> int:
         while parent[i] != i:
@@ -109,9 +110,15 @@ def score(records: list[Any], pairs: list[tuple[int, int]]) -> dict[str, float]:
         ra, rb = find(a), find(b)
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
-    clusters = Counter(find(i) for i in range(len(records)))
+    return [find(i) for i in range(n)]
+
+
+def score(records: list[Any], pairs: list[tuple[int, int]]) -> dict[str, float]:
+    """Pair P/R/F1 of the clusters the pairs make (union-find), counted per (cluster, entity) group."""
+    root = roots(len(records), pairs)
+    clusters = Counter(root)
     entities = Counter(r[1] for r in records)
-    both = Counter((find(i), r[1]) for i, r in enumerate(records))
+    both = Counter((root[i], r[1]) for i, r in enumerate(records))
 
     def c2(n: int) -> int:
         return n * (n - 1) // 2

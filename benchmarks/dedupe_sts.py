@@ -72,19 +72,8 @@ def records(rows: list[tuple[str, str, float]]) -> list[tuple[str, str, str]]:
     for a, b, _ in rows:
         for s in (a, b):
             index.setdefault(s, len(index))
-    parent = list(range(len(index)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for a, b, score in rows:
-        if score >= SAME_AT:
-            ra, rb = find(index[a]), find(index[b])
-            parent[max(ra, rb)] = min(ra, rb)
-    return [(f"s{i}", f"e{find(i)}", s) for s, i in index.items()]
+    root = febrl.roots(len(index), [(index[a], index[b]) for a, b, score in rows if score >= SAME_AT])
+    return [(f"s{i}", f"e{root[i]}", s) for s, i in index.items()]
 
 
 def digest(rows: list[tuple[str, str, float]]) -> str:
@@ -95,21 +84,10 @@ def judged(recs: list[tuple[str, str, str]], rows: list[tuple[str, str, float]],
            pairs: list[tuple[int, int]]) -> dict[str, float]:
     """P / R / F1 of "same" over the labelled pairs, "same" predicted when both sentences are in one cluster."""
     index = {r[2]: i for i, r in enumerate(recs)}
-    parent = list(range(len(recs)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for a, b in pairs:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
+    root = febrl.roots(len(recs), pairs)
     tp = fp = fn = 0
     for a, b, score in rows:
-        same, predicted = score >= SAME_AT, find(index[a]) == find(index[b])
+        same, predicted = score >= SAME_AT, root[index[a]] == root[index[b]]
         tp += same and predicted
         fp += predicted and not same
         fn += same and not predicted
