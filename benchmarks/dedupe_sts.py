@@ -122,8 +122,8 @@ def floors(scores: Any, rows: list[tuple[str, str, float]], k: int) -> tuple[flo
     gold = {tuple(sorted((index[a], index[b]))) for a, b, s in rows if s >= SAME_AT}
     near = [x for a, b, x in scores.near[k] if (a, b) in gold]
     cos = [c for a, b, c in scores.semantic if (a, b) in gold]
-    near_low = max(0.3, math.floor(min(near, default=0.3) / 0.05) * 0.05)
-    sem_low = max(0.5, math.floor(min(cos, default=0.5) / 0.025) * 0.025)
+    near_low = max(0.3, math.floor(min(near, default=0.3) / 0.05 + 1e-9) * 0.05)  # 0.35 / 0.05 is 6.999…
+    sem_low = max(0.5, math.floor(min(cos, default=0.5) / 0.025 + 1e-9) * 0.025)
     return round(near_low, 2), round(sem_low, 3)
 
 
@@ -179,20 +179,23 @@ def run(langs: list[str], out: str, freeze: bool) -> None:
             # are running already)
             previous = os.environ.get("TIANKONG_DATA_DIR")
             os.environ["TIANKONG_DATA_DIR"] = folder
-            data = Path(folder) / "pairs.jsonl"
-            data.write_text("".join(json.dumps({"a": a, "b": b, "label": "same" if s >= SAME_AT else "different"},
-                                               ensure_ascii=False) + "\n" for a, b, s in dev_rows), encoding="utf-8")
-            start = time.perf_counter()
-            report = tune_dedupe(data, name=f"sts-{lang}")
-            tune_s = time.perf_counter() - start
-            options = DedupeOptions(near=near, near_low=min(near_low, near), semantic=semantic,
-                                    semantic_low=min(sem_low, semantic), shingle=k, part=part,
-                                    decider=f"sts-{lang}")
-            decided, speed, uncertain = library(test_records, test_rows, options)
-            if previous is None:
-                os.environ.pop("TIANKONG_DATA_DIR")
-            else:
-                os.environ["TIANKONG_DATA_DIR"] = previous
+            try:
+                data = Path(folder) / "pairs.jsonl"
+                data.write_text("".join(json.dumps({"a": a, "b": b, "label": "same" if s >= SAME_AT else "different"},
+                                                   ensure_ascii=False) + "\n" for a, b, s in dev_rows),
+                                encoding="utf-8")
+                start = time.perf_counter()
+                report = tune_dedupe(data, name=f"sts-{lang}")
+                tune_s = time.perf_counter() - start
+                options = DedupeOptions(near=near, near_low=min(near_low, near), semantic=semantic,
+                                        semantic_low=min(sem_low, semantic), shingle=k, part=part,
+                                        decider=f"sts-{lang}")
+                decided, speed, uncertain = library(test_records, test_rows, options)
+            finally:
+                if previous is None:
+                    os.environ.pop("TIANKONG_DATA_DIR", None)
+                else:
+                    os.environ["TIANKONG_DATA_DIR"] = previous
         chosen = next(r for r in report.best_rows() if r.method == report.chosen)
         systems["tiankong_decided"] = {
             "setting": {"k": k, "near": near, "near_low": options.near_low, "semantic": semantic,

@@ -32,7 +32,7 @@ from . import emit_json
               help="The record kept per cluster: first, longest, most-complete or field:NAME (largest NAME).")
 @click.option("--decider", default=None, help="Decides the uncertain pairs (labels same/different; "
               "`tiankong deciders list`); without it they stay apart and are reported.")
-@click.option("--part", default="", help="The embedding part of the semantic stage (default all-minilm-l6-v2, "
+@click.option("--part", default="", help="The embedding part of the semantic stage (default all-minilm-l6-v2:f16, "
               "English only; multilingual-e5-small:q4_0 reads Chinese: give it --semantic 0.95, its cosines "
               "crowd near 1).")
 @click.option("--keep-ids", is_flag=True, help="Write only the kept ids, one per line.")

@@ -214,7 +214,7 @@ class DedupeArgs(TaskArgs):
     decider: str | None = Field(None, max_length=200, description="A decider (labels same/different) decides "
                                 "the uncertain pairs.")
     part: str = Field("", max_length=200, description="The catalog's embedding part of the semantic stage ('': "
-                      "all-minilm-l6-v2, English; multilingual-e5-small:q4_0 reads Chinese — give its own "
+                      "all-minilm-l6-v2:f16, English; multilingual-e5-small:q4_0 reads Chinese — give its own "
                       "thresholds, e.g. semantic 0.95).")
 
 

