@@ -180,6 +180,9 @@ def run(langs: list[str], out: str, freeze: bool, split: str = "test") -> None:
             "tiankong_stages": {"setting": {"k": k, "near": near, "semantic": semantic}, "dev": tk_dev,
                                 "test": tk_test, "records_per_s": tk_speed},
         }
+        default, default_speed, _ = library(test_records, test_rows, DedupeOptions())
+        systems["tiankong_default"] = {"setting": "DedupeOptions() (what `tiankong dedupe` does with no option)",
+                                       "test": default, "records_per_s": default_speed}
         print(lang, json.dumps(systems), flush=True)
         near_low, sem_low = floors(dev, dev_rows, k)
         with tempfile.TemporaryDirectory(prefix="tiankong-sts-bench-") as folder:
