@@ -117,7 +117,7 @@ def library(evaluated: list[Any], setting: tuple[int, float, float], part: str =
 
     k, near, semantic = setting
     result = dedupe_records([Record(r[0], r[2]) for r in evaluated],
-                            DedupeOptions(near=near, semantic=semantic, semantic_low=None, shingle=k, part=part))
+                            DedupeOptions(near=near, semantic=semantic, semantic_low=semantic, shingle=k, part=part))
     index = {r[0]: i for i, r in enumerate(evaluated)}
     return score(evaluated, [(index[a.cluster], index[a.id]) for a in result.records if a.cluster != a.id])
 

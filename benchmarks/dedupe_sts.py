@@ -168,7 +168,7 @@ def run(langs: list[str], out: str, freeze: bool, split: str = "test") -> None:
         combo = [(k, n, c) for k in KS[lang] for n in febrl.GRID for c in febrl.COS_GRID]
         (k, near, semantic), tk_dev = best(dev, dev_rows, lambda s, x: s.system(*x), combo)
         n = len(test_records)
-        plain = DedupeOptions(near=near, semantic=semantic, semantic_low=None, shingle=k, part=part)
+        plain = DedupeOptions(near=near, semantic=semantic, semantic_low=semantic, shingle=k, part=part)
         tk_test, tk_speed, _ = library(test_records, test_rows, plain)
         systems: dict[str, Any] = {
             "datasketch": {"setting": {"k": ds_setting[0], "threshold": ds_setting[1]}, "dev": ds_dev,

@@ -207,7 +207,7 @@ def test_a_semantic_dedupe_on_ray_searches_in_partitions_and_finds_the_same_pair
              {"id": "p2", "text": "My router came broken: the casing was cracked when order 3 arrived (unit 23757)."}]
     src = _write(tmp_path / "in.jsonl", rows)
     local, remote = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
-    args = {"stages": ["semantic"], "semantic_low": None}
+    args = {"stages": ["semantic"], "semantic": 0.9, "semantic_low": 0.9}  # no band
     run(make_job(input=str(src), output=str(local), kind="dedupe", args=args))
     report = run(make_job(input=str(src), output=str(remote), kind="dedupe", args=args, ray="local"))
     assert report.step is not None and report.step["ray"]["partitions"]["search"] >= 2

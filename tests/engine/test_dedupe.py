@@ -232,36 +232,83 @@ def test_read_records_takes_another_text_field_and_csv(tmp_path: Path) -> None:
     assert dedupe_records(records, DedupeOptions(stages=("exact",))).kept_ids() == ["1"]
 
 
-def test_chinese_text_skips_the_english_only_semantic_stage_and_says_so() -> None:
+def test_an_english_only_part_named_on_chinese_text_skips_the_semantic_stage_and_says_so() -> None:
     records = [Record(1, "我的订单还没有发货，请尽快处理。"), Record(2, "我的订单还没有发货!请尽快处理"),
                Record(3, "今天天气很好，我们去公园散步吧。")]
-    result = dedupe_records(records)
+    result = dedupe_records(records, DedupeOptions(part="all-minilm-l6-v2:f16"))
     assert result.report["stages"]["near"]["shingle"] == 3
     assert "skipped" in result.report["stages"]["semantic"] and result.report["notes"]
     assert [a.cluster for a in result.records] == [1, 1, 3]
 
 
-def test_the_multilingual_part_finds_a_chinese_paraphrase_the_default_skips(tmp_path: Path) -> None:
-    """``part``: the semantic stage on Chinese text with multilingual-e5-small (CNSD STS-B, docs/dedupe.md: F1 0.610
-    against MinHash's 0.497); the CLI's --part, and an unknown part refused in one line."""
+def test_chinese_text_gets_the_multilingual_part_and_its_own_cosines_by_default(tmp_path: Path) -> None:
+    """The default semantic stage on Chinese text runs multilingual-e5-small at its own cosines (0.95 merges, band
+    from 0.9: CNSD STS-B dev's best, docs/dedupe.md) — the paraphrase MinHash misses is merged, through the library
+    and the CLI with no option; MiniLM named explicitly still skips it; English keeps MiniLM's 0.9 / 0.8; a given
+    threshold wins over the part's; an unknown part is refused in one line."""
     records = [Record(1, "一个男人正在弹吉他。"), Record(2, "有个男的在弹奏吉他。"), Record(3, "一个女人在切洋葱。")]
     default = dedupe_records(records)
-    assert [a.cluster for a in default.records] == [1, 2, 3] and "skipped" in default.report["stages"]["semantic"]
-    e5 = dedupe_records(records, DedupeOptions(part="multilingual-e5-small:q4_0", semantic=0.95, semantic_low=0.9))
-    assert [a.cluster for a in e5.records] == [1, 1, 3], e5.report
-    assert e5.records[1].evidence[0].stage == "semantic"
+    assert [a.cluster for a in default.records] == [1, 1, 3], default.report
+    assert default.records[1].evidence[0].stage == "semantic"
+    stage = default.report["stages"]["semantic"]
+    assert (stage["part"], stage["threshold"], stage["band"]) == ("multilingual-e5-small:q4_0", 0.95, 0.9)
+    english = dedupe_records([Record(1, "My order has not shipped yet."), Record(2, "Where is my parcel?")])
+    stage = english.report["stages"]["semantic"]
+    assert (stage["part"], stage["threshold"], stage["band"]) == ("all-minilm-l6-v2:f16", 0.9, 0.8)
+    strict = dedupe_records(records, DedupeOptions(semantic=0.999))
+    assert [a.cluster for a in strict.records] == [1, 2, 3]
+    assert strict.report["stages"]["semantic"]["band"] == 0.9  # the part's floor, under the given threshold
+    minilm = dedupe_records(records, DedupeOptions(part="all-minilm-l6-v2:f16"))
+    assert [a.cluster for a in minilm.records] == [1, 2, 3] and "skipped" in minilm.report["stages"]["semantic"]
     with pytest.raises(ConfigError, match="unknown embedding part"):
         dedupe_records(records, DedupeOptions(part="qwen2.5-coder-0.5b-instruct:q4_k_m"))
+    with pytest.raises(ConfigError, match="at most semantic"):
+        dedupe_records(records, DedupeOptions(semantic=0.8, semantic_low=0.85))
     data = tmp_path / "zh.jsonl"
     data.write_text("".join(json.dumps({"id": r.id, "text": r.text}, ensure_ascii=False) + "\n" for r in records),
                     encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    done = run_cli("dedupe", "--input", str(data), "--output", str(out), "--part", "multilingual-e5-small:q4_0",
-                   "--semantic", "0.95", "--semantic-low", "0.9")
+    done = run_cli("dedupe", "--input", str(data), "--output", str(out))
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["cluster"] for line in out.read_text().splitlines()] == [1, 1, 3]
     bad = run_cli("dedupe", "--input", str(data), "--output", str(out), "--part", "nope")
     assert_one_line_error(bad, "unknown embedding part")
+
+
+ZH_SAME = [("我的订单还没有发货。", "我买的东西到现在都没寄出来。"),
+           ("怎么修改登录密码？", "我想换一个新的账户密码，在哪里改？"),
+           ("快递员把包裹放错了门口。", "送货的人把我的快递送到别人家门口了。"),
+           ("这款手机的电池很不耐用。", "这个手机没用多久就没电了。"),
+           ("我要取消这个订单。", "请帮我把这笔订单撤销掉。"),
+           ("发票什么时候能开好？", "请问开票需要等多久？"),
+           ("App 一打开就闪退。", "软件每次启动就自己关掉了。"),
+           ("退款还没有到账。", "钱到现在也没有退回到我的卡里。"),
+           ("这个商品有质量问题。", "东西收到就是坏的，做工太差了。"),
+           ("客服一直不回复我。", "我发了好几条消息都没有人理。")]
+ZH_DIFFERENT = [(a, ZH_SAME[(i + 3) % len(ZH_SAME)][1]) for i, (a, _) in enumerate(ZH_SAME)]
+
+
+def test_a_pair_decider_on_chinese_pairs_reads_the_multilingual_parts_cosine(tmp_path: Path) -> None:
+    """``probe-pair``'s cosine column comes from the part that reads the pairs — on Chinese, e5 (MiniLM cannot read
+    them: the column was 0 for every Chinese pair); the part is recorded in the decider and read again at use."""
+    from tiankong.deciders import load_decider
+    from tiankong.deciders.runtime import scores_flow
+    from tiankong.dedupe.pairs import COLUMNS, pair_features_flow
+    from tiankong.tuning.dedupe import tune_dedupe
+
+    rows = run_sync(pair_features_flow([pair_text(a, b) for a, b in ZH_SAME + ZH_DIFFERENT]), no_chat_engine)
+    cosine = [row[COLUMNS.index("cosine")] for row in rows]
+    assert min(cosine[:10]) > 0.5 and sum(cosine[:10]) > sum(cosine[10:]), cosine
+    data = _write(tmp_path / "zh-pairs.jsonl", [{"a": a, "b": b, "label": label} for pairs, label in
+                                                 ((ZH_SAME, "same"), (ZH_DIFFERENT, "different")) for a, b in pairs])
+    tune_dedupe(data, name="zh-pairs", methods=["probe-pair"], folds=3)
+    decider = load_decider("zh-pairs")
+    assert decider.state["part"] == "multilingual-e5-small:q4_0"
+    same = decider.labels.index("same")
+    held_out = [pair_text("我的包裹一直没有送到。", "快递到现在还没收到。"),
+                pair_text("我的包裹一直没有送到。", "这件衣服的颜色很好看。")]
+    scores = run_sync(scores_flow(decider, held_out), no_chat_engine)
+    assert scores[0][same] > scores[1][same], scores
 
 
 def test_the_task_spec_answers_clusters_and_caps_the_records() -> None:

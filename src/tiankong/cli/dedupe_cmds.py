@@ -22,26 +22,28 @@ from . import emit_json
               help="Near pairs in [near-low, near) are uncertain (default: no near band).")
 @click.option("--shingle", type=int, default=_D.shingle,
               help="Characters per MinHash shingle (default: 3 for mostly-CJK text, else 5).")
-@click.option("--semantic", type=float, default=_D.semantic, show_default=True,
-              help="Cosine of the embedding part's sentence vectors at which two texts are duplicates.")
-@click.option("--semantic-low", type=float, default=_D.semantic_low, show_default=True,
-              help="Semantic pairs in [semantic-low, semantic) are uncertain.")
+@click.option("--semantic", type=float, default=_D.semantic,
+              help="Cosine of the embedding part's sentence vectors at which two texts are duplicates (default: "
+              "the part's own, 0.9 for all-minilm-l6-v2:f16, 0.95 for multilingual-e5-small:q4_0).")
+@click.option("--semantic-low", type=float, default=_D.semantic_low,
+              help="Semantic pairs in [semantic-low, semantic) are uncertain (default: the part's, 0.8 / 0.9; "
+              "equal to --semantic: no band).")
 @click.option("--stages", default=",".join(_D.stages), show_default=True,
               help="Stages to run, comma-separated: exact, near, semantic.")
 @click.option("--keep", default=_D.keep, show_default=True,
               help="The record kept per cluster: first, longest, most-complete or field:NAME (largest NAME).")
 @click.option("--decider", default=None, help="Decides the uncertain pairs (labels same/different; "
               "`tiankong deciders list`); without it they stay apart and are reported.")
-@click.option("--part", default="", help="The embedding part of the semantic stage (default all-minilm-l6-v2:f16, "
-              "English only; multilingual-e5-small:q4_0 reads Chinese: give it --semantic 0.95, its cosines "
-              "crowd near 1).")
+@click.option("--part", default="", help="The embedding part of the semantic stage (default: "
+              "all-minilm-l6-v2:f16, which reads English and Latin letters, or multilingual-e5-small:q4_0 on "
+              "Chinese text).")
 @click.option("--keep-ids", is_flag=True, help="Write only the kept ids, one per line.")
 @click.option("--pairs-out", default=None, help="Also write the uncertain pairs to this JSONL file, one "
               '{a, b, a_id, b_id, stage, score, label: ""} per pair: fill in label (same/different) and learn a '
               "decider from them with `tiankong tune dedupe --data FILE`.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def dedupe(input_path: str, output: str, field: str, id_field: str, near: float, near_low: float | None,
-           shingle: int | None, semantic: float, semantic_low: float | None, stages: str, keep: str,
+           shingle: int | None, semantic: float | None, semantic_low: float | None, stages: str, keep: str,
            decider: str | None, part: str, keep_ids: bool, pairs_out: str | None, as_json: bool) -> None:
     """Find exact, near and semantic duplicates in --input; write clusters (or the kept ids) to --output."""
     from ..dedupe import DedupeOptions, dedupe_file

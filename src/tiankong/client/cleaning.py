@@ -80,7 +80,7 @@ class CleaningMethods:
         def extract(self, text: str, schema: Any) -> Any: ...
 
     def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, near: float = 0.7,
-               near_low: float | None = None, semantic: float = 0.9, semantic_low: float | None = 0.8,
+               near_low: float | None = None, semantic: float | None = None, semantic_low: float | None = None,
                shingle: int | None = None, keep: str = "first",
                stages: Sequence[str] = ALL_STAGES, decider: str | None = None,  # noqa: B006 (never mutated)
                part: str = "", options: DedupeOptions | None = None, field: str = "text",
@@ -115,7 +115,7 @@ class AsyncCleaningMethods:
         async def extract(self, text: str, schema: Any) -> Any: ...
 
     async def dedupe(self, records: Sequence[Record | Mapping[str, Any]], *, near: float = 0.7,
-                     near_low: float | None = None, semantic: float = 0.9, semantic_low: float | None = 0.8,
+                     near_low: float | None = None, semantic: float | None = None, semantic_low: float | None = None,
                      shingle: int | None = None, keep: str = "first",
                      stages: Sequence[str] = ALL_STAGES, decider: str | None = None,  # noqa: B006
                      part: str = "", options: DedupeOptions | None = None, field: str = "text",

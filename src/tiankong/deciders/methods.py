@@ -133,10 +133,10 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
     if method in ("tfidf", "tfidf-rules"):
         return fit_tfidf(features, y, n_labels, rules=method == "tfidf-rules")
     if method == PAIR_PROBE:  # its columns stored: a later version's added column leaves this decider as it was
-        from ..dedupe.pairs import COLUMNS  # noqa: PLC0415 (the dedupe package is loaded only by pair deciders)
+        from ..dedupe.pairs import COLUMNS, pair_part  # noqa: PLC0415 (loaded only by pair deciders)
 
         matrix = features.embeddings["pair"]
-        return {"pooling": "pair", "columns": list(COLUMNS[: matrix.shape[1]]),
+        return {"pooling": "pair", "columns": list(COLUMNS[: matrix.shape[1]]), "part": pair_part(features.texts),
                 "linear": fit_linear(matrix, y, n_labels, C_PROBE)}
     if method in PROBES or method == PART_PROBE:
         pooling = method.split("-", 1)[1]

@@ -107,8 +107,11 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
         features.embeddings = {"part": (yield from part_vectors_flow(texts, _verify_part(decider)))}
     if decider.method == methods.PAIR_PROBE:
         from ..dedupe.pairs import pair_features_flow
+        from ..models.catalog import EMBEDDING_MODEL
 
-        features.embeddings = {"pair": np.asarray((yield from pair_features_flow(texts)))}
+        # the part the decider was tuned with (one saved before the part was recorded read MiniLM)
+        part = str(decider.state.get("part", EMBEDDING_MODEL))
+        features.embeddings = {"pair": np.asarray((yield from pair_features_flow(texts, part)))}
     if decider.method == "zeroshot":
         found = yield from gather([label_probability_flow(t, decider.words) for t in texts])
         features.zeroshot = np.asarray(found)

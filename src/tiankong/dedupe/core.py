@@ -60,26 +60,30 @@ class DedupeOptions:
 
     near: float = 0.7  # MinHash Jaccard estimate that merges
     near_low: float | None = None  # near pairs in [near_low, near) are uncertain (None: no band)
-    semantic: float = 0.9  # cosine of the part's sentence vectors that merges
-    semantic_low: float | None = 0.8  # semantic pairs in [semantic_low, semantic) are uncertain
+    #: cosine of the part's sentence vectors that merges (None: the part's own, ``CatalogEntry.dedupe_cosine``:
+    #: 0.9 for MiniLM, 0.95 for e5)
+    semantic: float | None = None
+    #: semantic pairs in [semantic_low, semantic) are uncertain (None: the part's floor, 0.8 / 0.9, kept at most
+    #: ``semantic``; equal to ``semantic``: no band)
+    semantic_low: float | None = None
     shingle: int | None = None  # characters per shingle (None: 3 for mostly-CJK text, else 5)
     keep: str = "first"  # first | longest | most-complete | field:NAME
     stages: tuple[Stage, ...] = STAGES
     decider: str | None = None  # decides the uncertain band
-    part: str = ""  # the embedding part ('' : the catalog's)
+    part: str = ""  # the embedding part ('': the catalog's part that reads the texts, ``retrieval.reading_part``)
     keys: KeyOptions = KeyOptions()
     #: where the heavy arithmetic runs (:class:`Spread`; None: here); not part of the options' identity
     spread: Spread | None = field(default=None, compare=False, repr=False)
 
     def check(self) -> DedupeOptions:
         for name in ("near", "semantic"):
-            value = getattr(self, name)
-            low = getattr(self, f"{name}_low")
-            if not 0.0 < value <= 1.0:
-                raise ConfigError(f"{name} threshold {value} is outside (0, 1]", hint=f"give --{name} a number "
-                                  "such as 0.8")
-            if low is not None and not 0.0 < low <= value:
-                raise ConfigError(f"{name}_low {low} must be above 0 and at most {name} ({value})",
+            value, low = getattr(self, name), getattr(self, f"{name}_low")
+            for what, number in ((name, value), (f"{name}_low", low)):
+                if number is not None and not 0.0 < number <= 1.0:
+                    raise ConfigError(f"{what} threshold {number} is outside (0, 1]",
+                                      hint=f"give --{what.replace('_', '-')} a number such as 0.8")
+            if low is not None and value is not None and low > value:
+                raise ConfigError(f"{name}_low {low} must be at most {name} ({value})",
                                   hint="the uncertain band is [low, threshold)")
         if self.part:
             from ..models.catalog import find_entry
@@ -248,25 +252,38 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
             report["stages"]["semantic"] = {"skipped": stats_or_note}
             report["notes"].append(f"semantic stage skipped: {stats_or_note}")
         else:
-            pairs, cut = stats_or_note
-            stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], options.semantic, options.semantic_low)
-            report["stages"]["semantic"] = {"threshold": options.semantic, "band": options.semantic_low, **stats}
+            pairs, cut, (part, hi, low) = stats_or_note
+            stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], hi, low)
+            report["stages"]["semantic"] = {"part": part, "threshold": hi, "band": low, **stats}
             if cut:
                 report["notes"].append(f"{len(cut.split(','))} texts were cut to the embedding part's context")
     report["uncertain"] = yield from _decide(uncertain, records, options, link, report)
     return _assign(records, forest, evidence, options.keep, report)
 
 
-def _semantic(texts: list[str], options: DedupeOptions) -> Flow[tuple[list[Any], str] | str]:
-    """The semantic pairs among ``texts`` and the cut note, or why the stage could not run."""
-    from ..models.catalog import EMBEDDING_MODEL
+def semantic_setting(texts: Sequence[str], options: DedupeOptions) -> tuple[str, float, float]:
+    """``(part, merging cosine, the band's floor)`` of the semantic stage over ``texts``: the options' where given,
+    else the part's own (the floor kept at most the merging cosine)."""
+    from ..models.catalog import DEDUPE_COSINE, find_entry
+    from ..tasks.retrieval import reading_part
+
+    part = options.part or reading_part(texts)
+    entry = find_entry(part)
+    merge, floor = entry.dedupe_cosine if entry is not None else DEDUPE_COSINE
+    hi = options.semantic if options.semantic is not None else merge
+    return part, hi, options.semantic_low if options.semantic_low is not None else min(floor, hi)
+
+
+def _semantic(texts: list[str], options: DedupeOptions
+              ) -> Flow[tuple[list[Any], str, tuple[str, float, float]] | str]:
+    """The semantic pairs among ``texts``, the cut note and the stage's setting, or why the stage could not run."""
     from ..structured.part_flows import part_vectors
     from ..tasks.retrieval import part_reads
     from .semantic import semantic_pairs
 
+    setting = part, _, low = semantic_setting(texts, options)
     if len(texts) < 2:
-        return [], ""
-    part = options.part or EMBEDDING_MODEL
+        return [], "", setting
     unread = part_reads(part, texts)
     if unread:
         return unread
@@ -276,8 +293,7 @@ def _semantic(texts: list[str], options: DedupeOptions) -> Flow[tuple[list[Any],
         vectors, cut = yield from part_vectors(list(texts), part)
     if vectors is None:
         return cut
-    low = options.semantic_low if options.semantic_low is not None else options.semantic
-    return semantic_pairs(vectors, low=low, spread=options.spread), cut
+    return semantic_pairs(vectors, low=low, spread=options.spread), cut, setting
 
 
 def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Record], options: DedupeOptions,

@@ -5,7 +5,9 @@ as a whole (tf-idf, a probe on its vector) learns which *words* go with "same", 
 scores at chance on pairs whose halves recur across labels (docs/dedupe.md, "Tuning a decider"). ``probe-pair``
 instead fits a logistic regression on a few comparisons of the two halves, all in [0, 1]:
 
-* ``cosine`` — of the embedding part's sentence vectors of A and B (0 where the part cannot read them);
+* ``cosine`` — of the embedding part's sentence vectors of A and B (0 where the part cannot read them): the part
+  that reads the tuning pairs (``pair_part``: MiniLM, or e5 on Chinese), recorded in the decider (``state["part"]``)
+  and read again at use (a decider saved before the part was recorded read MiniLM, and still does);
 * ``char`` — Jaccard of the character 3-grams of the normalised texts (``keys.py``);
 * ``word`` — Jaccard of the words; ``contain`` — shared words over the shorter text's words;
 * ``length`` — the shorter normalised length over the longer;
@@ -83,15 +85,22 @@ def select(rows: Any, columns: list[str] | None) -> Any:
     return np.asarray(rows).reshape(-1, len(COLUMNS))[:, [COLUMNS.index(c) for c in wanted]]
 
 
+def pair_part(texts: list[str]) -> str:
+    """The embedding part whose cosine a decider tuned on these pair texts reads: the one that reads their halves."""
+    from ..tasks.retrieval import reading_part
+
+    return reading_part([h for t in texts for h in split_pair(t) if h])
+
+
 def pair_features_flow(texts: list[str], part: str = "") -> Flow[list[list[float]]]:
-    """One row of :data:`COLUMNS` per pair text; the only calls are the embedding part's."""
-    from ..models.catalog import EMBEDDING_MODEL
+    """One row of :data:`COLUMNS` per pair text, the cosine by ``part`` ('': ``pair_part``); the only calls are
+    the embedding part's."""
     from ..structured.part_flows import part_vectors
     from ..tasks.retrieval import part_reads
 
     pairs = [split_pair(t) for t in texts]
     halves = [x for pair in pairs for x in pair]
-    name = part or EMBEDDING_MODEL
+    name = part or pair_part(texts)
     cosines = [0.0] * len(pairs)
     if pairs and not part_reads(name, [h for h in halves if h]):
         vectors, _ = yield from part_vectors([h or " " for h in halves], name)

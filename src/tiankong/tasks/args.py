@@ -202,9 +202,10 @@ class DedupeArgs(TaskArgs):
     near: float = Field(0.7, gt=0.0, le=1.0, description="MinHash Jaccard estimate that merges two records.")
     near_low: float | None = Field(None, gt=0.0, le=1.0, description="Near pairs in [near_low, near) are "
                                    "uncertain.")
-    semantic: float = Field(0.9, gt=0.0, le=1.0, description="Cosine of the embedding part's vectors that merges.")
-    semantic_low: float | None = Field(0.8, gt=0.0, le=1.0, description="Semantic pairs in [semantic_low, "
-                                       "semantic) are uncertain.")
+    semantic: float | None = Field(None, gt=0.0, le=1.0, description="Cosine of the embedding part's vectors "
+                                   "that merges (default: the part's, 0.9 MiniLM, 0.95 e5).")
+    semantic_low: float | None = Field(None, gt=0.0, le=1.0, description="Semantic pairs in [semantic_low, "
+                                       "semantic) are uncertain (default: the part's, 0.8 / 0.9; = semantic: none).")
     shingle: int | None = Field(None, ge=1, le=64, description="Characters per shingle (default: 3 for CJK, "
                                 "else 5).")
     keep: str = Field("first", max_length=200, description="Kept record: first, longest, most-complete, "
@@ -214,8 +215,7 @@ class DedupeArgs(TaskArgs):
     decider: str | None = Field(None, max_length=200, description="A decider (labels same/different) decides "
                                 "the uncertain pairs.")
     part: str = Field("", max_length=200, description="The catalog's embedding part of the semantic stage ('': "
-                      "all-minilm-l6-v2:f16, English; multilingual-e5-small:q4_0 reads Chinese — give its own "
-                      "thresholds, e.g. semantic 0.95).")
+                      "all-minilm-l6-v2:f16, or multilingual-e5-small:q4_0 on Chinese text).")
 
 
 class ExtractArgs(TaskArgs):
