@@ -64,3 +64,37 @@ def test_no_rows_select_to_no_rows_of_the_stored_columns() -> None:
 def test_a_column_this_version_does_not_compute_is_one_clear_error() -> None:
     with pytest.raises(ConfigError, match="phonetic"):
         select(np.zeros((1, len(COLUMNS))), [*COLUMNS, "phonetic"])
+
+
+ZH = ["我的订单还没有发货，请尽快处理。", "我买的东西到现在都没寄出来。"]
+EN = ["My order has not shipped yet.", "Where is my parcel?"]
+E5, MINILM = "multilingual-e5-small:q4_0", "all-minilm-l6-v2:f16"
+
+
+def test_the_semantic_stage_reads_the_part_that_reads_the_text_at_that_parts_cosines() -> None:
+    """Chinese text gets the multilingual part and its own cosines (e5's crowd near 1: 0.95 merges, CNSD STS-B dev's
+    best); English and Latin-letter records keep MiniLM's 0.9 / 0.8; a given threshold wins, the floor kept under it."""
+    from tiankong.dedupe import DedupeOptions
+    from tiankong.dedupe.core import semantic_setting
+
+    assert semantic_setting(ZH, DedupeOptions()) == (E5, 0.95, 0.9)
+    assert semantic_setting(EN, DedupeOptions()) == (MINILM, 0.9, 0.8)
+    assert semantic_setting(["carnegie deli 854 7th ave. new york 212/757-2245"], DedupeOptions())[0] == MINILM
+    assert semantic_setting(ZH, DedupeOptions(semantic=0.97)) == (E5, 0.97, 0.9)
+    assert semantic_setting(ZH, DedupeOptions(semantic=0.85)) == (E5, 0.85, 0.85)
+    assert semantic_setting(ZH, DedupeOptions(semantic_low=0.93)) == (E5, 0.95, 0.93)
+    assert semantic_setting(ZH, DedupeOptions(part=MINILM)) == (MINILM, 0.9, 0.8)
+    with pytest.raises(ConfigError, match="at most semantic"):
+        DedupeOptions(semantic=0.8, semantic_low=0.85).check()
+    with pytest.raises(ConfigError, match="outside"):
+        DedupeOptions(semantic_low=1.5).check()
+
+
+def test_a_pair_decider_records_the_part_that_reads_its_pairs() -> None:
+    from tiankong.dedupe import pair_text
+
+    x, y = _pairs(40)
+    for texts, part in ((ZH, E5), (EN, MINILM)):
+        pairs = [pair_text(texts[0], texts[1])] * 40
+        state = methods.fit(methods.PAIR_PROBE, methods.FeatureSet(pairs, {"pair": x}), y, 2)
+        assert state["part"] == part
