@@ -47,6 +47,11 @@ FILES = {"zh": {"dev": "STS-B/STS-B.valid.data", "test": "STS-B/STS-B.test.data"
 #: a second held-out split (frozen 2026-12-06, after ``test`` was read and before the default part and the pair
 #: decider's cosine changed): a seeded sample of the train split, which nothing here reads otherwise
 TEST2 = (1400, 2026)
+#: the held-out splits' sha256 as frozen in docs/dedupe.md: a run on other rows stops
+FROZEN = {("zh", "test"): "ab0bebfe1b8654df4e86d4bdab52f2f02385223112b18b0277a03debc8cb71d9",
+          ("en", "test"): "d1b61cb1e2d60cba0e7f78bf63ffa653181d7f6231bd9576e0c5a29d1c587aae",
+          ("zh", "test2"): "9f92062aeeee8209b51813ae3eaa766fe9f0a44716f0f5fd354bee7516d7573b",
+          ("en", "test2"): "40b37eabb552a47b8384d3a6ca3c357f9d6d386c224e94cb51f72ed2da7fc479"}
 KS = {"zh": (2, 3), "en": (3, 5)}
 
 
@@ -152,6 +157,8 @@ def run(langs: list[str], out: str, freeze: bool, split: str = "test") -> None:
         print(lang, entry, flush=True)
         if freeze:
             continue
+        if entry["test_sha256"] != FROZEN[(lang, split)]:
+            raise SystemExit(f"{lang} {split}: sha256 {entry['test_sha256']} is not the frozen one (docs/dedupe.md)")
         part = embedding_part(lang)
         dev_records, test_records = records(dev_rows), records(test_rows)
         entry["part"], entry["dev_records"], entry["test_records"] = part, len(dev_records), len(test_records)
@@ -180,9 +187,9 @@ def run(langs: list[str], out: str, freeze: bool, split: str = "test") -> None:
             "tiankong_stages": {"setting": {"k": k, "near": near, "semantic": semantic}, "dev": tk_dev,
                                 "test": tk_test, "records_per_s": tk_speed},
         }
-        default, default_speed, _ = library(test_records, test_rows, DedupeOptions())
+        default, default_speed, default_band = library(test_records, test_rows, DedupeOptions())
         systems["tiankong_default"] = {"setting": "DedupeOptions() (what `tiankong dedupe` does with no option)",
-                                       "test": default, "records_per_s": default_speed}
+                                       "test": default, "records_per_s": default_speed, "uncertain": default_band}
         print(lang, json.dumps(systems), flush=True)
         near_low, sem_low = floors(dev, dev_rows, k)
         with tempfile.TemporaryDirectory(prefix="tiankong-sts-bench-") as folder:
@@ -223,12 +230,14 @@ def run(langs: list[str], out: str, freeze: bool, split: str = "test") -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--langs", nargs="+", default=["zh", "en"], choices=("zh", "en"))
-    parser.add_argument("--out", default="benchmarks/results/dedupe/sts.json")
+    parser.add_argument("--out", default=None, help="default benchmarks/results/dedupe/sts.json (test), "
+                        "sts-test2.json (test2)")
     parser.add_argument("--freeze", action="store_true", help="only print the test splits' sha256")
     parser.add_argument("--split", default="test", choices=("test", "test2"),
                         help="the held-out split (test2: a seeded sample of train, frozen later)")
     args = parser.parse_args()
-    run(args.langs, args.out, args.freeze, args.split)
+    out = args.out or f"benchmarks/results/dedupe/{'sts' if args.split == 'test' else 'sts-' + args.split}.json"
+    run(args.langs, out, args.freeze, args.split)
 
 
 if __name__ == "__main__":

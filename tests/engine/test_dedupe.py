@@ -250,20 +250,23 @@ def test_chinese_text_gets_the_multilingual_part_and_its_own_cosines_by_default(
     default = dedupe_records(records)
     assert [a.cluster for a in default.records] == [1, 1, 3], default.report
     assert default.records[1].evidence[0].stage == "semantic"
-    stage = default.report["stages"]["semantic"]
-    assert (stage["part"], stage["threshold"], stage["band"]) == ("multilingual-e5-small:q4_0", 0.95, 0.9)
+    stage = default.report["stages"]["semantic"]["parts"]["multilingual-e5-small:q4_0"]
+    assert (stage["records"], stage["threshold"], stage["band"], stage["merged"]) == (3, 0.95, 0.9, 1)
     english = dedupe_records([Record(1, "My order has not shipped yet."), Record(2, "Where is my parcel?")])
-    stage = english.report["stages"]["semantic"]
-    assert (stage["part"], stage["threshold"], stage["band"]) == ("all-minilm-l6-v2:f16", 0.9, 0.8)
+    stage = english.report["stages"]["semantic"]["parts"]["all-minilm-l6-v2:f16"]
+    assert (stage["threshold"], stage["band"]) == (0.9, 0.8)
     strict = dedupe_records(records, DedupeOptions(semantic=0.999))
     assert [a.cluster for a in strict.records] == [1, 2, 3]
-    assert strict.report["stages"]["semantic"]["band"] == 0.9  # the part's floor, under the given threshold
+    assert strict.report["stages"]["semantic"]["parts"]["multilingual-e5-small:q4_0"]["band"] == 0.9
+    assert any("applied to multilingual-e5-small" in note for note in strict.report["notes"])
     minilm = dedupe_records(records, DedupeOptions(part="all-minilm-l6-v2:f16"))
     assert [a.cluster for a in minilm.records] == [1, 2, 3] and "skipped" in minilm.report["stages"]["semantic"]
     with pytest.raises(ConfigError, match="unknown embedding part"):
         dedupe_records(records, DedupeOptions(part="qwen2.5-coder-0.5b-instruct:q4_k_m"))
     with pytest.raises(ConfigError, match="at most semantic"):
         dedupe_records(records, DedupeOptions(semantic=0.8, semantic_low=0.85))
+    with pytest.raises(ConfigError, match="above the merging cosine"):
+        dedupe_records([Record(1, "a printer jam"), Record(2, "the printer jams")], DedupeOptions(semantic_low=0.93))
     data = tmp_path / "zh.jsonl"
     data.write_text("".join(json.dumps({"id": r.id, "text": r.text}, ensure_ascii=False) + "\n" for r in records),
                     encoding="utf-8")

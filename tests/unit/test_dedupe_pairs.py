@@ -71,23 +71,119 @@ EN = ["My order has not shipped yet.", "Where is my parcel?"]
 E5, MINILM = "multilingual-e5-small:q4_0", "all-minilm-l6-v2:f16"
 
 
-def test_the_semantic_stage_reads_the_part_that_reads_the_text_at_that_parts_cosines() -> None:
-    """Chinese text gets the multilingual part and its own cosines (e5's crowd near 1: 0.95 merges, CNSD STS-B dev's
-    best); English and Latin-letter records keep MiniLM's 0.9 / 0.8; a given threshold wins, the floor kept under it."""
+def test_each_record_is_read_by_the_part_that_reads_it_at_that_parts_cosines() -> None:
+    """Chinese records get the multilingual part and its own cosines (e5's crowd near 1: 0.95 merges, CNSD STS-B dev's
+    best); English and Latin-letter records keep MiniLM's 0.9 / 0.8; a mixed corpus is split by record."""
     from tiankong.dedupe import DedupeOptions
-    from tiankong.dedupe.core import semantic_setting
+    from tiankong.dedupe.parts import semantic_groups
 
-    assert semantic_setting(ZH, DedupeOptions()) == (E5, 0.95, 0.9)
-    assert semantic_setting(EN, DedupeOptions()) == (MINILM, 0.9, 0.8)
-    assert semantic_setting(["carnegie deli 854 7th ave. new york 212/757-2245"], DedupeOptions())[0] == MINILM
-    assert semantic_setting(ZH, DedupeOptions(semantic=0.97)) == (E5, 0.97, 0.9)
-    assert semantic_setting(ZH, DedupeOptions(semantic=0.85)) == (E5, 0.85, 0.85)
-    assert semantic_setting(ZH, DedupeOptions(semantic_low=0.93)) == (E5, 0.95, 0.93)
-    assert semantic_setting(ZH, DedupeOptions(part=MINILM)) == (MINILM, 0.9, 0.8)
+    def groups(texts: list[str], **options: object) -> list[tuple[str, float, float | None, tuple[int, ...]]]:
+        found = semantic_groups(texts, DedupeOptions(**options))  # type: ignore[arg-type]
+        return [(g.part, g.merge, g.floor, g.rows) for g in found]
+
+    assert groups(ZH) == [(E5, 0.95, 0.9, (0, 1))]
+    assert groups(EN) == [(MINILM, 0.9, 0.8, (0, 1))]
+    assert groups(["carnegie deli 854 7th ave. new york 212/757-2245"]) == [(MINILM, 0.9, 0.8, (0,))]
+    assert groups([EN[0], ZH[0], EN[1], ZH[1]]) == [(MINILM, 0.9, 0.8, (0, 2)), (E5, 0.95, 0.9, (1, 3))]
+    assert groups([*EN * 30, ZH[0]])[-1] == (E5, 0.95, 0.9, (60,))  # a late Chinese record is not MiniLM's
+    assert groups(ZH, part=MINILM) == [(MINILM, 0.9, 0.8, (0, 1))]  # a named part reads every record
+    assert groups([]) == []
+
+
+def test_given_cosines_win_and_a_floor_above_the_merge_is_refused() -> None:
+    from tiankong.dedupe import DedupeOptions
+    from tiankong.dedupe.parts import part_cosines
+
+    assert part_cosines(E5, DedupeOptions(semantic=0.97))[:2] == (0.97, 0.9)
+    assert part_cosines(E5, DedupeOptions(semantic=0.85))[:2] == (0.85, None)  # the floor kept under it: no band
+    assert part_cosines(E5, DedupeOptions(semantic_low=0.93))[:2] == (0.95, 0.93)
+    assert part_cosines(MINILM, DedupeOptions(semantic=0.9, semantic_low=0.9)) == (0.9, None, "")  # no band
+    assert "multilingual-e5" in part_cosines(E5, DedupeOptions(semantic=0.9, semantic_low=0.8))[2]  # said
+    assert part_cosines(E5, DedupeOptions(semantic=0.9, part=E5))[2] == ""  # the part named: the user chose
+    with pytest.raises(ConfigError, match="above the merging cosine 0.9"):
+        part_cosines(MINILM, DedupeOptions(semantic_low=0.93))
     with pytest.raises(ConfigError, match="at most semantic"):
         DedupeOptions(semantic=0.8, semantic_low=0.85).check()
     with pytest.raises(ConfigError, match="outside"):
         DedupeOptions(semantic_low=1.5).check()
+
+
+class _Spread:
+    """A Ray job's arithmetic, in place: records which part embeds which texts (every vector alike)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, list[str]]] = []
+
+    def vectors(self, texts: list[str], part: str) -> tuple[list[list[float]], str]:
+        self.asked.append((part, list(texts)))
+        return [[1.0, 0.0, 0.0]] * len(texts), ""
+
+    def search(self, index_bytes: object, queries: object, wanted: int) -> tuple[object, object]:
+        from tiankong.dedupe.semantic import search_index
+
+        return search_index(index_bytes, queries, wanted)  # type: ignore[arg-type]
+
+
+def test_a_mixed_corpus_is_searched_part_by_part_and_never_across() -> None:
+    """The groups' vectors go to their own parts (in place or on Ray nodes) and pairs map back to the records; an
+    English and a Chinese record are never a semantic pair, although every vector here is the same."""
+    from tiankong.dedupe import DedupeOptions, Record, dedupe_flow
+    from tiankong.dedupe.files import no_chat_engine
+    from tiankong.structured.drivers import run_sync
+
+    spread = _Spread()
+    records = [Record("e1", EN[0]), Record("z1", ZH[0]), Record("e2", EN[1]), Record("z2", ZH[1])]
+    result = run_sync(dedupe_flow(records, DedupeOptions(stages=("semantic",), spread=spread)), no_chat_engine)
+    assert [part for part, _ in spread.asked] == [MINILM, E5]
+    assert [len(texts) for _, texts in spread.asked] == [2, 2]
+    assert [(a.id, a.cluster) for a in result.records] == [("e1", "e1"), ("z1", "z1"), ("e2", "e1"), ("z2", "z1")]
+    stage = result.report["stages"]["semantic"]
+    assert stage["merged"] == 2 and set(stage["parts"]) == {MINILM, E5}
+    assert stage["parts"][E5]["threshold"] == 0.95 and stage["parts"][MINILM]["threshold"] == 0.9
+
+
+def _parts_asked(flow: object, answer: object) -> list[str | None]:
+    """The parts of the calls a flow yields, every call answered with ``answer(call)``."""
+    asked: list[str | None] = []
+    gen = flow
+    reply = None
+    try:
+        while True:
+            calls = gen.send(reply)  # type: ignore[attr-defined]
+            asked += [c.part for c in calls]
+            reply = [answer(c) for c in calls]  # type: ignore[operator]
+    except StopIteration:
+        return asked
+
+
+def _engine(call: object) -> object:
+    path = call.path  # type: ignore[attr-defined]
+    if path == "/props":
+        return {"default_generation_settings": {"n_ctx": 512}}
+    if path == "/tokenize":
+        return {"tokens": [1, 2]}
+    body = call.body  # type: ignore[attr-defined]
+    return {"data": [{"index": i, "embedding": [1.0, float(i % 2)]} for i in range(len(body["input"]))]}
+
+
+def test_a_pair_deciders_cosine_is_read_by_its_recorded_part_at_tuning_and_at_use() -> None:
+    from tiankong.deciders.registry import Decider
+    from tiankong.deciders.runtime import features_flow
+    from tiankong.dedupe import pair_text
+    from tiankong.dedupe.pairs import pair_features_flow
+
+    zh = [pair_text(ZH[0], ZH[1])] * 3
+    en = [pair_text(EN[0], EN[1])] * 3
+    assert set(_parts_asked(pair_features_flow(zh), _engine)) == {E5}  # tuning: the part that reads the pairs
+    assert set(_parts_asked(pair_features_flow([*en * 30, *zh]), _engine)) == {E5}  # any Chinese pair: e5
+    assert set(_parts_asked(pair_features_flow(en), _engine)) == {MINILM}
+    tuned = Decider("zh", "probe-pair", ["different", "same"], {"part": E5, "columns": ["cosine"], "linear": {}})
+    assert set(_parts_asked(features_flow(tuned, en), _engine)) == {E5}  # use: the recorded part, any language
+    old = Decider("old", "probe-pair", ["different", "same"], {"linear": {}})
+    assert set(_parts_asked(features_flow(old, en), _engine)) == {MINILM}  # saved before parts were recorded
+    assert _parts_asked(features_flow(old, zh), _engine) == []  # MiniLM cannot read them: cosine 0, no call
+    none = Decider("none", "probe-pair", ["different", "same"], {"part": None, "linear": {}})
+    assert _parts_asked(features_flow(none, en), _engine) == []
 
 
 def test_a_pair_decider_records_the_part_that_reads_its_pairs() -> None:
@@ -98,3 +194,6 @@ def test_a_pair_decider_records_the_part_that_reads_its_pairs() -> None:
         pairs = [pair_text(texts[0], texts[1])] * 40
         state = methods.fit(methods.PAIR_PROBE, methods.FeatureSet(pairs, {"pair": x}), y, 2)
         assert state["part"] == part
+    x[:, COLUMNS.index("cosine")] = 0.0  # no part answered at tuning: none recorded, none read at use
+    state = methods.fit(methods.PAIR_PROBE, methods.FeatureSet([pair_text(*ZH)] * 40, {"pair": x}), y, 2)
+    assert state["part"] is None

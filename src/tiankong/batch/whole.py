@@ -52,13 +52,18 @@ async def run_dedupe(job: BatchJob, *, progress: ProgressSink | None = None,
 
 
 def fingerprint(job: BatchJob, options: DedupeOptions) -> str:
-    """The run a journal and a report belong to: the input's bytes, the fields read and the step's arguments."""
+    """The run a journal and a report belong to: the input's bytes, the fields read, the step's arguments and the
+    semantic stage's rules (a finished job runs again once after they change)."""
     digest = hashlib.sha256()
     with Path(job.input).open("rb") as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
     digest.update(json.dumps([job.id_field, job.text_field, job.args], sort_keys=True, default=str).encode())
     digest.update(repr(options).encode())
+    if "semantic" in options.stages:  # which part reads which record, at which cosines (dedupe/parts.py)
+        from ..dedupe.parts import rules
+
+        digest.update(rules().encode())
     return digest.hexdigest()
 
 

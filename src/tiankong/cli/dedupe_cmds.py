@@ -7,6 +7,7 @@ from typing import cast
 import click
 
 from ..dedupe.core import DEFAULTS as _D  # the library's defaults are the options' (light: no numpy, no faiss)
+from ..dedupe.parts import cosines_said
 from . import emit_json
 
 
@@ -24,19 +25,18 @@ from . import emit_json
               help="Characters per MinHash shingle (default: 3 for mostly-CJK text, else 5).")
 @click.option("--semantic", type=float, default=_D.semantic,
               help="Cosine of the embedding part's sentence vectors at which two texts are duplicates (default: "
-              "the part's own, 0.9 for all-minilm-l6-v2:f16, 0.95 for multilingual-e5-small:q4_0).")
+              f"the part's own; merge / band floor: {cosines_said()}).")
 @click.option("--semantic-low", type=float, default=_D.semantic_low,
-              help="Semantic pairs in [semantic-low, semantic) are uncertain (default: the part's, 0.8 / 0.9; "
-              "equal to --semantic: no band).")
+              help="Semantic pairs in [semantic-low, semantic) are uncertain (default: the part's floor; equal to "
+              "the merging cosine: no band).")
 @click.option("--stages", default=",".join(_D.stages), show_default=True,
               help="Stages to run, comma-separated: exact, near, semantic.")
 @click.option("--keep", default=_D.keep, show_default=True,
               help="The record kept per cluster: first, longest, most-complete or field:NAME (largest NAME).")
 @click.option("--decider", default=None, help="Decides the uncertain pairs (labels same/different; "
               "`tiankong deciders list`); without it they stay apart and are reported.")
-@click.option("--part", default="", help="The embedding part of the semantic stage (default: "
-              "all-minilm-l6-v2:f16, which reads English and Latin letters, or multilingual-e5-small:q4_0 on "
-              "Chinese text).")
+@click.option("--part", default="", help="The embedding part of every record (default: per record, "
+              "all-minilm-l6-v2:f16 for English and Latin letters, multilingual-e5-small:q4_0 for Chinese).")
 @click.option("--keep-ids", is_flag=True, help="Write only the kept ids, one per line.")
 @click.option("--pairs-out", default=None, help="Also write the uncertain pairs to this JSONL file, one "
               '{a, b, a_id, b_id, stage, score, label: ""} per pair: fill in label (same/different) and learn a '

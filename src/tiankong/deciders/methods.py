@@ -136,7 +136,9 @@ def fit(method: str, features: FeatureSet, y: np.ndarray, n_labels: int,
         from ..dedupe.pairs import COLUMNS, pair_part  # noqa: PLC0415 (loaded only by pair deciders)
 
         matrix = features.embeddings["pair"]
-        return {"pooling": "pair", "columns": list(COLUMNS[: matrix.shape[1]]), "part": pair_part(features.texts),
+        # the part its cosines came from, read again at use; None when none answered (not installed): no cosine
+        part = pair_part(features.texts) if matrix.size and matrix[:, 0].any() else None
+        return {"pooling": "pair", "columns": list(COLUMNS[: matrix.shape[1]]), "part": part,
                 "linear": fit_linear(matrix, y, n_labels, C_PROBE)}
     if method in PROBES or method == PART_PROBE:
         pooling = method.split("-", 1)[1]

@@ -40,16 +40,16 @@ def _verify_model(decider: Decider) -> Flow[None]:
             hint=f"use --model {base.get('name')}, or tune the decider again on this model")
 
 
-def _probe_part(decider: Decider) -> str:
-    """The catalog embedding part a ``probe-part`` decider was fitted on (deciders before 2026-12-05 name none: the
-    English one) — a catalog name, never a path."""
+def _state_part(decider: Decider) -> str:
+    """The catalog embedding part a ``probe-part`` or ``probe-pair`` decider was fitted on (those saved before
+    2026-12-05 / 2026-12-06 name none: the English one) — a catalog name, never a path."""
     from ..models.catalog import EMBEDDING_MODEL, find_entry
 
     name = str(decider.state.get("part") or EMBEDDING_MODEL)
     entry = find_entry(name)
     if entry is None or entry.kind != "embedding":
         raise DeciderEngineError(f"decider {decider.ref} names {name!r}, which is not an embedding part of the catalog",
-                                 hint="tune the decider again (tiankong tune classify --methods probe-part)")
+                                 hint=f"tune the decider again (tiankong tune … --methods {decider.method})")
     return name
 
 
@@ -102,15 +102,14 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
     if methods.needs_embeddings(decider.method, decider.state):
         features.embeddings = yield from embeddings_flow(texts)
     if decider.method == methods.PART_PROBE:
-        features.embeddings = {"part": (yield from part_vectors_flow(texts, _probe_part(decider)))}
+        features.embeddings = {"part": (yield from part_vectors_flow(texts, _state_part(decider)))}
     if decider.method == methods.SETFIT:
         features.embeddings = {"part": (yield from part_vectors_flow(texts, _verify_part(decider)))}
     if decider.method == methods.PAIR_PROBE:
         from ..dedupe.pairs import pair_features_flow
-        from ..models.catalog import EMBEDDING_MODEL
 
-        # the part the decider was tuned with (one saved before the part was recorded read MiniLM)
-        part = str(decider.state.get("part", EMBEDDING_MODEL))
+        # the part its cosines were tuned with (None: tuned without one; saved before parts were recorded: MiniLM)
+        part = None if "part" in decider.state and decider.state["part"] is None else _state_part(decider)
         features.embeddings = {"pair": np.asarray((yield from pair_features_flow(texts, part)))}
     if decider.method == "zeroshot":
         found = yield from gather([label_probability_flow(t, decider.words) for t in texts])

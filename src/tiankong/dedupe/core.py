@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 from ..errors import ConfigError
 from ..structured.flow import Flow
 from .keys import KeyOptions
+from .parts import PartGroup, group_pairs, semantic_groups
 
 Stage = Literal["exact", "near", "semantic"]
 STAGES: tuple[Stage, ...] = ("exact", "near", "semantic")
@@ -225,6 +226,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
         report["stages"]["exact"] = {"merged": exact_merged}
     heads = sorted(first.values())  # one record per exact group: the later stages compare these
     texts = [options.keys.normalise(records[i].text) for i in heads]
+    groups = semantic_groups(texts, options) if "semantic" in options.stages else []  # bad thresholds fail here
     uncertain: list[tuple[int, int, Stage, float]] = []
 
     def apply(stage: Stage, pairs: list[tuple[int, int, float]], hi: float, low: float | None) -> dict[str, Any]:
@@ -247,53 +249,35 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
         stats = apply("near", [(p.a, p.b, p.jaccard) for p in found], options.near, options.near_low)
         report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": k, **stats}
     if "semantic" in options.stages:
-        stats_or_note = yield from _semantic(texts, options)
-        if isinstance(stats_or_note, str):
-            report["stages"]["semantic"] = {"skipped": stats_or_note}
-            report["notes"].append(f"semantic stage skipped: {stats_or_note}")
-        else:
-            pairs, cut, (part, hi, low) = stats_or_note
-            stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], hi, low)
-            report["stages"]["semantic"] = {"part": part, "threshold": hi, "band": low, **stats}
-            if cut:
-                report["notes"].append(f"{len(cut.split(','))} texts were cut to the embedding part's context")
+        report["stages"]["semantic"] = yield from _semantic_stage(texts, groups, options, apply, report["notes"])
     report["uncertain"] = yield from _decide(uncertain, records, options, link, report)
     return _assign(records, forest, evidence, options.keep, report)
 
 
-def semantic_setting(texts: Sequence[str], options: DedupeOptions) -> tuple[str, float, float]:
-    """``(part, merging cosine, the band's floor)`` of the semantic stage over ``texts``: the options' where given,
-    else the part's own (the floor kept at most the merging cosine)."""
-    from ..models.catalog import DEDUPE_COSINE, find_entry
-    from ..tasks.retrieval import reading_part
-
-    part = options.part or reading_part(texts)
-    entry = find_entry(part)
-    merge, floor = entry.dedupe_cosine if entry is not None else DEDUPE_COSINE
-    hi = options.semantic if options.semantic is not None else merge
-    return part, hi, options.semantic_low if options.semantic_low is not None else min(floor, hi)
-
-
-def _semantic(texts: list[str], options: DedupeOptions
-              ) -> Flow[tuple[list[Any], str, tuple[str, float, float]] | str]:
-    """The semantic pairs among ``texts``, the cut note and the stage's setting, or why the stage could not run."""
-    from ..structured.part_flows import part_vectors
-    from ..tasks.retrieval import part_reads
-    from .semantic import semantic_pairs
-
-    setting = part, _, low = semantic_setting(texts, options)
-    if len(texts) < 2:
-        return [], "", setting
-    unread = part_reads(part, texts)
-    if unread:
-        return unread
-    if options.spread is not None:
-        vectors, cut = options.spread.vectors(list(texts), part)
-    else:
-        vectors, cut = yield from part_vectors(list(texts), part)
-    if vectors is None:
-        return cut
-    return semantic_pairs(vectors, low=low, spread=options.spread), cut, setting
+def _semantic_stage(texts: list[str], groups: list[PartGroup], options: DedupeOptions, apply: Any,
+                    notes: list[str]) -> Flow[dict[str, Any]]:
+    """Each part's group searched on its own (``parts.py``): the stage's totals and, per part, its records,
+    cosines and counts — or why it was skipped (all skipped: the stage is)."""
+    totals = {"pairs": 0, "merged": 0, "uncertain": 0}
+    parts: dict[str, dict[str, Any]] = {}
+    for group in groups:
+        found = yield from group_pairs(texts, group, options.spread)
+        if isinstance(found, str):
+            parts[group.part] = {"records": len(group.rows), "skipped": found}
+            notes.append(f"semantic stage skipped for {len(group.rows)} records: {found}")
+            continue
+        pairs, cut = found
+        stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], group.merge, group.floor)
+        parts[group.part] = {**group.report(), **stats}
+        totals = {k: v + stats[k] for k, v in totals.items()}
+        notes += [group.note] if group.note else []
+        if cut:
+            notes.append(f"{len(cut.split(','))} texts were cut to the embedding part's context ({group.part})")
+    skipped = [f"{part}: {p['skipped']}" if len(parts) > 1 else str(p["skipped"]) for part, p in parts.items()
+               if "skipped" in p]
+    if parts and len(skipped) == len(parts):
+        return {"skipped": "; ".join(skipped), "parts": parts}
+    return {**totals, "parts": parts}
 
 
 def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Record], options: DedupeOptions,
@@ -306,6 +290,8 @@ def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Re
         return summary
     from ..deciders.registry import load_decider
     from ..deciders.runtime import scores_flow
+    from ..models.catalog import EMBEDDING_MODEL
+    from .pairs import unread_pairs
 
     decider = load_decider(options.decider)
     same = next((i for i, label in enumerate(decider.labels) if label.lower() in SAME_LABELS), None)
@@ -315,6 +301,10 @@ def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Re
     texts = [pair_text(records[a].text, records[b].text) for a, b, _, _ in uncertain]
     rows = yield from scores_flow(decider, texts)
     summary["decider"] = decider.ref
+    part = decider.state.get("part", EMBEDDING_MODEL) if decider.method == "probe-pair" else None
+    if part and (unread := unread_pairs(texts, part)):
+        report["notes"].append(f"decider {decider.ref} compares by {part}, which cannot read {len(unread)} of the "
+                               f"{len(texts)} pairs: their cosine is 0 (tune a decider on pairs in their language)")
     for (a, b, stage, score), row in zip(uncertain, rows, strict=True):
         p = round(float(row[same]), 6)
         if p >= 0.5:

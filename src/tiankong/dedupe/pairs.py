@@ -86,26 +86,37 @@ def select(rows: Any, columns: list[str] | None) -> Any:
 
 
 def pair_part(texts: list[str]) -> str:
-    """The embedding part whose cosine a decider tuned on these pair texts reads: the one that reads their halves."""
-    from ..tasks.retrieval import reading_part
+    """The embedding part whose cosine a decider tuned on these pair texts reads: the multilingual one when any half
+    is Chinese (it reads both languages; one decider has one cosine scale), else the English one."""
+    from ..models.catalog import EMBEDDING_MODEL
+    from .parts import reading_part
 
-    return reading_part([h for t in texts for h in split_pair(t) if h])
+    halves = (h for t in texts for h in split_pair(t) if h)
+    return next((p for p in map(lambda h: reading_part([h]), halves) if p != EMBEDDING_MODEL), EMBEDDING_MODEL)
 
 
-def pair_features_flow(texts: list[str], part: str = "") -> Flow[list[list[float]]]:
-    """One row of :data:`COLUMNS` per pair text, the cosine by ``part`` ('': ``pair_part``); the only calls are
-    the embedding part's."""
-    from ..structured.part_flows import part_vectors
+def unread_pairs(texts: list[str], part: str) -> list[int]:
+    """The pair texts whose halves ``part`` cannot read (their cosine is 0 for a decider that reads it)."""
     from ..tasks.retrieval import part_reads
 
+    return [i for i, t in enumerate(texts) if part_reads(part, [h for h in split_pair(t) if h])]
+
+
+def pair_features_flow(texts: list[str], part: str | None = "") -> Flow[list[list[float]]]:
+    """One row of :data:`COLUMNS` per pair text, the cosine by ``part`` ('': ``pair_part``; None: no cosine, 0 —
+    a decider tuned without its part) — 0 too for a pair the part cannot read; the only calls are the part's."""
+    from ..structured.part_flows import part_vectors
+
     pairs = [split_pair(t) for t in texts]
-    halves = [x for pair in pairs for x in pair]
-    name = part or pair_part(texts)
+    name = pair_part(texts) if part == "" else part
     cosines = [0.0] * len(pairs)
-    if pairs and not part_reads(name, [h for h in halves if h]):
-        vectors, _ = yield from part_vectors([h or " " for h in halves], name)
+    unread = set(unread_pairs(texts, name)) if name is not None else set(range(len(pairs)))
+    read = [i for i in range(len(pairs)) if i not in unread]
+    if read and name is not None:
+        vectors, _ = yield from part_vectors([h or " " for i in read for h in pairs[i]], name)
         if vectors is not None:
-            cosines = [max(0.0, _cosine(vectors[2 * i], vectors[2 * i + 1])) for i in range(len(pairs))]
+            for j, i in enumerate(read):
+                cosines[i] = max(0.0, _cosine(vectors[2 * j], vectors[2 * j + 1]))
     return [[round(c, 6), *(round(v, 6) for v in lexical(a, b))] for c, (a, b) in zip(cosines, pairs, strict=True)]
 
 

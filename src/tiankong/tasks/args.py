@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from ..dedupe.parts import cosines_said
 from ..structured.tools import MAX_TOOLS
 from .ask import MAX_QUESTIONS
 from .guard import MAX_POLICIES
@@ -203,9 +204,9 @@ class DedupeArgs(TaskArgs):
     near_low: float | None = Field(None, gt=0.0, le=1.0, description="Near pairs in [near_low, near) are "
                                    "uncertain.")
     semantic: float | None = Field(None, gt=0.0, le=1.0, description="Cosine of the embedding part's vectors "
-                                   "that merges (default: the part's, 0.9 MiniLM, 0.95 e5).")
+                                   f"that merges (default: the part's; merge / floor: {cosines_said()}).")
     semantic_low: float | None = Field(None, gt=0.0, le=1.0, description="Semantic pairs in [semantic_low, "
-                                       "semantic) are uncertain (default: the part's, 0.8 / 0.9; = semantic: none).")
+                                       "semantic) are uncertain (default: the part's floor; = semantic: no band).")
     shingle: int | None = Field(None, ge=1, le=64, description="Characters per shingle (default: 3 for CJK, "
                                 "else 5).")
     keep: str = Field("first", max_length=200, description="Kept record: first, longest, most-complete, "
@@ -214,8 +215,8 @@ class DedupeArgs(TaskArgs):
                                                                description="The stages that run.")
     decider: str | None = Field(None, max_length=200, description="A decider (labels same/different) decides "
                                 "the uncertain pairs.")
-    part: str = Field("", max_length=200, description="The catalog's embedding part of the semantic stage ('': "
-                      "all-minilm-l6-v2:f16, or multilingual-e5-small:q4_0 on Chinese text).")
+    part: str = Field("", max_length=200, description="The catalog's embedding part of every record ('': per "
+                      "record, all-minilm-l6-v2:f16, or multilingual-e5-small:q4_0 for Chinese).")
 
 
 class ExtractArgs(TaskArgs):

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..models.catalog import EMBEDDING_MODEL, MULTILINGUAL_EMBEDDING_MODEL, find_entry
+from ..models.catalog import find_entry
 from ..structured.flow import Flow
 from ..structured.part_flows import AUTO_PART, part_for, part_vectors, sample_text
 from ..structured.prompts import language
@@ -67,19 +67,13 @@ def part_reads(part: str, texts: Sequence[str]) -> str:
     """'' when the part reads the texts' language, else why not (an English-only part on Chinese text ranks noise:
     on chatterbot-zh's dev half its cosine alone scored below BM25 and pulled the fusion down). Lenient on purpose:
     only Chinese is refused, so records and keyword lists in Latin letters (no English function words to tell them
-    by) keep MiniLM in ``dedupe`` (``reading_part``); ``part_for`` is the stricter choice."""
+    by) keep MiniLM in ``dedupe`` (``dedupe.parts.reading_part``); ``part_for`` is the stricter choice."""
     entry = find_entry(part)
     lang = language(sample_text(texts))
     if entry is None or not entry.languages or lang in entry.languages:
         return ""
     return f"{part} reads {'/'.join(entry.languages)} only, this text is {lang}"
 
-
-def reading_part(texts: Sequence[str]) -> str:
-    """``dedupe``'s default part (its semantic stage, a pair decider's cosine): the English part wherever
-    ``part_reads`` lets it read (records in Latin letters too: MiniLM's thresholds were measured on them), the
-    multilingual part on Chinese text."""
-    return MULTILINGUAL_EMBEDDING_MODEL if part_reads(EMBEDDING_MODEL, texts) else EMBEDDING_MODEL
 
 
 def embedding_scores(query: str, documents: Sequence[str], part: str = AUTO_PART) -> Flow[Embedded]:
