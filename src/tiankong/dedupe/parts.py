@@ -9,7 +9,7 @@ part that cannot read them). A part named in the options (``part``) reads every 
 language it cannot read (the stage is skipped and the report says why).
 
 Each part merges at its own default cosines (``CatalogEntry.dedupe_cosine``: MiniLM 0.9 with the uncertain band from
-0.8; e5's cosines crowd near 1, so 0.95 — CNSD STS-B dev's best — with the band from 0.9). A threshold given in the
+0.8; e5's cosines crowd near 1, so 0.95 — CNSD STS-B dev's best — with the band from 0.93). A threshold given in the
 options wins; a given band floor above the merging cosine is an error (it would silently raise the merge, the index
 being searched from the floor), and a floor equal to it means no band.
 """
