@@ -87,8 +87,15 @@ def test_each_record_is_read_by_the_part_that_reads_it_at_that_parts_cosines() -
     assert groups(["carnegie deli 854 7th ave. new york 212/757-2245"]) == [(MINILM, 0.9, 0.8, (0,))]
     assert groups([EN[0], ZH[0], EN[1], ZH[1]]) == [(MINILM, 0.9, 0.8, (0, 2)), (E5, 0.95, 0.93, (1, 3))]
     assert groups([*EN * 30, ZH[0]])[-1] == (E5, 0.95, 0.93, (60,))  # a late Chinese record is not MiniLM's
-    assert groups(ZH, part=MINILM) == [(MINILM, 0.9, 0.8, (0, 1))]  # a named part reads every record
+    assert groups([ZH[0], EN[0]]) == [(MINILM, 0.9, 0.8, (1,)), (E5, 0.95, 0.93, (0,))]  # by name, not by order
+    titles = ["apple iphone 15 pro max 256gb 钛金属", "apple iphone 15 pro max 256gb 原色钛金属 全网通"]
+    assert groups(titles) == [(E5, 0.95, 0.93, (0, 1))]  # any CJK character: mixed-script twins stay together
+    assert groups(ZH, part=E5) == [(E5, 0.95, 0.93, (0, 1))]
     assert groups([]) == []
+
+    (named,) = semantic_groups([EN[0], ZH[0], EN[1], ZH[1]], DedupeOptions(part=MINILM))
+    assert (named.part, named.rows, named.left_out) == (MINILM, (0, 2), 2)  # CJK left out of MiniLM, and said
+    assert named.report()["left_out"] == 2
 
 
 def test_given_cosines_win_and_a_floor_above_the_merge_is_refused() -> None:
@@ -97,12 +104,16 @@ def test_given_cosines_win_and_a_floor_above_the_merge_is_refused() -> None:
 
     assert part_cosines(E5, DedupeOptions(semantic=0.97))[:2] == (0.97, 0.93)
     assert part_cosines(E5, DedupeOptions(semantic=0.85))[:2] == (0.85, None)  # the floor kept under it: no band
-    assert part_cosines(E5, DedupeOptions(semantic_low=0.91))[:2] == (0.95, 0.91)
+    assert part_cosines(E5, DedupeOptions(semantic_low=0.91, part=E5))[:2] == (0.95, 0.91)
     assert part_cosines(MINILM, DedupeOptions(semantic=0.9, semantic_low=0.9)) == (0.9, None, "")  # no band
     assert "multilingual-e5" in part_cosines(E5, DedupeOptions(semantic=0.9, semantic_low=0.8))[2]  # said
     assert part_cosines(E5, DedupeOptions(semantic=0.9, part=E5))[2] == ""  # the part named: the user chose
     with pytest.raises(ConfigError, match="above the merging cosine 0.9"):
         part_cosines(MINILM, DedupeOptions(semantic_low=0.93))
+    # refused before any record is read, whatever the records: MiniLM could read one of them (a digits-only record)
+    with pytest.raises(ConfigError, match=r"above the merging cosine 0.9 \(all-minilm"):
+        DedupeOptions(semantic_low=0.93).check()
+    DedupeOptions(semantic_low=0.94, part=E5).check()  # e5 named: its 0.95 is the merge
     with pytest.raises(ConfigError, match="at most semantic"):
         DedupeOptions(semantic=0.8, semantic_low=0.85).check()
     with pytest.raises(ConfigError, match="outside"):
@@ -198,3 +209,76 @@ def test_a_pair_decider_records_the_part_that_reads_its_pairs() -> None:
     x[:, COLUMNS.index("cosine")] = 0.0  # no part answered at tuning: none recorded, none read at use
     state = methods.fit(methods.PAIR_PROBE, methods.FeatureSet([pair_text(*ZH)] * 40, {"pair": x}), y, 2)
     assert state["part"] is None
+
+
+def test_a_pair_decider_maps_each_pairs_cosine_back_and_zero_for_a_pair_its_part_cannot_read() -> None:
+    from tiankong.dedupe import pair_text
+    from tiankong.dedupe.pairs import COLUMNS, pair_features_flow
+
+    texts = [pair_text(*ZH), pair_text(*EN), pair_text(*ZH), pair_text(EN[0], EN[0])]
+    gen = pair_features_flow(texts, MINILM)
+    reply, asked = None, []
+    try:
+        while True:
+            calls = gen.send(reply)
+            asked += [c.body for c in calls if c.path == "/v1/embeddings"]
+            reply = [_text_engine(c) for c in calls]
+    except StopIteration as done:
+        rows = done.value
+    cosine = [row[COLUMNS.index("cosine")] for row in rows]
+    assert [len(b["input"]) for b in asked] == [4]  # the two English pairs' halves only
+    assert cosine[0] == cosine[2] == 0.0 and cosine[3] == pytest.approx(1.0) and 0.0 < cosine[1] < 0.99
+
+
+def _text_engine(call: object) -> object:
+    """A part whose vector depends on the text (so a pair's cosine says which halves it came from)."""
+    path, body = call.path, call.body  # type: ignore[attr-defined]
+    if path == "/props":
+        return {"default_generation_settings": {"n_ctx": 512}}
+    if path == "/tokenize":
+        return {"tokens": [1, 2]}
+    return {"data": [{"index": i, "embedding": [1.0, float(len(t) % 7), float(t.count("o"))]}
+                     for i, t in enumerate(body["input"])]}
+
+
+def test_the_batch_fingerprint_holds_the_semantic_stages_rules(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A finished dedupe job runs again once when which part reads which record, or a part's cosines, change."""
+    from types import SimpleNamespace
+
+    from tiankong.batch.whole import fingerprint
+    from tiankong.dedupe import DedupeOptions, parts
+
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": 1, "text": "a"}\n', encoding="utf-8")
+    job = SimpleNamespace(input=str(source), id_field="id", text_field="text", args={})
+    first = fingerprint(job, DedupeOptions())  # type: ignore[arg-type]
+    assert fingerprint(job, DedupeOptions()) == first  # type: ignore[arg-type]
+    monkeypatch.setattr(parts, "RULES", parts.RULES + " changed")
+    assert fingerprint(job, DedupeOptions()) != first  # type: ignore[arg-type]
+    assert fingerprint(job, DedupeOptions(stages=("exact",))) == fingerprint(  # type: ignore[arg-type]
+        job, DedupeOptions(stages=("exact",)))  # type: ignore[arg-type]
+
+
+def test_a_pair_decider_that_cannot_read_the_band_says_so() -> None:
+    """The band's Chinese pairs before a decider tuned on English (MiniLM): decided on the lexical columns, with a
+    note naming the decider, the part and how many pairs it could not read."""
+    from tiankong.deciders.registry import Decider, save_decider
+    from tiankong.dedupe import DedupeOptions, Record, dedupe_flow
+    from tiankong.dedupe.files import no_chat_engine
+    from tiankong.structured.drivers import run_sync
+
+    x, y = _pairs(40)
+    state = methods.fit(methods.PAIR_PROBE, methods.FeatureSet([""] * 40, {"pair": x}), y, 2)
+    assert state["part"] == MINILM
+    save_decider(Decider("en-pairs", "probe-pair", ["different", "same"], state))
+
+    class Band(_Spread):  # two Chinese records at cosine 0.94: e5's band [0.93, 0.95)
+        def vectors(self, texts: list[str], part: str) -> tuple[list[list[float]], str]:
+            self.asked.append((part, list(texts)))
+            return [[1.0, 0.0], [0.94, (1 - 0.94 ** 2) ** 0.5]][: len(texts)], ""
+
+    records = [Record("z1", ZH[0]), Record("z2", ZH[1])]
+    options = DedupeOptions(stages=("semantic",), decider="en-pairs", spread=Band())
+    result = run_sync(dedupe_flow(records, options), no_chat_engine)
+    assert result.report["uncertain"]["pairs"] == 1
+    assert any("en-pairs" in n and MINILM in n and "cannot read 1 of the 1 pairs" in n for n in result.report["notes"])

@@ -60,8 +60,11 @@ def dedupe(input_path: str, output: str, field: str, id_field: str, near: float,
     click.echo(f"{report['records']} records → {report['clusters']} clusters ({report['duplicates']} duplicates); "
                f"{'kept ids' if keep_ids else 'clusters'} in {output}")
     for stage, stats in report["stages"].items():
-        line = ", ".join(f"{k} {v}" for k, v in stats.items() if v is not None)
-        click.echo(f"  {stage}: {line}")
+        click.echo(f"  {stage}: {_line(stats)}")
+        parts = stats.get("parts", {})
+        if "skipped" not in stats or len(parts) > 1:  # one skipped part: its reason is the stage's line already
+            for part, own in parts.items():
+                click.echo(f"    {part}: {_line(own)}")
     uncertain = report["uncertain"]
     if uncertain.get("pairs"):
         click.echo(f"  uncertain: {uncertain['pairs']} pairs" + (
@@ -73,3 +76,9 @@ def dedupe(input_path: str, output: str, field: str, id_field: str, near: float,
                    f"`tiankong tune dedupe --data {pairs_out} --name NAME` and `--decider NAME`")
     for note in report["notes"]:
         click.echo(f"  note: {note}")
+
+
+def _line(stats: dict[str, object]) -> str:
+    """``key value, …`` of a stage's (or a part's) figures; a band of None reads "none"."""
+    return ", ".join(f"{k} {'none' if v is None else v}" for k, v in stats.items()
+                     if k != "parts" and (v is not None or k == "band"))

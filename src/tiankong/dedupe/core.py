@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 from ..errors import ConfigError
 from ..structured.flow import Flow
 from .keys import KeyOptions
-from .parts import PartGroup, group_pairs, semantic_groups
+from .parts import PartGroup, floor_refused, group_pairs, semantic_groups
 
 Stage = Literal["exact", "near", "semantic"]
 STAGES: tuple[Stage, ...] = ("exact", "near", "semantic")
@@ -64,14 +64,14 @@ class DedupeOptions:
     #: cosine of the part's sentence vectors that merges (None: the part's own, ``CatalogEntry.dedupe_cosine``:
     #: 0.9 for MiniLM, 0.95 for e5)
     semantic: float | None = None
-    #: semantic pairs in [semantic_low, semantic) are uncertain (None: the part's floor, 0.8 / 0.9, kept at most
+    #: semantic pairs in [semantic_low, semantic) are uncertain (None: the part's floor, 0.8 / 0.93, kept at most
     #: ``semantic``; equal to ``semantic``: no band)
     semantic_low: float | None = None
     shingle: int | None = None  # characters per shingle (None: 3 for mostly-CJK text, else 5)
     keep: str = "first"  # first | longest | most-complete | field:NAME
     stages: tuple[Stage, ...] = STAGES
     decider: str | None = None  # decides the uncertain band
-    part: str = ""  # the embedding part ('': the catalog's part that reads the texts, ``retrieval.reading_part``)
+    part: str = ""  # the embedding part of every record ('': per record, ``parts.record_part``)
     keys: KeyOptions = KeyOptions()
     #: where the heavy arithmetic runs (:class:`Spread`; None: here); not part of the options' identity
     spread: Spread | None = field(default=None, compare=False, repr=False)
@@ -86,6 +86,9 @@ class DedupeOptions:
             if low is not None and value is not None and low > value:
                 raise ConfigError(f"{name}_low {low} must be at most {name} ({value})",
                                   hint="the uncertain band is [low, threshold)")
+        if refused := floor_refused(self):
+            raise ConfigError(refused, hint="the band is [semantic-low, semantic): give --semantic too, or a lower "
+                              "--semantic-low")
         if self.part:
             from ..models.catalog import find_entry
 
@@ -291,6 +294,7 @@ def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Re
     from ..deciders.registry import load_decider
     from ..deciders.runtime import scores_flow
     from ..models.catalog import EMBEDDING_MODEL
+    from ..models.registry import resolve
     from .pairs import unread_pairs
 
     decider = load_decider(options.decider)
@@ -302,6 +306,9 @@ def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Re
     rows = yield from scores_flow(decider, texts)
     summary["decider"] = decider.ref
     part = decider.state.get("part", EMBEDDING_MODEL) if decider.method == "probe-pair" else None
+    if part and not resolve(part).installed:
+        report["notes"].append(f"decider {decider.ref} compares by {part}, which is not installed: every pair's "
+                               f"cosine is 0 (tiankong models pull {part})")
     if part and (unread := unread_pairs(texts, part)):
         report["notes"].append(f"decider {decider.ref} compares by {part}, which cannot read {len(unread)} of the "
                                f"{len(texts)} pairs: their cosine is 0 (tune a decider on pairs in their language)")

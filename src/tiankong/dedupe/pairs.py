@@ -87,19 +87,23 @@ def select(rows: Any, columns: list[str] | None) -> Any:
 
 def pair_part(texts: list[str]) -> str:
     """The embedding part whose cosine a decider tuned on these pair texts reads: the multilingual one when any half
-    is Chinese (it reads both languages; one decider has one cosine scale), else the English one."""
+    holds CJK text (it reads both; one decider has one cosine scale), else the English one (``parts.record_part``)."""
     from ..models.catalog import EMBEDDING_MODEL
-    from .parts import reading_part
+    from .parts import record_part
 
     halves = (h for t in texts for h in split_pair(t) if h)
-    return next((p for p in map(lambda h: reading_part([h]), halves) if p != EMBEDDING_MODEL), EMBEDDING_MODEL)
+    return next((p for p in map(record_part, halves) if p != EMBEDDING_MODEL), EMBEDDING_MODEL)
 
 
 def unread_pairs(texts: list[str], part: str) -> list[int]:
-    """The pair texts whose halves ``part`` cannot read (their cosine is 0 for a decider that reads it)."""
-    from ..tasks.retrieval import part_reads
+    """The pair texts ``part`` cannot read — CJK text for a part that does not read it (``parts.record_part``'s
+    rule): their cosine is 0 for a decider that reads it."""
+    from ..models.catalog import EMBEDDING_MODEL
+    from .parts import reads_cjk, record_part
 
-    return [i for i, t in enumerate(texts) if part_reads(part, [h for h in split_pair(t) if h])]
+    if reads_cjk(part):
+        return []
+    return [i for i, t in enumerate(texts) if any(record_part(h) != EMBEDDING_MODEL for h in split_pair(t) if h)]
 
 
 def pair_features_flow(texts: list[str], part: str | None = "") -> Flow[list[list[float]]]:

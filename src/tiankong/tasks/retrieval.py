@@ -67,7 +67,7 @@ def part_reads(part: str, texts: Sequence[str]) -> str:
     """'' when the part reads the texts' language, else why not (an English-only part on Chinese text ranks noise:
     on chatterbot-zh's dev half its cosine alone scored below BM25 and pulled the fusion down). Lenient on purpose:
     only Chinese is refused, so records and keyword lists in Latin letters (no English function words to tell them
-    by) keep MiniLM in ``dedupe`` (``dedupe.parts.reading_part``); ``part_for`` is the stricter choice."""
+    by) keep MiniLM; ``part_for`` is the stricter choice."""
     entry = find_entry(part)
     lang = language(sample_text(texts))
     if entry is None or not entry.languages or lang in entry.languages:
