@@ -266,8 +266,9 @@ def _semantic_stage(texts: list[str], groups: list[PartGroup], options: DedupeOp
     for group in groups:
         found = yield from group_pairs(texts, group, options.spread)
         if isinstance(found, str):
-            parts[group.part] = {"records": len(group.rows), "skipped": found}
-            notes.append(f"semantic stage skipped for {len(group.rows)} records: {found}")
+            count = len(group.rows) + group.left_out
+            parts[group.part] = {"records": count, "skipped": found}
+            notes.append(f"semantic stage skipped for {count} records: {found}")
             continue
         pairs, cut = found
         stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], group.merge, group.floor)
