@@ -53,6 +53,12 @@ def _state_part(decider: Decider) -> str:
     return name
 
 
+def pair_decider_part(decider: Decider) -> str | None:
+    """The part a ``probe-pair`` decider's cosines were tuned with (None: tuned without one; saved before parts were
+    recorded: MiniLM)."""
+    return None if "part" in decider.state and decider.state["part"] is None else _state_part(decider)
+
+
 def _verify_part(decider: Decider) -> str:
     """The registered fine-tuned part a ``setfit`` decider reads, checked by sha256."""
     from ..errors import ModelNotFound
@@ -108,9 +114,7 @@ def features_flow(decider: Decider, texts: list[str]) -> Flow[methods.FeatureSet
     if decider.method == methods.PAIR_PROBE:
         from ..dedupe.pairs import pair_features_flow
 
-        # the part its cosines were tuned with (None: tuned without one; saved before parts were recorded: MiniLM)
-        part = None if "part" in decider.state and decider.state["part"] is None else _state_part(decider)
-        features.embeddings = {"pair": np.asarray((yield from pair_features_flow(texts, part)))}
+        features.embeddings = {"pair": np.asarray((yield from pair_features_flow(texts, pair_decider_part(decider))))}
     if decider.method == "zeroshot":
         found = yield from gather([label_probability_flow(t, decider.words) for t in texts])
         features.zeroshot = np.asarray(found)

@@ -293,8 +293,7 @@ def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Re
             summary["left"] += link(a, b, stage, score, merged=False)
         return summary
     from ..deciders.registry import load_decider
-    from ..deciders.runtime import scores_flow
-    from ..models.catalog import EMBEDDING_MODEL
+    from ..deciders.runtime import pair_decider_part, scores_flow
     from ..models.registry import resolve
     from .pairs import unread_pairs
 
@@ -306,7 +305,7 @@ def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Re
     texts = [pair_text(records[a].text, records[b].text) for a, b, _, _ in uncertain]
     rows = yield from scores_flow(decider, texts)
     summary["decider"] = decider.ref
-    part = decider.state.get("part", EMBEDDING_MODEL) if decider.method == "probe-pair" else None
+    part = pair_decider_part(decider) if decider.method == "probe-pair" else None
     if part and not resolve(part).installed:
         report["notes"].append(f"decider {decider.ref} compares by {part}, which is not installed: every pair's "
                                f"cosine is 0 (tiankong models pull {part})")

@@ -16,13 +16,13 @@ could use (not only those the records happen to need), and a floor equal to the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..structured.flow import Flow
+from ..structured.prompts import CJK_SCRIPT
 
 if TYPE_CHECKING:
     from .core import DedupeOptions
@@ -48,15 +48,11 @@ def cosines_said() -> str:
     return ", ".join(f"{e.dedupe_cosine[0]} / {e.dedupe_cosine[1]} {e.name}" for e in CATALOG if e.kind == "embedding")
 
 
-#: the characters that send a record to the multilingual part (the ranges of ``retrieval.tokens``' CJK runs)
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
-
-
 def record_part(text: str) -> str:
     """The catalog part that reads one record: the multilingual one when it holds any CJK character, else MiniLM."""
     from ..models.catalog import EMBEDDING_MODEL, MULTILINGUAL_EMBEDDING_MODEL
 
-    return MULTILINGUAL_EMBEDDING_MODEL if _CJK.search(text) else EMBEDDING_MODEL
+    return MULTILINGUAL_EMBEDDING_MODEL if CJK_SCRIPT.search(text) else EMBEDDING_MODEL
 
 
 def reads_cjk(part: str) -> bool:

@@ -7,6 +7,9 @@ import re
 from typing import Any
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+#: Chinese, Japanese kana and Korean hangul: text an English-only part cannot read (retrieval's tokens, dedupe's
+#: part per record)
+CJK_SCRIPT = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 
 
 def language(text: str) -> str:

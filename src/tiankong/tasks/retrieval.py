@@ -18,19 +18,18 @@ from dataclasses import dataclass, field
 from ..models.catalog import find_entry
 from ..structured.flow import Flow
 from ..structured.part_flows import AUTO_PART, part_for, part_vectors, sample_text
-from ..structured.prompts import language
+from ..structured.prompts import CJK_SCRIPT, language
 
 RRF_K = 60
 _WORD = re.compile(r"[^\W\d_]+|\d+", re.UNICODE)
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 
 
 def tokens(text: str) -> list[str]:
     """Lower-cased words; CJK runs as characters and adjacent pairs."""
     out: list[str] = []
     for word in _WORD.findall(text.casefold()):
-        if _CJK.search(word):
-            chars = [c for c in word if _CJK.match(c)] or list(word)
+        if CJK_SCRIPT.search(word):
+            chars = [c for c in word if CJK_SCRIPT.match(c)] or list(word)
             out += chars + [a + b for a, b in zip(chars, chars[1:], strict=False)]
         else:
             out.append(word)
