@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for `make test` (each takes whole modules and its own share of the cores; 0: one process)
 TEST_WORKERS ?= 2
 
-.PHONY: serve test test-unit test-engine mutants setup engine models lint typecheck bench clean docs
+.PHONY: serve test test-setup test-unit test-engine mutants setup engine models lint typecheck bench clean docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,16 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) models engine
 
+# what `make test` needs, made two at a time: the engine's compile (CPU) beside the test extras' install (mostly
+# network), which cost about as long again one after the other
+test-setup: setup $(EXTRAS)
+
 # the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft;
 # [ray]: the Ray executor of batch jobs; [retrieval]: the converter of the embedding part; [ner]: redact's name
 # taggers) and the embedding parts (English; Chinese and other languages)
-$(EXTRAS): $(STAMP)
+# (order-only after the chat models: under `make test` the extras install while the engine compiles, and no
+# tiankong command starts while pip reinstalls the editable package)
+$(EXTRAS): $(STAMP) | models
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray,retrieval,ner]'
 	$(BIN)/tiankong models pull $(EMBED_MODEL) $(ZH_EMBED_MODEL)
 	touch $(EXTRAS)
@@ -43,7 +49,8 @@ serve: setup
 	$(BIN)/tiankong serve
 
 # the whole suite (real engine and models), then the mutation check
-test: setup $(EXTRAS)
+test:
+	@$(MAKE) --no-print-directory -j2 test-setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python tools/mutants.py
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,11 +182,31 @@ def run_tests(copy: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[int
     return proc.returncode, summary.strip("= ").strip()
 
 
+def apply_and_test(copy: Path, m: Mutant, timeout_s: float) -> tuple[bool, str]:
+    """Apply ``m`` to ``copy``, run its tests, restore the text: (killed, the line to print)."""
+    begin = time.monotonic()
+    try:
+        path = locate(copy / "src", m.old)
+    except LookupError as exc:
+        return False, f"{m.name:<22} NOT APPLIED  {exc}"
+    original = path.read_text(encoding="utf-8")
+    path.write_text(original.replace(m.old, m.new), encoding="utf-8")
+    try:
+        code, summary = run_tests(copy, m.tests, timeout_s)
+    finally:
+        path.write_text(original, encoding="utf-8")
+    killed = code == 1
+    return killed, (f"{m.name:<22} {'killed  ' if killed else 'SURVIVED'}  {summary:<40} {path.relative_to(copy)}  "
+                    f"({time.monotonic() - begin:.0f} s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="only these mutants")
     parser.add_argument("--list", action="store_true", help="list the mutants and their tests")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per pytest run")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="mutants tested at once, each on its own copy of src/ (default: 2, or 1 on one CPU)")
     parser.add_argument("--tests", nargs="+", metavar="ARG",
                         help="run these pytest arguments for the chosen mutants instead of their own tests "
                              "(does this other test catch the mutant?)")
@@ -201,43 +223,41 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.name:<22} {m.guarantee}\n{'':<22} tests: {' '.join(m.tests)}")
         return 0
     started = time.monotonic()
+    jobs = max(1, min(args.jobs, len(chosen)))
     with tempfile.TemporaryDirectory(prefix="tiankong-mutants-") as tmp:
-        copy = Path(tmp)
-        shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        paths = [Path(tmp) / f"copy{i}" for i in range(jobs)]  # one copy of src/ per job, a mutant in its own
+        copies: queue.Queue[Path] = queue.Queue()
+        for copy in paths:
+            shutil.copytree(ROOT / "src", copy / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            copies.put(copy)
+        first = paths[0]
         probe = subprocess.run([sys.executable, "-c", "import tiankong; print(tiankong.__file__)"], cwd=ROOT,
-                               env={**os.environ, "PYTHONPATH": str(copy / "src")}, capture_output=True, text=True)
-        if not probe.stdout.strip().startswith(str(copy)):
+                               env={**os.environ, "PYTHONPATH": str(first / "src")}, capture_output=True, text=True)
+        if not probe.stdout.strip().startswith(str(first)):
             print(f"error: the tests would not import the mutated copy (tiankong from {probe.stdout.strip()})",
                   file=sys.stderr)
             return 1
         union = tuple(dict.fromkeys(t for m in chosen for t in m.tests if not t.startswith("-")
                                     and t != "-k" and not _is_k_expr(m, t)))
-        code, summary = run_tests(copy, union, args.timeout_s)
+        code, summary = run_tests(first, union, args.timeout_s)
         print(f"baseline (no mutant): {summary}", flush=True)
         if code != 0:
             print("error: the mutants' tests fail without a mutant; fix them first", file=sys.stderr)
             return 1
-        survivors = []
-        for m in chosen:
-            begin = time.monotonic()
+
+        def one(m: Mutant) -> tuple[bool, str]:
+            copy = copies.get()
             try:
-                path = locate(copy / "src", m.old)
-            except LookupError as exc:
-                print(f"{m.name:<22} NOT APPLIED  {exc}", flush=True)
-                survivors.append(m.name)
-                continue
-            original = path.read_text(encoding="utf-8")
-            path.write_text(original.replace(m.old, m.new), encoding="utf-8")
-            try:
-                code, summary = run_tests(copy, m.tests, args.timeout_s)
+                return apply_and_test(copy, m, args.timeout_s)
             finally:
-                path.write_text(original, encoding="utf-8")
-            killed = code == 1
-            if not killed:
-                survivors.append(m.name)
-            where = path.relative_to(copy)
-            print(f"{m.name:<22} {'killed  ' if killed else 'SURVIVED'}  {summary:<40} {where}  "
-                  f"({time.monotonic() - begin:.0f} s)", flush=True)
+                copies.put(copy)
+
+        survivors = []
+        with ThreadPoolExecutor(jobs) as pool:  # printed in list order, each line as soon as its turn comes
+            for m, (killed, line) in zip(chosen, pool.map(one, chosen), strict=True):
+                if not killed:
+                    survivors.append(m.name)
+                print(line, flush=True)
     total = time.monotonic() - started
     print(f"{len(chosen) - len(survivors)}/{len(chosen)} mutants killed in {total:.0f} s"
           + (f"; not killed: {', '.join(survivors)}" if survivors else ""))
