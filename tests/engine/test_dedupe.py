@@ -155,7 +155,7 @@ def test_pairs_out_writes_the_band_to_label_and_tune_dedupe_refuses_it_until_lab
     assert [(r["a_id"], r["b_id"]) for r in rows] == [("u1", "u2")]  # the band's one pair, once
     (row,) = rows
     assert (row["a"], row["b"]) == (PLANTED[6]["text"], PLANTED[7]["text"]) and row["label"] == ""
-    assert row["stage"] == "semantic" and 0.8 <= row["score"] < 0.9
+    assert row["stage"] == "semantic" and 0.8 <= row["score"] < 0.9 and row["part"] == "all-minilm-l6-v2:f16"
     assert_one_line_error(run_cli("tune", "dedupe", "--data", str(band), "--name", "x"), "pair 1", "same")
     band.write_text(json.dumps({**row, "label": "same"}) + "\n", encoding="utf-8")
     assert pair_rows(band) == [{"text": pair_text(row["a"], row["b"]), "label": "same"}]

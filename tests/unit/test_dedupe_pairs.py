@@ -3,6 +3,8 @@ reads exactly the columns it was fitted on (pure functions: no engine)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -152,6 +154,41 @@ def test_a_mixed_corpus_is_searched_part_by_part_and_never_across() -> None:
     stage = result.report["stages"]["semantic"]
     assert stage["merged"] == 2 and set(stage["parts"]) == {MINILM, E5}
     assert stage["parts"][E5]["threshold"] == 0.95 and stage["parts"][MINILM]["threshold"] == 0.9
+    # each semantic pair names the part whose cosine its score is (two parts, two scales)
+    assert {a.id: [e.part for e in a.evidence] for a in result.records} == {
+        "e1": [MINILM], "z1": [E5], "e2": [MINILM], "z2": [E5]}
+    assert result.records[0].to_json()["evidence"][0]["part"] == MINILM
+
+
+class _Angled(_Spread):
+    """Each group's second vector at ``cosine`` to its first (a pair inside the part's band)."""
+
+    def __init__(self, cosines: dict[str, float]) -> None:
+        super().__init__()
+        self.cosines = cosines
+
+    def vectors(self, texts: list[str], part: str) -> tuple[list[list[float]], str]:
+        self.asked.append((part, list(texts)))
+        c = self.cosines[part]
+        return [[1.0, 0.0, 0.0], [c, (1 - c * c) ** 0.5, 0.0]], ""
+
+
+def test_band_pairs_name_the_part_that_scored_them(tmp_path) -> None:
+    """An uncertain English pair (MiniLM 0.85: band 0.8–0.9) and an uncertain Chinese one (e5 0.94: band
+    0.93–0.95) are left apart, and the evidence and the rows to label say which part's cosine each score is."""
+    from tiankong.dedupe import DedupeOptions, Record, dedupe_flow
+    from tiankong.dedupe.files import band_lines, no_chat_engine
+    from tiankong.structured.drivers import run_sync
+
+    records = [Record("e1", EN[0]), Record("z1", ZH[0]), Record("e2", EN[1]), Record("z2", ZH[1])]
+    spread = _Angled({MINILM: 0.85, E5: 0.94})
+    result = run_sync(dedupe_flow(records, DedupeOptions(stages=("semantic",), spread=spread)), no_chat_engine)
+    assert [a.cluster for a in result.records] == ["e1", "z1", "e2", "z2"]  # nothing merged
+    rows = {(r["a_id"], r["b_id"]): r for r in map(json.loads, band_lines(result, records))}
+    assert set(rows) == {("e1", "e2"), ("z1", "z2")}
+    assert rows[("e1", "e2")]["part"] == MINILM and rows[("z1", "z2")]["part"] == E5
+    assert abs(rows[("e1", "e2")]["score"] - 0.85) < 1e-3 and abs(rows[("z1", "z2")]["score"] - 0.94) < 1e-3
+    assert all(not e.merged and e.part for a in result.records for e in a.evidence)
 
 
 def _parts_asked(flow: object, answer: object) -> list[str | None]:

@@ -109,6 +109,8 @@ class DedupeOptions:
 
 
 DEFAULTS = DedupeOptions()
+#: an uncertain pair: record indices, the stage, its score and the part that scored it (semantic only)
+Uncertain = tuple[int, int, Stage, float, str | None]
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,12 @@ class Evidence:
     merged: bool = True
     decided_by: str | None = None  # the decider that decided this uncertain pair
     p_same: float | None = None
+    part: str | None = None  # the embedding part whose cosine ``score`` is (semantic only: each part has its scale)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"stage": self.stage, "with": self.other, "score": self.score, "merged": self.merged}
+        if self.part is not None:
+            data["part"] = self.part
         if self.decided_by is not None:
             data.update(decided_by=self.decided_by, p_same=self.p_same)
         return data
@@ -208,12 +213,12 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
     evidence: list[list[Evidence]] = [[] for _ in range(n)]
     report: dict[str, Any] = {"records": n, "stages": {}, "notes": []}
 
-    def link(a: int, b: int, stage: Stage, score: float, merged: bool = True, decided_by: str | None = None,
-             p_same: float | None = None) -> bool:
+    def link(a: int, b: int, stage: Stage, score: float, part: str | None, merged: bool = True,
+             decided_by: str | None = None, p_same: float | None = None) -> bool:
         joined = forest.union(a, b) if merged else forest.find(a) != forest.find(b)
         if joined:
-            evidence[a].append(Evidence(stage, records[b].id, score, merged, decided_by, p_same))
-            evidence[b].append(Evidence(stage, records[a].id, score, merged, decided_by, p_same))
+            evidence[a].append(Evidence(stage, records[b].id, score, merged, decided_by, p_same, part))
+            evidence[b].append(Evidence(stage, records[a].id, score, merged, decided_by, p_same, part))
         return joined
 
     # exact: one group per normalised key; the later members joined to the first
@@ -222,7 +227,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
     for i, record in enumerate(records):
         key = options.keys.key(record.text) if "exact" in options.stages else f"#{i}"
         if key in first:
-            exact_merged += link(first[key], i, "exact", 1.0)
+            exact_merged += link(first[key], i, "exact", 1.0, None)
         else:
             first[key] = i
     if "exact" in options.stages:
@@ -230,17 +235,18 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
     heads = sorted(first.values())  # one record per exact group: the later stages compare these
     texts = [options.keys.normalise(records[i].text) for i in heads]
     groups = semantic_groups(texts, options) if "semantic" in options.stages else []  # bad thresholds fail here
-    uncertain: list[tuple[int, int, Stage, float]] = []
+    uncertain: list[Uncertain] = []
 
-    def apply(stage: Stage, pairs: list[tuple[int, int, float]], hi: float, low: float | None) -> dict[str, Any]:
+    def apply(stage: Stage, pairs: list[tuple[int, int, float]], hi: float, low: float | None,
+              part: str | None = None) -> dict[str, Any]:
         merged = found = band = 0
         for a, b, score in pairs:
             found += 1
             if score >= hi:
-                merged += link(heads[a], heads[b], stage, score)
+                merged += link(heads[a], heads[b], stage, score, part)
             elif low is not None and score >= low:
                 band += 1
-                uncertain.append((heads[a], heads[b], stage, score))
+                uncertain.append((heads[a], heads[b], stage, score, part))
         return {"pairs": found, "merged": merged, "uncertain": band}
 
     if "near" in options.stages:
@@ -271,7 +277,7 @@ def _semantic_stage(texts: list[str], groups: list[PartGroup], options: DedupeOp
             notes.append(f"semantic stage skipped for {count} records: {found}")
             continue
         pairs, cut = found
-        stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], group.merge, group.floor)
+        stats = apply("semantic", [(p.a, p.b, p.cosine) for p in pairs], group.merge, group.floor, group.part)
         parts[group.part] = {**group.report(), **stats}
         totals = {k: v + stats[k] for k, v in totals.items()}
         notes += [group.note] if group.note else []
@@ -284,13 +290,13 @@ def _semantic_stage(texts: list[str], groups: list[PartGroup], options: DedupeOp
     return {**totals, "parts": parts}
 
 
-def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Record], options: DedupeOptions,
+def _decide(uncertain: list[Uncertain], records: Sequence[Record], options: DedupeOptions,
             link: Any, report: dict[str, Any]) -> Flow[dict[str, Any]]:
     """The uncertain pairs merged when the decider says "same" (p ≥ 0.5), or left apart and counted."""
     summary: dict[str, Any] = {"pairs": len(uncertain), "decided_same": 0, "decided_different": 0, "left": 0}
     if not uncertain or options.decider is None:
-        for a, b, stage, score in uncertain:
-            summary["left"] += link(a, b, stage, score, merged=False)
+        for a, b, stage, score, part in uncertain:
+            summary["left"] += link(a, b, stage, score, part, merged=False)
         return summary
     from ..deciders.registry import load_decider
     from ..deciders.runtime import pair_decider_part, scores_flow
@@ -302,22 +308,22 @@ def _decide(uncertain: list[tuple[int, int, Stage, float]], records: Sequence[Re
     if same is None:
         raise ConfigError(f"decider {decider.ref} has labels {decider.labels}, none meaning 'same'",
                           hint=f"tune one on pairs labelled with one of {', '.join(SAME_LABELS)}")
-    texts = [pair_text(records[a].text, records[b].text) for a, b, _, _ in uncertain]
+    texts = [pair_text(records[a].text, records[b].text) for a, b, *_ in uncertain]
     rows = yield from scores_flow(decider, texts)
     summary["decider"] = decider.ref
-    part = pair_decider_part(decider) if decider.method == "probe-pair" else None
-    if part and not resolve(part).installed:
-        report["notes"].append(f"decider {decider.ref} compares by {part}, which is not installed: every pair's "
-                               f"cosine is 0 (tiankong models pull {part})")
-    if part and (unread := unread_pairs(texts, part)):
-        report["notes"].append(f"decider {decider.ref} compares by {part}, which cannot read {len(unread)} of the "
+    reads = pair_decider_part(decider) if decider.method == "probe-pair" else None
+    if reads and not resolve(reads).installed:
+        report["notes"].append(f"decider {decider.ref} compares by {reads}, which is not installed: every pair's "
+                               f"cosine is 0 (tiankong models pull {reads})")
+    if reads and (unread := unread_pairs(texts, reads)):
+        report["notes"].append(f"decider {decider.ref} compares by {reads}, which cannot read {len(unread)} of the "
                                f"{len(texts)} pairs: their cosine is 0 (tune a decider on pairs in their language)")
-    for (a, b, stage, score), row in zip(uncertain, rows, strict=True):
+    for (a, b, stage, score, part), row in zip(uncertain, rows, strict=True):
         p = round(float(row[same]), 6)
         if p >= 0.5:
-            summary["decided_same"] += link(a, b, stage, score, True, decider.ref, p)
+            summary["decided_same"] += link(a, b, stage, score, part, True, decider.ref, p)
         else:
-            summary["decided_different"] += link(a, b, stage, score, False, decider.ref, p)
+            summary["decided_different"] += link(a, b, stage, score, part, False, decider.ref, p)
     return summary
 
 

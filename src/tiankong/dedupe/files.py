@@ -131,7 +131,8 @@ def output_lines(result: Dedupe, *, keep_ids: bool = False) -> list[str]:
 
 def band_lines(result: Dedupe, records: list[Record]) -> list[str]:
     """The uncertain band's pairs, once each (input order), as rows to label for ``tiankong tune dedupe``:
-    ``{"a", "b", "a_id", "b_id", "stage", "score", "label": ""}`` (+ ``p_same`` when a decider decided it). A pair
+    ``{"a", "b", "a_id", "b_id", "stage", "score", "label": ""}`` (+ ``part``: the embedding part whose cosine the score
+    is, for a semantic pair; + ``p_same`` when a decider decided it). A pair
     joined by a stage before the band was read is not among them (it is no longer uncertain)."""
     text = {r.id: r.text for r in records}
     seen: set[tuple[str, ...]] = set()
@@ -146,6 +147,8 @@ def band_lines(result: Dedupe, records: list[Record]) -> list[str]:
             seen.add(key)
             row: dict[str, Any] = {"a": text[assignment.id], "b": text[e.other], "a_id": assignment.id,
                                    "b_id": e.other, "stage": e.stage, "score": e.score, "label": ""}
+            if e.part is not None:
+                row["part"] = e.part
             if e.p_same is not None:
                 row["p_same"] = e.p_same
             lines.append(json.dumps(row, ensure_ascii=False))
