@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tiankong-installed
 EXTRAS := $(VENV)/.tiankong-extras-lora-ray-retrieval-ner-e5
 DEFAULT_MODEL := qwen2.5-coder-0.5b-instruct:q4_k_m
-TEST_MODEL    := smollm2-135m-instruct:q4_1
+TEST_MODEL    := smollm2-135m-instruct:q4_0
 EMBED_MODEL   := all-minilm-l6-v2:f16
 ZH_EMBED_MODEL := multilingual-e5-small:q4_0
 PYTEST_ARGS ?=
@@ -31,8 +31,10 @@ test-setup: setup $(EXTRAS)
 # the test set-up adds the optional extras whose features have tests ([lora]: torch CPU, transformers, peft;
 # [ray]: the Ray executor of batch jobs; [retrieval]: the converter of the embedding part; [ner]: redact's name
 # taggers) and the embedding parts (English; Chinese and other languages)
-# (order-only after the chat models: under `make test` the extras install while the engine compiles, and no
-# tiankong command starts while pip reinstalls the editable package)
+# (order-only after the chat models: under `make test` pip starts beside `tiankong engine install`, which has
+# imported tiankong long before pip reinstalls the editable package, and the embedding pulls run after pip; the
+# chat models' pull has put llama.cpp's sdist in the cache already — the test model's rewrite needs its gguf-py —
+# so the engine build and the MiniLM conversion read it and neither downloads it)
 $(EXTRAS): $(STAMP) | models
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,lora,ray,retrieval,ner]'
 	$(BIN)/tiankong models pull $(EMBED_MODEL) $(ZH_EMBED_MODEL)

