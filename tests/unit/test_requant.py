@@ -103,3 +103,10 @@ def test_a_short_name_means_the_current_quant_unless_only_the_old_one_is_install
     for name in ("smollm2", "smollm2-135m-instruct"):
         record = resolve(name)
         assert record.name == expected and record.installed == bool(installed)
+
+
+def test_a_misspelt_name_suggests_the_current_quant_first() -> None:
+    from tiankong.models import TEST_MODEL
+    from tiankong.models.registry import close_matches, list_models
+
+    assert close_matches("smolm2", list_models())[:2] == [TEST_MODEL, "smollm2-135m-instruct:q4_1"]

@@ -140,8 +140,9 @@ def close_matches(name: str, records: list[ModelRecord], limit: int = 3) -> list
         forms = (record.name, record.name.split(":")[0], record.family, f"{record.family}-{record.size}")
         return max(difflib.SequenceMatcher(None, name.lower(), form).ratio() for form in forms)
 
-    ranked = sorted(((score(r), r.name) for r in records), reverse=True)
-    return [n for s, n in ranked if s >= 0.6][:limit]
+    # at equal scores a superseded quant comes after the current one
+    ranked = sorted(((score(r), not (r.catalog and r.catalog.superseded), r.name) for r in records), reverse=True)
+    return [n for s, _, n in ranked if s >= 0.6][:limit]
 
 
 def resolve_installed(name: str) -> ModelRecord:
