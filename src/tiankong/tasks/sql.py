@@ -266,10 +266,12 @@ def scoped_flow(messages: list[dict[str, Any]], schema: DbSchema, db: sqlite3.Co
         try:
             result = yield from constrained_flow(convo, sql_constraint(schema, db, scope),
                                                  max_attempts=max_attempts - 1, **options)
-        except RetriesExhausted as again:
-            raise RetriesExhausted(again.message.replace(f"after {again.attempts} attempts",
-                                                      f"after {tried + again.attempts} attempts"),
-                                   attempts=tried + again.attempts, last_raw=again.last_raw, errors=again.errors,
+        except (RetriesExhausted, TruncatedOutput) as again:  # the count says every attempt, the first one too
+            total = tried + again.attempts
+            message = again.message.replace(f"after {again.attempts} attempts", f"after {total} attempts")
+            if isinstance(again, TruncatedOutput):
+                raise TruncatedOutput(message, attempts=total, last_raw=again.last_raw, usage=again.usage) from None
+            raise RetriesExhausted(message, attempts=total, last_raw=again.last_raw, errors=again.errors,
                                    usage=again.usage) from None
         result.attempts += tried
         return result

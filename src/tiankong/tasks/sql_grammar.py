@@ -1,7 +1,9 @@
 """The GBNF grammars of the read-only SQL subset ``sql`` answers in, with the schema's names written in.
 
 SELECT [DISTINCT] items FROM table [[AS] alias] [[LEFT|INNER] JOIN table [[AS] alias] ON cond]… [WHERE cond]
-[GROUP BY values [HAVING cond]] [ORDER BY value [ASC|DESC], …] [LIMIT n [OFFSET n]]. Values are columns,
+[GROUP BY keys [HAVING cond]] [ORDER BY key [ASC|DESC], …] [LIMIT n [OFFSET n]] — a key is a value that does not
+start with a literal (SQLite reads ``ORDER BY 3`` as the third result column: a small model writes numbers there that
+are out of range, "3rd GROUP BY term out of range", and never means a position). Values are columns,
 literals, aggregates (COUNT/SUM/AVG/MIN/MAX/GROUP_CONCAT, with DISTINCT), SQLite's common scalar functions
 (ROUND, LOWER/UPPER, LENGTH, ABS, TRIM, SUBSTR, REPLACE, INSTR, COALESCE/IFNULL/NULLIF, CAST) and its date
 functions (strftime, date, time, datetime, julianday, unixepoch with modifiers such as ``'-1 month'``), CASE,
@@ -72,8 +74,9 @@ items ::= "*" | item (", " item){0,7}
 item ::= value (" AS " outname)?
 outname ::= [a-z] [a-z0-9_]{0,30}
 where ::= " WHERE " cond
-group ::= " GROUP BY " value (", " value){0,3} (" HAVING " cond)?
-order ::= " ORDER BY " value (" ASC" | " DESC")? (", " value (" ASC" | " DESC")?){0,2}
+group ::= " GROUP BY " key (", " key){0,3} (" HAVING " cond)?
+order ::= " ORDER BY " key (" ASC" | " DESC")? (", " key (" ASC" | " DESC")?){0,2}
+key ::= (agg | call | case | col | "(" value ")") (arith term){0,3}
 limit ::= " LIMIT " [1-9] [0-9]{0,3} (" OFFSET " [0-9]{1,4})?
 cond ::= pred ((" AND " | " OR ") pred){0,5}
 pred ::= ("NOT ")? (value cmp value | value " IS " ("NOT ")? "NULL" | value (" NOT")? " LIKE " value
@@ -133,7 +136,11 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
     names = [t.name for t in schema.tables] if scope is None else list(scope.tables)
     tables = " | ".join(_literal(quote(t)) for t in names)
     bare = sorted({quote(c) for t in names for c in schema.table(t).columns})  # type: ignore[union-attr]
-    qualified = [_columns(schema, quote(t), t) for t in names]
+    # a table the outer FROM names only by an alias cannot be named as a qualifier there (SQLite: "no such column:
+    # orders.id" after "FROM orders AS o"): the retry writes its alias only
+    aliased = set() if scope is None else ({t for t, a, _ in scope.sources if a}
+                                           - {t for t, a, _ in scope.sources if not a})
+    qualified = [_columns(schema, quote(t), t) for t in names if t not in aliased]
     body = '"SELECT " ("DISTINCT ")? items " FROM " '
     tail = " where? group? order? limit?"
     if scope is None:
@@ -152,9 +159,10 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
         head = (f"root ::= {body}{' '.join(parts)}{tail}\n"
                 f'query ::= {body}tbl (("" | " LEFT" | " INNER") " JOIN " tbl " ON " cond){{0,2}}{tail}\n'
                 + (f"acol ::= {' | '.join(bound)}\n" if bound else ""))
-        col = "qcol | acol | bcol" if bound else "qcol | bcol"
+        col = " | ".join(["qcol"] * bool(qualified) + ["acol"] * bool(bound) + ["bcol"])
     return (head + RULES.strip() + f"\ntbl ::= {tables}\ncol ::= {col}\n"
-            f"qcol ::= {' | '.join(qualified)}\nbcol ::= {' | '.join(_literal(c) for c in bare)}\n")
+            + (f"qcol ::= {' | '.join(qualified)}\n" if qualified else "")
+            + f"bcol ::= {' | '.join(_literal(c) for c in bare)}\n")
 
 
 def scope_of(sql: str, schema: DbSchema) -> Scope | None:
