@@ -66,11 +66,13 @@ def test_every_question_gets_its_kind_of_answer_in_order(together: Answers) -> N
 
 
 #: llama.cpp on a CPU is not batch-invariant: the same prompt read in one batch, or from the cache plus a
-#: smaller batch, moves a label's probability. Measured 2026-12-05 on this module's engine config (SmolLM2, 2 slots,
-#: 4096 ctx), 4 rounds: |alone - together| at most 0.0222 (the first round; 0 after), the same with 2 threads and
-#: on one pinned core (`make test`'s workers) — benchmarks/results/tolerances/ask-spread-{2-threads,1-core}.txt,
-#: `PYTHONPATH=src python tools/ask_spread.py --rounds 4`. The bound is that spread with a margin (~2.25x).
-BATCH_NOISE = 0.05
+#: smaller batch, moves a label's probability. Measured on this module's engine config (SmolLM2, 2 slots, 4096 ctx),
+#: 4 rounds: |alone - together| at most 0.0222 on the Q4_1 file (2026-12-05), **0.0410** on the Q4_0 file the suite
+#: runs since 2026-12-06 (the first round; 0 after), the same with 2 threads and on one pinned core (`make test`'s
+#: workers) — benchmarks/results/tolerances/ask-spread-{2-threads,1-core}[-q4_0].txt, `PYTHONPATH=src python
+#: tools/ask_spread.py --rounds 4`. The bound is that spread with a margin (~2.2x); a question answered for another
+#: (the feature broken) moves a probability by far more (the labels here sit 0.5-0.98 apart).
+BATCH_NOISE = 0.09
 
 
 def test_each_answer_equals_asking_that_question_alone(client: Client, together: Answers) -> None:
