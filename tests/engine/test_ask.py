@@ -70,9 +70,12 @@ def test_every_question_gets_its_kind_of_answer_in_order(together: Answers) -> N
 #: 4 rounds: |alone - together| at most 0.0222 on the Q4_1 file (2026-12-05), **0.0410** on the Q4_0 file the suite
 #: runs since 2026-12-06 (the first round; 0 after), the same with 2 threads and on one pinned core (`make test`'s
 #: workers) — benchmarks/results/tolerances/ask-spread-{2-threads,1-core}[-q4_0].txt, `PYTHONPATH=src python
-#: tools/ask_spread.py --rounds 4`. The bound is that spread with a margin (~2.2x); a question answered for another
-#: (the feature broken) moves a probability by far more (the labels here sit 0.5-0.98 apart).
-BATCH_NOISE = 0.09
+#: tools/ask_spread.py --rounds 4`. Per question: the two yes/no questions moved (0.0410 refund, 0.0379 angry) and are
+#: bound at that spread with a margin (~2.2x); `team` and `urgency` did not move (0.0000) and keep the 0.05 that
+#: held on the Q4_1 file. (refund and angry are near ties, 0.51 / 0.49 alone: one answered for the other would pass
+#: this check — the label check below and test_the_text_is_read_once carry the rest.)
+BATCH_NOISE = 0.05
+NOISE = {"refund": 0.09, "angry": 0.09}
 
 
 def test_each_answer_equals_asking_that_question_alone(client: Client, together: Answers) -> None:
@@ -84,10 +87,11 @@ def test_each_answer_equals_asking_that_question_alone(client: Client, together:
             continue
         scores, theirs = alone.scores or {}, answer.scores or {}
         ranked = sorted(scores.values(), reverse=True)
-        if ranked[0] - ranked[1] > 2 * BATCH_NOISE:
+        bound = NOISE.get(question["id"], BATCH_NOISE)
+        if ranked[0] - ranked[1] > 2 * bound:
             assert alone.label == answer.label, question["id"]
         for label, p in scores.items():
-            assert abs(p - theirs[label]) < BATCH_NOISE, (question["id"], label)
+            assert abs(p - theirs[label]) < bound, (question["id"], label)
 
 
 def test_the_text_is_read_once(client: Client) -> None:

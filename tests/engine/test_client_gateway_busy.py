@@ -47,7 +47,7 @@ ENGINE_ROUTES = ("/completion", "/v1/chat/completions", "/tokenize", "/apply-tem
 def gateway(engine_binary: EngineBinary, default_model_path: Path) -> Iterator[str]:
     """A gateway with its defaults over the default model (what `tiankong serve` starts): the engine's 2 slots, 4
     waiting, the rest 429. (On the test model, SmolLM2-135M as Q4_0, `sql` ran on past its 160-token cap twice in a
-    row on one of three runs: docs/models.md.)"""
+    row on one of three runs: docs/testing.md.)"""
     engine = EngineProcess(EngineConfig(model=default_model_path, ctx=4096, slots=2, alias=DEFAULT_MODEL),
                            engine_binary).start()
     try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..client._shared import Usage
 from ..errors import ConfigError, RetriesExhausted, TruncatedOutput
 from ..structured.flow import Constraint, Flow, Structured, constrained_flow
 from ..structured.prompts import repair_message
@@ -266,15 +267,24 @@ def scoped_flow(messages: list[dict[str, Any]], schema: DbSchema, db: sqlite3.Co
         try:
             result = yield from constrained_flow(convo, sql_constraint(schema, db, scope),
                                                  max_attempts=max_attempts - 1, **options)
-        except (RetriesExhausted, TruncatedOutput) as again:  # the count says every attempt, the first one too
+        except (RetriesExhausted, TruncatedOutput) as again:  # every attempt counted, the first one too
             total = tried + again.attempts
             message = again.message.replace(f"after {again.attempts} attempts", f"after {total} attempts")
+            usage = _sum(exc.usage, again.usage)
             if isinstance(again, TruncatedOutput):
-                raise TruncatedOutput(message, attempts=total, last_raw=again.last_raw, usage=again.usage) from None
+                raise TruncatedOutput(message, attempts=total, last_raw=again.last_raw, usage=usage) from None
             raise RetriesExhausted(message, attempts=total, last_raw=again.last_raw, errors=again.errors,
-                                   usage=again.usage) from None
+                                   usage=usage) from None
         result.attempts += tried
+        result.usage = _sum(exc.usage, result.usage) or result.usage
         return result
+
+
+def _sum(first: object, then: object) -> Any:
+    """Two attempts' token usage together (either may be missing: an error raised before the engine answered)."""
+    if isinstance(first, Usage) and isinstance(then, Usage):
+        return first + then
+    return then if isinstance(then, Usage) else first
 
 
 def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = None, dialect: str = "sqlite",

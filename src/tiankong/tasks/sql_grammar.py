@@ -2,8 +2,9 @@
 
 SELECT [DISTINCT] items FROM table [[AS] alias] [[LEFT|INNER] JOIN table [[AS] alias] ON cond]… [WHERE cond]
 [GROUP BY keys [HAVING cond]] [ORDER BY key [ASC|DESC], …] [LIMIT n [OFFSET n]] — a key is a value that does not
-start with a literal (SQLite reads ``ORDER BY 3`` as the third result column: a small model writes numbers there that
-are out of range, "3rd GROUP BY term out of range", and never means a position). Values are columns,
+start with a literal, bracketed or not (SQLite reads ``ORDER BY 3`` and ``ORDER BY (3)`` as the third result column: a
+small model writes numbers there that are out of range, "3rd GROUP BY term out of range", and never means a
+position), and a GROUP BY key does not start with an aggregate (SQLite refuses ``GROUP BY COUNT(*)``). Values are columns,
 literals, aggregates (COUNT/SUM/AVG/MIN/MAX/GROUP_CONCAT, with DISTINCT), SQLite's common scalar functions
 (ROUND, LOWER/UPPER, LENGTH, ABS, TRIM, SUBSTR, REPLACE, INSTR, COALESCE/IFNULL/NULLIF, CAST) and its date
 functions (strftime, date, time, datetime, julianday, unixepoch with modifiers such as ``'-1 month'``), CASE,
@@ -22,7 +23,9 @@ grammar per possible FROM clause (tables × aliases × joins: exponential). So s
    against the tables the query names; SQLite ``EXPLAIN``s it).
 2. When that check fails, the FROM clause the model chose is read with sqlglot (``Scope``) and the retry is
    generated under ``sql_grammar(schema, scope)``: the outer FROM clause is forced to the same tables, aliases
-   and join kinds; ``alias.column`` only a column of the table the alias stands for; a bare column only a column
+   and join kinds; ``alias.column`` only a column of the table the alias stands for; ``table.column`` not for a
+   table the outer FROM names by an alias only (SQLite knows no ``orders.id`` after ``FROM orders AS o`` — nor,
+   then, inside a sub-query over that table: a bare column is written there); a bare column only a column
    of the tables the first answer names; sub-queries only those tables. A column of a table that is not in the
    query cannot be written there. (A query that passed step 1's check already keeps to its scope, so generating
    FROM first every time would only double the cost.)
@@ -74,9 +77,10 @@ items ::= "*" | item (", " item){0,7}
 item ::= value (" AS " outname)?
 outname ::= [a-z] [a-z0-9_]{0,30}
 where ::= " WHERE " cond
-group ::= " GROUP BY " key (", " key){0,3} (" HAVING " cond)?
+group ::= " GROUP BY " gkey (", " gkey){0,3} (" HAVING " cond)?
 order ::= " ORDER BY " key (" ASC" | " DESC")? (", " key (" ASC" | " DESC")?){0,2}
-key ::= (agg | call | case | col | "(" value ")") (arith term){0,3}
+key ::= (agg | call | case | col | "(" key ")") (arith term){0,3}
+gkey ::= (call | case | col | "(" gkey ")") (arith term){0,3}
 limit ::= " LIMIT " [1-9] [0-9]{0,3} (" OFFSET " [0-9]{1,4})?
 cond ::= pred ((" AND " | " OR ") pred){0,5}
 pred ::= ("NOT ")? (value cmp value | value " IS " ("NOT ")? "NULL" | value (" NOT")? " LIKE " value
