@@ -4,8 +4,8 @@ SELECT [DISTINCT] items FROM table [[AS] alias] [[LEFT|INNER] JOIN table [[AS] a
 [GROUP BY keys [HAVING cond]] [ORDER BY key [ASC|DESC], …] [LIMIT n [OFFSET n]] — a key is a value that does not
 start with a literal, bracketed or not (SQLite reads ``ORDER BY 3`` and ``ORDER BY (3)`` as the third result column: a
 small model writes numbers there that are out of range, "3rd GROUP BY term out of range", and never means a
-position), and a GROUP BY key does not start with an aggregate (SQLite refuses ``GROUP BY COUNT(*)``). Values are columns,
-literals, aggregates (COUNT/SUM/AVG/MIN/MAX/GROUP_CONCAT, with DISTINCT), SQLite's common scalar functions
+position), and a GROUP BY key does not start with an aggregate (SQLite refuses ``GROUP BY COUNT(*)``). Values are
+columns, literals, aggregates (COUNT/SUM/AVG/MIN/MAX/GROUP_CONCAT, with DISTINCT), SQLite's common scalar functions
 (ROUND, LOWER/UPPER, LENGTH, ABS, TRIM, SUBSTR, REPLACE, INSTR, COALESCE/IFNULL/NULLIF, CAST) and its date
 functions (strftime, date, time, datetime, julianday, unixepoch with modifiers such as ``'-1 month'``), CASE,
 arithmetic, ``||`` and parentheses; conditions compare, LIKE, IN (a list or a sub-query), BETWEEN, IS [NOT]
