@@ -1,10 +1,10 @@
 """A packaged GGUF's ``Q4_1`` weights rewritten as ``Q4_0`` (the test model, SmolLM2-135M, ships as Q4_1 only).
 
 Why: llama.cpp's CPU backend repacks ``Q4_0`` (and ``Q4_K``, the default model's) weights into interleaved blocks
-and multiplies them with its fast GEMM kernels; ``Q4_1`` it does not. Measured on the 2-core machine of 2026-12-06
-(``llama-bench -p 256 -n 16 -t 1``, the same SmolLM2-135M weights): prompt 92–146 tokens/s as Q4_1, 310–343 as
-Q4_0, generation 29 → 35–40 tokens/s; Q8_0 read 184 / 23 (``benchmarks/results/models/requant/``). The test suite
-and every task on the test model mostly prefill.
+and multiplies them with its fast GEMM kernels; ``Q4_1`` it does not. Measured on the 2-core machine of 2026-12-06,
+quiet (``benchmarks/results/models/requant/llama-bench-2026-12-06.txt``, the same SmolLM2-135M weights): a 256-token
+prompt 149 → 425 tokens/s on one thread, 285 → 787 on two; generation 79 → 128 and 180 → 208 (docs/models.md). The
+test suite and every task on the test model mostly prefill.
 
 How: each Q4_1 tensor is dequantized to f32 and quantized to Q4_0 by llama.cpp's ``gguf-py`` from the engine's
 pinned source (a subprocess, ``python -m tiankong.models.requant``, as ``e5pack.py`` does), so the file's bytes —
