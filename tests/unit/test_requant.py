@@ -73,19 +73,16 @@ def test_the_same_input_gives_the_same_bytes(tmp_path: Path) -> None:
 
 def _install(name: str) -> None:
     """A registry entry for a catalog model (its manifest and a placeholder file), as ``models pull`` leaves one."""
-    import json
-
     from tiankong.models.catalog import find_entry
-    from tiankong.models.registry import MANIFEST, MODEL_FILE, model_dir
+    from tiankong.models.registry import MODEL_FILE, model_dir, write_manifest
 
     entry = find_entry(name)
     assert entry is not None
     folder = model_dir(entry.family, entry.size, entry.quant)
     folder.mkdir(parents=True)
     (folder / MODEL_FILE).write_bytes(b"GGUF")
-    (folder / MANIFEST).write_text(json.dumps({"name": name, "family": entry.family, "size": entry.size,
-                                               "quant": entry.quant, "bytes": entry.bytes, "sha256": entry.sha256,
-                                               "source": "catalog"}))
+    write_manifest(folder, {"name": name, "family": entry.family, "size": entry.size, "quant": entry.quant,
+                            "bytes": entry.bytes, "sha256": entry.sha256, "source": "catalog"})
 
 
 @pytest.mark.parametrize("installed", [(), ("q4_0",), ("q4_1",), ("q4_0", "q4_1")])
