@@ -151,7 +151,8 @@ def latent_set() -> list[dict[str, str]]:
     return rows
 
 
-def evaluate(rows: list[dict[str, str]], decider_file: Path, out: str) -> str:
+def evaluate(rows: list[dict[str, str]], decider_file: Path, out: str, *,
+             command: str = "benchmarks/guard_latent.py --eval", name: str = "latent") -> str:
     import build_guard as B
     import numpy as np
 
@@ -168,8 +169,8 @@ def evaluate(rows: list[dict[str, str]], decider_file: Path, out: str) -> str:
     for r, s, s0 in zip(rows, score, plain, strict=True):
         groups[f"{r['label']}: {r['domain']}"].append(float(s))
         alone[f"{r['label']}: {r['domain']}"].append(float(s0))
-    lines = ["$ .venv/bin/python benchmarks/guard_latent.py --eval",
-             f"latent set sha256 {G.split_sha256(rows)} ({len(rows)} rows); decider {decider_file.name} "
+    lines = [f"$ .venv/bin/python {command}",
+             f"{name} set sha256 {G.split_sha256(rows)} ({len(rows)} rows); decider {decider_file.name} "
              f"flag_at {flag_at:.4f} block_at {block_at:.4f}; scoring: text + windows (max), lifted to flag_at on an "
              f"instruction to the reader (the decider alone in the last column)",
              f"threshold at FPR 0.05 on the realistic benign rows of the frozen test split "
@@ -183,11 +184,11 @@ def evaluate(rows: list[dict[str, str]], decider_file: Path, out: str) -> str:
                      f"{(v > at_5).mean():>9.3f} {np.median(v):>7.3f} {(w > at_5).mean():>23.3f}")
     attacks = np.asarray([s for k, v in groups.items() if k.startswith("injection") for s in v])
     benign = np.asarray([s for k, v in groups.items() if k.startswith("benign") for s in v])
-    lines += ["", f"all latent injections (n={len(attacks)}): recall at FPR<=0.05 {(attacks > at_5).mean():.3f}, "
+    lines += ["", f"all {name} injections (n={len(attacks)}): recall at FPR<=0.05 {(attacks > at_5).mean():.3f}, "
               f"at flag {(attacks >= flag_at).mean():.3f}, at block {(attacks >= block_at).mean():.3f}",
               f"the same documents without the injection (n={len(benign)}): flagged {(benign >= flag_at).mean():.3f}, "
               f"blocked {(benign >= block_at).mean():.3f}, over the FPR-0.05 threshold {(benign > at_5).mean():.3f}",
-              f"the decider alone (no reader rules): latent injections recall at FPR<=0.05 "
+              f"the decider alone (no reader rules): {name} injections recall at FPR<=0.05 "
               f"{(np.asarray([s for k, v in alone.items() if k.startswith('injection') for s in v]) > at_5).mean():.3f}"
               ]
     text = "\n".join(lines)
