@@ -120,6 +120,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/sql"))
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--raw-from", type=Path, help="reuse the free-text answers of this store (same questions)")
+    parser.add_argument("--tag", default="", help="a name for this run's store and summary")
     args = parser.parse_args()
     folder = build(args.wheels)
     every = items(args.wheels, folder)
@@ -131,9 +133,9 @@ def main() -> None:
         return
     chosen = [i for i in every if i["split"] == args.split][: args.n]
     args.results.mkdir(parents=True, exist_ok=True)
-    stem = f"spider-{args.split}-{args.model.replace(':', '_')}"
+    stem = f"spider-{args.split}-{args.model.replace(':', '_')}" + (f"-{args.tag}" if args.tag else "")
     done = run(args.model, chosen, args.slots, lambda item: folder / f"{item['db']}.sqlite",
-               args.results / f"{stem}.jsonl")
+               args.results / f"{stem}.jsonl", args.raw_from)
     print(f"\nSpider dev set, our {args.split} split: {len(done)} questions over {len({d['db'] for d in done})} "
           f"databases, {args.model}, {time.strftime('%Y-%m-%d')}")
     rows = table(done, args.split)

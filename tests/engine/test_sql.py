@@ -202,6 +202,49 @@ def test_queries_are_checked_name_by_name_and_by_explain() -> None:
         assert len(errors) == 1 and errors[0].startswith("SQLite:"), (sql, errors)
 
 
+
+def test_an_alias_is_read_in_its_own_select_and_in_any_case() -> None:
+    """Spider's queries reuse T1 in a sub-query for another table, and SQLite reads t1 as T1: neither is an error
+    (each cost a retry with a misleading message), while a column its alias's table lacks still is."""
+    schema = schema_from_ddl(DDL)
+    con = empty_copy(schema)
+    for sql in ("SELECT T1.name FROM artist AS T1 WHERE T1.id IN (SELECT T1.artist_id FROM album AS T1 "
+                "WHERE T1.year > 1990)", "SELECT t1.title FROM album AS T1",
+                "SELECT T1.name FROM artist AS T1 WHERE EXISTS (SELECT 1 FROM album AS T2 WHERE T2.artist_id = T1.id)"):
+        assert check_query(sql, schema, con)[0] == [], sql
+    for sql in ("SELECT T1.name FROM album AS T1",
+                "SELECT T1.name FROM artist AS T1 WHERE T1.id IN (SELECT T1.name FROM album AS T1)"):
+        assert "table 'album' has no column 'name'" in check_query(sql, schema, con)[0][0], sql
+
+
+def test_names_that_are_sqlite_keywords_are_quoted_in_the_ddl_the_grammar_and_a_file(tmp_path: Path) -> None:
+    """A table named ``transaction`` with a column ``to``: bare, SQLite refuses the DDL and the PRAGMA."""
+    ddl = 'CREATE TABLE "transaction" (id INTEGER, "to" TEXT, amount REAL);'
+    schema = schema_from_ddl(ddl)
+    con = empty_copy(schema)  # refused as a syntax error before
+    grammar = sql_grammar(schema)
+    query = 'SELECT "to", SUM(amount) FROM "transaction" GROUP BY "to"'
+    assert accepts(grammar, query) and not accepts(grammar, "SELECT to FROM transaction")
+    assert check_query(query, schema, con)[0] == []
+    path = tmp_path / "keywords.sqlite"
+    with sqlite3.connect(path) as made:
+        made.execute(ddl)
+        made.execute("""INSERT INTO "transaction" VALUES (1, 'rent', 900.0)""")
+    made.close()
+    assert [(t.name, t.columns) for t in schema_from_db(path).tables] == [("transaction", ("id", "to", "amount"))]
+    with read_only(path) as db:
+        assert db.execute(query).fetchall() == [("rent", 900.0)]
+    # an alias that is a keyword: SQLite refuses it, so a retry is not held to it (it runs under the open grammar)
+    assert scope_of("SELECT title FROM album AS to", schema_from_ddl(DDL)) is None
+    assert scope_of("SELECT title FROM album AS T9", schema_from_ddl(DDL)) is not None
+
+
+def test_ifnull_takes_two_arguments_as_sqlite_does() -> None:
+    grammar = sql_grammar(schema_from_ddl(DDL))
+    assert accepts(grammar, "SELECT IFNULL(title, 'none') FROM album")
+    assert not accepts(grammar, "SELECT IFNULL(title, year, 0) FROM album")  # SQLite: wrong number of arguments
+    assert accepts(grammar, "SELECT COALESCE(title, year, 'none') FROM album")
+
 ALIASED = ("SELECT T2.title FROM artist AS T1 JOIN album AS T2 ON T1.id = T2.artist_id WHERE T1.name = 'AC/DC'",
            "SELECT a.title, ar.name FROM album a LEFT JOIN artist ar ON a.artist_id = ar.id ORDER BY a.year DESC "
            "LIMIT 2")

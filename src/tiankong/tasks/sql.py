@@ -143,7 +143,8 @@ def schema_from_db(path: str | Path) -> DbSchema:
                                               "LIKE 'sqlite_%' ORDER BY rowid")]
         tables = []
         for name in names:
-            info = db.execute(f"PRAGMA table_info({quote(name)})").fetchall()
+            quoted = '"' + name.replace('"', '""') + '"'  # always: a table may be named like a keyword
+            info = db.execute(f"PRAGMA table_info({quoted})").fetchall()
             tables.append(Table(name, tuple(r[1] for r in info), tuple(str(r[2]) for r in info)))
     return _checked(tables)
 
@@ -212,14 +213,16 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
         return ["only one SELECT query is allowed"], [], []
     errors: list[str] = []
     tables = {t.name for t in tree.find_all(exp.Table)}
-    owners = {t.alias_or_name: t.name for t in tree.find_all(exp.Table)}  # an alias (T1) stands for its table
+    # an alias (T1) stands for its table — in the nearest SELECT that names it (a sub-query may reuse T1 for another
+    # table, as Spider's gold queries do), case-insensitively as SQLite reads names; then anywhere in the query
+    owners = {t.alias_or_name.lower(): t.name for t in tree.find_all(exp.Table)}
     for name in sorted(tables):
         if schema.table(name) is None:
             errors.append(f"no table {name!r} in the schema")
     aliases = {a.alias for a in tree.find_all(exp.Alias)}
     columns: set[str] = set()
     for column in tree.find_all(exp.Column):
-        name, owner = column.name, owners.get(column.table, column.table)
+        name, owner = column.name, _owner(column, owners)
         found = schema.table(owner) if owner else None
         if owner and found is None:
             errors.append(f"{owner}.{name}: no table {owner!r} in the schema")
@@ -235,6 +238,26 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
         except sqlite3.Error as exc:
             errors.append(f"SQLite: {exc}")
     return errors, sorted(tables), sorted(columns)
+
+
+def _owner(column: Any, owners: dict[str, str]) -> str:
+    """The table a column's qualifier names: its alias or name in the nearest enclosing SELECT's FROM / JOIN, else
+    anywhere in the query, else the qualifier as written ("" for a bare column)."""
+    from sqlglot import exp  # noqa: PLC0415
+
+    qualifier = column.table
+    if not qualifier:
+        return ""
+    node = column.parent
+    while node is not None:
+        if isinstance(node, exp.Select):
+            first = node.args.get("from") or node.args.get("from_")
+            sources = ([first.this] if first is not None else []) + [j.this for j in node.args.get("joins") or []]
+            for source in sources:
+                if isinstance(source, exp.Table) and source.alias_or_name.lower() == qualifier.lower():
+                    return str(source.name)
+        node = node.parent
+    return str(owners.get(qualifier.lower(), qualifier))
 
 
 def sql_constraint(schema: DbSchema, db: sqlite3.Connection, scope: Scope | None = None) -> Constraint:

@@ -62,9 +62,20 @@ def quote(name: str) -> str:
         else '"' + name.replace('"', '""') + '"'
 
 
-RESERVED = {"SELECT", "FROM", "WHERE", "GROUP", "ORDER", "BY", "LIMIT", "JOIN", "ON", "AS", "AND", "OR", "NOT",
-            "IN", "IS", "NULL", "LIKE", "BETWEEN", "HAVING", "DISTINCT", "LEFT", "INNER", "TABLE", "INDEX", "KEY",
-            "CASE", "WHEN", "THEN", "ELSE", "END", "UNION", "ALL", "ASC", "DESC", "DEFAULT", "CHECK", "VALUES"}
+#: SQLite's keywords (sqlite.org/lang_keywords.html) and the words sqlglot's SQLite reader cannot take as a bare name
+#: (QUALIFY): a table or column so named is written double-quoted — bare, ``CREATE TABLE transaction (…)`` is a
+#: syntax error, ``FROM album AS to`` too
+_KEYWORDS = """
+ABORT ACTION ADD AFTER ALL ALTER ALWAYS ANALYZE AND AS ASC ATTACH AUTOINCREMENT BEFORE BEGIN BETWEEN BY CASCADE CASE
+CAST CHECK COLLATE COLUMN COMMIT CONFLICT CONSTRAINT CREATE CROSS CURRENT CURRENT_DATE CURRENT_TIME CURRENT_TIMESTAMP
+DATABASE DEFAULT DEFERRABLE DEFERRED DELETE DESC DETACH DISTINCT DO DROP EACH ELSE END ESCAPE EXCEPT EXCLUDE EXCLUSIVE
+EXISTS EXPLAIN FAIL FILTER FIRST FOLLOWING FOR FOREIGN FROM FULL GENERATED GLOB GROUP GROUPS HAVING IF IGNORE
+IMMEDIATE IN INDEX INDEXED INITIALLY INNER INSERT INSTEAD INTERSECT INTO IS ISNULL JOIN KEY LAST LEFT LIKE LIMIT MATCH
+MATERIALIZED NATURAL NO NOT NOTHING NOTNULL NULL NULLS OF OFFSET ON OR ORDER OTHERS OUTER OVER PARTITION PLAN PRAGMA
+PRECEDING PRIMARY QUERY RAISE RANGE RECURSIVE REFERENCES REGEXP REINDEX RELEASE RENAME REPLACE RESTRICT RETURNING
+RIGHT ROLLBACK ROW ROWS SAVEPOINT SELECT SET TABLE TEMP TEMPORARY THEN TIES TO TRANSACTION TRIGGER UNBOUNDED UNION
+UNIQUE UPDATE USING VACUUM VALUES VIEW VIRTUAL WHEN WHERE WINDOW WITH WITHOUT QUALIFY"""
+RESERVED = frozenset(_KEYWORDS.split())
 
 
 def _either(*names: str) -> str:
@@ -106,8 +117,8 @@ ONE ::= {_either("LOWER", "UPPER", "LENGTH", "ABS", "TRIM", "LTRIM", "RTRIM", "T
 ROUND ::= {_either("ROUND")}
 SUBSTR ::= {_either("SUBSTR")}
 REPLACE ::= {_either("REPLACE")}
-TWO ::= {_either("INSTR", "NULLIF")}
-MANY ::= {_either("COALESCE", "IFNULL")}
+TWO ::= {_either("INSTR", "NULLIF", "IFNULL")}
+MANY ::= {_either("COALESCE")}
 CAST ::= {_either("CAST")}
 STRFTIME ::= {_either("STRFTIME")}
 DATEFN ::= {_either("DATE", "TIME", "DATETIME", "JULIANDAY", "UNIXEPOCH")}
@@ -188,8 +199,9 @@ def scope_of(sql: str, schema: DbSchema) -> Scope | None:
     for node, kind in [(first.this, ""), *((j.this, "LEFT JOIN" if j.side.upper() == "LEFT" else "JOIN")
                                           for j in tree.args.get("joins") or [])]:
         table = schema.table(node.name) if isinstance(node, exp.Table) else None
-        if table is None or (node.alias and not ALIAS.fullmatch(node.alias)):
-            return None
+        if table is None or (node.alias and (not ALIAS.fullmatch(node.alias) or node.alias.upper() in RESERVED)):
+            return None  # (an alias that is a keyword — FROM album AS to — the retry would write again: SQLite
+            #             refuses it; the retry then runs under the open grammar)
         sources.append((table.name, node.alias, kind))
     named = []
     for node in tree.find_all(exp.Table):
