@@ -239,6 +239,19 @@ def test_names_that_are_sqlite_keywords_are_quoted_in_the_ddl_the_grammar_and_a_
     assert scope_of("SELECT title FROM album AS T9", schema_from_ddl(DDL)) is not None
 
 
+def test_a_first_answer_with_an_aliased_sub_query_is_not_held_to_its_from_clause() -> None:
+    """The retry's sub-queries take no alias: held to ``FROM album``, the only correlation left to write,
+    ``album.artist_id = album.artist_id``, is always true — a wrong answer that runs. Such an answer has no scope
+    (its retry runs under the open grammar, where the alias can be written)."""
+    schema = schema_from_ddl(DDL)
+    first = ("SELECT title FROM album WHERE year = (SELECT MAX(year) FROM album AS b WHERE b.artist_id = "
+             "album.artist_id AND b.name = 1)")
+    assert scope_of(first, schema) is None
+    assert accepts(sql_grammar(schema), first.replace(" AND b.name = 1", ""))
+    plain = "SELECT title FROM album WHERE artist_id IN (SELECT id FROM artist WHERE name = 'AC/DC')"
+    assert scope_of(plain, schema) == Scope((("album", "", ""),), ("album", "artist"))
+
+
 def test_ifnull_takes_two_arguments_as_sqlite_does() -> None:
     grammar = sql_grammar(schema_from_ddl(DDL))
     assert accepts(grammar, "SELECT IFNULL(title, 'none') FROM album")

@@ -182,7 +182,7 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
 
 def scope_of(sql: str, schema: DbSchema) -> Scope | None:
     """The scope of a first answer (``Scope``): None when it does not parse, is not one plain SELECT over the
-    schema's tables, or uses an alias the grammar cannot write."""
+    schema's tables, or uses an alias the retry's grammar cannot write (a keyword, or one inside a sub-query)."""
     import sqlglot  # noqa: PLC0415 (loaded by the sql task only)
     from sqlglot import exp  # noqa: PLC0415
 
@@ -203,10 +203,14 @@ def scope_of(sql: str, schema: DbSchema) -> Scope | None:
             return None  # (an alias that is a keyword — FROM album AS to — the retry would write again: SQLite
             #             refuses it; the retry then runs under the open grammar)
         sources.append((table.name, node.alias, kind))
+    outer = {id(first.this), *(id(j.this) for j in tree.args.get("joins") or [])}
     named = []
     for node in tree.find_all(exp.Table):
         table = schema.table(node.name)
-        if table is None:
+        if table is None or (node.alias and id(node) not in outer):
+            # a sub-query's alias (... = (SELECT MAX(year) FROM album AS b WHERE b.artist_id = album.artist_id)):
+            # the retry's sub-queries take none, and the one form left to write the correlation in is always true
+            # (album.artist_id = album.artist_id) — a silently wrong answer; the retry runs under the open grammar
             return None
         if table.name not in named:
             named.append(table.name)
