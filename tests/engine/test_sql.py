@@ -202,10 +202,10 @@ def test_queries_are_checked_name_by_name_and_by_explain() -> None:
         assert len(errors) == 1 and errors[0].startswith("SQLite:"), (sql, errors)
 
 
-
 def test_an_alias_is_read_in_its_own_select_and_in_any_case() -> None:
     """Spider's queries reuse T1 in a sub-query for another table, and SQLite reads t1 as T1: neither is an error
-    (each cost a retry with a misleading message), while a column its alias's table lacks still is."""
+    (each cost a retry with a misleading message), while a column its alias's table lacks still is — stricter than
+    SQLite, which looks outward for a T1 that has the column (only a retry is spent on such a query)."""
     schema = schema_from_ddl(DDL)
     con = empty_copy(schema)
     for sql in ("SELECT T1.name FROM artist AS T1 WHERE T1.id IN (SELECT T1.artist_id FROM album AS T1 "
@@ -225,6 +225,10 @@ def test_names_that_are_sqlite_keywords_are_quoted_in_the_ddl_the_grammar_and_a_
     grammar = sql_grammar(schema)
     query = 'SELECT "to", SUM(amount) FROM "transaction" GROUP BY "to"'
     assert accepts(grammar, query) and not accepts(grammar, "SELECT to FROM transaction")
+    assert schema.prompt() == '"transaction"(id INTEGER, "to" TEXT, amount REAL)'  # as the grammar spells them
+    # a keyword both SQLite and sqlglot take bare stays bare (the model is shown it so)
+    person = schema_from_ddl("CREATE TABLE person (id INTEGER, first TEXT);")
+    assert 'bcol ::= "first" | "id"' in sql_grammar(person) and person.prompt() == "person(id INTEGER, first TEXT)"
     assert check_query(query, schema, con)[0] == []
     path = tmp_path / "keywords.sqlite"
     with sqlite3.connect(path) as made:
@@ -250,6 +254,8 @@ def test_a_first_answer_with_an_aliased_sub_query_is_not_held_to_its_from_clause
     assert accepts(sql_grammar(schema), first.replace(" AND b.name = 1", ""))
     plain = "SELECT title FROM album WHERE artist_id IN (SELECT id FROM artist WHERE name = 'AC/DC')"
     assert scope_of(plain, schema) == Scope((("album", "", ""),), ("album", "artist"))
+    other = "SELECT title FROM album WHERE artist_id IN (SELECT T2.id FROM artist AS T2 WHERE T2.name = 'AC/DC')"
+    assert scope_of(other, schema) == Scope((("album", "", ""),), ("album", "artist"))  # artist.id is writable
 
 
 def test_ifnull_takes_two_arguments_as_sqlite_does() -> None:
@@ -257,6 +263,7 @@ def test_ifnull_takes_two_arguments_as_sqlite_does() -> None:
     assert accepts(grammar, "SELECT IFNULL(title, 'none') FROM album")
     assert not accepts(grammar, "SELECT IFNULL(title, year, 0) FROM album")  # SQLite: wrong number of arguments
     assert accepts(grammar, "SELECT COALESCE(title, year, 'none') FROM album")
+
 
 ALIASED = ("SELECT T2.title FROM artist AS T1 JOIN album AS T2 ON T1.id = T2.artist_id WHERE T1.name = 'AC/DC'",
            "SELECT a.title, ar.name FROM album a LEFT JOIN artist ar ON a.artist_id = ar.id ORDER BY a.year DESC "

@@ -58,8 +58,11 @@ class DbSchema:
         return next((t for t in self.tables if t.name.lower() == name.lower()), None)
 
     def prompt(self) -> str:
-        return "\n".join(f"{t.name}({', '.join(f'{c} {ty}'.strip() for c, ty in zip(t.columns, t.types, strict=True))})"
-                         for t in self.tables)
+        """The tables as the model is shown them: names spelt as the grammar writes them (``quote``)."""
+        def columns(t: Table) -> str:
+            return ", ".join(f"{quote(c)} {ty}".strip() for c, ty in zip(t.columns, t.types, strict=True))
+
+        return "\n".join(f"{quote(t.name)}({columns(t)})" for t in self.tables)
 
 
 @dataclass

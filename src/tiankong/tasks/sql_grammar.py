@@ -62,19 +62,18 @@ def quote(name: str) -> str:
         else '"' + name.replace('"', '""') + '"'
 
 
-#: SQLite's keywords (sqlite.org/lang_keywords.html) and the words sqlglot's SQLite reader cannot take as a bare name
-#: (QUALIFY): a table or column so named is written double-quoted — bare, ``CREATE TABLE transaction (…)`` is a
-#: syntax error, ``FROM album AS to`` too
+#: the names written double-quoted: those SQLite or sqlglot's SQLite reader refuse (or misread) bare as a column in
+#: the select list, WHERE, ORDER BY, GROUP BY, after ``T1.``, or as a table (read on SQLite 3.40 and sqlglot 30 over
+#: SQLite's keyword list and sqlglot's extra words; ``transaction`` and ``to`` fail, ``key`` and ``first`` pass), and
+#: the keywords the grammar writes around names. Quoted is always valid; the schema prompt shows the same spelling
+#: (``DbSchema.prompt``), so a model never sees ``first`` bare where the grammar only writes ``"first"``.
 _KEYWORDS = """
-ABORT ACTION ADD AFTER ALL ALTER ALWAYS ANALYZE AND AS ASC ATTACH AUTOINCREMENT BEFORE BEGIN BETWEEN BY CASCADE CASE
-CAST CHECK COLLATE COLUMN COMMIT CONFLICT CONSTRAINT CREATE CROSS CURRENT CURRENT_DATE CURRENT_TIME CURRENT_TIMESTAMP
-DATABASE DEFAULT DEFERRABLE DEFERRED DELETE DESC DETACH DISTINCT DO DROP EACH ELSE END ESCAPE EXCEPT EXCLUDE EXCLUSIVE
-EXISTS EXPLAIN FAIL FILTER FIRST FOLLOWING FOR FOREIGN FROM FULL GENERATED GLOB GROUP GROUPS HAVING IF IGNORE
-IMMEDIATE IN INDEX INDEXED INITIALLY INNER INSERT INSTEAD INTERSECT INTO IS ISNULL JOIN KEY LAST LEFT LIKE LIMIT MATCH
-MATERIALIZED NATURAL NO NOT NOTHING NOTNULL NULL NULLS OF OFFSET ON OR ORDER OTHERS OUTER OVER PARTITION PLAN PRAGMA
-PRECEDING PRIMARY QUERY RAISE RANGE RECURSIVE REFERENCES REGEXP REINDEX RELEASE RENAME REPLACE RESTRICT RETURNING
-RIGHT ROLLBACK ROW ROWS SAVEPOINT SELECT SET TABLE TEMP TEMPORARY THEN TIES TO TRANSACTION TRIGGER UNBOUNDED UNION
-UNIQUE UPDATE USING VACUUM VALUES VIEW VIRTUAL WHEN WHERE WINDOW WITH WITHOUT QUALIFY"""
+ADD ALL ALTER AND ANY AS ASC AUTOINCREMENT BETWEEN BY CASE CAST CHECK COLLATE COMMIT CONSTRAINT CREATE CROSS CUBE
+CURRENT_DATE CURRENT_TIME CURRENT_TIMESTAMP DEFAULT DEFERRABLE DELETE DESC DESCRIBE DISTINCT DROP ELSE END ESCAPE EXCEPT
+EXISTS FALSE FETCH FOR FOREIGN FROM GLOB GRANT GROUP HAVING IF ILIKE IN INDEX INNER INSERT INTERSECT INTO IS ISNULL
+JOIN KEY LATERAL LEFT LIKE LIMIT LOCK NOT NOTHING NOTNULL NULL OFFSET ON OR ORDER OUTER PRIMARY QUALIFY RAISE
+REFERENCES REGEXP RETURNING RLIKE ROLLBACK ROLLUP SELECT SET TABLE THEN TO TRANSACTION TRUE UNION UNIQUE UPDATE USING
+VALUES WHEN WHERE WINDOW WITH"""
 RESERVED = frozenset(_KEYWORDS.split())
 
 
@@ -182,7 +181,8 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
 
 def scope_of(sql: str, schema: DbSchema) -> Scope | None:
     """The scope of a first answer (``Scope``): None when it does not parse, is not one plain SELECT over the
-    schema's tables, or uses an alias the retry's grammar cannot write (a keyword, or one inside a sub-query)."""
+    schema's tables, or uses an alias the retry's grammar cannot write well (a keyword; inside a sub-query, an alias
+    of a table the outer FROM names bare)."""
     import sqlglot  # noqa: PLC0415 (loaded by the sql task only)
     from sqlglot import exp  # noqa: PLC0415
 
@@ -204,13 +204,15 @@ def scope_of(sql: str, schema: DbSchema) -> Scope | None:
             #             refuses it; the retry then runs under the open grammar)
         sources.append((table.name, node.alias, kind))
     outer = {id(first.this), *(id(j.this) for j in tree.args.get("joins") or [])}
+    plain = {schema_name for schema_name, alias, _ in sources if not alias}
     named = []
     for node in tree.find_all(exp.Table):
         table = schema.table(node.name)
-        if table is None or (node.alias and id(node) not in outer):
-            # a sub-query's alias (... = (SELECT MAX(year) FROM album AS b WHERE b.artist_id = album.artist_id)):
-            # the retry's sub-queries take none, and the one form left to write the correlation in is always true
-            # (album.artist_id = album.artist_id) — a silently wrong answer; the retry runs under the open grammar
+        if table is None or (node.alias and id(node) not in outer and table.name in plain):
+            # a sub-query's alias of a table the outer FROM names bare (... = (SELECT MAX(year) FROM album AS b WHERE
+            # b.artist_id = album.artist_id)): the retry's sub-queries take no alias, and the one form left to write
+            # the correlation in is always true (album.artist_id = album.artist_id) — a silently wrong answer; the
+            # retry runs under the open grammar (other sub-query aliases are written there as table names)
             return None
         if table.name not in named:
             named.append(table.name)
