@@ -64,9 +64,9 @@ def quote(name: str) -> str:
 
 #: the names written double-quoted: those SQLite or sqlglot's SQLite reader refuse (or misread) bare as a column in
 #: the select list, WHERE, ORDER BY, GROUP BY, after ``T1.``, or as a table (read on SQLite 3.40 and sqlglot 30 over
-#: SQLite's keyword list and sqlglot's extra words; ``transaction`` and ``to`` fail, ``key`` and ``first`` pass), and
-#: the keywords the grammar writes around names. Quoted is always valid; the schema prompt shows the same spelling
-#: (``DbSchema.prompt``), so a model never sees ``first`` bare where the grammar only writes ``"first"``.
+#: SQLite's keyword list and sqlglot's extra words; ``transaction`` and ``to`` fail, ``first`` and ``match`` pass), and
+#: the words the list held before (BY, LEFT, KEY, END, ASC, DESC). Quoted is always valid; the schema prompt shows
+#: the same spelling (``DbSchema.prompt``), so a model never sees a name bare that the grammar only writes quoted.
 _KEYWORDS = """
 ADD ALL ALTER AND ANY AS ASC AUTOINCREMENT BETWEEN BY CASE CAST CHECK COLLATE COMMIT CONSTRAINT CREATE CROSS CUBE
 CURRENT_DATE CURRENT_TIME CURRENT_TIMESTAMP DEFAULT DEFERRABLE DELETE DESC DESCRIBE DISTINCT DROP ELSE END ESCAPE EXCEPT
