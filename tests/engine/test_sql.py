@@ -155,6 +155,24 @@ def test_the_grammar_holds_only_the_schemas_names_and_qualifies_per_table() -> N
     assert "DELETE" not in grammar and "UPDATE" not in grammar and "DROP" not in grammar
 
 
+def test_a_name_is_written_in_the_schemas_case_or_in_lower_case_as_sqlite_reads_both() -> None:
+    """Held to ``CARS_DATA``'s spelling, the 0.5B model that writes ``cars_data`` turned to another table (Spider)."""
+    schema = schema_from_ddl("CREATE TABLE CARS_DATA (Id INTEGER, Cylinders INTEGER); CREATE TABLE car_names "
+                             "(MakeId INTEGER, Model TEXT);")
+    con = empty_copy(schema)
+    grammar = sql_grammar(schema)
+    for sql in ("SELECT COUNT(*) FROM cars_data WHERE cylinders > 4",
+                "SELECT COUNT(*) FROM CARS_DATA WHERE Cylinders > 4", "SELECT cars_data.id FROM CARS_DATA",
+                "SELECT T1.model FROM car_names AS T1"):
+        assert accepts(grammar, sql) and check_query(sql, schema, con)[0] == [], sql
+    for sql in ("SELECT COUNT(*) FROM Cars_Data", "SELECT COUNT(*) FROM CAR_NAMES",
+                "SELECT cars_data.model FROM CARS_DATA"):
+        assert not accepts(grammar, sql), sql  # other spellings stay out; a column only of its own table
+    scope = scope_of("SELECT COUNT(*) FROM cars_data AS T1 WHERE T1.cylinders > 4", schema)
+    assert scope is not None and scope.sources == (("CARS_DATA", "T1", ""),)
+    assert accepts(sql_grammar(schema, scope), "SELECT COUNT(*) FROM CARS_DATA AS T1 WHERE T1.cylinders > 4")
+
+
 def test_a_retry_qualifies_an_aliased_table_by_its_alias_only_and_keys_are_never_positions() -> None:
     """After ``FROM artist AS a`` SQLite knows no ``artist.id`` (a 135M model wrote exactly that, twice); and
     ``ORDER BY 3`` is a result column's position, out of range as small models write it: neither can be written."""

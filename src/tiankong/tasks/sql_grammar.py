@@ -139,16 +139,26 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _columns(schema: DbSchema, prefix: str, table: str) -> str:
+def _spellings(names: list[str]) -> str:
+    """Schema names as the grammar writes them: as the schema spells them or in lower case. SQLite reads a name in
+    any case, and a small model writes ``cars_data`` for the schema's ``CARS_DATA`` as it writes ``count(*)``; held to
+    the schema's case it turned to another table whose first token it could write (``CAR_NAMES``: three of Spider's
+    development questions, docs/benchmarks.md)."""
+    return " | ".join(_literal(n) for n in dict.fromkeys(v for n in names for v in (n, n.lower())))
+
+
+def _columns(schema: DbSchema, prefix: str, table: str, alias: bool = False) -> str:
     found = schema.table(table)
     assert found is not None
-    return f"{_literal(prefix + '.')} ({' | '.join(_literal(quote(c)) for c in found.columns)})"
+    spelt = list(dict.fromkeys([prefix + ".", *([] if alias else [prefix.lower() + "."])]))
+    head = _literal(spelt[0]) if len(spelt) == 1 else f"({_spellings(spelt)})"
+    return f"{head} ({_spellings([quote(c) for c in found.columns])})"
 
 
 def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
     """The open grammar (``scope`` None), or the grammar of a retry held to ``scope`` (see the module's text)."""
     names = [t.name for t in schema.tables] if scope is None else list(scope.tables)
-    tables = " | ".join(_literal(quote(t)) for t in names)
+    tables = _spellings([quote(t) for t in names])
     bare = sorted({quote(c) for t in names for c in schema.table(t).columns})  # type: ignore[union-attr]
     # a table the outer FROM names only by an alias cannot be named as a qualifier there (SQLite: "no such column:
     # orders.id" after "FROM orders AS o"): the retry writes its alias only
@@ -158,7 +168,7 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
     body = '"SELECT " ("DISTINCT ")? items " FROM " '
     tail = " where? group? order? limit?"
     if scope is None:
-        every = " | ".join(_literal(c) for c in bare)
+        every = _spellings(bare)
         head = (f"root ::= query\nquery ::= {body}tref (join){{0,4}}{tail}\n"
                 f'tref ::= tbl ((" AS " | " ") talias)?\n'
                 f'join ::= (" LEFT" | " INNER")? " JOIN " tref " ON " cond\n'
@@ -169,14 +179,14 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
         for table, alias, kind in scope.sources:
             named = quote(table) + (f" AS {alias}" if alias else "")
             parts.append(_literal((f" {kind} " if kind else "") + named) + (' " ON " cond' if kind else ""))
-        bound = [_columns(schema, alias, table) for table, alias, _ in scope.sources if alias]
+        bound = [_columns(schema, alias, table, alias=True) for table, alias, _ in scope.sources if alias]
         head = (f"root ::= {body}{' '.join(parts)}{tail}\n"
                 f'query ::= {body}tbl (("" | " LEFT" | " INNER") " JOIN " tbl " ON " cond){{0,2}}{tail}\n'
                 + (f"acol ::= {' | '.join(bound)}\n" if bound else ""))
         col = " | ".join(["qcol"] * bool(qualified) + ["acol"] * bool(bound) + ["bcol"])
     return (head + RULES.strip() + f"\ntbl ::= {tables}\ncol ::= {col}\n"
             + (f"qcol ::= {' | '.join(qualified)}\n" if qualified else "")
-            + f"bcol ::= {' | '.join(_literal(c) for c in bare)}\n")
+            + f"bcol ::= {_spellings(bare)}\n")
 
 
 def scope_of(sql: str, schema: DbSchema) -> Scope | None:
