@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlglot
 
 from conftest import run_cli, serve_app
 from tiankong import Client
@@ -21,6 +22,7 @@ from tiankong.errors import ConfigError, TruncatedOutput
 from tiankong.gateway import GatewayState
 from tiankong.models import DEFAULT_MODEL
 from tiankong.tasks.sql import DbSchema, check_query, empty_copy, read_only, schema_from_db, schema_from_ddl, sql_flow
+from tiankong.tasks.sql import respell as respell
 from tiankong.tasks.sql_grammar import QUERY_TOKENS, Scope, scope_of, sql_grammar
 
 DDL = """
@@ -171,6 +173,42 @@ def test_a_name_is_written_in_the_schemas_case_or_in_lower_case_as_sqlite_reads_
     scope = scope_of("SELECT COUNT(*) FROM cars_data AS T1 WHERE T1.cylinders > 4", schema)
     assert scope is not None and scope.sources == (("CARS_DATA", "T1", ""),)
     assert accepts(sql_grammar(schema, scope), "SELECT COUNT(*) FROM CARS_DATA AS T1 WHERE T1.cylinders > 4")
+    # the answer comes back in the schema's spelling, the rest of its text as written (a string literal untouched)
+    mixed = "SELECT cars_data.cylinders, T1.model FROM CARS_DATA JOIN car_names AS T1 ON T1.makeid = id WHERE " \
+            "T1.model = 'cars_data'"
+    spelt = respell(mixed, schema, con)
+    assert spelt == ("SELECT CARS_DATA.Cylinders, T1.Model FROM CARS_DATA JOIN car_names AS T1 ON T1.MakeId = Id "
+                     "WHERE T1.Model = 'cars_data'")
+    assert check_query(spelt, schema, con)[1:] == (["CARS_DATA", "car_names"],
+                                                   ["CARS_DATA.Cylinders", "Id", "car_names.MakeId", "car_names.Model"])
+
+
+def test_the_task_gives_a_folded_answer_back_in_the_schemas_spelling() -> None:
+    schema = schema_from_ddl("CREATE TABLE CARS_DATA (Id INTEGER, Cylinders INTEGER);")
+    flow = sql_flow("How many cars have more than 4 cylinders?", schema, dialect="postgres")
+    calls = next(flow)
+    assert len(calls) == 1 and '"cars_data"' in calls[0].body["grammar"]
+    answer = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "SELECT COUNT(*) FROM cars_data WHERE cylinders > 4"}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+    with pytest.raises(StopIteration) as done:
+        flow.send([answer])
+    query = done.value.value
+    assert (query.tables, query.columns) == (["CARS_DATA"], ["Cylinders"]) and "FROM CARS_DATA" in query.sql, query
+
+
+def test_only_ascii_letters_fold_as_sqlite_folds_them() -> None:
+    """SQLite reads ``ärger`` as another name than ``ÄRGER`` — and a double-quoted name it does not know as a string,
+    a silently wrong answer — so only the ASCII letters of a name fold; a quoted keyword name keeps its case where a
+    dialect's quoted names are case-sensitive."""
+    schema = schema_from_ddl('CREATE TABLE "Order" (id INTEGER, "ÄRGER" TEXT);')
+    con = empty_copy(schema)
+    grammar = sql_grammar(schema)
+    assert accepts(grammar, 'SELECT "ÄRGER" FROM "order"') and not accepts(grammar, 'SELECT "ärger" FROM "order"')
+    assert schema.table("ORDER") is not None and schema.table("örder") is None
+    spelt = respell('SELECT "ÄRGER" FROM "order" WHERE id > 1', schema, con)
+    assert spelt == 'SELECT "ÄRGER" FROM "Order" WHERE id > 1'
+    assert '"Order"' in sqlglot.transpile(spelt, read="sqlite", write="postgres")[0]
 
 
 def test_a_retry_qualifies_an_aliased_table_by_its_alias_only_and_keys_are_never_positions() -> None:

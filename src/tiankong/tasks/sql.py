@@ -2,7 +2,8 @@
 
 The database schema comes from DDL text (``CREATE TABLE …``, parsed by sqlglot) or a SQLite file (read through a
 read-only connection). From it a GBNF grammar of a read-only SQL subset is built (``sql_grammar.py``) whose
-identifiers are exactly the schema's: a bare column is one of the columns of the schema, a qualified one
+identifiers are the schema's (as spelt there or in ASCII lower case, as SQLite reads both; the answer is given back
+in the schema's spelling): a bare column is one of the columns of the schema, a qualified one
 ``table.column`` only a column of that table, tables may be aliased (``FROM track AS T1``) — a hallucinated table
 or column cannot be written. The answer is then parsed by sqlglot, every column checked against the tables the
 query names (an alias resolved to its table), and ``EXPLAIN``-ed by SQLite (on the file, read-only, or on an
@@ -26,7 +27,7 @@ from ..structured.flow import Constraint, Flow, Structured, constrained_flow
 from ..structured.prompts import repair_message
 from .classify import require_text
 from .generate import ANTI_LOOP
-from .sql_grammar import QUERY_TOKENS, Scope, quote, scope_of, sql_grammar
+from .sql_grammar import QUERY_TOKENS, Scope, fold, quote, scope_of, sql_grammar
 
 MAX_TABLES = 200
 MAX_COLUMNS = 1000  # per table (SQLite's own default limit is 2000)
@@ -55,7 +56,7 @@ class DbSchema:
     tables: tuple[Table, ...]
 
     def table(self, name: str) -> Table | None:
-        return next((t for t in self.tables if t.name.lower() == name.lower()), None)
+        return next((t for t in self.tables if fold(t.name) == fold(name)), None)
 
     def prompt(self) -> str:
         """The tables as the model is shown them: names spelt as the grammar writes them (``quote``)."""
@@ -218,7 +219,7 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
     tables = {t.name for t in tree.find_all(exp.Table)}
     # an alias (T1) stands for its table — in the nearest SELECT that names it (a sub-query may reuse T1 for another
     # table, as Spider's gold queries do), case-insensitively as SQLite reads names; then anywhere in the query
-    owners = {t.alias_or_name.lower(): t.name for t in tree.find_all(exp.Table)}
+    owners = {fold(t.alias_or_name): t.name for t in tree.find_all(exp.Table)}
     for name in sorted(tables):
         if schema.table(name) is None:
             errors.append(f"no table {name!r} in the schema")
@@ -229,10 +230,10 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
         found = schema.table(owner) if owner else None
         if owner and found is None:
             errors.append(f"{owner}.{name}: no table {owner!r} in the schema")
-        elif owner and found is not None and name.lower() not in (c.lower() for c in found.columns):
+        elif owner and found is not None and fold(name) not in (fold(c) for c in found.columns):
             errors.append(f"{owner}.{name}: table {owner!r} has no column {name!r}")
         elif not owner and name not in aliases and not any(
-                name.lower() in (c.lower() for c in t.columns) for t in map(schema.table, tables) if t):
+                fold(name) in (fold(c) for c in t.columns) for t in map(schema.table, tables) if t):
             errors.append(f"column {name!r} is in none of the tables the query names ({', '.join(sorted(tables))})")
         columns.add(f"{owner}.{name}" if owner else name)
     if not errors:
@@ -257,10 +258,48 @@ def _owner(column: Any, owners: dict[str, str]) -> str:
             first = node.args.get("from") or node.args.get("from_")
             sources = ([first.this] if first is not None else []) + [j.this for j in node.args.get("joins") or []]
             for source in sources:
-                if isinstance(source, exp.Table) and source.alias_or_name.lower() == qualifier.lower():
+                if isinstance(source, exp.Table) and fold(source.alias_or_name) == fold(qualifier):
                     return str(source.name)
         node = node.parent
-    return str(owners.get(qualifier.lower(), qualifier))
+    return str(owners.get(fold(qualifier), qualifier))
+
+
+def respell(sql: str, schema: DbSchema, db: sqlite3.Connection) -> str:
+    """A checked query with every table and column name in the schema's spelling (the grammar also lets the model
+    write them folded: ``cars_data`` for ``CARS_DATA``), the rest of its text as written. The same query to SQLite;
+    to a dialect whose quoted names are case-sensitive (Postgres, Snowflake) or a MySQL on Linux, the names it has.
+    Unchanged when a name's table cannot be told or the respelt text fails the check."""
+    import sqlglot  # noqa: PLC0415
+    from sqlglot import exp  # noqa: PLC0415
+
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    named = [t for t in map(schema.table, {t.name for t in tree.find_all(exp.Table)}) if t]
+    owners = {fold(t.alias_or_name): t.name for t in tree.find_all(exp.Table)}
+    edits: list[tuple[int, int, str]] = []
+
+    def spell(node: Any, name: str) -> None:
+        if "start" in node.meta and name != node.this:
+            edits.append((node.meta["start"], node.meta["end"] + 1, quote(name)))
+
+    for table in tree.find_all(exp.Table):
+        found = schema.table(table.name)
+        if found is not None and isinstance(table.this, exp.Identifier):
+            spell(table.this, found.name)
+    for column in tree.find_all(exp.Column):
+        owner = _owner(column, owners)
+        pool = [schema.table(owner)] if owner else named
+        spelt = next((c for t in pool if t for c in t.columns if fold(c) == fold(column.name)), None)
+        if spelt is not None and isinstance(column.this, exp.Identifier):
+            spell(column.this, spelt)
+        qualifier = column.args.get("table")
+        found = schema.table(column.table) if column.table else None
+        if found is not None and isinstance(qualifier, exp.Identifier) and fold(column.table) not in {
+                fold(t.alias) for t in tree.find_all(exp.Table) if t.alias}:
+            spell(qualifier, found.name)
+    text = sql
+    for start, end, name in sorted(edits, reverse=True):
+        text = text[:start] + name + text[end:]
+    return text if text == sql or not check_query(text, schema, db)[0] else sql
 
 
 def sql_constraint(schema: DbSchema, db: sqlite3.Connection, scope: Scope | None = None) -> Constraint:
@@ -329,7 +368,7 @@ def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = No
         db = stack.enter_context(read_only(db_path)) if db_path is not None else \
             stack.enter_context(contextlib.closing(empty_copy(schema)))
         result = yield from scoped_flow(messages, schema, db, model=model, max_attempts=max_attempts)
-        sql = str(result.data)
+        sql = respell(str(result.data), schema, db)
         _, tables, columns = check_query(sql, schema, db)
         rows = run_query(db, sql, max_rows) if execute else None
     return SqlQuery(transpile(sql), tables, columns, dialect, rows, result.attempts, result)

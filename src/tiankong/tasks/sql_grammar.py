@@ -12,11 +12,13 @@ arithmetic, ``||`` and parentheses; conditions compare, LIKE, IN (a list or a su
 NULL, [NOT] EXISTS, with AND/OR/NOT. Every repetition is bounded (8 items, 4 joins, 6 predicates per condition,
 4 terms per value…): a small model that repeats itself reaches the end of the grammar, not the token cap.
 
-Names. A table is one of the schema's; ``table.column`` only a column of that table. A table alias is short
-(1–3 characters: ``T1``, ``t``, ``ar``), the way models write them. Which table an alias stands for, and which
-tables a bare column may come from, depend on the FROM clause — and in SQL the FROM clause comes *after* the
-select list, so a context-free grammar (GBNF) cannot hold that scope without one copy of the whole expression
-grammar per possible FROM clause (tables × aliases × joins: exponential). So scope is enforced in two steps:
+Names. A table is one of the schema's; ``table.column`` only a column of that table; each name as the schema spells
+it or with its ASCII letters in lower case (``fold``: SQLite reads both, and small models write the lower case). A
+table alias is short (1–3 characters: ``T1``, ``t``, ``ar``), the way models write them. Which table an alias
+stands for, and which tables a bare column may come from, depend on the FROM clause — and in SQL the FROM clause
+comes *after* the select list, so a context-free grammar (GBNF) cannot hold that scope without one copy of the whole
+expression grammar per possible FROM clause (tables × aliases × joins: exponential). So scope is enforced in two
+steps:
 
 1. ``sql_grammar(schema)``: the open grammar. A bare column is any column of the schema; ``alias.column`` any
    column of the schema. The answer is then checked (sqlglot resolves each alias to its table, every column
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -139,18 +142,28 @@ def _literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold(name: str) -> str:
+    """A name as SQLite compares names: ASCII letters in lower case, every other character as it is (SQLite reads
+    ``ÄRGER`` and ``ärger`` as two names, and a double-quoted name it does not know as a string)."""
+    return name.translate(_ASCII_LOWER)
+
+
 def _spellings(names: list[str]) -> str:
-    """Schema names as the grammar writes them: as the schema spells them or in lower case. SQLite reads a name in
-    any case, and a small model writes ``cars_data`` for the schema's ``CARS_DATA`` as it writes ``count(*)``; held to
-    the schema's case it turned to another table whose first token it could write (``CAR_NAMES``: three of Spider's
-    development questions, docs/benchmarks.md)."""
-    return " | ".join(_literal(n) for n in dict.fromkeys(v for n in names for v in (n, n.lower())))
+    """Schema names as the grammar writes them: as the schema spells them or folded (``fold``). SQLite reads a name in
+    any ASCII case, and a small model writes ``cars_data`` for the schema's ``CARS_DATA`` as it writes ``count(*)``;
+    held to the schema's case it turned to another table whose first token it could write (``CAR_NAMES``: three of
+    Spider's development questions, docs/benchmarks.md). The answer is given back in the schema's spelling
+    (``sql.respell``)."""
+    return " | ".join(_literal(n) for n in dict.fromkeys(v for n in names for v in (n, fold(n))))
 
 
 def _columns(schema: DbSchema, prefix: str, table: str, alias: bool = False) -> str:
     found = schema.table(table)
     assert found is not None
-    spelt = list(dict.fromkeys([prefix + ".", *([] if alias else [prefix.lower() + "."])]))
+    spelt = list(dict.fromkeys([prefix + ".", *([] if alias else [fold(prefix) + "."])]))
     head = _literal(spelt[0]) if len(spelt) == 1 else f"({_spellings(spelt)})"
     return f"{head} ({_spellings([quote(c) for c in found.columns])})"
 
