@@ -66,8 +66,14 @@ def test_without_a_question_the_selection_is_within_budget_and_in_document_order
 
 
 def test_one_sentence_longer_than_the_budget_is_cut_and_said(client: Client) -> None:
-    result = client.compress(KEY * 1 + " " + " and ".join(["more words"] * 40) + ".", budget_tokens=16)
-    assert result.output_tokens <= 16 and result.points and result.trimmed and result.kept == [0]
+    # both sentences are longer than the budget: the better one is cut. Which is better is a tie here (two unit
+    # vectors are equally close to their centroid) that the CPU's kernels break (AVX-512: the first; AVX2: the
+    # second), so the test asserts the cut, not the choice
+    text = KEY * 1 + " " + " and ".join(["more words"] * 40) + "."
+    result = client.compress(text, budget_tokens=16)
+    assert result.output_tokens <= 16 and result.points and result.trimmed and len(result.kept) == 1
+    (start, end), = result.spans
+    assert text[start:end].strip().startswith(result.points[0].rstrip(".… ")[:40]), (result.points, result.spans)
 
 
 def test_chinese_text_is_scored_by_the_multilingual_part(client: Client) -> None:

@@ -198,8 +198,9 @@ def test_lora_decider_is_tuned_registered_and_served_with_its_adapter(data_dir: 
         with_adapter = [answer.scores[label] for label in stored.labels]
         assert abs(sum(with_adapter) - 1) < 1e-4
         # a repeat reuses the cached prompt prefix, evaluated in other batch shapes: with an adapter applied that
-        # moved a probability by up to ~1e-2 on CI (0.0992 -> 0.0889), so the bound is 3e-2
-        assert np.allclose(with_adapter, [repeat.scores[label] for label in stored.labels], atol=3e-2)
+        # moved a probability by up to ~1e-2 on CI (0.0992 -> 0.0889) and by 0.035 on an AMD EPYC without AVX-512
+        # (0.6014 -> 0.5664, 2026-12-06, every run alike), so the bound is 5e-2
+        assert np.allclose(with_adapter, [repeat.scores[label] for label in stored.labels], atol=5e-2)
         assert not np.allclose(with_adapter, plain, atol=2e-2)  # the adapter is applied, not the base model
     # the CLI starts the decider's model with its adapter loaded
     proc = run_cli("classify", "--decider", "spam-lora", "--json", PROBES[0])
