@@ -226,6 +226,10 @@ def main() -> None:
     if args.freeze:
         return
     size, chosen = len(chosen), chosen[: args.n]
+    out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{len(chosen)}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".rows.jsonl")  # each row as it is read (a run stopped early keeps what it read)
+    partial.write_text("")
     rows: list[dict[str, Any]] = []
     started = time.time()
     with engine(args.model, 1, 8192) as (url, name), Client(url, timeout_s=600.0) as client:
@@ -241,6 +245,8 @@ def main() -> None:
                     else kept(made[method], item["answers"]),  # cail: every span of the answer
                     "tokens": total if method == "full" else len(client.tokenize(made[method]))}
             rows.append(row)
+            with partial.open("a") as handle:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             print(f"{index + 1}/{len(chosen)} " + " ".join(f"{m}={row['methods'][m]['f1']:.2f}" for m in METHODS),
                   file=sys.stderr, flush=True)
     table = [[m, len(rows), round(statistics.mean(r["methods"][m]["f1"] for r in rows), 3),
@@ -251,8 +257,6 @@ def main() -> None:
     print(f"\n{args.set}, {args.split} ({len(rows)} of the split's {size}; split sha256 {sha}), reader {name}, "
           f"budget {args.share:.0%} of each section's tokens, {time.strftime('%Y-%m-%d')}\n")
     print_table(["context", "n", "answer F1", "reference kept", "tokens / full", "tokens / budget"], table)
-    out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{len(rows)}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"set": args.set, "split": args.split, "split_sha256": sha, "share": args.share,
                                "model": name, "argv": sys.argv[1:], "seconds": round(time.time() - started, 1),
                                "table": table, "rows": rows}, indent=1) + "\n")
