@@ -73,7 +73,8 @@ def test_one_sentence_longer_than_the_budget_is_cut_and_said(client: Client) -> 
     result = client.compress(text, budget_tokens=16)
     assert result.output_tokens <= 16 and result.points and result.trimmed and len(result.kept) == 1
     (start, end), = result.spans
-    assert text[start:end].strip().startswith(result.points[0].rstrip(".… ")[:40]), (result.points, result.spans)
+    cut = result.points[0].rstrip(".… ")
+    assert cut and text[start:end].strip().startswith(cut[:40]), (result.points, result.spans)
 
 
 def test_chinese_text_is_scored_by_the_multilingual_part(client: Client) -> None:

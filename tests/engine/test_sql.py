@@ -181,6 +181,12 @@ def test_a_name_is_written_in_the_schemas_case_or_in_lower_case_as_sqlite_reads_
                      "WHERE T1.Model = 'cars_data'")
     assert check_query(spelt, schema, con)[1:] == (["CARS_DATA", "car_names"],
                                                    ["CARS_DATA.Cylinders", "Id", "car_names.MakeId", "car_names.Model"])
+    # a bare column takes its own SELECT's table's spelling; a result's name is left as written
+    two = schema_from_ddl("CREATE TABLE singer (Id INTEGER, Name TEXT); CREATE TABLE concert (singer_id INTEGER, "
+                          "NAME TEXT);")
+    sql = "SELECT name AS n FROM singer WHERE id IN (SELECT singer_id FROM concert WHERE name = 'x') ORDER BY n"
+    assert respell(sql, two, empty_copy(two)) == ("SELECT Name AS n FROM singer WHERE Id IN (SELECT singer_id FROM "
+                                                  "concert WHERE NAME = 'x') ORDER BY n")
 
 
 def test_the_task_gives_a_folded_answer_back_in_the_schemas_spelling() -> None:

@@ -244,6 +244,19 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
     return errors, sorted(tables), sorted(columns)
 
 
+def _sources(node: Any) -> list[Any]:
+    """The tables of the nearest enclosing SELECT's FROM / JOIN (where SQLite looks for a bare column first)."""
+    from sqlglot import exp  # noqa: PLC0415
+
+    while node is not None and not isinstance(node, exp.Select):
+        node = node.parent
+    if node is None:
+        return []
+    first = node.args.get("from") or node.args.get("from_")
+    found = ([first.this] if first is not None else []) + [j.this for j in node.args.get("joins") or []]
+    return [t for t in found if isinstance(t, exp.Table)]
+
+
 def _owner(column: Any, owners: dict[str, str]) -> str:
     """The table a column's qualifier names: its alias or name in the nearest enclosing SELECT's FROM / JOIN, else
     anywhere in the query, else the qualifier as written ("" for a bare column)."""
@@ -267,14 +280,14 @@ def _owner(column: Any, owners: dict[str, str]) -> str:
 def respell(sql: str, schema: DbSchema, db: sqlite3.Connection) -> str:
     """A checked query with every table and column name in the schema's spelling (the grammar also lets the model
     write them folded: ``cars_data`` for ``CARS_DATA``), the rest of its text as written. The same query to SQLite;
-    to a dialect whose quoted names are case-sensitive (Postgres, Snowflake) or a MySQL on Linux, the names it has.
+    to a dialect where a quoted name is case-sensitive (Postgres, Snowflake) or a MySQL on Linux, the names it has.
     Unchanged when a name's table cannot be told or the respelt text fails the check."""
     import sqlglot  # noqa: PLC0415
     from sqlglot import exp  # noqa: PLC0415
 
     tree = sqlglot.parse_one(sql, read="sqlite")
-    named = [t for t in map(schema.table, {t.name for t in tree.find_all(exp.Table)}) if t]
     owners = {fold(t.alias_or_name): t.name for t in tree.find_all(exp.Table)}
+    outputs = {fold(a.alias) for a in tree.find_all(exp.Alias)}  # ORDER BY n: a result's name, not a column
     edits: list[tuple[int, int, str]] = []
 
     def spell(node: Any, name: str) -> None:
@@ -287,10 +300,10 @@ def respell(sql: str, schema: DbSchema, db: sqlite3.Connection) -> str:
             spell(table.this, found.name)
     for column in tree.find_all(exp.Column):
         owner = _owner(column, owners)
-        pool = [schema.table(owner)] if owner else named
-        spelt = next((c for t in pool if t for c in t.columns if fold(c) == fold(column.name)), None)
-        if spelt is not None and isinstance(column.this, exp.Identifier):
-            spell(column.this, spelt)
+        pool = [schema.table(owner)] if owner else [schema.table(t.name) for t in _sources(column)]
+        spelt = {c for t in pool if t for c in t.columns if fold(c) == fold(column.name)}
+        if len(spelt) == 1 and isinstance(column.this, exp.Identifier) and (owner or fold(column.name) not in outputs):
+            spell(column.this, spelt.pop())  # a bare name in two tables' spellings is left as written
         qualifier = column.args.get("table")
         found = schema.table(column.table) if column.table else None
         if found is not None and isinstance(qualifier, exp.Identifier) and fold(column.table) not in {
