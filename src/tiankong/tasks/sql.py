@@ -6,10 +6,10 @@ identifiers are the schema's (as spelt there or in ASCII lower case, as SQLite r
 in the schema's spelling): a bare column is one of the columns of the schema, a qualified one
 ``table.column`` only a column of that table, tables may be aliased (``FROM track AS T1``) — a hallucinated table
 or column cannot be written. The answer is then parsed by sqlglot, every column checked against the tables the
-query names (an alias resolved to its table), and ``EXPLAIN``-ed by SQLite (on the file, read-only, or on an
-empty copy of the DDL's tables in memory). A failure is retried with the error under a grammar held to the first
-answer's FROM clause (its tables and aliases: ``sql_grammar.Scope``; why in two steps: ``sql_grammar``'s text),
-then refused. With a database file the query can be run, read-only, with a row limit.
+query names (an alias resolved to its table), and ``EXPLAIN``-ed by SQLite (``sql_check.py``; on the file,
+read-only, or on an empty copy of the DDL's tables in memory). A failure is retried with the error under a grammar
+held to the first answer's FROM clause (its tables and aliases: ``sql_grammar.Scope``; why in two steps:
+``sql_grammar``'s text), then refused. With a database file the query can be run, read-only, with a row limit.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ..structured.flow import Constraint, Flow, Structured, constrained_flow
 from ..structured.prompts import repair_message
 from .classify import require_text
 from .generate import ANTI_LOOP
+from .sql_check import check_query, respell
 from .sql_grammar import QUERY_TOKENS, Scope, fold, quote, scope_of, sql_grammar
 
 MAX_TABLES = 200
@@ -201,118 +202,6 @@ def empty_copy(schema: DbSchema) -> sqlite3.Connection:
         raise schema_error(f"SQLite refuses the schema's tables: {str(exc)[:200]}",
                            hint="give each table once, each column of a table once") from None
     return db
-
-
-def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[list[str], list[str], list[str]]:
-    """(errors, tables, columns): sqlglot's parse, every table in the schema, every column in a table the query
-    names (qualified: in that table), and SQLite's ``EXPLAIN``."""
-    import sqlglot  # noqa: PLC0415
-    from sqlglot import exp  # noqa: PLC0415
-
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except sqlglot.errors.SqlglotError as exc:  # ParseError, TokenError (an unclosed quote, …)
-        return [f"not valid SQL: {str(exc).splitlines()[0][:200]}"], [], []
-    if not isinstance(tree, (exp.Select, exp.Union)):
-        return ["only one SELECT query is allowed"], [], []
-    errors: list[str] = []
-    tables = {t.name for t in tree.find_all(exp.Table)}
-    # an alias (T1) stands for its table — in the nearest SELECT that names it (a sub-query may reuse T1 for another
-    # table, as Spider's gold queries do), case-insensitively as SQLite reads names; then anywhere in the query
-    owners = {fold(t.alias_or_name): t.name for t in tree.find_all(exp.Table)}
-    for name in sorted(tables):
-        if schema.table(name) is None:
-            errors.append(f"no table {name!r} in the schema")
-    aliases = {a.alias for a in tree.find_all(exp.Alias)}
-    columns: set[str] = set()
-    for column in tree.find_all(exp.Column):
-        name, owner = column.name, _owner(column, owners)
-        found = schema.table(owner) if owner else None
-        if owner and found is None:
-            errors.append(f"{owner}.{name}: no table {owner!r} in the schema")
-        elif owner and found is not None and fold(name) not in (fold(c) for c in found.columns):
-            errors.append(f"{owner}.{name}: table {owner!r} has no column {name!r}")
-        elif not owner and name not in aliases and not any(
-                fold(name) in (fold(c) for c in t.columns) for t in map(schema.table, tables) if t):
-            errors.append(f"column {name!r} is in none of the tables the query names ({', '.join(sorted(tables))})")
-        columns.add(f"{owner}.{name}" if owner else name)
-    if not errors:
-        try:
-            db.execute(f"EXPLAIN {sql}")
-        except sqlite3.Error as exc:
-            errors.append(f"SQLite: {exc}")
-    return errors, sorted(tables), sorted(columns)
-
-
-def _sources(node: Any) -> list[Any]:
-    """The tables of the nearest enclosing SELECT's FROM / JOIN (where SQLite looks for a bare column first)."""
-    from sqlglot import exp  # noqa: PLC0415
-
-    while node is not None and not isinstance(node, exp.Select):
-        node = node.parent
-    if node is None:
-        return []
-    first = node.args.get("from") or node.args.get("from_")
-    found = ([first.this] if first is not None else []) + [j.this for j in node.args.get("joins") or []]
-    return [t for t in found if isinstance(t, exp.Table)]
-
-
-def _owner(column: Any, owners: dict[str, str]) -> str:
-    """The table a column's qualifier names: its alias or name in the nearest enclosing SELECT's FROM / JOIN, else
-    anywhere in the query, else the qualifier as written ("" for a bare column)."""
-    from sqlglot import exp  # noqa: PLC0415
-
-    qualifier = column.table
-    if not qualifier:
-        return ""
-    node = column.parent
-    while node is not None:
-        if isinstance(node, exp.Select):
-            first = node.args.get("from") or node.args.get("from_")
-            sources = ([first.this] if first is not None else []) + [j.this for j in node.args.get("joins") or []]
-            for source in sources:
-                if isinstance(source, exp.Table) and fold(source.alias_or_name) == fold(qualifier):
-                    return str(source.name)
-        node = node.parent
-    return str(owners.get(fold(qualifier), qualifier))
-
-
-def respell(sql: str, schema: DbSchema, db: sqlite3.Connection) -> str:
-    """A checked query with every table and column name in the schema's spelling (the grammar also lets the model
-    write them folded: ``cars_data`` for ``CARS_DATA``), the rest of its text as written. The same query to SQLite;
-    to a dialect where a quoted name is case-sensitive (Postgres, Snowflake) or a MySQL on Linux, the names it has.
-    Unchanged when a name's table cannot be told or the respelt text fails the check."""
-    import sqlglot  # noqa: PLC0415
-    from sqlglot import exp  # noqa: PLC0415
-
-    tree = sqlglot.parse_one(sql, read="sqlite")
-    owners = {fold(t.alias_or_name): t.name for t in tree.find_all(exp.Table)}
-    outputs = {fold(a.alias) for a in tree.find_all(exp.Alias)}  # ORDER BY n: a result's name, not a column
-    edits: list[tuple[int, int, str]] = []
-
-    def spell(node: Any, name: str) -> None:
-        if "start" in node.meta and name != node.this:
-            edits.append((node.meta["start"], node.meta["end"] + 1, quote(name)))
-
-    for table in tree.find_all(exp.Table):
-        found = schema.table(table.name)
-        if found is not None and isinstance(table.this, exp.Identifier):
-            spell(table.this, found.name)
-    for column in tree.find_all(exp.Column):
-        owner = _owner(column, owners)
-        pool = [schema.table(owner)] if owner else [schema.table(t.name) for t in _sources(column)]
-        spelt = {c for t in pool if t for c in t.columns if fold(c) == fold(column.name)}
-        if len(spelt) == 1 and isinstance(column.this, exp.Identifier) and (owner or fold(column.name) not in outputs):
-            spell(column.this, spelt.pop())  # a bare name in two tables' spellings is left as written
-        qualifier = column.args.get("table")
-        found = schema.table(column.table) if column.table else None
-        if found is not None and isinstance(qualifier, exp.Identifier) and fold(column.table) not in {
-                fold(t.alias) for t in tree.find_all(exp.Table) if t.alias}:
-            spell(qualifier, found.name)
-    text = sql
-    for start, end, name in sorted(edits, reverse=True):
-        text = text[:start] + name + text[end:]
-    return text if text == sql or not check_query(text, schema, db)[0] else sql
 
 
 def sql_constraint(schema: DbSchema, db: sqlite3.Connection, scope: Scope | None = None) -> Constraint:

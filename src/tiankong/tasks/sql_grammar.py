@@ -156,7 +156,7 @@ def _spellings(names: list[str]) -> str:
     any ASCII case, and a small model writes ``cars_data`` for the schema's ``CARS_DATA`` as it writes ``count(*)``;
     held to the schema's case it turned to another table whose first token it could write (``CAR_NAMES``: three of
     Spider's development questions, docs/benchmarks.md). The answer is given back in the schema's spelling
-    (``sql.respell``)."""
+    (``sql_check.respell``)."""
     return " | ".join(_literal(n) for n in dict.fromkeys(v for n in names for v in (n, fold(n))))
 
 
