@@ -206,6 +206,19 @@ def test_compress_extractive_keeps_whole_sentences_in_order(engine: ScriptedEngi
     assert {p for p in engine.paths()} <= {"/tokenize"}
 
 
+def test_compress_abstractive_keeps_its_budget_when_one_point_runs_long(engine: ScriptedEngine) -> None:
+    # seen on CI (AVX2, -n 2): SmolLM2 looped inside one key point ("on day 6: 11:30:30:30…", 196 tokens) and the
+    # answer came back over its budget of 60; the scripted tokenizer gives a token per character
+    loop = "on day 6: " + "30:" * 63
+    engine.on("/completion", lambda body: engine_error())  # fast-forward fails: the whole answer is the chat's
+    engine.on("/v1/chat/completions", lambda body: chat_reply(json.dumps({"points": [loop]})))
+    with client_for(engine) as client:
+        result = client.compress("The database failed at noon. It came back at one. " * 4, mode="abstractive",
+                                 budget_tokens=60)
+    assert result.output_tokens <= 60 and result.trimmed
+    assert result.points == [loop[:60]] and result.text == loop[:60]
+
+
 # --- errors ---------------------------------------------------------------------------------------------------
 
 

@@ -251,6 +251,12 @@ def _map_reduce(chunks: list[str], input_tokens: int, budget_tokens: int, chunk_
         points, trimmed = points[:-1], True
         joined = "\n".join(points)
         output_tokens = yield from count_tokens(joined)
+    cut = budget_tokens
+    while output_tokens > budget_tokens and cut > 0:  # one point over the budget (a model's loop): its first tokens
+        joined = yield from _cut(points[0], cut)
+        points, trimmed = [joined], True
+        output_tokens = yield from count_tokens(joined)
+        cut -= max(1, output_tokens - budget_tokens)
     return Compression(points, joined, input_tokens, output_tokens, len(chunks), rounds, trimmed)
 
 
