@@ -226,11 +226,15 @@ def main() -> None:
     parser.add_argument("--set", default="quac", choices=tuple(SETS))
     parser.add_argument("--split", default="dev", choices=("dev", "test"))
     parser.add_argument("--n", type=int, default=120)
+    parser.add_argument("--start", type=int, default=0, help="the first position (in sha order) read: a read stopped "
+                        "early goes on where it stopped")
     parser.add_argument("--share", type=float, default=0.25)
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--freeze", action="store_true", help="print the splits' sizes and sha256, read nothing")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rescore", type=Path, help="a run's .rows.jsonl: score its answers again, generate nothing")
+    parser.add_argument("--combine", type=Path, nargs="+", help="raw JSONs of consecutive reads of one split "
+                        "(--start): one table over all their rows, generate nothing")
     args = parser.parse_args()
     every = list(SETS[args.set](args.wheel))
     chosen = sorted((q for q in every if q["split"] == args.split), key=lambda q: q["sha"])
@@ -241,8 +245,12 @@ def main() -> None:
     if args.rescore:
         rescore(args, len(chosen), sha)
         return
-    size, chosen = len(chosen), chosen[: args.n]
-    out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{len(chosen)}.json"
+    if args.combine:
+        combine(args, chosen, sha)
+        return
+    size, chosen = len(chosen), chosen[args.start: args.start + args.n]
+    suffix = f"{args.start}-{args.start + len(chosen) - 1}" if args.start else f"{len(chosen)}"
+    out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".rows.jsonl")  # each row as it is read (a run stopped early keeps what it read)
     if partial.exists() and partial.read_text().strip():
@@ -302,6 +310,22 @@ def rescore(args: argparse.Namespace, size: int, sha: str) -> None:
             method["f1"] = round(f1(method["answer"], row["answers"], zh), 4)
     out = args.out or args.rescore.with_name(args.rescore.name.removesuffix(".rows.jsonl") + f"-{len(rows)}.json")
     report(rows, args, size, sha, f"{DEFAULT_MODEL} (rescored: {args.rescore.name})", 0.0, out)
+
+
+def combine(args: argparse.Namespace, chosen: list[dict[str, Any]], sha: str) -> None:
+    """One table over reads of one split that continue each other: each read's split sha must be this split's, and
+    together their rows must be the split's first positions in sha order, each once."""
+    rows: list[dict[str, Any]] = []
+    for path in args.combine:
+        raw = json.loads(path.read_text())
+        if raw["split_sha256"] != sha or raw["set"] != args.set:
+            sys.exit(f"{path} is a read of another split ({raw['set']} {raw['split_sha256'][:8]}…), not {sha[:8]}…")
+        rows += raw["rows"]
+    if [r["id"] for r in rows] != [q["id"] for q in chosen[: len(rows)]]:
+        sys.exit("the reads are not the split's first positions in order, each once: pass them in --start order")
+    out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{len(rows)}.json"
+    report(rows, args, len(chosen), sha, f"{DEFAULT_MODEL} (combined: {', '.join(p.name for p in args.combine)})", 0.0,
+           out)
 
 
 if __name__ == "__main__":
