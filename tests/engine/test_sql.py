@@ -233,6 +233,10 @@ def test_a_retry_qualifies_an_aliased_table_by_its_alias_only_and_keys_are_never
         head = {name: rules[name].split(")")[0] for name in ("key", "gkey")}  # what a key may start with
         assert not any(word in head[name] for name in head for word in ("lit", "num", "value")), head  # (3) too
         assert "agg" in head["key"] and "agg" not in head["gkey"]  # ORDER BY COUNT(*) yes, GROUP BY COUNT(*) no
+        # ... and ORDER BY an aggregate only in a query that groups (SQLite: "misuse of aggregate: COUNT()")
+        assert not accepts(grammar, "SELECT name FROM artist AS a ORDER BY COUNT(*) DESC LIMIT 1")
+        assert accepts(grammar, "SELECT name FROM artist AS a GROUP BY name ORDER BY COUNT(*) DESC LIMIT 1")
+        assert accepts(grammar, "SELECT name FROM artist AS a ORDER BY name DESC LIMIT 1")
 
 
 def test_queries_are_checked_name_by_name_and_by_explain() -> None:

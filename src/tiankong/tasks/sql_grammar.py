@@ -4,7 +4,9 @@ SELECT [DISTINCT] items FROM table [[AS] alias] [[LEFT|INNER] JOIN table [[AS] a
 [GROUP BY keys [HAVING cond]] [ORDER BY key [ASC|DESC], …] [LIMIT n [OFFSET n]] — a key is a value that does not
 start with a literal, bracketed or not (SQLite reads ``ORDER BY 3`` and ``ORDER BY (3)`` as the third result column: a
 small model writes numbers there that are out of range, "3rd GROUP BY term out of range", and never means a
-position), and a GROUP BY key does not start with an aggregate (SQLite refuses ``GROUP BY COUNT(*)``). Values are
+position), a GROUP BY key does not start with an aggregate (SQLite refuses ``GROUP BY COUNT(*)``), nor does an ORDER BY
+key in a query without GROUP BY (``SELECT city FROM airports ORDER BY COUNT(*) DESC``: "misuse of aggregate", 8 of the
+26 answers refused on Spider development questions 120–516 took that shape; ``border``). Values are
 columns, literals, aggregates (COUNT/SUM/AVG/MIN/MAX/GROUP_CONCAT, with DISTINCT), SQLite's common scalar functions
 (ROUND, LOWER/UPPER, LENGTH, ABS, TRIM, SUBSTR, REPLACE, INSTR, COALESCE/IFNULL/NULLIF, CAST) and its date
 functions (strftime, date, time, datetime, julianday, unixepoch with modifiers such as ``'-1 month'``), CASE,
@@ -92,6 +94,7 @@ outname ::= [a-z] [a-z0-9_]{0,30}
 where ::= " WHERE " cond
 group ::= " GROUP BY " gkey (", " gkey){0,3} (" HAVING " cond)?
 order ::= " ORDER BY " key (" ASC" | " DESC")? (", " key (" ASC" | " DESC")?){0,2}
+border ::= " ORDER BY " gkey (" ASC" | " DESC")? (", " gkey (" ASC" | " DESC")?){0,2}
 key ::= (agg | call | case | col | "(" key ")") (arith term){0,3}
 gkey ::= (call | case | col | "(" gkey ")") (arith term){0,3}
 limit ::= " LIMIT " [1-9] [0-9]{0,3} (" OFFSET " [0-9]{1,4})?
@@ -179,7 +182,7 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
                                            - {t for t, a, _ in scope.sources if not a})
     qualified = [_columns(schema, quote(t), t) for t in names if t not in aliased]
     body = '"SELECT " ("DISTINCT ")? items " FROM " '
-    tail = " where? group? order? limit?"
+    tail = " where? (group order? | border?) limit?"
     if scope is None:
         every = _spellings(bare)
         head = (f"root ::= query\nquery ::= {body}tref (join){{0,4}}{tail}\n"
