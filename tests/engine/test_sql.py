@@ -382,6 +382,23 @@ def test_a_bare_column_of_a_table_not_in_from_is_refused_then_cannot_be_written(
     assert scope_of("SELECT x FROM albums", schema) is None and scope_of("SELECT (", schema) is None
 
 
+def test_a_column_two_joined_tables_hold_is_written_qualified_in_the_retry() -> None:
+    """``id`` is in artist and album: bare after ``FROM album JOIN artist`` SQLite refuses it ("ambiguous column
+    name"); the open grammar cannot know the FROM clause, the retry's does, and writes it qualified only."""
+    schema = schema_from_ddl(DDL)
+    ambiguous = "SELECT title FROM album AS T1 JOIN artist AS T2 ON T1.artist_id = T2.id WHERE id = 1"
+    assert accepts(sql_grammar(schema), ambiguous)
+    assert "ambiguous" in check_query(ambiguous, schema, empty_copy(schema))[0][0]
+    held = sql_grammar(schema, scope_of(ambiguous, schema))
+    assert not accepts(held, ambiguous) and accepts(held, ambiguous.replace("id = 1", "T2.id = 1"))
+    assert accepts(held, ambiguous.replace("id = 1", "name = 'x'"))  # a column one of them holds stays bare
+    one = sql_grammar(schema, scope_of("SELECT title FROM album WHERE id = 1", schema))
+    assert accepts(one, "SELECT title FROM album WHERE id = 1")  # one table: nothing is ambiguous
+    joined_twice = "SELECT a.title FROM album AS a JOIN album AS b ON a.id = b.id"
+    self_join = sql_grammar(schema, scope_of(joined_twice, schema))
+    assert "bcol" not in self_join and accepts(self_join, joined_twice)  # every column is in both
+
+
 def test_the_database_connection_cannot_write(db: Path) -> None:
     with read_only(db) as con:
         assert con.execute("SELECT COUNT(*) FROM album").fetchone() == (4,)

@@ -30,7 +30,8 @@ steps:
    and join kinds; ``alias.column`` only a column of the table the alias stands for; ``table.column`` not for a
    table the outer FROM names by an alias only (SQLite knows no ``orders.id`` after ``FROM orders AS o`` — nor,
    then, inside a sub-query over that table: a bare column is written there); a bare column only a column
-   of the tables the first answer names; sub-queries only those tables. A column of a table that is not in the
+   of the tables the first answer names, and not one two tables of the outer FROM both hold (ambiguous there:
+   written qualified); sub-queries only those tables. A column of a table that is not in the
    query cannot be written there. (A query that passed step 1's check already keeps to its scope, so generating
    FROM first every time would only double the cost.)
 
@@ -44,11 +45,12 @@ from __future__ import annotations
 import json
 import re
 import string
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .sql import DbSchema
+    from .sql import DbSchema, Table
 
 #: the most tokens a query may take (the grammar ends it; this bounds a run-away sub-query chain). The longest
 #: right answer in the Chinook benchmark's stores is 232 characters (≈ 70 tokens). 320 was too many: a run-away
@@ -175,7 +177,11 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
     """The open grammar (``scope`` None), or the grammar of a retry held to ``scope`` (see the module's text)."""
     names = [t.name for t in schema.tables] if scope is None else list(scope.tables)
     tables = _spellings([quote(t) for t in names])
-    bare = sorted({quote(c) for t in names for c in schema.table(t).columns})  # type: ignore[union-attr]
+    # a column two tables of the outer FROM both hold is ambiguous there (SQLite: "ambiguous column name: PetID", 3
+    # of the 26 refusals on Spider development questions 120–516, the retry writing it bare again): the retry
+    # writes it qualified only
+    held = Counter(fold(c) for t, _, _ in (scope.sources if scope else ()) for c in set(_table(schema, t).columns))
+    bare = sorted({quote(c) for t in names for c in _table(schema, t).columns if held[fold(c)] < 2})
     # a table the outer FROM names only by an alias cannot be named as a qualifier there (SQLite: "no such column:
     # orders.id" after "FROM orders AS o"): the retry writes its alias only
     aliased = set() if scope is None else ({t for t, a, _ in scope.sources if a}
@@ -199,10 +205,16 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
         head = (f"root ::= {body}{' '.join(parts)}{tail}\n"
                 f'query ::= {body}tbl (("" | " LEFT" | " INNER") " JOIN " tbl " ON " cond){{0,2}}{tail}\n'
                 + (f"acol ::= {' | '.join(bound)}\n" if bound else ""))
-        col = " | ".join(["qcol"] * bool(qualified) + ["acol"] * bool(bound) + ["bcol"])
+        col = " | ".join(["qcol"] * bool(qualified) + ["acol"] * bool(bound) + ["bcol"] * bool(bare))
     return (head + RULES.strip() + f"\ntbl ::= {tables}\ncol ::= {col}\n"
             + (f"qcol ::= {' | '.join(qualified)}\n" if qualified else "")
-            + f"bcol ::= {_spellings(bare)}\n")
+            + (f"bcol ::= {_spellings(bare)}\n" if bare else ""))
+
+
+def _table(schema: DbSchema, name: str) -> Table:
+    found = schema.table(name)
+    assert found is not None, name
+    return found
 
 
 def scope_of(sql: str, schema: DbSchema) -> Scope | None:
