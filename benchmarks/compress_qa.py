@@ -249,6 +249,8 @@ def main() -> None:
         combine(args, chosen, sha)
         return
     size, chosen = len(chosen), chosen[args.start: args.start + args.n]
+    if not chosen:
+        sys.exit(f"--start {args.start} is past the split's {size} questions")
     suffix = f"{args.start}-{args.start + len(chosen) - 1}" if args.start else f"{len(chosen)}"
     out = args.out or RESULTS / f"qa-{args.set}-{args.split}-{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -320,6 +322,9 @@ def combine(args: argparse.Namespace, chosen: list[dict[str, Any]], sha: str) ->
         raw = json.loads(path.read_text())
         if raw["split_sha256"] != sha or raw["set"] != args.set:
             sys.exit(f"{path} is a read of another split ({raw['set']} {raw['split_sha256'][:8]}…), not {sha[:8]}…")
+        if raw["share"] != args.share or raw["model"].split(" (")[0] != args.model:
+            sys.exit(f"{path} was read at another budget or by another reader ({raw['share']}, {raw['model']}): "
+                     f"pass its --share and --model")
         rows += raw["rows"]
     if [r["id"] for r in rows] != [q["id"] for q in chosen[: len(rows)]]:
         sys.exit("the reads are not the split's first positions in order, each once: pass them in --start order")

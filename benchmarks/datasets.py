@@ -30,10 +30,14 @@ CHATTERBOT = "chatterbot-corpus==1.3.3"
 def _fetch(requirement: str) -> Path:
     directory = paths.downloads_dir() / "datasets"
     directory.mkdir(parents=True, exist_ok=True)
-    stem = requirement.split("==")[0].replace("-", "_")
+    name, _, version = requirement.partition("==")
+    stem = name.replace("-", "_")
+    pinned = f"{stem}-{version}".lower()
 
-    def archives() -> list[Path]:  # files only: unpacked folders sit next to them
-        return sorted(p for p in directory.glob(f"{stem}-*") if p.is_file())
+    def archives() -> list[Path]:  # files only: unpacked folders sit next to them; the pinned version only
+        found = sorted(p for p in directory.glob(f"{stem}-*") if p.is_file())
+        return [p for p in found if not version or (p.name.lower().startswith(pinned)
+                                                    and p.name[len(pinned):len(pinned) + 1] in ("-", "."))]
 
     if not archives():
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check",

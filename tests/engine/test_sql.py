@@ -319,9 +319,9 @@ def test_a_first_answer_with_an_aliased_sub_query_is_not_held_to_its_from_clause
     assert scope_of(first, schema) is None
     assert accepts(sql_grammar(schema), first.replace(" AND b.name = 1", ""))
     plain = "SELECT title FROM album WHERE artist_id IN (SELECT id FROM artist WHERE name = 'AC/DC')"
-    assert scope_of(plain, schema) == Scope((("album", "", ""),), ("album", "artist"))
+    assert scope_of(plain, schema) == Scope((("album", "", ""),), ("album", "artist"), ("artist",))
     other = "SELECT title FROM album WHERE artist_id IN (SELECT T2.id FROM artist AS T2 WHERE T2.name = 'AC/DC')"
-    assert scope_of(other, schema) == Scope((("album", "", ""),), ("album", "artist"))  # artist.id is writable
+    assert scope_of(other, schema) == Scope((("album", "", ""),), ("album", "artist"), ("artist",))  # artist.id
 
 
 def test_ifnull_takes_two_arguments_as_sqlite_does() -> None:
@@ -394,6 +394,10 @@ def test_a_column_two_joined_tables_hold_is_written_qualified_in_the_retry() -> 
     assert accepts(held, ambiguous.replace("id = 1", "name = 'x'"))  # a column one of them holds stays bare
     one = sql_grammar(schema, scope_of("SELECT title FROM album WHERE id = 1", schema))
     assert accepts(one, "SELECT title FROM album WHERE id = 1")  # one table: nothing is ambiguous
+    # a sub-query over one of them writes it bare (the table is named by an alias only outside: the one right way)
+    inner = ambiguous.replace("id = 1", "id NOT IN (SELECT id FROM album WHERE year > 1990)")
+    nested = sql_grammar(schema, scope_of(inner, schema))
+    assert accepts(nested, inner.replace("WHERE id NOT IN", "WHERE T1.id NOT IN"))
     joined_twice = "SELECT a.title FROM album AS a JOIN album AS b ON a.id = b.id"
     self_join = sql_grammar(schema, scope_of(joined_twice, schema))
     assert "bcol" not in self_join and accepts(self_join, joined_twice)  # every column is in both

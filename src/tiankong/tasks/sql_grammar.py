@@ -6,7 +6,8 @@ start with a literal, bracketed or not (SQLite reads ``ORDER BY 3`` and ``ORDER 
 small model writes numbers there that are out of range, "3rd GROUP BY term out of range", and never means a
 position), a GROUP BY key does not start with an aggregate (SQLite refuses ``GROUP BY COUNT(*)``), nor does an ORDER BY
 key in a query without GROUP BY (``SELECT city FROM airports ORDER BY COUNT(*) DESC``: "misuse of aggregate", 8 of the
-26 answers refused on Spider development questions 120–516 took that shape; ``border``). Values are
+26 answers refused on Spider development questions 120–516 took that shape; ``border``: only a key's head is held,
+``ORDER BY year + COUNT(*)`` or ``ROUND(AVG(x))`` there still reach the check). Values are
 columns, literals, aggregates (COUNT/SUM/AVG/MIN/MAX/GROUP_CONCAT, with DISTINCT), SQLite's common scalar functions
 (ROUND, LOWER/UPPER, LENGTH, ABS, TRIM, SUBSTR, REPLACE, INSTR, COALESCE/IFNULL/NULLIF, CAST) and its date
 functions (strftime, date, time, datetime, julianday, unixepoch with modifiers such as ``'-1 month'``), CASE,
@@ -140,6 +141,8 @@ class Scope:
 
     sources: tuple[tuple[str, str, str], ...]
     tables: tuple[str, ...]
+    #: the tables named inside its sub-queries
+    inner: tuple[str, ...] = ()
 
 
 def _literal(text: str) -> str:
@@ -179,9 +182,12 @@ def sql_grammar(schema: DbSchema, scope: Scope | None = None) -> str:
     tables = _spellings([quote(t) for t in names])
     # a column two tables of the outer FROM both hold is ambiguous there (SQLite: "ambiguous column name: PetID", 3
     # of the 26 refusals on Spider development questions 120–516, the retry writing it bare again): the retry
-    # writes it qualified only
+    # writes it qualified only — unless a sub-query's table holds it (``… WHERE T1.id NOT IN (SELECT id FROM album)``
+    # after ``FROM album AS T1 JOIN artist AS T2``: there the bare name is the one right way to write it)
     held = Counter(fold(c) for t, _, _ in (scope.sources if scope else ()) for c in set(_table(schema, t).columns))
-    bare = sorted({quote(c) for t in names for c in _table(schema, t).columns if held[fold(c)] < 2})
+    inner = {fold(c) for t in (scope.inner if scope else ()) for c in _table(schema, t).columns}
+    bare = sorted({quote(c) for t in names for c in _table(schema, t).columns
+                   if held[fold(c)] < 2 or fold(c) in inner})
     # a table the outer FROM names only by an alias cannot be named as a qualifier there (SQLite: "no such column:
     # orders.id" after "FROM orders AS o"): the retry writes its alias only
     aliased = set() if scope is None else ({t for t, a, _ in scope.sources if a}
@@ -243,7 +249,8 @@ def scope_of(sql: str, schema: DbSchema) -> Scope | None:
         sources.append((table.name, node.alias, kind))
     outer = {id(first.this), *(id(j.this) for j in tree.args.get("joins") or [])}
     plain = {schema_name for schema_name, alias, _ in sources if not alias}
-    named = []
+    named: list[str] = []
+    inner: list[str] = []
     for node in tree.find_all(exp.Table):
         table = schema.table(node.name)
         if table is None or (node.alias and id(node) not in outer and table.name in plain):
@@ -254,4 +261,6 @@ def scope_of(sql: str, schema: DbSchema) -> Scope | None:
             return None
         if table.name not in named:
             named.append(table.name)
-    return Scope(tuple(sources), tuple(named))
+        if id(node) not in outer and table.name not in inner:
+            inner.append(table.name)
+    return Scope(tuple(sources), tuple(named), tuple(inner))
