@@ -64,9 +64,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sql_accuracy import run, table  # noqa: E402
-from sql_spider import HUB, INTERCODE, SKIP_DBS, build, fingerprint  # noqa: E402
+from sql_spider import HUB, INTERCODE, SKIP_DBS, build, fingerprint, run_arguments  # noqa: E402
 
-from tiankong.models import DEFAULT_MODEL  # noqa: E402
 from tiankong.tasks.sql import read_only  # noqa: E402
 
 EVALS = "evals-3.0.1.post1-py3-none-any.whl"
@@ -130,14 +129,7 @@ def items(wheels: Path, folder: Path) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheels", type=Path, required=True, help=f"a folder holding {EVALS}, {HUB} and {INTERCODE}")
-    parser.add_argument("--n", type=int, default=100)
-    parser.add_argument("--start", type=int, default=0, help="skip this many first (in sha order)")
-    parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--results", type=Path, default=Path("benchmarks/results/sql"))
-    parser.add_argument("--list", action="store_true")
-    parser.add_argument("--raw-from", type=Path, help="reuse the free-text answers of this store (same questions)")
-    parser.add_argument("--tag", default="", help="a name for this run's store and summary")
+    run_arguments(parser, 100)
     args = parser.parse_args()
     folder = build(args.wheels)
     every = items(args.wheels, folder)

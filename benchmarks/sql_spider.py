@@ -111,18 +111,23 @@ def fingerprint(chosen: list[dict[str, Any]]) -> str:
     return hashlib.sha256("".join(f"{i['db']}\t{i['question']}\t{i['gold']}\n" for i in chosen).encode()).hexdigest()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--wheels", type=Path, required=True, help=f"a folder holding {HUB} and {INTERCODE}")
-    parser.add_argument("--split", choices=("dev", "test"), default="dev")
-    parser.add_argument("--n", type=int, default=120)
-    parser.add_argument("--start", type=int, default=0, help="skip this many of the split first (in sha order)")
+def run_arguments(parser: argparse.ArgumentParser, n: int) -> None:
+    """The options of a run over a set of questions (this script's and ``sql_cosql.py``'s)."""
+    parser.add_argument("--n", type=int, default=n)
+    parser.add_argument("--start", type=int, default=0, help="skip this many first (in sha order)")
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--results", type=Path, default=Path("benchmarks/results/sql"))
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--raw-from", type=Path, help="reuse the free-text answers of this store (same questions)")
     parser.add_argument("--tag", default="", help="a name for this run's store and summary")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wheels", type=Path, required=True, help=f"a folder holding {HUB} and {INTERCODE}")
+    parser.add_argument("--split", choices=("dev", "test"), default="dev")
+    run_arguments(parser, 120)
     args = parser.parse_args()
     folder = build(args.wheels)
     every = items(args.wheels, folder)

@@ -190,16 +190,19 @@ def test_a_name_is_written_in_the_schemas_case_or_in_lower_case_as_sqlite_reads_
                                                   "concert WHERE NAME = 'x') ORDER BY n")
 
 
+def chat_answer(content: str) -> dict[str, Any]:
+    """A chat completion as llama-server answers it (a scripted answer to a flow's one call)."""
+    return {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+
+
 def test_the_task_gives_a_folded_answer_back_in_the_schemas_spelling() -> None:
     schema = schema_from_ddl("CREATE TABLE CARS_DATA (Id INTEGER, Cylinders INTEGER);")
     flow = sql_flow("How many cars have more than 4 cylinders?", schema, dialect="postgres")
     calls = next(flow)
     assert len(calls) == 1 and '"cars_data"' in calls[0].body["grammar"]
-    answer = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
-        "role": "assistant", "content": "SELECT COUNT(*) FROM cars_data WHERE cylinders > 4"}}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
     with pytest.raises(StopIteration) as done:
-        flow.send([answer])
+        flow.send([chat_answer("SELECT COUNT(*) FROM cars_data WHERE cylinders > 4")])
     query = done.value.value
     assert (query.tables, query.columns) == (["CARS_DATA"], ["Cylinders"]) and "FROM CARS_DATA" in query.sql, query
 
@@ -214,11 +217,8 @@ def test_a_double_quoted_string_is_written_and_given_back_single_quoted() -> Non
     assert not accepts(grammar, 'SELECT name FROM battle ORDER BY "June 1205"')  # a key never starts with a literal
     flow = sql_flow("Who fought in June 1205?", schema)
     next(flow)
-    answer = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
-        "role": "assistant", "content": 'SELECT "order", name FROM battle WHERE name = "it\'s June"'}}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
     with pytest.raises(StopIteration) as done:
-        flow.send([answer])
+        flow.send([chat_answer('SELECT "order", name FROM battle WHERE name = "it\'s June"')])
     query = done.value.value
     assert query.sql == """SELECT "order", name FROM battle WHERE name = 'it''s June'""", query
     assert query.columns == ["order", "name"] or set(query.columns) == {"order", "name"}
