@@ -23,7 +23,6 @@ from tiankong.gateway import GatewayState
 from tiankong.models import DEFAULT_MODEL
 from tiankong.tasks.sql import DbSchema, check_query, empty_copy, read_only, schema_from_db, schema_from_ddl, sql_flow
 from tiankong.tasks.sql import respell as respell
-from tiankong.tasks.sql_check import single_quoted
 from tiankong.tasks.sql_grammar import QUERY_TOKENS, Scope, scope_of, sql_grammar
 
 DDL = """
@@ -207,23 +206,6 @@ def test_the_task_gives_a_folded_answer_back_in_the_schemas_spelling() -> None:
     assert (query.tables, query.columns) == (["CARS_DATA"], ["Cylinders"]) and "FROM CARS_DATA" in query.sql, query
 
 
-def test_a_double_quoted_string_is_written_and_given_back_single_quoted() -> None:
-    """Small models copy the double quotes of SQL they were shown (``WHERE date = "June 1205"``); held to single
-    quotes the 0.5B wrote a number instead. The grammar takes them at a value; the answer is given back with the
-    string single-quoted (what SQLite reads it as) and a name of the schema left a name."""
-    schema = schema_from_ddl('CREATE TABLE battle (id INTEGER, name TEXT, "order" TEXT);')
-    grammar = sql_grammar(schema)
-    assert accepts(grammar, 'SELECT name FROM battle WHERE name = "June 1205"')
-    assert not accepts(grammar, 'SELECT name FROM battle ORDER BY "June 1205"')  # a key never starts with a literal
-    flow = sql_flow("Who fought in June 1205?", schema)
-    next(flow)
-    with pytest.raises(StopIteration) as done:
-        flow.send([chat_answer('SELECT "order", name FROM battle WHERE name = "it\'s June"')])
-    query = done.value.value
-    assert query.sql == """SELECT "order", name FROM battle WHERE name = 'it''s June'""", query
-    assert query.columns == ["order", "name"] or set(query.columns) == {"order", "name"}
-
-
 def test_only_ascii_letters_fold_as_sqlite_folds_them() -> None:
     """SQLite reads ``ärger`` as another name than ``ÄRGER`` — and a double-quoted name it does not know as a string,
     a silently wrong answer — so only the ASCII letters of a name fold; a quoted keyword name keeps its case where a
@@ -231,11 +213,7 @@ def test_only_ascii_letters_fold_as_sqlite_folds_them() -> None:
     schema = schema_from_ddl('CREATE TABLE "Order" (id INTEGER, "ÄRGER" TEXT);')
     con = empty_copy(schema)
     grammar = sql_grammar(schema)
-    assert accepts(grammar, 'SELECT "ÄRGER" FROM "order"') and '"\\"ärger\\""' not in grammar  # not as a name
-    # (the grammar takes any double-quoted text at a value — a string, as models write them — but "ärger" is then
-    # kept as written, not made a string, and the check refuses the name SQLite does not know)
-    kept = single_quoted('SELECT "ärger" FROM "order"', schema)
-    assert kept == 'SELECT "ärger" FROM "order"' and check_query(kept, schema, con)[0]
+    assert accepts(grammar, 'SELECT "ÄRGER" FROM "order"') and not accepts(grammar, 'SELECT "ärger" FROM "order"')
     assert schema.table("ORDER") is not None and schema.table("örder") is None
     spelt = respell('SELECT "ÄRGER" FROM "order" WHERE id > 1', schema, con)
     assert spelt == 'SELECT "ÄRGER" FROM "Order" WHERE id > 1'

@@ -27,7 +27,7 @@ from ..structured.flow import Constraint, Flow, Structured, constrained_flow
 from ..structured.prompts import repair_message
 from .classify import require_text
 from .generate import ANTI_LOOP
-from .sql_check import check_query, respell, single_quoted
+from .sql_check import check_query, respell
 from .sql_grammar import QUERY_TOKENS, Scope, fold, quote, scope_of, sql_grammar
 
 MAX_TABLES = 200
@@ -208,8 +208,8 @@ def sql_constraint(schema: DbSchema, db: sqlite3.Connection, scope: Scope | None
     def check(text: Any) -> list[str]:
         return check_query(str(text), schema, db)[0]
 
-    return Constraint({"grammar": sql_grammar(schema, scope)},
-                      lambda text: single_quoted(text.strip().rstrip(";").strip(), schema), check, QUERY_TOKENS)
+    return Constraint({"grammar": sql_grammar(schema, scope)}, lambda text: text.strip().rstrip(";").strip(),
+                      check, QUERY_TOKENS)
 
 
 def scoped_flow(messages: list[dict[str, Any]], schema: DbSchema, db: sqlite3.Connection, *, model: str | None,

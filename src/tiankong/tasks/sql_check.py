@@ -13,48 +13,6 @@ if TYPE_CHECKING:
     from .sql import DbSchema
 
 
-def _quoted_end(sql: str, start: int) -> int:
-    """The index of the quote that closes the one at ``start`` (a doubled quote inside is one character), or
-    ``len(sql)`` when none does."""
-    mark, at = sql[start], start + 1
-    while at < len(sql):
-        if sql[at] == mark:
-            if sql[at + 1:at + 2] != mark:
-                return at
-            at += 1
-        at += 1
-    return len(sql)
-
-
-def single_quoted(sql: str, schema: DbSchema) -> str:
-    """The answer with each double-quoted token that names no table or column of the schema written as the string
-    SQLite reads it as (``WHERE date = "June 1205"`` → ``'June 1205'``). Small models copy the double quotes of the
-    SQL they were shown (CoSQL's earlier turns, Spider's gold style); held to single quotes only, the 0.5B wrote a
-    number instead (``WHERE name = 6``): on CoSQL's 95 questions, 14 answers where the free text wrote a
-    double-quoted string held none, 0 of them right against the free text's 6. SQLite takes a double-quoted token
-    it cannot resolve as a name for a string (a legacy it may be built without); the answer says what it means,
-    portably. A token that names something of the schema stays a name, as SQLite reads it; so does one that names
-    it in another case of a non-ASCII letter (``"ärger"`` for ``"ÄRGER"``): a name SQLite does not know, which the
-    check then refuses (a retry), not a string the model did not mean."""
-    every = [t.name for t in schema.tables] + [c for t in schema.tables for c in t.columns]
-    names = {fold(n) for n in every} | {n.casefold() for n in every}
-    out: list[str] = []
-    at = 0
-    while at < len(sql):
-        if sql[at] not in "'\"":
-            out.append(sql[at])
-            at += 1
-            continue
-        end = _quoted_end(sql, at)
-        token = sql[at:end + 1]
-        body = token[1:-1].replace('""', '"')
-        if sql[at] == '"' and end < len(sql) and fold(body) not in names and body.casefold() not in names:
-            token = "'" + body.replace("'", "''") + "'"
-        out.append(token)
-        at = end + 1
-    return "".join(out)
-
-
 def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[list[str], list[str], list[str]]:
     """(errors, tables, columns): sqlglot's parse, every table in the schema, every column in a table the query
     names (qualified: in that table), and SQLite's ``EXPLAIN``."""

@@ -116,10 +116,9 @@ call ::= (ONE "(" value ")" | ROUND "(" value (", " [0-9])? ")" | SUBSTR "(" val
        | STRFTIME "(" str ", " value (", " str){0,3} ")" | DATEFN "(" value (", " str){0,3} ")")
 case ::= ("CASE" ((" WHEN " cond " THEN " value){1,4} | " " value (" WHEN " lit " THEN " value){1,4})
          (" ELSE " value)? " END")
-lit ::= num | str | dstr | "NULL" | "CURRENT_DATE" | "CURRENT_TIMESTAMP"
+lit ::= num | str | "NULL" | "CURRENT_DATE" | "CURRENT_TIMESTAMP"
 num ::= "-"? [0-9]{1,12} ("." [0-9]{1,6})?
 str ::= "'" ([^'\\\n] | "''"){0,80} "'"
-dstr ::= "\"" [^"\\\n]{0,80} "\""
 """ + f"""AGG ::= {_either("COUNT", "SUM", "AVG", "MIN", "MAX", "TOTAL")}
 GROUPCONCAT ::= {_either("GROUP_CONCAT")}
 ONE ::= {_either("LOWER", "UPPER", "LENGTH", "ABS", "TRIM", "LTRIM", "RTRIM", "TYPEOF")}
