@@ -32,9 +32,9 @@ steps:
    table the outer FROM names by an alias only (SQLite knows no ``orders.id`` after ``FROM orders AS o`` — nor,
    then, inside a sub-query over that table: a bare column is written there); a bare column only a column
    of the tables the first answer names, and not one two tables of the outer FROM both hold (ambiguous there:
-   written qualified); sub-queries only those tables. A column of a table that is not in the
-   query cannot be written there. (A query that passed step 1's check already keeps to its scope, so generating
-   FROM first every time would only double the cost.)
+   written qualified) unless a sub-query's table holds it; sub-queries only those tables. A column of a table that
+   is not in the query cannot be written there. (A query that passed step 1's check already keeps to its scope, so
+   generating FROM first every time would only double the cost.)
 
 (llama.cpp ends a rule at a line break outside parentheses: a rule that goes on to the next line is wrapped.)
 Written by hand because no library emits a grammar for llama.cpp from a database schema; sqlglot checks the
@@ -169,8 +169,7 @@ def _spellings(names: list[str]) -> str:
 
 
 def _columns(schema: DbSchema, prefix: str, table: str, alias: bool = False) -> str:
-    found = schema.table(table)
-    assert found is not None
+    found = _table(schema, table)
     spelt = list(dict.fromkeys([prefix + ".", *([] if alias else [fold(prefix) + "."])]))
     head = _literal(spelt[0]) if len(spelt) == 1 else f"({_spellings(spelt)})"
     return f"{head} ({_spellings([quote(c) for c in found.columns])})"
