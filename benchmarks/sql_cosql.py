@@ -56,15 +56,13 @@ import json
 import re
 import sqlite3
 import sys
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sql_accuracy import run, table  # noqa: E402
-from sql_spider import HUB, INTERCODE, SKIP_DBS, build, fingerprint, run_arguments  # noqa: E402
+from sql_spider import HUB, INTERCODE, SKIP_DBS, build, fingerprint, run_arguments, run_set  # noqa: E402
 
 from tiankong.tasks.sql import read_only  # noqa: E402
 
@@ -137,19 +135,8 @@ def main() -> None:
     if args.list:
         return
     chosen = every[args.start: args.start + args.n]
-    print(f"this run: positions {args.start}–{args.start + len(chosen) - 1}, sha256 {fingerprint(chosen)}")
-    args.results.mkdir(parents=True, exist_ok=True)
-    stem = (f"cosql-{args.model.replace(':', '_')}" + (f"-from{args.start}" if args.start else "")
-            + (f"-{args.tag}" if args.tag else ""))
-    done = run(args.model, chosen, args.slots, lambda item: folder / f"{item['db']}.sqlite",
-               args.results / f"{stem}.jsonl", args.raw_from)
-    print(f"\nCoSQL (evals sample): {len(done)} questions over {len({d['db'] for d in done})} databases, "
-          f"{args.model}, {time.strftime('%Y-%m-%d')}")
-    rows = table(done, "cosql")
-    (args.results / f"summary-{stem}.json").write_text(json.dumps({
-        "model": args.model, "n": len(done), "wheels": [EVALS, HUB, INTERCODE], "sha256": fingerprint(every),
-        "start": args.start, "run_sha256": fingerprint(chosen), "rows": rows}, indent=2) + "\n")
-
+    run_set(args, folder, chosen, "cosql", "CoSQL (evals sample)", "cosql", {}, [EVALS, HUB, INTERCODE],
+            fingerprint(every))
 
 if __name__ == "__main__":
     main()

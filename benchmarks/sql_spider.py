@@ -138,20 +138,26 @@ def main() -> None:
     if args.list:
         return
     chosen = [i for i in every if i["split"] == args.split][args.start: args.start + args.n]
-    print(f"this run: {args.split} positions {args.start}–{args.start + len(chosen) - 1}, sha256 {fingerprint(chosen)}")
+    run_set(args, folder, chosen, f"spider-{args.split}", f"Spider dev set, our {args.split} split", args.split,
+            {"split": args.split}, [HUB, INTERCODE], fingerprint([i for i in every if i["split"] == args.split]))
+
+
+def run_set(args: argparse.Namespace, folder: Path, chosen: list[dict[str, Any]], prefix: str, title: str,
+            label: str, extra: dict[str, Any], wheels: list[str], set_sha: str) -> None:
+    """Both sides over ``chosen`` (``sql_accuracy.run``: resumable store), the table, and the summary JSON (this
+    script's and ``sql_cosql.py``'s)."""
+    print(f"this run: {label} positions {args.start}–{args.start + len(chosen) - 1}, sha256 {fingerprint(chosen)}")
     args.results.mkdir(parents=True, exist_ok=True)
-    stem = (f"spider-{args.split}-{args.model.replace(':', '_')}" + (f"-from{args.start}" if args.start else "")
+    stem = (f"{prefix}-{args.model.replace(':', '_')}" + (f"-from{args.start}" if args.start else "")
             + (f"-{args.tag}" if args.tag else ""))
     done = run(args.model, chosen, args.slots, lambda item: folder / f"{item['db']}.sqlite",
                args.results / f"{stem}.jsonl", args.raw_from)
-    print(f"\nSpider dev set, our {args.split} split: {len(done)} questions over {len({d['db'] for d in done})} "
-          f"databases, {args.model}, {time.strftime('%Y-%m-%d')}")
-    rows = table(done, args.split)
+    print(f"\n{title}: {len(done)} questions over {len({d['db'] for d in done})} databases, {args.model}, "
+          f"{time.strftime('%Y-%m-%d')}")
+    rows = table(done, label)
     (args.results / f"summary-{stem}.json").write_text(json.dumps({
-        "model": args.model, "split": args.split, "n": len(done), "wheels": [HUB, INTERCODE],
-        "sha256": fingerprint([i for i in every if i["split"] == args.split]), "start": args.start,
+        "model": args.model, **extra, "n": len(done), "wheels": wheels, "sha256": set_sha, "start": args.start,
         "run_sha256": fingerprint(chosen), "rows": rows}, indent=2) + "\n")
-
 
 if __name__ == "__main__":
     main()
