@@ -162,9 +162,12 @@ class TruncatedOutput(OutputError):
 
     type = "truncated_output"
 
-    def __init__(self, message: str, *, attempts: int, last_raw: str, usage: object = None) -> None:
+    HINT = "raise max_tokens, bound the schema (maxLength/maxItems) or shorten the input"
+
+    def __init__(self, message: str, *, attempts: int, last_raw: str, usage: object = None,
+                 hint: str = HINT) -> None:
         self.attempts, self.last_raw, self.usage = attempts, last_raw, usage
-        super().__init__(message, hint="raise max_tokens, bound the schema (maxLength/maxItems) or shorten the input")
+        super().__init__(message, hint=hint)
 
 
 class RetriesExhausted(OutputError):

@@ -1,14 +1,17 @@
 """JSON from outside (request bodies, batch lines): standard JSON only, nested no deeper than ``MAX_DEPTH``.
 
 Python's ``json`` accepts ``NaN``, ``Infinity`` and ``-Infinity``, which are not JSON and which llama-server
-answers with a raw parse error; and it recurses once per nesting level, so 100,000 brackets raise
-``RecursionError`` (and code that walks the value later would recurse as deep). Both are refused here with a
-``ValueError`` that says what to change.
+answers with a raw parse error; it recurses once per nesting level, so 100,000 brackets raise ``RecursionError``
+(and code that walks the value later would recurse as deep); and it turns an escaped lone UTF-16 surrogate
+(``"\\ud83d"`` without its pair) into a string that is not Unicode text, which fails later — far from the request
+— wherever the string is encoded (sent to the engine, written to a file or a reply). All three are refused here
+with a ``ValueError`` that says what to change.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +43,45 @@ def depth(value: Any, limit: int = MAX_DEPTH) -> int:
     return deepest
 
 
+#: a \\uXXXX escape of a surrogate in the JSON text: only then can a parsed string hold a lone one
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """Where a string (or key) of ``value`` holds a lone surrogate — ``"records[3].text"`` — or ``None``; iterative."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if _SURROGATE.search(node):
+                return path or "the body"
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                here = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return f"a key of {path or 'the body'}"
+                stack.append((child, here))
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node))
+    return None
+
+
 def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
-    """``json.loads`` without NaN/Infinity and without values nested deeper than ``max_depth``."""
+    """``json.loads`` without NaN/Infinity, without values nested deeper than ``max_depth`` and without lone
+    surrogates."""
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except RecursionError:
         raise UnsafeJSON(f"JSON nested deeper than {max_depth} levels") from None
     if depth(value, max_depth) > max_depth:
         raise UnsafeJSON(f"JSON nested deeper than {max_depth} levels")
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if _SURROGATE_ESCAPE.search(raw):
+        where = lone_surrogate(value)
+        if where is not None:
+            raise UnsafeJSON(f"{where} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without its pair), "
+                             "which is not Unicode text: send the whole pair or drop it")
     return value
 
 

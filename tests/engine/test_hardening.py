@@ -75,7 +75,8 @@ def test_json_depth_is_counted_without_recursion() -> None:
 
 @pytest.mark.parametrize("messages, where", [(["hi"], "messages[0]"), ([None], "messages[0]"),
                                              ([{"role": "user", "content": "a"}, 3], "messages[1]"),
-                                             ("hi", "messages must be a list")])
+                                             ("hi", "messages must be a non-empty list"),
+                                             ([], "messages must be a non-empty list")])
 def test_bad_messages_name_the_index(gateway: str, messages: object, where: str) -> None:
     error = error_of(post(gateway, CHAT, {"messages": messages, "max_tokens": 2}))
     assert where in error["message"] and error["code"] == "invalid_messages"

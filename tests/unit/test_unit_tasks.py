@@ -18,7 +18,7 @@ from helpers.scripted import (
     scored,
 )
 from tiankong import Client
-from tiankong.errors import RetriesExhausted, TiankongError
+from tiankong.errors import RetriesExhausted, TiankongError, TruncatedOutput
 
 URL = "http://engine.test"
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -185,6 +185,16 @@ def test_sql_returns_the_checked_query(engine: ScriptedEngine) -> None:
     assert result.sql == "SELECT COUNT(*) FROM users" and result.tables == ["users"]
     (body,) = engine.bodies("/v1/chat/completions")
     assert "users" in body["grammar"] and "DELETE" not in body["grammar"]
+
+
+def test_sql_that_runs_away_every_time_names_what_the_caller_can_change(engine: ScriptedEngine) -> None:
+    # the query budget is the task's own (no max_tokens field): the structured-output hint ("raise max_tokens,
+    # bound the schema (maxLength/maxItems)") would send a caller to fields the sql task refuses
+    engine.on("/v1/chat/completions", lambda body: chat_reply("SELECT id FROM users WHERE id IN (SELECT",
+                                                              finish_reason="length"))
+    with client_for(engine) as client, pytest.raises(TruncatedOutput) as err:
+        client.sql("how many users", "CREATE TABLE users (id INTEGER, name TEXT);")
+    assert err.value.attempts == 2 and "question" in err.value.hint and "max_tokens" not in err.value.hint
 
 
 def test_redact_without_the_model_sends_nothing(engine: ScriptedEngine) -> None:

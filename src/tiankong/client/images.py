@@ -101,8 +101,8 @@ def validate_image_url(url: object, where: str = "image_url.url", *,
 
 def validate_messages(messages: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> None:
     """Check every message is an object with a role, and every ``image_url`` content part of a chat request."""
-    if not isinstance(messages, list):
-        raise InvalidMessages("messages must be a list of {role, content} objects",
+    if not isinstance(messages, list) or not messages:  # an empty list would generate from an empty prompt
+        raise InvalidMessages("messages must be a non-empty list of {role, content} objects",
                               hint='e.g. [{"role": "user", "content": "hi"}]')
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):

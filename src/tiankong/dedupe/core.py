@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import ConfigError
 from ..structured.flow import Flow
 from .keys import KeyOptions
 from .parts import PartGroup, floor_refused, group_pairs, semantic_groups
+
+if TYPE_CHECKING:
+    from ..deciders.registry import Decider
 
 Stage = Literal["exact", "near", "semantic"]
 STAGES: tuple[Stage, ...] = ("exact", "near", "semantic")
@@ -208,6 +211,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
     """Clusters of duplicate ``records`` (ids unique) and the evidence for every merge; see the module."""
     options = (options or DEFAULTS).check()
     check_ids(records)
+    decider = pair_decider(options)  # a wrong name fails now, not only when some pair falls in the band
     n = len(records)
     forest = _Forest(n)
     evidence: list[list[Evidence]] = [[] for _ in range(n)]
@@ -259,7 +263,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
         report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": k, **stats}
     if "semantic" in options.stages:
         report["stages"]["semantic"] = yield from _semantic_stage(texts, groups, options, apply, report["notes"])
-    report["uncertain"] = yield from _decide(uncertain, records, options, link, report)
+    report["uncertain"] = yield from _decide(uncertain, records, decider, link, report)
     return _assign(records, forest, evidence, options.keep, report)
 
 
@@ -290,24 +294,32 @@ def _semantic_stage(texts: list[str], groups: list[PartGroup], options: DedupeOp
     return {**totals, "parts": parts}
 
 
-def _decide(uncertain: list[Uncertain], records: Sequence[Record], options: DedupeOptions,
+def pair_decider(options: DedupeOptions) -> Decider | None:
+    """The options' decider, loaded and checked to have a label meaning "same" (``None`` without one)."""
+    if options.decider is None:
+        return None
+    from ..deciders.registry import load_decider
+
+    decider = load_decider(options.decider)
+    if not any(label.lower() in SAME_LABELS for label in decider.labels):
+        raise ConfigError(f"decider {decider.ref} has labels {decider.labels}, none meaning 'same'",
+                          hint=f"tune one on pairs labelled with one of {', '.join(SAME_LABELS)}")
+    return decider
+
+
+def _decide(uncertain: list[Uncertain], records: Sequence[Record], decider: Decider | None,
             link: Any, report: dict[str, Any]) -> Flow[dict[str, Any]]:
     """The uncertain pairs merged when the decider says "same" (p ≥ 0.5), or left apart and counted."""
     summary: dict[str, Any] = {"pairs": len(uncertain), "decided_same": 0, "decided_different": 0, "left": 0}
-    if not uncertain or options.decider is None:
+    if not uncertain or decider is None:
         for a, b, stage, score, part in uncertain:
             summary["left"] += link(a, b, stage, score, part, merged=False)
         return summary
-    from ..deciders.registry import load_decider
     from ..deciders.runtime import pair_decider_part, scores_flow
     from ..models.registry import resolve
     from .pairs import unread_pairs
 
-    decider = load_decider(options.decider)
-    same = next((i for i, label in enumerate(decider.labels) if label.lower() in SAME_LABELS), None)
-    if same is None:
-        raise ConfigError(f"decider {decider.ref} has labels {decider.labels}, none meaning 'same'",
-                          hint=f"tune one on pairs labelled with one of {', '.join(SAME_LABELS)}")
+    same = next(i for i, label in enumerate(decider.labels) if label.lower() in SAME_LABELS)
     texts = [pair_text(records[a].text, records[b].text) for a, b, *_ in uncertain]
     rows = yield from scores_flow(decider, texts)
     summary["decider"] = decider.ref

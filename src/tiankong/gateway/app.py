@@ -12,6 +12,7 @@ bare 500 page). :func:`create_app` is the public factory.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -42,7 +43,7 @@ from .preempt import forward_preemptible, preemptible
 from .responses import error_for, error_response
 from .state import GatewayState
 from .structured_routes import structured_chat, tool_chat, wants_structured, wants_tools
-from .task_routes import cohere_rerank_answer, cohere_rerank_body, embeddings_answer, run_task
+from .task_routes import OWN_RANKER, cohere_rerank_answer, cohere_rerank_body, embeddings_answer, run_task
 from .upstream import note_json
 
 __all__ = ["Gateway", "GatewayState", "create_app", "error_response", "hash_key", "unauthorized"]
@@ -143,9 +144,16 @@ class Gateway:
             routed = await self.state.router.route(body, call, fallback=True)
             return routed if isinstance(routed, Response) else body
         named = None if names_engine else body.pop("model", None)
-        routed = await self.state.router.route(body, call)
-        if named is not None:
+        if named is not None and not isinstance(named, str):
+            return error_response(400, f"model must be a string, got {json.dumps(named)[:40]}",
+                                  "invalid_request_error", "invalid_model", param="model")
+        if named and named != OWN_RANKER:  # another name must be one the pool serves: routed, 404 when unknown
             body["model"] = named
+        routed = await self.state.router.route(body, call)
+        if not names_engine:  # the answer names what the client named (or nothing: the ranker's own name)
+            body.pop("model", None)
+            if named:
+                body["model"] = named
         return routed if isinstance(routed, Response) else body
 
     async def admitted(self, request: Request, call: RequestRecord, work: Work, names_engine: bool = True) -> Response:

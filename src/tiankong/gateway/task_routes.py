@@ -73,6 +73,8 @@ def as_base64(answer: Any) -> Any:
 
 
 RERANK_FIELDS = {"model", "query", "documents", "top_n", "return_documents", "decider"}
+#: the ranker ``/v1/rerank`` answers as; its ``model`` is this, absent, or a model of the pool (else 404)
+OWN_RANKER = "tiankong-rerank"
 
 
 def cohere_rerank_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -100,5 +102,5 @@ def cohere_rerank_answer(answer: dict[str, Any], body: dict[str, Any]) -> dict[s
         if body.get("return_documents"):
             row["document"] = {"text": item["text"]}
         results.append(row)
-    return {"model": body.get("model") or "tiankong-rerank", "results": results,
+    return {"model": body.get("model") or OWN_RANKER, "results": results,
             "meta": {"parts": answer.get("parts", []), "notes": answer.get("notes", [])}}

@@ -52,6 +52,12 @@ def extract_line(result: Structured[Any]) -> str:
 
 async def extract_answer(client: Any, body: dict[str, Any]) -> tuple[dict[str, Any], Structured[Any]]:
     """An extract body's answer (:func:`extract_json`) and its result."""
+    unknown = sorted(set(body) - set(BODY["properties"]))
+    if unknown:  # refused, not dropped: a client's field the task would ignore is a mistake it should hear of
+        error = ConfigError(f"invalid extract request: {unknown[0]}: not a field of this task",
+                            hint=f"fields: {', '.join(sorted(BODY['properties']))} (docs/tasks.md#extract)")
+        error.param = unknown[0]
+        raise error
     text, schema = body.get("text"), body.get("schema")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("'text' must be a non-empty string")

@@ -269,11 +269,20 @@ def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = No
     with contextlib.ExitStack() as stack:
         db = stack.enter_context(read_only(db_path)) if db_path is not None else \
             stack.enter_context(contextlib.closing(empty_copy(schema)))
-        result = yield from scoped_flow(messages, schema, db, model=model, max_attempts=max_attempts)
+        try:
+            result = yield from scoped_flow(messages, schema, db, model=model, max_attempts=max_attempts)
+        except TruncatedOutput as exc:  # its budget is the task's own: the structured-output hint does not apply
+            raise TruncatedOutput(exc.message, attempts=exc.attempts, last_raw=exc.last_raw, usage=exc.usage,
+                                  hint=RUNAWAY_HINT) from None
         sql = respell(str(result.data), schema, db)
         _, tables, columns = check_query(sql, schema, db)
         rows = run_query(db, sql, max_rows) if execute else None
     return SqlQuery(transpile(sql), tables, columns, dialect, rows, result.attempts, result)
+
+
+#: what a caller can do when every attempt ran past ``QUERY_TOKENS`` (the task's own bound, not a request field)
+RUNAWAY_HINT = ("the model wrote a run-away query each time: ask a simpler or more specific question, give only the "
+                "tables it needs, or use a larger model (--model)")
 
 
 def run_query(db: sqlite3.Connection, sql: str, max_rows: int) -> list[list[Any]]:

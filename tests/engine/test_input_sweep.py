@@ -1,0 +1,117 @@
+"""Requests a users'-conditions sweep of the gateway found mishandled (2026-12-07): each is now a clear 4xx naming
+the field, before any engine is asked, never a 500, a traceback or a silently different answer. Real gateway in
+front of SmolLM2 (the rerank and dedupe routes start their embedding part)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import serve_app
+from tiankong import jsonsafe
+from tiankong.batch.files import InvalidFile, check_batch_input
+from tiankong.engine import EngineProcess
+from tiankong.gateway import GatewayState
+from tiankong.models import TEST_MODEL
+
+CHAT = "/v1/chat/completions"
+#: a JSON string holding an escaped lone surrogate: Python's json accepts it, no encoder downstream does
+LONE = '"mail a@b.com \\ud83d x"'
+
+
+@pytest.fixture(scope="module")
+def gateway(smol_engine: EngineProcess) -> Iterator[str]:
+    with serve_app(GatewayState.for_engine(smol_engine, TEST_MODEL)) as url:
+        yield url
+
+
+def post(url: str, path: str, body: object = None, *, content: bytes | None = None) -> httpx.Response:
+    raw = content if content is not None else json.dumps(body).encode()
+    return httpx.post(f"{url}{path}", content=raw, headers={"content-type": "application/json"}, timeout=120)
+
+
+def error_of(answer: httpx.Response, status: int = 400) -> dict[str, str]:
+    assert answer.status_code == status, answer.text
+    error: dict[str, str] = answer.json()["error"]
+    assert error["message"] and error["type"] and "Traceback" not in answer.text
+    return error
+
+
+@pytest.mark.parametrize("path, template", [
+    (CHAT, '{"messages": [{"role": "user", "content": %s}], "max_tokens": 2}'),
+    ("/v1/completions", '{"prompt": %s, "max_tokens": 2}'),
+    ("/v1/tasks/redact", '{"text": %s, "use_model": false}'),
+    ("/v1/tasks/classify", '{"text": "fine", "labels": ["a", %s]}'),
+    ("/v1/tasks/extract", '{"text": %s, "schema": {"type": "object"}}'),
+    ("/v1/rerank", '{"query": "q", "documents": ["a", %s]}'),
+])
+def test_a_lone_surrogate_is_a_400_that_says_where(gateway: str, path: str, template: str) -> None:
+    error = error_of(post(gateway, path, content=(template % LONE).encode()))
+    assert error["code"] == "invalid_json" and "surrogate" in error["message"]
+
+
+def test_surrogates_are_refused_only_when_lone() -> None:
+    with pytest.raises(jsonsafe.UnsafeJSON, match=r"records\[1\]\.text holds a lone"):
+        jsonsafe.loads('{"records": [{"text": "ok"}, {"text": "a \\udc00"}]}')
+    with pytest.raises(jsonsafe.UnsafeJSON, match="a key of"):
+        jsonsafe.loads('{"\\ud800": 1}')
+    assert jsonsafe.loads('{"t": "\\ud83d\\ude00"}') == {"t": "\U0001f600"}  # a pair is one character
+    assert jsonsafe.loads('{"t": "\\\\ud83d"}') == {"t": "\\ud83d"}  # an escaped backslash, not an escape
+
+
+def test_a_batch_upload_with_a_lone_surrogate_is_refused_with_its_lines(tmp_path: Path) -> None:
+    # before: the upload was taken, the batch failed as a whole and its valid lines were never answered
+    lines = ['{"custom_id": "s1", "method": "POST", "url": "/v1/tasks/classify", "body": {"text": "x\\ud800", '
+             '"labels": ["a", "b"]}}',
+             '{"custom_id": "s2\\ud800", "method": "POST", "url": "/v1/tasks/classify", "body": {"text": "fine", '
+             '"labels": ["a", "b"]}}',
+             '{"custom_id": "s3", "method": "POST", "url": "/v1/tasks/classify", "body": {"text": "fine", '
+             '"labels": ["a", "b"]}}']
+    upload = tmp_path / "in.jsonl"
+    upload.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(InvalidFile) as err:
+        check_batch_input(upload, 100)
+    assert [line for line, _ in err.value.problems] == [1, 2]
+    assert all("surrogate" in text for _, text in err.value.problems)
+
+
+def test_a_token_budget_the_engine_would_wrap_is_refused(gateway: str) -> None:
+    # llama-server reads max_tokens as a 32-bit int: 2**32 + 1 came back as a 200 cut after 1 token
+    for value in (2**32 + 1, 10**12):
+        error = error_of(post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": value}))
+        assert error["code"] == "invalid_max_tokens" and error["param"] == "max_tokens" and "2147483647" in \
+            error["message"]
+
+
+def test_empty_messages_are_refused(gateway: str) -> None:
+    error = error_of(post(gateway, CHAT, {"messages": [], "max_tokens": 4}))
+    assert error["code"] == "invalid_messages" and "non-empty" in error["message"]
+
+
+def test_v1_rerank_model_names_the_ranker_or_a_served_model(gateway: str) -> None:
+    body = {"query": "reset my password", "documents": ["how to reset a password", "opening hours"]}
+    unknown = error_of(post(gateway, "/v1/rerank", {**body, "model": "nope"}), 404)
+    assert unknown["code"] == "model_not_found" and "nope" in unknown["message"]
+    wrong = error_of(post(gateway, "/v1/rerank", {**body, "model": 5}))
+    assert wrong["code"] == "invalid_model" and wrong["param"] == "model"
+    for model, echoed in ((None, "tiankong-rerank"), ("tiankong-rerank", "tiankong-rerank"), (TEST_MODEL, TEST_MODEL)):
+        answer = post(gateway, "/v1/rerank", {**body, **({"model": model} if model else {})})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["model"] == echoed and answer.json()["results"][0]["index"] == 0
+
+
+def test_extract_refuses_a_field_it_would_ignore(gateway: str) -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    error = error_of(post(gateway, "/v1/tasks/extract", {"text": "Bob is 42", "schema": schema, "foo": 1}))
+    assert error["param"] == "foo" and "instructions" in error["message"]
+
+
+def test_a_dedupe_decider_is_checked_even_when_no_pair_needs_it(gateway: str) -> None:
+    # before: a typo passed whenever no pair fell in the uncertain band (200), and failed when one did (400)
+    body = {"records": [{"id": 1, "text": "apples"}, {"id": 2, "text": "zebra crossing"}], "decider": "nosuch"}
+    error = error_of(post(gateway, "/v1/tasks/dedupe", body))
+    assert "no such decider" in error["message"]
