@@ -115,3 +115,10 @@ def test_a_dedupe_decider_is_checked_even_when_no_pair_needs_it(gateway: str) ->
     body = {"records": [{"id": 1, "text": "apples"}, {"id": 2, "text": "zebra crossing"}], "decider": "nosuch"}
     error = error_of(post(gateway, "/v1/tasks/dedupe", body))
     assert "no such decider" in error["message"]
+
+
+def test_an_upload_that_is_not_multipart_is_told_how_to_upload(gateway: str) -> None:
+    answer = httpx.post(f"{gateway}/v1/files", content=b'{"custom_id": "a"}\n', timeout=30,
+                        headers={"content-type": "text/plain"})
+    error = error_of(answer, 415)
+    assert "multipart/form-data" in error["message"] and "purpose=batch" in error["message"]

@@ -157,8 +157,9 @@ def test_bad_input_is_refused_with_a_clear_error(client: Client, http: TestClien
 def test_cohere_shape_and_task_route_return_the_same_ranking(http: TestClient) -> None:
     query, docs, _ = NO_OVERLAP[1]
     task = http.post("/v1/tasks/rerank", json={"query": query, "documents": docs})
-    cohere = http.post("/v1/rerank", json={"model": "tiankong-rerank", "query": query, "documents": [{"text": d} for d in docs],
-                                           "top_n": 3, "return_documents": True})
+    cohere = http.post("/v1/rerank", json={"model": "tiankong-rerank", "query": query,
+                                           "documents": [{"text": d} for d in docs], "top_n": 3,
+                                           "return_documents": True})
     assert task.status_code == 200 and cohere.status_code == 200, (task.text, cohere.text)
     assert [r["index"] for r in cohere.json()["results"]] == [r["index"] for r in task.json()["results"]]
     # the same scores up to the part engine's float noise: its vectors move in the last digits with what shares a

@@ -93,8 +93,12 @@ class OriginCheck:
         content_type = headers.get("content-type", "")
         if scope.get("method") == "POST" and not _is_json(content_type) and not (
                 scope.get("path") == UPLOAD_PATH and content_type.lower().startswith("multipart/form-data")):
-            return 415, (f"POST bodies must be JSON with Content-Type: application/json (got "
-                         f"{headers.get('content-type') or 'none'!r})"), "unsupported_media_type"
+            got = headers.get("content-type") or "none"
+            if scope.get("path") == UPLOAD_PATH:
+                return 415, (f"an upload is multipart/form-data with a 'file' part and purpose=batch (got {got!r}): "
+                             "e.g. curl -F purpose=batch -F file=@requests.jsonl"), "unsupported_media_type"
+            return 415, f"POST bodies must be JSON with Content-Type: application/json (got {got!r})", \
+                "unsupported_media_type"
         return None
 
 
