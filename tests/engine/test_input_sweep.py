@@ -108,6 +108,9 @@ def test_extract_refuses_a_field_it_would_ignore(gateway: str) -> None:
     schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
     error = error_of(post(gateway, "/v1/tasks/extract", {"text": "Bob is 42", "schema": schema, "foo": 1}))
     assert error["param"] == "foo" and "instructions" in error["message"]
+    for body, field in (({"schema": schema}, "text"), ({"text": "Bob"}, "schema"),
+                        ({"text": "Bob", "schema": schema, "instructions": 3}, "instructions")):
+        assert error_of(post(gateway, "/v1/tasks/extract", body))["param"] == field
 
 
 def test_a_dedupe_decider_is_checked_even_when_no_pair_needs_it(gateway: str) -> None:
