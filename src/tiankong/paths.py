@@ -7,6 +7,7 @@ platform convention (``XDG_DATA_HOME`` / ``XDG_CACHE_HOME`` on Linux).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -48,3 +49,27 @@ def downloads_dir() -> Path:
 
 def logs_dir() -> Path:
     return cache_dir() / "logs"
+
+
+def check_output(path: str | Path, what: str = "--output") -> None:
+    """An output file can be written at ``path`` (checked before any work: a run must not fail at its end with an
+    OS error) — ``ConfigError`` naming the path and what to do otherwise. Its folder is made if missing."""
+    from .errors import ConfigError
+
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{what} {target} is a folder", hint=f"give {what} a file path, e.g. {target / 'out.jsonl'}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot make the folder of {what} {target}: {exc.strerror or exc}",
+                          hint=f"choose a writable {what} path") from None
+    try:  # a file made and removed beside it: what the writers do (permissions, read-only or odd file systems)
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {what} {target}: {exc.strerror or exc}",
+                          hint=f"choose a writable {what} path") from None
+    if target.exists() and not os.access(target, os.W_OK):
+        raise ConfigError(f"cannot write {what} {target}: permission denied", hint=f"choose a writable {what} path")

@@ -125,3 +125,33 @@ def test_an_upload_that_is_not_multipart_is_told_how_to_upload(gateway: str) -> 
                         headers={"content-type": "text/plain"})
     error = error_of(answer, 415)
     assert "multipart/form-data" in error["message"] and "purpose=batch" in error["message"]
+
+
+def test_finding_a_lone_surrogate_is_bounded_in_memory_and_pairs_cost_no_walk() -> None:
+    # a review found the first walk built every child's path: a 90 KB body (a long key, many list items) took ~1 GB
+    import tracemalloc
+
+    body = '{"' + "k" * 10_000 + '": ["\\ud83d", ' + ",".join(["0"] * 40_000) + "]}"
+    tracemalloc.start()
+    with pytest.raises(jsonsafe.UnsafeJSON) as err:
+        jsonsafe.loads(body)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 * 2**20 and len(str(err.value)) < 400  # measured 3.2 MiB; the path is cut at 120 characters
+    emoji = json.dumps({"records": [{"id": i, "text": "ok 😀"} for i in range(2000)]})  # escaped pairs
+    assert len(jsonsafe.loads(emoji)["records"]) == 2000
+
+
+def test_a_system_prompt_alone_is_a_conversation() -> None:
+    from tiankong.client._shared import as_messages
+
+    assert as_messages([], system="Be brief.") == [{"role": "system", "content": "Be brief."}]
+    with pytest.raises(Exception, match="non-empty"):
+        as_messages([])
+
+
+def test_the_guard_shows_its_score_as_finely_as_its_thresholds() -> None:
+    from tiankong.tasks.guard import _judgement
+
+    words = _judgement(0.9575, 0.1059, 0.9578)  # shown as p=0.96 before, under "blocked from 0.958"
+    assert "p=0.9575" in words and "0.9578" in words and words.startswith("finds it somewhat like")

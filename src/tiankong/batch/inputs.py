@@ -111,7 +111,8 @@ def _csv(path: Path, id_field: str) -> Iterator[Item]:
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     with handle:
-        reader = csv.DictReader(handle, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+        # strict: a quote left open would otherwise swallow every later line into one cell, without a word
+        reader = csv.DictReader(handle, delimiter="\t" if path.suffix.lower() == ".tsv" else ",", strict=True)
         try:
             for row in reader:
                 line = reader.line_num

@@ -257,4 +257,6 @@ def build_job(job_file: str | Path | None = None, **overrides: Any) -> BatchJob:
     for key in ("input", "output"):
         if not fields.get(key):
             raise ConfigError(f"no {key} given", hint=f"pass --{key} or set {key} in the job file")
+    if fields.get("kind") == "normalize" and fields.get("schema") is not None:  # --schema: the target schema
+        fields["args"] = {"schema": fields.pop("schema"), **(fields.get("args") or {})}
     return make_job(**fields)

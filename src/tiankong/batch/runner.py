@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ConfigError, EngineError, TiankongError, TransportError
+from ..paths import check_output
 from . import openai_fmt
 from .engines import BatchEngines, unreachable
 from .inputs import Item, check_scan, detect_format, job_items, prescan
@@ -72,6 +73,7 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None, engines: 
     the job's own. Cancelling it keeps every finished item (whole lines are flushed on the way out)."""
     if keep_order is not None and keep_order != job.keep_order:
         job = job.model_copy(update={"keep_order": keep_order})
+    check_output(job.output)  # before the lock, the journal or any engine: not at the end of the run
     if job.kind == "dedupe":  # one step over the whole data set, not one task call per record
         from .whole import run_dedupe  # noqa: PLC0415
 

@@ -195,7 +195,11 @@ class OutputLock:
 
     def __init__(self, paths: OutputPaths) -> None:
         self.path = paths.lock
-        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot write {self.path}: {exc.strerror or exc}",
+                              hint="choose a writable --output path") from None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -27,7 +27,8 @@ def tune() -> None:
               "fine-tune of the embedding part per fold, no chat engine: needs the [retrieval] extra, 1-2 minutes "
               "per fold on 2 cores), and lora (a LoRA fine-tune per fold: needs the [lora] extra, minutes per "
               "fold on a CPU).")
-@click.option("--folds", type=int, default=5, show_default=True, help="Stratified cross-validation folds.")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Stratified cross-validation folds (2 or more).")
 @click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Words for a label in prompts (repeat).")
 @click.option("--no-engine", is_flag=True, help="Score only methods that need no chat engine (tfidf, "
               "probe-part; setfit when asked for).")
@@ -57,7 +58,8 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
               "(0/1 or a grade; several passages per query, some relevant and some not; ≥ 6 queries); an optional "
               "qid column keeps one candidate list per id.")
 @click.option("--name", required=True, help="Register the decider under this name (a new version each time).")
-@click.option("--folds", type=int, default=5, show_default=True, help="Folds by query (repeated with 3 seeds).")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Folds by query, 2 or more (repeated with 3 seeds).")
 @click.option("--method", type=click.Choice(["bm25", "embedding", "rrf", "lr-fusion"]), default=None,
               help="Register this method instead of the one the one-standard-error rule picks.")
 @click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")
@@ -80,7 +82,8 @@ def tune_rerank_cmd(data: str, name: str, folds: int, method: str | None, dry_ru
 @click.option("--url", default=None, help="Use a running llama-server started with --embeddings --pooling none.")
 @click.option("--methods", default=None, help="Comma-separated methods (default: tfidf, probe-part; with --model "
               "or --url: every classify method).")
-@click.option("--folds", type=int, default=5, show_default=True, help="Stratified cross-validation folds.")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Stratified cross-validation folds (2 or more).")
 @click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")
 @click.option("--json", "as_json", is_flag=True, help="Print the CV report as JSON.")
 def tune_dedupe_cmd(data: str, name: str, model: str | None, url: str | None, methods: str | None, folds: int,

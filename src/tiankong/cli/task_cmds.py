@@ -44,6 +44,8 @@ def task_options(func: Callable[..., None], json_flags: tuple[str, ...] = ("--js
 
 def read_text(text: str | None, file: str | None = None, *, file_option: bool = True) -> str:
     """TEXT, or --file (where the command has one), or stdin ('-' or absent); bytes must be UTF-8."""
+    if file and text not in (None, "-"):
+        raise click.UsageError("give TEXT or --file, not both")
     if file:
         data = _read_bytes(file)
     elif text not in (None, "-"):

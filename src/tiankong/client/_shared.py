@@ -148,8 +148,9 @@ def as_messages(messages: str | list[Message], system: str | None = None) -> lis
         messages = [{"role": "user", "content": messages}]
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
         raise ConfigError("messages must be a string or a list of {role, content} objects")
-    validate_messages(messages)  # image content parts: data URL, image/*, decodes, size cap
-    return ([{"role": "system", "content": system}] if system else []) + list(messages)
+    whole = ([{"role": "system", "content": system}] if system else []) + list(messages)
+    validate_messages(whole)  # not empty; image content parts: data URL, image/*, decodes, size cap
+    return whole
 
 
 def generation_options(

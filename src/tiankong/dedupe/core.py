@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import ConfigError
 from ..structured.flow import Flow
-from .keys import KeyOptions
+from .keys import KeyOptions, digest
 from .parts import PartGroup, floor_refused, group_pairs, semantic_groups
 
 if TYPE_CHECKING:
@@ -225,19 +225,26 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
             evidence[b].append(Evidence(stage, records[a].id, score, merged, decided_by, p_same, part))
         return joined
 
-    # exact: one group per normalised key; the later members joined to the first
+    # exact: one group per normalised key; the later members joined to the first. A text with nothing left after
+    # normalising (only emoji, symbols or spaces: "👍", "😡😡", "!!!") is no one's copy: its own group
     first: dict[str, int] = {}
-    exact_merged = 0
-    for i, record in enumerate(records):
-        key = options.keys.key(record.text) if "exact" in options.stages else f"#{i}"
+    exact_merged = empty = 0
+    normalised = [options.keys.normalise(record.text) for record in records]
+    for i, text in enumerate(normalised):
+        empty += not text
+        key = digest(text) if "exact" in options.stages and text else f"#{i}"
         if key in first:
             exact_merged += link(first[key], i, "exact", 1.0, None)
         else:
             first[key] = i
     if "exact" in options.stages:
         report["stages"]["exact"] = {"merged": exact_merged}
-    heads = sorted(first.values())  # one record per exact group: the later stages compare these
-    texts = [options.keys.normalise(records[i].text) for i in heads]
+    if empty:
+        report["notes"].append(f"{empty} record(s) hold nothing but symbols, emoji or spaces after normalising: "
+                               "each left in a cluster of its own")
+    # one record per exact group, with some text: the later stages compare these
+    heads = sorted(i for i in first.values() if normalised[i])
+    texts = [normalised[i] for i in heads]
     groups = semantic_groups(texts, options) if "semantic" in options.stages else []  # bad thresholds fail here
     uncertain: list[Uncertain] = []
 
@@ -345,12 +352,14 @@ def pair_text(a: str, b: str) -> str:
 
 
 def check_ids(records: Sequence[Record]) -> None:
-    seen: dict[str | int, int] = {}
+    """Unique ids as written (``--keep-ids`` writes ``1`` and ``"1"`` alike: they are one id)."""
+    seen: dict[str, int] = {}
     for index, record in enumerate(records):
-        if record.id in seen:
-            raise ConfigError(f"record {index + 1} has the id {record.id!r} of record {seen[record.id] + 1}",
-                              hint="ids must be unique: fix or renumber them")
-        seen[record.id] = index
+        written = str(record.id)
+        if written in seen:
+            raise ConfigError(f"record {index + 1} has the id {record.id!r} of record {seen[written] + 1}",
+                              hint="ids must be unique (1 and \"1\" are one id): fix or renumber them")
+        seen[written] = index
 
 
 def _assign(records: Sequence[Record], forest: _Forest, evidence: list[list[Evidence]], keep: str,

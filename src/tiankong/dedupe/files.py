@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..paths import check_output
 from ..structured.drivers import run_sync
 from .core import DEFAULTS, Dedupe, DedupeOptions, Record, check_ids, dedupe_flow
 
@@ -66,7 +67,8 @@ def read_records(path: str | Path, *, field: str = "text", id_field: str = "id",
         if not isinstance(value, str):
             problem = "has no" if value is None else "has a non-text"
             raise ConfigError(f"{where}: the record {problem} {field!r} field",
-                              hint="every record needs the text to compare (--field NAME reads another field)")
+                              hint="every record needs the text to compare (another field: --field NAME; in a "
+                                   "batch job: --text-field NAME)")
         records.append(Record(rid, value, row))
     try:
         check_ids(records)
@@ -94,24 +96,34 @@ def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise ConfigError(f"{path.name} line {line} is not JSON ({exc.msg})",
                               hint="one JSON object per line (JSONL), or a .csv file with a header") from None
         if not isinstance(row, dict):
-            raise ConfigError(f"{path.name} line {line} is not a JSON object", hint='write {"id": …, "text": …}')
+            raise ConfigError(f"{path.name} line {line} is not a JSON object", hint="one JSON object per line: {…}")
         yield line, row
 
 
 def _csv_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    for row in reader:
-        if None in row:
-            raise ConfigError(f"{path.name} line {reader.line_num} has more cells than the header",
-                              hint="quote cells that hold commas")
-        yield reader.line_num, dict(row)
+    """The rows of a CSV text, strictly: a quote left open would otherwise swallow every later line into one cell."""
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    last = 1
+    try:
+        for row in reader:
+            if None in row:
+                raise ConfigError(f"{path.name} line {reader.line_num} has more cells than the header",
+                                  hint="quote cells that hold commas")
+            last = reader.line_num
+            yield reader.line_num, dict(row)
+    except csv.Error as exc:
+        raise ConfigError(f"{path.name}: the row from line {last + 1} is not valid CSV ({exc})",
+                          hint='close every quoted cell ("…"), and double a quote inside one ("")') from None
 
 
 def write_atomic(path: str | Path, lines: list[str]) -> None:
     """``lines`` written to ``path`` all at once: a temporary file beside it, fsynced, renamed over it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    check_output(path, "the output")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # e.g. a file system that takes no new files (/proc)
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable output path") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.writelines(line + "\n" for line in lines)
@@ -165,6 +177,9 @@ def dedupe_file(input: str | Path, output: str | Path, *, field: str = "text", i
         raise ConfigError("--output (or --pairs-out) is the --input file, or both outputs are one file",
                           hint="write each output to its own path")
     options.check()
+    check_output(output)
+    if pairs_out is not None:
+        check_output(pairs_out, "--pairs-out")
     records = read_records(input, field=field, id_field=id_field)
     result = dedupe_records(records, options, request) if records else _empty()
     write_atomic(output, output_lines(result, keep_ids=keep_ids))

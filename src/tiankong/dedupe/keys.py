@@ -39,4 +39,8 @@ class KeyOptions:
 
     def key(self, text: str) -> str:
         """The sha256 of the normalised text: equal keys are exact duplicates."""
-        return hashlib.sha256(self.normalise(text).encode("utf-8")).hexdigest()
+        return digest(self.normalise(text))
+
+
+def digest(normalised: str) -> str:
+    return hashlib.sha256(normalised.encode("utf-8")).hexdigest()

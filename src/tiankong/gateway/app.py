@@ -140,16 +140,21 @@ class Gateway:
             return refused
         if call.route == CHAT and (refused := shape_chat(body, call, self.state.cascade, self.state.pool)):
             return refused  # tiankong.draft asked for and not possible
-        if policy is not None and policy.routes_to_fallback:
-            routed = await self.state.router.route(body, call, fallback=True)
-            return routed if isinstance(routed, Response) else body
         named = None if names_engine else body.pop("model", None)
         if named is not None and not isinstance(named, str):
             return error_response(400, f"model must be a string, got {json.dumps(named)[:40]}",
                                   "invalid_request_error", "invalid_model", param="model")
-        if named and named != OWN_RANKER:  # another name must be one the pool serves: routed, 404 when unknown
+        if named and named != OWN_RANKER:  # another name must be one the pool serves (the fallback's route too)
+            try:
+                self.state.router.pool.resolve(named)
+            except TiankongError as exc:
+                return error_response(404, f"{exc.message} (or {OWN_RANKER}, or none)", "invalid_request_error",
+                                      "model_not_found", param="model")
             body["model"] = named
-        routed = await self.state.router.route(body, call)
+        if policy is not None and policy.routes_to_fallback:
+            routed = await self.state.router.route(body, call, fallback=True)
+        else:
+            routed = await self.state.router.route(body, call)
         if not names_engine:  # the answer names what the client named (or nothing: the ranker's own name)
             body.pop("model", None)
             if named:

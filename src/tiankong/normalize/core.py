@@ -45,6 +45,12 @@ class NormalizeOptions:
     def check(self) -> None:
         if self.region is not None and not re.fullmatch(r"[A-Z]{2}", self.region):
             raise ConfigError(f"region {self.region!r} is not a two-letter region code", hint="e.g. --region CN")
+        if self.region is not None:
+            import phonenumbers  # noqa: PLC0415 (the rules' own library: its regions are the ones they can use)
+
+            if self.region not in phonenumbers.SUPPORTED_REGIONS:
+                raise ConfigError(f"region {self.region!r} is not a region code phone numbers know",
+                                  hint="an ISO 3166 code such as CN, US, GB or DE")
         if self.currency is not None and not re.fullmatch(r"[A-Z]{3}", self.currency):
             raise ConfigError(f"currency {self.currency!r} is not an ISO 4217 code", hint="e.g. --currency USD")
         if self.mode not in ("rules", "model", "both"):
@@ -97,9 +103,12 @@ def field_specs(schema: Any) -> list[FieldSpec]:
             raise ConfigError(f"field {name!r}: x-normalize {kind!r} is not a known kind",
                               hint=f"use one of {', '.join(KINDS)}")
         unit = node.get("x-unit")
-        if kind == "unit" and (not isinstance(unit, str) or unit.lower() not in UNITS):
+        if kind == "unit" and not isinstance(unit, str):
             raise ConfigError(f"field {name!r}: a unit field needs x-unit, the target unit (e.g. \"kg\")",
                               hint="see docs/normalize.md for the units known")
+        if kind == "unit" and str(unit).lower() not in UNITS:
+            raise ConfigError(f"field {name!r}: x-unit {unit!r} is not a unit the rules know",
+                              hint="see docs/normalize.md for the units known (e.g. kg, km, l)")
         specs.append(FieldSpec(name, str(kind), unit, node.get("x-currency"), node.get("x-region")))
     return specs
 
@@ -112,7 +121,44 @@ def validator(schema: dict[str, Any]) -> Any:
         cls.check_schema(schema)
     except jsonschema.SchemaError as exc:
         raise ConfigError(f"the target schema is not valid JSON Schema: {exc.message}") from None
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return cls(schema, format_checker=_format_checker(cls.FORMAT_CHECKER))
+
+
+_LOCAL_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?")
+_LOCAL_TIME = re.compile(r"\d{2}:\d{2}:\d{2}(\.\d+)?")
+
+
+def _format_checker(base: Any) -> Any:
+    """The schema's format checker, with ``date-time`` and ``time`` also taking the local forms the rules write
+    when the input names no offset (``2021-03-05T14:30:00``, ``15:15:00``): RFC 3339 wants an offset, and one the
+    input does not give would be invented (docs/normalize.md)."""
+    import datetime as dt
+
+    checker = copy.deepcopy(base)
+    strict = {name: checker.checkers.get(name) for name in ("date-time", "time")}
+
+    def local(name: str, pattern: re.Pattern[str], parse: Any) -> None:
+        def check(value: object) -> bool:
+            if not isinstance(value, str) or (strict[name] is not None and checker_ok(strict[name], value)):
+                return True
+            if not pattern.fullmatch(value):
+                return False
+            parse(value)  # ValueError (month 13, hour 25): not the format
+            return True
+
+        checker.checks(name, raises=ValueError)(check)
+
+    local("date-time", _LOCAL_DATETIME, dt.datetime.fromisoformat)
+    local("time", _LOCAL_TIME, dt.time.fromisoformat)
+    return checker
+
+
+def checker_ok(entry: Any, value: str) -> bool:
+    func, raises = entry
+    try:
+        return bool(func(value))
+    except raises:
+        return False
 
 
 class Normalizer:

@@ -55,7 +55,7 @@ async def extract_answer(client: Any, body: dict[str, Any]) -> tuple[dict[str, A
     unknown = sorted(set(body) - set(BODY["properties"]))
     if unknown:  # refused, not dropped: a client's field the task would ignore is a mistake it should hear of
         raise _field_error(unknown[0], f"invalid extract request: {unknown[0]}: not a field of this task",
-                           f"fields: {', '.join(sorted(BODY['properties']))} (docs/tasks.md#extract)")
+                           f"fields: {', '.join(sorted(BODY['properties']))} (docs/tasks.md#extract-parameters)")
     text, schema = body.get("text"), body.get("schema")
     if not isinstance(text, str) or not text.strip():
         raise _field_error("text", "'text' must be a non-empty string")

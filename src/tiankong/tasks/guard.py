@@ -170,11 +170,13 @@ def lifted(score: float, reader_instruction: bool, flag: float) -> float:
 
 
 def _judgement(p: float, flag: float, block: float) -> str:
-    """Words that match the score: only a score past ``block_at`` is called an injection attempt."""
+    """Words that match the score: only a score past ``block_at`` is called an injection attempt. The score is
+    shown to as many digits as the thresholds (p=0.9575 under 0.9578 must not read "p=0.96, blocked from 0.958")."""
+    shown = f"{p:.4f}"
     if p >= block:
-        return f"judges it an injection attempt (p={p:.2f}, blocked from {block:.3g})"
-    return f"finds it somewhat like an injection attempt (p={p:.2f}: flagged for review from {flag:.3g}, " \
-        f"blocked from {block:.3g})"
+        return f"judges it an injection attempt (p={shown}, blocked from {block:.4g})"
+    return f"finds it somewhat like an injection attempt (p={shown}: flagged for review from {flag:.4g}, " \
+        f"blocked from {block:.4g})"
 
 
 def _pieces(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:

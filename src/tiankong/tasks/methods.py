@@ -54,7 +54,8 @@ def _sql(question: str, schema: str | None, db: str | Path | None, dialect: str,
         raise ConfigError("give the database schema once: schema= (CREATE TABLE text) or db= (a SQLite file)")
     if db is None:
         if execute:
-            raise ConfigError("execute needs the database file", hint="pass db=PATH instead of schema=")
+            raise ConfigError("execute needs the database file, not only its DDL",
+                              hint="give the SQLite file: --db FILE on the command line, db=PATH in Python")
         return SQL.flow({"question": question, "schema": schema, "dialect": dialect}, model)
     SQL.parse({"question": question, "schema": "-", "dialect": dialect})  # the same limits as the task's
     return sql_flow(question, schema_from_db(db), db_path=db, dialect=dialect, execute=execute, max_rows=max_rows,

@@ -282,7 +282,7 @@ def sql_flow(question: str, schema: DbSchema, *, db_path: str | Path | None = No
 
 #: what a caller can do when every attempt ran past ``QUERY_TOKENS`` (the task's own bound, not a request field)
 RUNAWAY_HINT = ("the model wrote a run-away query each time: ask a simpler or more specific question, give only the "
-                "tables it needs, or use a larger model (--model)")
+                "tables it needs, or use a larger model")
 
 
 def run_query(db: sqlite3.Connection, sql: str, max_rows: int) -> list[list[Any]]:

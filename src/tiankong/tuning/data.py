@@ -62,7 +62,12 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise ExamplesError(f"{file} is not UTF-8 (byte {exc.start})", hint="convert it with iconv first") from None
     if file.suffix.lower() == ".csv":
-        return list(csv.DictReader(io.StringIO(raw)))
+        reader = csv.DictReader(io.StringIO(raw, newline=""), strict=True)
+        try:
+            return list(reader)
+        except csv.Error as exc:  # a quote left open would swallow every later line into one cell
+            raise ExamplesError(f"{file} line {reader.line_num} is not valid CSV ({exc})",
+                                hint='close every quoted cell ("…"), and double a quote inside one ("")') from None
     stripped = raw.lstrip()
     if stripped.startswith("["):
         try:

@@ -73,6 +73,8 @@ def tune_dedupe(data: str | Path, *, name: str, model: str | None = None, url: s
     with tempfile.TemporaryDirectory(prefix="tiankong-pairs-") as folder:
         examples = Path(folder) / f"{Path(data).stem}.jsonl"
         examples.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-        return tune_classify(examples, name=name, model=model, url=url, labels=["same", "different"],
-                             methods=chosen, folds=folds, descriptions=DESCRIPTIONS, save=save,
-                             llama_server=llama_server, log=log, cache_dir=cache_dir)
+        report = tune_classify(examples, name=name, model=model, url=url, labels=["same", "different"],
+                               methods=chosen, folds=folds, descriptions=DESCRIPTIONS, save=save,
+                               llama_server=llama_server, log=log, cache_dir=cache_dir)
+    report.pairs = True
+    return report

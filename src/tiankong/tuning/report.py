@@ -54,6 +54,8 @@ class TuneReport:
     decider: Decider | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     repeats: int = 1
+    #: tuned from labelled pairs (``tune dedupe``: no --no-engine or --describe to suggest)
+    pairs: bool = False
 
     @property
     def warning(self) -> str | None:
@@ -61,11 +63,15 @@ class TuneReport:
         row = next((r for r in self.best_rows() if r.method == self.chosen), None)
         if row is None or not near_chance(row.accuracy, self.counts):
             return None
-        where = "; let an engine read the texts (--model NAME instead of --no-engine)" if \
-            all(r.engine_passes == 0 for r in self.rows) else ""
-        return (f"the chosen {self.chosen} scores CV accuracy {row.accuracy:.3f}, near chance "
-                f"({chance_accuracy(self.counts):.3f} for {len(self.counts)} labels): its answers will often be wrong; "
-                f"add labelled examples (30 or more per label){where}, or describe the labels (--describe)")
+        engine_free = all(r.engine_passes == 0 for r in self.rows)
+        head = (f"the chosen {self.chosen} scores CV accuracy {row.accuracy:.3f}, near chance "
+                f"({chance_accuracy(self.counts):.3f} for {len(self.counts)} labels): its answers will often be "
+                "wrong; ")
+        if self.pairs:
+            return head + "label more pairs (30 or more per label)" + (
+                ", or let an engine read them (--model NAME)" if engine_free else "")
+        where = "; let an engine read the texts (--model NAME instead of --no-engine)" if engine_free else ""
+        return head + f"add labelled examples (30 or more per label){where}, or describe the labels (--describe)"
 
     def best_rows(self) -> list[MethodScore]:
         full = max(r.size for r in self.rows)

@@ -11,6 +11,7 @@ does not pick a method by noise. The artifact is a ``Decider`` with ``task: "rer
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import statistics
@@ -86,10 +87,16 @@ def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
-            raise ConfigError(f"no such file {path}", hint="give a JSONL or CSV file of query,passage,relevant rows")
-        text = path.read_text(encoding="utf-8")
-        rows: list[dict[str, Any]] = (list(csv.DictReader(text.splitlines())) if path.suffix.lower() == ".csv"
-                                      else [json.loads(line) for line in text.splitlines() if line.strip()])
+            raise ConfigError(f"{path} is a folder" if path.is_dir() else f"no such file {path}",
+                              hint="give a JSONL or CSV file of query,passage,relevant rows")
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise ConfigError(f"{path.name} line {line} is not UTF-8 (byte 0x{raw[exc.start]:02x})",
+                              hint="convert the file first, e.g. iconv -f GBK -t UTF-8 IN > IN.utf8") from None
+        rows: list[dict[str, Any]] = _csv(text, path) if path.suffix.lower() == ".csv" else _jsonl(text, path)
     else:
         rows = list(source)
     groups: dict[str, Group] = {}
@@ -108,6 +115,27 @@ def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
         raise ConfigError(f"{len(usable)} queries have both relevant and irrelevant passages; {MIN_QUERIES} at least",
                           hint="label several passages per query, some relevant and some not")
     return usable
+
+
+def _csv(text: str, path: Path) -> list[Any]:
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    try:
+        return list(reader)
+    except csv.Error as exc:  # a quote left open would swallow every later line into one cell
+        raise ConfigError(f"{path.name} line {reader.line_num} is not valid CSV ({exc})",
+                          hint='close every quoted cell ("…"), and double a quote inside one ("")') from None
+
+
+def _jsonl(text: str, path: Path) -> list[Any]:
+    rows = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path.name} line {number} is not JSON ({exc.msg})",
+                                  hint="one JSON object per line (JSONL), or a .csv file with a header") from None
+    return rows
 
 
 def _grade(value: Any, number: int) -> float:
