@@ -21,7 +21,7 @@ MAX_DEPTH = 128
 
 
 class UnsafeJSON(ValueError):
-    """Valid for Python's json module, refused for a request: a non-finite number, or nested too deep."""
+    """Valid for Python's json module, refused for a request: a non-finite number, nested too deep, a lone surrogate."""
 
 
 def _refuse_constant(name: str) -> Any:
