@@ -52,6 +52,13 @@ def test_a_csv_quote_left_open_is_an_error_not_one_swallowed_record(tmp_path: Pa
     schema.write_text(json.dumps({"type": "object", "properties": {"text": {"type": "string"}}}), encoding="utf-8")
     assert_one_line_error(run_cli("normalize", "--input", str(bad), "--output", str(tmp_path / "n.jsonl"),
                                   "--schema", str(schema), "--rules-only"), "line 2")
+    examples = tmp_path / "examples.csv"  # tune reads CSV the same way
+    examples.write_text('text,label\nfine,a\n"open,b\nmore,a\n', encoding="utf-8")
+    assert_one_line_error(run_cli("tune", "classify", "--data", str(examples), "--name", "x", "--no-engine",
+                                  "--dry-run"), "line 3", "quoted")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text('query,passage,relevant\nq,"open,0\nx,y,1\n', encoding="utf-8")
+    assert_one_line_error(run_cli("tune", "rerank", "--data", str(pairs), "--name", "x", "--dry-run"), "line 2")
     good = tmp_path / "good.csv"  # quoted commas, doubled quotes and a line break inside quotes still read
     good.write_text('id,text\n1,"a, b"\n2,"say ""hi"""\n3,"two\nlines"\n', encoding="utf-8")
     proc = run_cli("dedupe", "--input", str(good), "--output", str(tmp_path / "g.jsonl"), *ENGINE_FREE)

@@ -52,6 +52,22 @@ class Examples:
         return Examples([self.texts[i] for i in indices], [self.labels[i] for i in indices], self.names, self.source)
 
 
+def csv_rows(text: str, name: str, error: type[ConfigError] = ConfigError) -> list[dict[str, Any]]:
+    """A CSV text's rows (header first), read strictly: a quote left open would swallow every later line into one
+    cell without a word; it is ``error`` naming the line instead."""
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    rows: list[dict[str, Any]] = []
+    last = 1  # the header's line
+    try:
+        for row in reader:
+            rows.append(row)
+            last = reader.line_num
+    except csv.Error as exc:  # the row that failed starts after the last one read
+        raise error(f"{name}: the row from line {last + 1} is not valid CSV ({exc})",
+                    hint='close every quoted cell ("…"), and double a quote inside one ("")') from None
+    return rows
+
+
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """Records of a ``.jsonl``/``.json`` (one object per line, or a JSON list) or ``.csv`` file (header row)."""
     file = Path(path)
@@ -62,12 +78,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise ExamplesError(f"{file} is not UTF-8 (byte {exc.start})", hint="convert it with iconv first") from None
     if file.suffix.lower() == ".csv":
-        reader = csv.DictReader(io.StringIO(raw, newline=""), strict=True)
-        try:
-            return list(reader)
-        except csv.Error as exc:  # a quote left open would swallow every later line into one cell
-            raise ExamplesError(f"{file} line {reader.line_num} is not valid CSV ({exc})",
-                                hint='close every quoted cell ("…"), and double a quote inside one ("")') from None
+        return csv_rows(raw, str(file), ExamplesError)
     stripped = raw.lstrip()
     if stripped.startswith("["):
         try:

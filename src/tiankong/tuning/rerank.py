@@ -10,8 +10,6 @@ does not pick a method by noise. The artifact is a ``Decider`` with ``task: "rer
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -35,6 +33,7 @@ from ..errors import ConfigError
 from ..structured.drivers import run_sync
 from ..structured.part_flows import part_for, part_vectors
 from ..tasks.retrieval import bm25_retrieved, bm25_scores, part_reads, rrf
+from .data import csv_rows
 
 Log = Callable[[str], None]
 SEEDS = (0, 1, 2)
@@ -96,7 +95,7 @@ def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
             line = raw.count(b"\n", 0, exc.start) + 1
             raise ConfigError(f"{path.name} line {line} is not UTF-8 (byte 0x{raw[exc.start]:02x})",
                               hint="convert the file first, e.g. iconv -f GBK -t UTF-8 IN > IN.utf8") from None
-        rows: list[dict[str, Any]] = _csv(text, path) if path.suffix.lower() == ".csv" else _jsonl(text, path)
+        rows: list[dict[str, Any]] = csv_rows(text, path.name) if path.suffix.lower() == ".csv" else _jsonl(text, path)
     else:
         rows = list(source)
     groups: dict[str, Group] = {}
@@ -115,15 +114,6 @@ def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
         raise ConfigError(f"{len(usable)} queries have both relevant and irrelevant passages; {MIN_QUERIES} at least",
                           hint="label several passages per query, some relevant and some not")
     return usable
-
-
-def _csv(text: str, path: Path) -> list[Any]:
-    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
-    try:
-        return list(reader)
-    except csv.Error as exc:  # a quote left open would swallow every later line into one cell
-        raise ConfigError(f"{path.name} line {reader.line_num} is not valid CSV ({exc})",
-                          hint='close every quoted cell ("…"), and double a quote inside one ("")') from None
 
 
 def _jsonl(text: str, path: Path) -> list[Any]:
