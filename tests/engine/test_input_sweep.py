@@ -155,3 +155,13 @@ def test_the_guard_shows_its_score_as_finely_as_its_thresholds() -> None:
 
     words = _judgement(0.9575, 0.1059, 0.9578)  # shown as p=0.96 before, under "blocked from 0.958"
     assert "p=0.9575" in words and "0.9578" in words and words.startswith("finds it somewhat like")
+
+
+def test_refusals_of_an_empty_field_name_it(gateway: str) -> None:
+    cases = [("/v1/tasks/guard", {"text": "  "}, "text"),
+             ("/v1/tasks/rerank", {"query": " ", "documents": ["a"]}, "query"),
+             ("/v1/tasks/rerank", {"query": "q", "documents": []}, "documents"),
+             ("/v1/rerank", {"query": "q"}, "documents"),
+             ("/v1/tasks/redact", {"text": "", "use_model": False}, "text")]
+    for path, body, field in cases:
+        assert error_of(post(gateway, path, body))["param"] == field, (path, body)

@@ -60,8 +60,11 @@ class Classification:
 
 
 def require_text(text: Any, what: str = "text") -> str:
+    """``text`` when it holds something; else a refusal naming the field (``what`` is the request field's name)."""
     if not isinstance(text, str) or not text.strip():
-        raise ConfigError(f"{what} is empty", hint=f"pass a non-empty {what}")
+        error = ConfigError(f"{what} is empty", hint=f"pass a non-empty {what}")
+        error.param = what
+        raise error
     return text
 
 
