@@ -165,3 +165,25 @@ def test_refusals_of_an_empty_field_name_it(gateway: str) -> None:
              ("/v1/tasks/redact", {"text": "", "use_model": False}, "text")]
     for path, body, field in cases:
         assert error_of(post(gateway, path, body))["param"] == field, (path, body)
+
+
+def test_batch_lines_are_held_to_the_gateways_checks(tmp_path: Path) -> None:
+    # a batch run straight against an engine forwarded these unchecked (an empty prompt; a budget wrapped to 1);
+    # each fails on its own line, before the engine, as the gateway refuses them
+    import asyncio
+
+    from tiankong import AsyncClient
+    from tiankong.batch.openai_fmt import run_request
+    from tiankong.errors import ConfigError
+
+    hi = [{"role": "user", "content": "hi"}]
+    cases = [({"messages": []}, "non-empty"), ({"messages": hi, "max_tokens": 2**32 + 1}, "max_tokens"),
+             ({"messages": hi, "max_completion_tokens": 0}, "max_completion_tokens")]
+
+    async def answer(body: dict[str, object]) -> object:
+        async with AsyncClient("http://127.0.0.1:9") as client:  # never reached
+            return await run_request(client, {"custom_id": "a", "method": "POST", "url": CHAT, "body": body})
+
+    for body, needle in cases:
+        with pytest.raises(ConfigError, match=needle):
+            asyncio.run(answer(body))

@@ -18,6 +18,8 @@ import uuid
 from typing import Any
 
 from ..api import AsyncClient
+from ..client import validate_messages
+from ..client._shared import token_budget_problem
 from ..errors import ConfigError, ServerError, TiankongError
 from ..structured.flow import Structured
 from ..tasks.bodies import extract_answer, task_answer, usage_json
@@ -87,8 +89,14 @@ def check_line(data: Any) -> str:
 
 
 async def run_request(client: AsyncClient, data: dict[str, Any], *, passthrough: bool = False) -> dict[str, Any]:
-    """The response body for one OpenAI batch request line."""
+    """The response body for one OpenAI batch request line. A body the gateway would refuse fails here, on its own
+    line (as OpenAI fails a line's request, not the upload): a token budget the engine cannot hold (it would wrap
+    2**32 + 1 to 1), chat messages that are empty (an empty prompt) or not {role, content} objects."""
     url, body = _check(data)
+    if (problem := token_budget_problem(body)) is not None:
+        raise ConfigError(f"body.{problem[1]}")
+    if url == "/v1/chat/completions":
+        validate_messages(body.get("messages"))
     if passthrough:
         answer: dict[str, Any] = await client._forward(url, body)
         return answer

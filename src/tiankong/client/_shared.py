@@ -143,6 +143,22 @@ def base_url(url: str | None) -> str | None:
     return value[:-3] if value.endswith("/v1") else value
 
 
+#: llama-server reads a token budget as a 32-bit int: a larger one wraps (2**32 + 1 is read as 1)
+MAX_TOKEN_BUDGET = 2**31 - 1
+TOKEN_BUDGET_FIELDS = ("max_tokens", "max_completion_tokens", "n_predict")
+
+
+def token_budget_problem(body: dict[str, Any]) -> tuple[str, str] | None:
+    """``(field, message)`` when a request body's token budget is not a positive integer the engine can hold
+    (llama-server reads -1 or 0 as "until the context is full" and wraps what passes 32 bits); ``None`` when fine."""
+    for key in TOKEN_BUDGET_FIELDS:
+        value = body.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not
+                                  1 <= value <= MAX_TOKEN_BUDGET):
+            return key, f"{key} must be a positive integer up to {MAX_TOKEN_BUDGET}, got {json.dumps(value)[:40]}"
+    return None
+
+
 def as_messages(messages: str | list[Message], system: str | None = None) -> list[Message]:
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]

@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from .. import jsonsafe
+from ..client._shared import token_budget_problem
 from .responses import error_response
 
 BODY_TIMEOUT_S = 30.0
@@ -57,21 +58,12 @@ async def read_json(request: Request, limit: int, timeout_s: float = BODY_TIMEOU
     return body
 
 
-#: llama-server reads a token budget as a 32-bit int: a larger one wraps (2**32 + 1 is read as 1)
-MAX_TOKEN_BUDGET = 2**31 - 1
-
-
 def bad_token_budget(body: dict[str, Any]) -> JSONResponse | None:
-    """``max_tokens`` must be a positive integer (llama-server reads -1 or 0 as "until the context is full") that
-    fits the engine's 32-bit field (a larger one would wrap to a short answer)."""
-    for key in ("max_tokens", "max_completion_tokens", "n_predict"):
-        value = body.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1
-                                  or value > MAX_TOKEN_BUDGET):
-            return error_response(400, f"{key} must be a positive integer up to {MAX_TOKEN_BUDGET}, got "
-                                  f"{json.dumps(value)[:40]}", "invalid_request_error", "invalid_max_tokens",
-                                  param=key)
-    return None
+    """A 400 when the token budget is not a positive integer the engine can hold (``token_budget_problem``)."""
+    problem = token_budget_problem(body)
+    if problem is None:
+        return None
+    return error_response(400, problem[1], "invalid_request_error", "invalid_max_tokens", param=problem[0])
 
 
 PROMPT_FIELDS = ("messages", "prompt", "input", "text", "query", "documents", "question", "questions")
