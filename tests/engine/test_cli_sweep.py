@@ -36,6 +36,11 @@ def test_an_output_that_cannot_be_written_is_a_one_line_error_before_any_work(re
                               needle, "--output")
         assert_one_line_error(run_cli("batch", "run", "--kind", "dedupe", "--input", str(records), "--output",
                                       str(output)), needle, "--output")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"text": {"type": "string"}}}), encoding="utf-8")
+    assert_one_line_error(run_cli("normalize", "--input", str(records), "--output", str(folder), "--schema",
+                                  str(schema), "--rules-only"), "is a folder")
+    schema.unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out"]  # no journal, lock or job file left
     nested = tmp_path / "new" / "deeper" / "out.jsonl"  # a missing folder is made, as before
     proc = run_cli("dedupe", "--input", str(records), "--output", str(nested), *ENGINE_FREE)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..dedupe.files import _csv_rows, _jsonl_rows, _utf8, write_atomic
 from ..errors import ConfigError
+from ..paths import check_output
 from .core import DEFAULTS, Extract, Normalized, NormalizeOptions, Normalizer
 
 
@@ -76,6 +77,7 @@ def normalize_file(input: str | Path, output: str | Path, schema: dict[str, Any]
         raise ConfigError("--output is the --input file", hint="write the output to another path")
     target = schema if isinstance(schema, dict) else read_schema(schema)
     Normalizer(target, options, extract)  # schema and options checked before the input is read
+    check_output(output)  # and the output: not an OS error once every record is normalised
     records = read_rows(input)
     results, report = normalize_records(records, target, options, extract)
     write_atomic(output, [json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) for r in results])
