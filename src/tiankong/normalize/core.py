@@ -124,8 +124,10 @@ def validator(schema: dict[str, Any]) -> Any:
     return cls(schema, format_checker=_format_checker(cls.FORMAT_CHECKER))
 
 
-_LOCAL_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?")
-_LOCAL_TIME = re.compile(r"\d{2}:\d{2}:\d{2}(\.\d+)?")
+#: ISO 8601 forms the rules write; the offset optional (kept when the input gave one), so the check holds where
+#: jsonschema has no RFC 3339 checker installed as well
+_LOCAL_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?")
+_LOCAL_TIME = re.compile(r"\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})?")
 
 
 def _format_checker(base: Any) -> Any:
@@ -139,7 +141,7 @@ def _format_checker(base: Any) -> Any:
 
     def local(name: str, pattern: re.Pattern[str], parse: Any) -> None:
         def check(value: object) -> bool:
-            if not isinstance(value, str) or (strict[name] is not None and checker_ok(strict[name], value)):
+            if not isinstance(value, str) or (strict[name] is not None and _checker_ok(strict[name], value)):
                 return True
             if not pattern.fullmatch(value):
                 return False
@@ -153,7 +155,7 @@ def _format_checker(base: Any) -> Any:
     return checker
 
 
-def checker_ok(entry: Any, value: str) -> bool:
+def _checker_ok(entry: Any, value: str) -> bool:
     func, raises = entry
     try:
         return bool(func(value))
