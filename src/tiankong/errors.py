@@ -25,9 +25,11 @@ class TiankongError(Exception):
     #: the request field at fault, when one is (OpenAI's ``error.param``)
     param: str | None = None
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, param: str | None = None) -> None:
         self.message = message
         self.hint = hint
+        if param is not None:  # else the class's own (``InvalidMessages.param``)
+            self.param = param
         super().__init__(message if not hint else f"{message} — {hint}")
 
     def one_line(self) -> str:

@@ -2,7 +2,8 @@
 and a faiss index), the uncertain band decided by a decider, clusters with a kept record and the evidence of every
 merge. ``dedupe_records`` / ``dedupe_file`` (library), ``tiankong dedupe`` (CLI), ``DEDUPE`` in the task specs."""
 
-from .core import STAGES, Assignment, Dedupe, DedupeOptions, Evidence, Record, dedupe_flow, pair_text
+from .band import pair_text
+from .core import STAGES, Assignment, Dedupe, DedupeOptions, Evidence, Record, dedupe_flow
 from .files import dedupe_file, dedupe_records, read_records, write_atomic
 from .keys import KeyOptions
 

@@ -4,9 +4,9 @@ uncertain band; union-find clusters; a kept record per cluster by a rule.
 The stages run in order on what the earlier ones left: exact groups are found first (``keys.py``), near and semantic
 pairs are searched among one member per exact group only. A pair at or above a stage's threshold merges its two
 clusters; a pair in the stage's uncertain band (``low ≤ score < threshold``) is merged only when the decider
-(``decider=NAME``) says "same", otherwise it is left apart and reported as uncertain. The only calls the flow yields
-are the embedding part's (``part_vectors``) and the decider's; MinHash, the index and the clustering are computed
-in place, so the same flow serves the library, the CLI and ``POST /v1/tasks/dedupe``.
+(``decider=NAME``, ``band.py``) says "same", otherwise it is left apart and reported as uncertain. The only calls the
+flow yields are the embedding part's (``part_vectors``) and the decider's; MinHash, the index and the clustering are
+computed in place, so the same flow serves the library, the CLI and ``POST /v1/tasks/dedupe``.
 
 Deterministic: fixed MinHash seed, a single-threaded index build, pairs sorted, clusters named by their first
 record (input order), ties of the kept rule broken by input order.
@@ -16,20 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from ..errors import ConfigError
 from ..structured.flow import Flow
+from .band import decide_band, pair_decider
 from .keys import KeyOptions, digest
 from .parts import PartGroup, floor_refused, group_pairs, semantic_groups
 
-if TYPE_CHECKING:
-    from ..deciders.registry import Decider
-
 Stage = Literal["exact", "near", "semantic"]
 STAGES: tuple[Stage, ...] = ("exact", "near", "semantic")
-#: labels of a decider that mean "the two texts are the same item"
-SAME_LABELS = ("same", "duplicate", "yes", "true", "1")
 
 
 @dataclass(frozen=True)
@@ -211,7 +207,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
     """Clusters of duplicate ``records`` (ids unique) and the evidence for every merge; see the module."""
     options = (options or DEFAULTS).check()
     check_ids(records)
-    decider = pair_decider(options)  # a wrong name fails now, not only when some pair falls in the band
+    decider = pair_decider(options.decider)  # a wrong name fails now, not only when some pair falls in the band
     n = len(records)
     forest = _Forest(n)
     evidence: list[list[Evidence]] = [[] for _ in range(n)]
@@ -270,7 +266,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
         report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": k, **stats}
     if "semantic" in options.stages:
         report["stages"]["semantic"] = yield from _semantic_stage(texts, groups, options, apply, report["notes"])
-    report["uncertain"] = yield from _decide(uncertain, records, decider, link, report)
+    report["uncertain"] = yield from decide_band(uncertain, [r.text for r in records], decider, link, report)
     return _assign(records, forest, evidence, options.keep, report)
 
 
@@ -299,56 +295,6 @@ def _semantic_stage(texts: list[str], groups: list[PartGroup], options: DedupeOp
     if parts and len(skipped) == len(parts):
         return {"skipped": "; ".join(skipped), "parts": parts}
     return {**totals, "parts": parts}
-
-
-def pair_decider(options: DedupeOptions) -> Decider | None:
-    """The options' decider, loaded and checked to have a label meaning "same" (``None`` without one)."""
-    if options.decider is None:
-        return None
-    from ..deciders.registry import load_decider
-
-    decider = load_decider(options.decider)
-    if not any(label.lower() in SAME_LABELS for label in decider.labels):
-        raise ConfigError(f"decider {decider.ref} has labels {decider.labels}, none meaning 'same'",
-                          hint=f"tune one on pairs labelled with one of {', '.join(SAME_LABELS)}")
-    return decider
-
-
-def _decide(uncertain: list[Uncertain], records: Sequence[Record], decider: Decider | None,
-            link: Any, report: dict[str, Any]) -> Flow[dict[str, Any]]:
-    """The uncertain pairs merged when the decider says "same" (p ≥ 0.5), or left apart and counted."""
-    summary: dict[str, Any] = {"pairs": len(uncertain), "decided_same": 0, "decided_different": 0, "left": 0}
-    if not uncertain or decider is None:
-        for a, b, stage, score, part in uncertain:
-            summary["left"] += link(a, b, stage, score, part, merged=False)
-        return summary
-    from ..deciders.runtime import pair_decider_part, scores_flow
-    from ..models.registry import resolve
-    from .pairs import unread_pairs
-
-    same = next(i for i, label in enumerate(decider.labels) if label.lower() in SAME_LABELS)
-    texts = [pair_text(records[a].text, records[b].text) for a, b, *_ in uncertain]
-    rows = yield from scores_flow(decider, texts)
-    summary["decider"] = decider.ref
-    reads = pair_decider_part(decider) if decider.method == "probe-pair" else None
-    if reads and not resolve(reads).installed:
-        report["notes"].append(f"decider {decider.ref} compares by {reads}, which is not installed: every pair's "
-                               f"cosine is 0 (tiankong models pull {reads})")
-    if reads and (unread := unread_pairs(texts, reads)):
-        report["notes"].append(f"decider {decider.ref} compares by {reads}, which cannot read {len(unread)} of the "
-                               f"{len(texts)} pairs: their cosine is 0 (tune a decider on pairs in their language)")
-    for (a, b, stage, score, part), row in zip(uncertain, rows, strict=True):
-        p = round(float(row[same]), 6)
-        if p >= 0.5:
-            summary["decided_same"] += link(a, b, stage, score, part, True, decider.ref, p)
-        else:
-            summary["decided_different"] += link(a, b, stage, score, part, False, decider.ref, p)
-    return summary
-
-
-def pair_text(a: str, b: str) -> str:
-    """How a pair is shown to a decider (and how `tune` should show its labelled pairs)."""
-    return f"A: {a}\nB: {b}"
 
 
 def check_ids(records: Sequence[Record]) -> None:

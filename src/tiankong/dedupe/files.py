@@ -117,12 +117,13 @@ def _csv_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def write_atomic(path: str | Path, lines: list[str]) -> None:
-    """``lines`` written to ``path`` all at once: a temporary file beside it, fsynced, renamed over it."""
+    """``lines`` written to ``path`` all at once: a temporary file beside it, fsynced, renamed over it. (Callers check
+    the path before their work, ``paths.check_output``; what fails here anyway is one line, not an OS error.)"""
     path = Path(path)
-    check_output(path, "the output")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:  # e.g. a file system that takes no new files (/proc)
+    except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}", hint="choose a writable output path") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:

@@ -85,9 +85,7 @@ def cohere_rerank_body(body: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"unknown rerank field(s) {unknown}", hint=f"fields: {', '.join(sorted(RERANK_FIELDS))}")
     documents = body.get("documents")
     if not isinstance(documents, list):
-        error = ConfigError("documents must be a list of strings or {text} objects")
-        error.param = "documents"
-        raise error
+        raise ConfigError("documents must be a list of strings or {text} objects", param="documents")
     texts = [d.get("text") if isinstance(d, dict) else d for d in documents]
     task = {"query": body.get("query"), "documents": texts}
     for key in ("top_n", "decider"):

@@ -62,9 +62,7 @@ class Classification:
 def require_text(text: Any, what: str = "text") -> str:
     """``text`` when it holds something; else a refusal naming the field (``what`` is the request field's name)."""
     if not isinstance(text, str) or not text.strip():
-        error = ConfigError(f"{what} is empty", hint=f"pass a non-empty {what}")
-        error.param = what
-        raise error
+        raise ConfigError(f"{what} is empty", hint=f"pass a non-empty {what}", param=what)
     return text
 
 

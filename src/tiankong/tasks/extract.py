@@ -54,26 +54,18 @@ async def extract_answer(client: Any, body: dict[str, Any]) -> tuple[dict[str, A
     """An extract body's answer (:func:`extract_json`) and its result."""
     unknown = sorted(set(body) - set(BODY["properties"]))
     if unknown:  # refused, not dropped: a client's field the task would ignore is a mistake it should hear of
-        raise _field_error(unknown[0], f"invalid extract request: {unknown[0]}: not a field of this task",
-                           f"fields: {', '.join(sorted(BODY['properties']))} (docs/tasks.md#extract-parameters)")
+        raise ConfigError(f"invalid extract request: {unknown[0]}: not a field of this task", param=unknown[0],
+                          hint=f"fields: {', '.join(sorted(BODY['properties']))} (docs/tasks.md#extract-parameters)")
     text, schema = body.get("text"), body.get("schema")
     if not isinstance(text, str) or not text.strip():
-        raise _field_error("text", "'text' must be a non-empty string")
+        raise ConfigError("'text' must be a non-empty string", param="text")
     if schema is None:
-        raise _field_error("schema", "'schema' is required", "pass a JSON Schema object", InvalidSchema)
+        raise InvalidSchema("'schema' is required", hint="pass a JSON Schema object", param="schema")
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise _field_error("instructions", "'instructions' must be a string")
+        raise ConfigError("'instructions' must be a string", param="instructions")
     result: Structured[Any] = await client.extract_result(text, schema, instructions=instructions)
     return extract_json(result), result
-
-
-def _field_error(field: str, message: str, hint: str | None = None,
-                 kind: type[ConfigError] = ConfigError) -> ConfigError:
-    """A refusal naming the body's field at fault (OpenAI's ``error.param``)."""
-    error = kind(message, hint=hint)
-    error.param = field
-    return error
 
 
 async def http_answer(client: Any, body: dict[str, Any]) -> dict[str, Any]:

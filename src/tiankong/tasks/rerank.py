@@ -59,22 +59,17 @@ class Reranking:
                 "results": [{"index": r.index, "score": r.score, "text": r.text} for r in self.results]}
 
 
-def _documents_error(message: str, *, hint: str | None = None) -> ConfigError:
-    error = ConfigError(message, hint=hint)
-    error.param = "documents"
-    return error
-
-
 def check_candidates(documents: Any, mode: str) -> list[str]:
     if not isinstance(documents, (list, tuple)) or not documents:
-        raise _documents_error("documents must be a non-empty list of strings")
+        raise ConfigError("documents must be a non-empty list of strings", param="documents")
     limit = {"listwise": MAX_LISTWISE, "pointwise": MAX_CANDIDATES}.get(mode, MAX_FUSION)
     if len(documents) > limit:
-        raise _documents_error(f"{len(documents)} documents is more than the {limit} a {mode} rerank takes",
-                               hint="pre-filter (mode fusion takes up to 1000), or split the list into batches")
+        raise ConfigError(f"{len(documents)} documents is more than the {limit} a {mode} rerank takes",
+                          hint="pre-filter (mode fusion takes up to 1000), or split the list into batches",
+                          param="documents")
     for i, doc in enumerate(documents):
         if not isinstance(doc, str) or not doc.strip():
-            raise _documents_error(f"documents[{i}] is empty or not a string")
+            raise ConfigError(f"documents[{i}] is empty or not a string", param="documents")
     return [str(d) for d in documents]
 
 

@@ -37,7 +37,7 @@ ENGINE_FREE = ("tfidf", "probe-part", "probe-pair")
 def pair_rows(path: str | Path) -> list[dict[str, str]]:
     """The pairs of ``path`` as classify examples ``{"text": pair_text(a, b), "label": same|different}``; a bad row
     is an ``ExamplesError`` naming it and the fix."""
-    from ..dedupe.core import pair_text
+    from ..dedupe.band import pair_text
 
     rows = []
     for number, row in enumerate(read_records(path), 1):

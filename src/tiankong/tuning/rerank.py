@@ -10,7 +10,6 @@ does not pick a method by noise. The artifact is a ``Decider`` with ``task: "rer
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Iterable
@@ -33,7 +32,6 @@ from ..errors import ConfigError
 from ..structured.drivers import run_sync
 from ..structured.part_flows import part_for, part_vectors
 from ..tasks.retrieval import bm25_retrieved, bm25_scores, part_reads, rrf
-from .data import csv_rows
 
 Log = Callable[[str], None]
 SEEDS = (0, 1, 2)
@@ -88,14 +86,10 @@ def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
         if not path.is_file():
             raise ConfigError(f"{path} is a folder" if path.is_dir() else f"no such file {path}",
                               hint="give a JSONL or CSV file of query,passage,relevant rows")
-        raw = path.read_bytes()
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            line = raw.count(b"\n", 0, exc.start) + 1
-            raise ConfigError(f"{path.name} line {line} is not UTF-8 (byte 0x{raw[exc.start]:02x})",
-                              hint="convert the file first, e.g. iconv -f GBK -t UTF-8 IN > IN.utf8") from None
-        rows: list[dict[str, Any]] = csv_rows(text, path.name) if path.suffix.lower() == ".csv" else _jsonl(text, path)
+        from ..dedupe.files import _csv_rows, _jsonl_rows, _utf8  # the record files' readers (normalize's too)
+
+        text = _utf8(path.read_bytes(), path)
+        rows = [row for _, row in (_csv_rows(text, path) if path.suffix.lower() == ".csv" else _jsonl_rows(text, path))]
     else:
         rows = list(source)
     groups: dict[str, Group] = {}
@@ -114,18 +108,6 @@ def read_pairs(source: str | Path | Iterable[dict[str, Any]]) -> list[Group]:
         raise ConfigError(f"{len(usable)} queries have both relevant and irrelevant passages; {MIN_QUERIES} at least",
                           hint="label several passages per query, some relevant and some not")
     return usable
-
-
-def _jsonl(text: str, path: Path) -> list[Any]:
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path.name} line {number} is not JSON ({exc.msg})",
-                                  hint="one JSON object per line (JSONL), or a .csv file with a header") from None
-    return rows
 
 
 def _grade(value: Any, number: int) -> float:
