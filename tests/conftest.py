@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -59,6 +60,17 @@ SLOW_MODULES: dict[str, float] = {
     "test_cascade.py": 25, "test_fast_forward.py": 24, "test_hardening.py": 23, "test_dedupe.py": 22,
     "test_tasks.py": 22, "test_readme.py": 22, "test_tenant_isolation.py": 20,
 }
+
+
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# `timeout`, CI's cancel and `kill` send SIGTERM, which ends a Python process at once: no fixture's teardown ran, and
+# every engine or gateway a fixture started in a session of its own (they are, so a test can kill them alone) was
+# left running. Read as Ctrl-C instead, it lets pytest tear its fixtures down and stop them (in each xdist worker too).
+if threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
