@@ -187,3 +187,29 @@ def test_batch_lines_are_held_to_the_gateways_checks(tmp_path: Path) -> None:
     for body, needle in cases:
         with pytest.raises(ConfigError, match=needle):
             asyncio.run(answer(body))
+
+
+def test_a_body_value_of_the_wrong_json_type_is_refused_not_converted(gateway: str) -> None:
+    # before: `"top_n": true` ranked as top 1, `"near": "0.5"` merged at 0.5, `"multi_label": "no"` was read as a flag
+    records = [{"id": 1, "text": "apples and pears"}, {"id": 2, "text": "apples and pears"}]
+    cases = [("/v1/rerank", {"query": "q", "documents": ["a", "b"], "top_n": True}, "top_n"),
+             ("/v1/tasks/rerank", {"query": "q", "documents": ["a", "b"], "top_n": 1.0}, "top_n"),
+             ("/v1/tasks/dedupe", {"records": records, "near": "0.5"}, "near"),
+             ("/v1/tasks/classify", {"text": "hi", "labels": ["a", "b"], "multi_label": "no"}, "multi_label"),
+             ("/v1/rerank", {"query": "q", "documents": ["a", "b"], "return_documents": "no"}, "return_documents")]
+    for path, body, field in cases:
+        error = error_of(post(gateway, path, body))
+        assert error["param"] == field, (path, body, error)
+    # the same values in their own JSON types are answered
+    answer = post(gateway, "/v1/rerank", {"query": "q", "documents": ["a", "b"], "top_n": 1, "return_documents": True})
+    assert answer.status_code == 200 and len(answer.json()["results"]) == 1
+    assert post(gateway, "/v1/tasks/dedupe", {"records": records, "near": 0.5}).status_code == 200
+
+
+def test_a_repeated_dedupe_id_and_bad_batch_metadata_name_their_field(gateway: str) -> None:
+    records = [{"id": 1, "text": "a"}, {"id": "1", "text": "b"}]
+    assert error_of(post(gateway, "/v1/tasks/dedupe", {"records": records}))["param"] == "records[1].id"
+    body = {"records": [{"id": 1, "text": "a"}, {"id": 2, "text": "b"}], "near": 0.5, "near_low": 0.9}
+    assert error_of(post(gateway, "/v1/tasks/dedupe", body))["param"] == "near_low"
+    body = {"input_file_id": "file-x", "endpoint": CHAT, "completion_window": "24h", "metadata": {"k": 5}}
+    assert error_of(post(gateway, "/v1/batches", body))["param"] == "metadata"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,3 +109,22 @@ def test_only_the_fast_methods_are_repeated_and_a_report_says_so_only_then() -> 
     assert alone.repeats == 1 and "repeated" not in alone.rule and "repeated" not in alone.table()
     both = tune(_examples(texts, labels), name="u", methods_wanted=["zeroshot", "tfidf"], precomputed=features)
     assert both.repeats == 3 and "(tfidf)" in both.rule
+
+
+def test_a_pass_says_its_time_left_is_this_stages_and_when_it_is_done() -> None:
+    # a stage's last line said "about 0s left" while later stages still had minutes to go
+    from tiankong.structured.combine import pure
+    from tiankong.tuning.passes import cached_pass
+
+    def run(flow: Any) -> Any:
+        try:
+            flow.send(None)
+        except StopIteration as stop:
+            return stop.value
+        raise AssertionError("a pure flow asks nothing")
+
+    lines: list[str] = []
+    items = [(str(i), lambda i=i: pure(i)) for i in range(20)]  # 3 chunks of 8
+    assert cached_pass(run, "embeddings", items, log=lines.append) == list(range(20))
+    assert len(lines) == 3 and all("left in this stage" in line for line in lines[:2]), lines
+    assert lines[-1].startswith("embeddings: 20/20 done in ") and "left" not in lines[-1], lines

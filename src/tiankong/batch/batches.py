@@ -82,7 +82,7 @@ def check_metadata(metadata: Any) -> dict[str, str] | None:
             any(not isinstance(k, str) or not isinstance(v, str) or len(k) > 64 or len(v) > 512
                 for k, v in metadata.items())):
         raise ConfigError("metadata must be at most 16 string keys (≤ 64 characters) with string values "
-                          "(≤ 512 characters)")
+                          "(≤ 512 characters)", param="metadata")
     return dict(metadata)
 
 

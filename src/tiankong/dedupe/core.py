@@ -81,10 +81,10 @@ class DedupeOptions:
             for what, number in ((name, value), (f"{name}_low", low)):
                 if number is not None and not 0.0 < number <= 1.0:
                     raise ConfigError(f"{what} threshold {number} is outside (0, 1]",
-                                      hint=f"give --{what.replace('_', '-')} a number such as 0.8")
+                                      hint=f"give --{what.replace('_', '-')} a number such as 0.8", param=what)
             if low is not None and value is not None and low > value:
                 raise ConfigError(f"{name}_low {low} must be at most {name} ({value})",
-                                  hint="the uncertain band is [low, threshold)")
+                                  hint="the uncertain band is [low, threshold)", param=f"{name}_low")
         if refused := floor_refused(self):
             raise ConfigError(refused, hint="the band is [semantic-low, semantic): give --semantic too, or a lower "
                               "--semantic-low")
@@ -304,7 +304,8 @@ def check_ids(records: Sequence[Record]) -> None:
         written = str(record.id)
         if written in seen:
             raise ConfigError(f"record {index + 1} has the id {record.id!r} of record {seen[written] + 1}",
-                              hint="ids must be unique (1 and \"1\" are one id): fix or renumber them")
+                              hint="ids must be unique (1 and \"1\" are one id): fix or renumber them",
+                              param=f"records[{index}].id")
         seen[written] = index
 
 

@@ -86,6 +86,8 @@ def cohere_rerank_body(body: dict[str, Any]) -> dict[str, Any]:
     documents = body.get("documents")
     if not isinstance(documents, list):
         raise ConfigError("documents must be a list of strings or {text} objects", param="documents")
+    if not isinstance(body.get("return_documents", False), bool):
+        raise ConfigError("return_documents must be true or false", param="return_documents")
     texts = [d.get("text") if isinstance(d, dict) else d for d in documents]
     task = {"query": body.get("query"), "documents": texts}
     for key in ("top_n", "decider"):

@@ -41,7 +41,9 @@ async def task_answer(client: AsyncBaseClient, task: str, body: dict[str, Any],
     if spec.http is not None:
         return await spec.http.answer(client, body)
     try:
-        args = BODIES[task].model_validate(body)
+        # strict: a JSON body says what it means (`"top_n": true` is not 1, `"near": "0.5"` not 0.5); the Python and
+        # CLI surfaces keep Pydantic's conversions (a tuple of documents, a flag's text)
+        args = BODIES[task].model_validate(body, strict=True)
     except ValidationError as exc:
         raise invalid_request(task, exc) from None
     # the body model extends the task's arguments, so it is the flow's arguments as it is

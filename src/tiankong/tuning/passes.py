@@ -9,7 +9,8 @@
   (``client/sync.py`` ``_limited``), so no request waits in the engine's queue against its HTTP timeout.
 * **Retry.** An engine call that fails for a passing reason (a timeout, a dropped connection, a 5xx) is sent again
   after 2, 4, 8 s (:func:`retrying`); a 4xx is the request's own fault and is not.
-* **Progress.** After each chunk: the stage, items done of all, time spent and time left (from this run's rate).
+* **Progress.** After each chunk: the stage, items done of all, time spent and the time this stage has left (from
+  this run's rate); its last chunk says how long the stage took (later stages have their own lines).
 """
 
 from __future__ import annotations
@@ -97,8 +98,12 @@ def cached_pass(run: Runner, stage: str, items: list[tuple[str, Callable[[], Flo
         if log is not None:
             done = start + len(part)
             spent = time.monotonic() - started
+            if done == len(missing):  # "about 0s left" read as the whole run's end while later stages remained
+                log(f"{stage}: {total}/{total} done in {_duration(spent)}")
+                continue
             left = spent / done * (len(missing) - done)
-            log(f"{stage}: {cached + done}/{total} done, {_duration(spent)} spent, about {_duration(left)} left")
+            log(f"{stage}: {cached + done}/{total} done, {_duration(spent)} spent, about {_duration(left)} left in "
+                "this stage")
     return [found[key] for key, _ in items]
 
 
