@@ -18,9 +18,14 @@ from .models.catalog import DEFAULT_MODEL
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # inf and nan are refused everywhere: `wedge_check_s = inf` passed `ge=0` and crashed the watchdog's thread
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+#: llama-server reads -c and -t as 32-bit ints and fails with "stoi" past them or crashes on absurd thread counts;
+#: these bounds are far above any machine tiankong targets (2**24 tokens of context, 1,024 threads)
+MAX_CTX = 2**24
+MAX_THREADS = 1024
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
@@ -28,11 +33,11 @@ class EngineKeys(_Strict):
     """The keys that shape one llama-server: the single ``[engine]`` and every local ``[[pool.models]]`` entry
     take the same ones (``tiankong.engine.settings.engine_config`` maps them to flags for both)."""
 
-    ctx: int | None = Field(None, ge=64, description="total context (llama-server -c, split between slots); "
-                            "unset: the largest per-slot context up to 8192 (and the model's own) that the memory "
-                            "plan fits in half the memory available, times slots (plan/auto.py)")
+    ctx: int | None = Field(None, ge=64, le=MAX_CTX, description="total context (llama-server -c, split between "
+                            "slots); unset: the largest per-slot context up to 8192 (and the model's own) that the "
+                            "memory plan fits in half the memory available, times slots (plan/auto.py)")
     slots: int = Field(2, ge=1, le=256)
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=MAX_THREADS)
     kv_type: KvType = "f16"
     cache_ram_mib: int = Field(0, ge=0)
     restart_after_requests: int | None = Field(None, ge=1, description="planned restart after N requests")
@@ -75,6 +80,11 @@ class KeySettings(_Strict):
     key: str = Field(min_length=8, description="'sha256:<hex>' (recommended) or the plain key")
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
     rpm: int | None = Field(None, ge=1, description="requests per minute; default: server.key_rpm")
+
+    @field_validator("key")
+    @classmethod
+    def _real_key(cls, key: str) -> str:
+        return check_api_key(key, "key")  # the same rule as api_keys: a short or malformed key is refused
 
 
 class ServerSettings(_Strict):
@@ -131,6 +141,8 @@ def check_api_key(key: str, where: str = "the API key") -> str:
 
 
 def _levels(values: list[float]) -> list[float]:
+    if any(v < 0 for v in values):
+        raise ValueError("thresholds are counts, seconds or MiB: none is negative")
     if len(values) > 3 or any(b < a for a, b in zip(values, values[1:], strict=False)):
         raise ValueError("give 1 to 3 ascending thresholds: [L1, L2, L3] (fewer: the higher levels never trigger)")
     return values

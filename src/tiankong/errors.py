@@ -113,7 +113,7 @@ class PortInUse(ConfigError):
         self.host, self.port = host, port
         super().__init__(
             f"port {port} on {host} is already in use",
-            hint="stop the other process or choose another port with --port",
+            hint="stop the other process, or choose another port (--port, or server.port in the config file)",
         )
 
 
@@ -128,10 +128,11 @@ class TransportError(TiankongError):
 class ServerError(TransportError):
     """The server answered with an HTTP error."""
 
-    def __init__(self, status: int, message: str, *, body: str = "") -> None:
+    def __init__(self, status: int, message: str, *, body: str = "", param: str | None = None) -> None:
         self.status = status
         self.body = body
-        super().__init__(f"server answered HTTP {status}: {message}")
+        # not super(): the remote classes below put another category's __init__ after this one in their MRO
+        TiankongError.__init__(self, f"server answered HTTP {status}: {message}", param=param)
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -182,3 +183,44 @@ class RetriesExhausted(OutputError):
     ) -> None:
         self.attempts, self.last_raw, self.errors, self.usage = attempts, last_raw, list(errors), usage
         super().__init__(message, hint="simplify the schema, add instructions or examples, or use a larger model")
+
+
+# --- a tiankong gateway's typed error, read back by a client ----------------------------------------------------
+# A client at a gateway gets the error a local engine would have raised, by what the caller can do: each class is a
+# ``ServerError`` (its HTTP status and body, as before) and also the category the gateway's ``error.type`` names, so
+# ``except TruncatedOutput`` or ``except ConfigError`` catches it whichever server answered. The evidence a local
+# error carries (attempts, the raw output) stays on the gateway: here it is empty.
+
+
+class RemoteConfigError(ServerError, ConfigError):
+    """The server refused the request (a 4xx ``invalid_request_error`` …): fix the arguments."""
+
+    type = ConfigError.type
+
+
+class RemoteOutputError(ServerError, OutputError):
+    type = OutputError.type
+
+
+class RemoteTruncatedOutput(ServerError, TruncatedOutput):
+    type = TruncatedOutput.type
+
+    def __init__(self, status: int, message: str, *, body: str = "", param: str | None = None) -> None:
+        self.attempts, self.last_raw, self.usage = 0, "", None
+        ServerError.__init__(self, status, message, body=body, param=param)
+
+
+class RemoteRetriesExhausted(ServerError, RetriesExhausted):
+    type = RetriesExhausted.type
+
+    def __init__(self, status: int, message: str, *, body: str = "", param: str | None = None) -> None:
+        self.attempts, self.last_raw, self.errors, self.usage = 0, "", [], None
+        ServerError.__init__(self, status, message, body=body, param=param)
+
+
+#: a gateway's ``error.type`` → the class a client raises (other types, and 5xx: a plain ``ServerError``)
+REMOTE_TYPES: dict[str, type[ServerError]] = {
+    "invalid_request_error": RemoteConfigError, "invalid_schema": RemoteConfigError,
+    "schema_not_supported": RemoteConfigError, "output_error": RemoteOutputError,
+    "truncated_output": RemoteTruncatedOutput, "retries_exhausted": RemoteRetriesExhausted,
+}

@@ -6,6 +6,7 @@ right answer now. Engine-free: the commands below never start an engine (exact /
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,36 @@ def test_messages_name_flags_the_command_has(tmp_path: Path, records: Path) -> N
                                   "--schema", str(schema), "--rules-only"), "'parsec' is not a unit")
     assert_one_line_error(run_cli("normalize", "--input", str(records), "--output", str(tmp_path / "n.jsonl"),
                                   "--schema", str(schema), "--rules-only", "--region", "XX"), "region 'XX'")
+
+
+def test_a_cascade_naming_no_pool_model_is_refused_before_any_engine_starts(tmp_path: Path) -> None:
+    # before: the engine started, "gateway on …" was printed, and only then did serve exit with this error
+    from conftest import free_port
+
+    config = tmp_path / "tiankong.toml"
+    config.write_text('[cascade]\ndraft_model = "a"\nquality_model = "b"\n', encoding="utf-8")
+    proc = run_cli("serve", "--config", str(config), "--port", str(free_port()), "--model",
+                   "smollm2-135m-instruct:q4_0", timeout=120)
+    assert_one_line_error(proc, "[cascade] draft_model", "not a model of the pool")
+    assert "engine ready" not in proc.stderr and "gateway on" not in proc.stderr
+
+
+def test_a_rules_only_batch_redact_needs_no_engine(tmp_path: Path) -> None:
+    # docs/batch.md: `--no-model` is rules only, no engine calls; it stopped with "no engine for the batch"
+    import os
+
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"id": 1, "text": "Call Alice at 138-0013-8000 or alice@example.com"}) + "\n",
+                      encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in ("TIANKONG_URL", "TIANKONG_MODEL")}
+    proc = subprocess_run_cli(env, "batch", "run", "--task", "redact", "--no-model", "--input", str(source),
+                              "--output", str(tmp_path / "out.jsonl"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "out.jsonl").read_text(encoding="utf-8"))["result"]
+    assert {e["type"] for e in result["entities"]} == {"PHONE", "EMAIL"} and "138-0013-8000" not in result["text"]
+
+
+def subprocess_run_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    from conftest import TIANKONG
+
+    return subprocess.run([TIANKONG, *args], capture_output=True, text=True, env=env, timeout=300)

@@ -213,3 +213,14 @@ def test_a_repeated_dedupe_id_and_bad_batch_metadata_name_their_field(gateway: s
     assert error_of(post(gateway, "/v1/tasks/dedupe", body))["param"] == "near_low"
     body = {"input_file_id": "file-x", "endpoint": CHAT, "completion_window": "24h", "metadata": {"k": 5}}
     assert error_of(post(gateway, "/v1/batches", body))["param"] == "metadata"
+
+
+def test_a_temperature_outside_0_to_2_is_refused_on_every_generation_route(gateway: str) -> None:
+    # before: only structured output checked it; 1e999 (read as infinity), -5 and "hot" went to the engine
+    for path, body in ((CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+                       ("/v1/completions", {"prompt": "hi", "max_tokens": 2})):
+        for value in ("-5", "1e999", '"hot"', "true"):
+            raw = json.dumps(body)[:-1] + f', "temperature": {value}}}'
+            error = error_of(post(gateway, path, content=raw.encode()))
+            assert error["code"] == "invalid_temperature" and error["param"] == "temperature", (path, value)
+        assert post(gateway, path, {**body, "temperature": 0.7}).status_code == 200

@@ -152,7 +152,12 @@ class BatchJob(BaseModel):
             from .kinds import kind_engine  # noqa: PLC0415
 
             return kind_engine(self)
-        decider = getattr(self.task_args("-"), "decider", None) if self.task in TEXT_TASKS else None
+        args = self.task_args("-") if self.task in TEXT_TASKS else None
+        decider = getattr(args, "decider", None)
+        if decider is None and getattr(args, "use_model", True) is False:
+            from ..deciders.runtime import EngineNeeds  # noqa: PLC0415
+
+            return EngineNeeds(engine=False)  # rules only (redact, guard --no-model): no engine is started or asked
         return engine_needs(load_decider(decider) if decider else None)
 
     def check_task(self, fmt: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from ..client._shared import check_response, connect_error
+from ..client.answers import check_response, connect_error
 from ..errors import ConfigError
 
 FINAL = ("completed", "failed", "cancelled", "expired")

@@ -80,8 +80,8 @@ def tune_rerank_cmd(data: str, name: str, folds: int, method: str | None, dry_ru
 @click.option("--model", default=None, help="Also score the methods that read this chat model (a decider that "
               "needs it cannot serve `tiankong dedupe`, which starts no chat engine).")
 @click.option("--url", default=None, help="Use a running llama-server started with --embeddings --pooling none.")
-@click.option("--methods", default=None, help="Comma-separated methods (default: tfidf, probe-part; with --model "
-              "or --url: every classify method).")
+@click.option("--methods", default=None, help="Comma-separated methods (default: tfidf, probe-part, probe-pair; "
+              "with --model or --url: every classify method).")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="Stratified cross-validation folds (2 or more).")
 @click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")

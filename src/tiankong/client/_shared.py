@@ -11,9 +11,9 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, InputTooLong, ServerError, TransportError
+from ..errors import ConfigError, ServerError, TransportError
 from ..lora.selection import LoadedAdapter, adapter_table, prepare, requested
-from .images import validate_messages
+from .images import InvalidMessages, validate_messages
 
 if TYPE_CHECKING:
     import httpx
@@ -80,13 +80,6 @@ def server_info(health_status: int, health: Any, props: Any) -> ServerInfo:
     return ServerInfo(gateway, slots if isinstance(slots, int) and slots > 0 else DEFAULT_SLOTS)
 
 
-def json_or_none(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
 def is_stale_connection(exc: Exception) -> bool:
     """A reused connection closed by the server before any answer: safe to send again once."""
     import httpx
@@ -135,12 +128,46 @@ class StreamChunk:
 
 
 def base_url(url: str | None) -> str | None:
-    """The explicit URL, else ``TIANKONG_URL``, normalised without a trailing slash or ``/v1``."""
+    """The explicit URL, else ``TIANKONG_URL``, normalised without a trailing slash or ``/v1``; one that is not
+    an http(s) URL with a host (``localhost:8080``, a port past 65535) is a ``ConfigError`` here, not a transport
+    error at the first call."""
+    import httpx
+
     value = url or os.environ.get("TIANKONG_URL")
     if not value:
         return None
+    where = "url" if url else "TIANKONG_URL"
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string such as http://127.0.0.1:8080, got {type(value).__name__}",
+                          param="url")
     value = value.rstrip("/")
+    try:
+        parsed = httpx.URL(value)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise ConfigError(f"{where} {value!r} is not a URL ({exc})", hint="e.g. http://127.0.0.1:8080",
+                          param="url") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host or not 0 < (parsed.port or 80) < 65536:
+        raise ConfigError(f"{where} {value!r} is not an http(s) URL with a host and a port up to 65535",
+                          hint="e.g. http://127.0.0.1:8080",
+                          param="url")
     return value[:-3] if value.endswith("/v1") else value
+
+
+def check_client_args(model: Any, api_key: Any, timeout_s: Any, adapters: Any) -> None:
+    """What a client's constructor takes, checked before it starts an engine (a bad one left it running)."""
+    if model is not None and not isinstance(model, str):
+        raise ConfigError(f"model must be a model name (a string), got {type(model).__name__}", param="model")
+    if api_key is not None and (not isinstance(api_key, str) or not api_key.isascii() or not api_key.isprintable()):
+        raise ConfigError("api_key must be printable ASCII (an HTTP header carries it)", param="api_key")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise ConfigError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}", param="timeout_s")
+    if adapters is not None and (not isinstance(adapters, (list, tuple)) or
+                                 not all(isinstance(a, str) for a in adapters)):
+        raise ConfigError("adapters must be a list of adapter names, e.g. adapters=['formal']", param="adapters")
+
+
+def closed_error() -> ConfigError:
+    return ConfigError("this client is closed", hint="make a new Client (or use it inside a with block)")
 
 
 #: llama-server reads a token budget as a 32-bit int: a larger one wraps (2**32 + 1 is read as 1)
@@ -162,8 +189,12 @@ def token_budget_problem(body: dict[str, Any]) -> tuple[str, str] | None:
 def as_messages(messages: str | list[Message], system: str | None = None) -> list[Message]:
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
-    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        raise ConfigError("messages must be a string or a list of {role, content} objects")
+    if not isinstance(messages, list):
+        raise InvalidMessages(f"messages must be a string or a list of {{role, content}} objects, got "
+                              f"{type(messages).__name__}")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidMessages(f"messages[{index}] is not a {{role, content}} object with a string role")
     whole = ([{"role": "system", "content": system}] if system else []) + list(messages)
     validate_messages(whole)  # not empty; image content parts: data URL, image/*, decodes, size cap
     return whole
@@ -198,7 +229,11 @@ def generation_options(
     if logprobs is not None:
         body["logprobs"] = True
         body["top_logprobs"] = logprobs
+    if extra is not None and not isinstance(extra, dict):
+        raise ConfigError(f"extra must be a dict of body fields, got {type(extra).__name__}", param="extra")
     body.update(extra or {})
+    if problem := token_budget_problem(body):  # what a gateway refuses, refused before an engine wraps or ignores it
+        raise ConfigError(problem[1], param=problem[0])
     return body
 
 
@@ -267,22 +302,6 @@ def parse_chat(data: dict[str, Any]) -> ChatResult:
     )
 
 
-def parse_stream_event(line: str) -> dict[str, Any] | None:
-    """One SSE line → the JSON event, ``None`` for keep-alives, comments and ``[DONE]``."""
-    if not line.startswith("data:"):
-        return None
-    payload = line[5:].strip()
-    if not payload or payload == "[DONE]":
-        return None
-    try:
-        event = json.loads(payload)
-    except ValueError:
-        raise TransportError(f"malformed stream event: {payload[:200]}") from None
-    if isinstance(event, dict) and "error" in event:
-        raise ServerError(500, _error_message(event))
-    return event if isinstance(event, dict) else None
-
-
 def draft_option(body: dict[str, Any], draft: bool) -> dict[str, Any]:
     """Ask a tiankong gateway for the draft model's stream first (docs/cascade.md)."""
     return {**body, "tiankong": {"draft": True}} if draft else body
@@ -313,46 +332,6 @@ def chunk_from_event(event: dict[str, Any]) -> StreamChunk | None:
     delta = choice.get("delta") or {}
     text = delta.get("content") if isinstance(delta, dict) else None
     return StreamChunk(text=text or choice.get("text") or "", finish_reason=choice.get("finish_reason"), raw=event)
-
-
-def _error_message(data: Any) -> str:
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            return str(err.get("message") or err)
-        return str(err)
-    return str(data)
-
-
-def check_response(status: int, text: str) -> None:
-    """Raise ``ServerError`` for an HTTP error answer, with the server's own message."""
-    if status < 400:
-        return
-    try:
-        message = _error_message(json.loads(text))
-    except ValueError:
-        message = text[:300] or "no body"
-    if status == 400 and "context size" in message:
-        raise InputTooLong(f"the input is too long for the engine's context ({message})",
-                           hint="shorten the text, use the compress task, or start the engine with a larger ctx "
-                                "per slot")
-    raise ServerError(status, message, body=text)
-
-
-def connect_error(url: str, exc: Exception) -> TransportError:
-    return TransportError(
-        f"cannot reach {url}: {type(exc).__name__}: {exc}".rstrip(": "),
-        hint=f"is the server running? start one with `tiankong serve` or {MANAGE_HINT}",
-    )
-
-
-def assembled_error(exc: Exception) -> ServerError:
-    """A stream that carried an error event (or ended early) as the ``ServerError`` a plain answer would give."""
-    error = getattr(exc, "error", {}) or {}
-    code = error.get("code") if isinstance(error, dict) else None
-    status = code if isinstance(code, int) and 400 <= code < 600 else 500
-    message = str(error.get("message", exc)) if isinstance(error, dict) else str(exc)
-    return ServerError(status, message, body=json.dumps({"error": error}))
 
 
 # --- embeddings from an engine that returns every token's vector (``--pooling none``) -------------------------

@@ -11,6 +11,7 @@ import httpx
 from ..engine import EngineProcess
 from ..errors import ConfigError, ServerError
 from . import _shared as S
+from . import answers as A
 from ._engine import start_embedded
 from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
 
@@ -34,7 +35,9 @@ class AsyncBaseClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.engine: EngineProcess | None = None
+        self._closed = False
         self.url = S.base_url(url)
+        S.check_client_args(model, api_key, timeout_s, adapters)
         if self.url is None and not model:
             raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
         if self.url is not None and adapters:
@@ -55,6 +58,8 @@ class AsyncBaseClient:
         self._in_flight: asyncio.Semaphore | None = None
 
     async def _client(self) -> httpx.AsyncClient:
+        if self._closed:  # it was reopened silently (and an embedded engine's port was dead)
+            raise S.closed_error()
         if self._http is not None:
             return self._http
         async with self._start_lock:
@@ -103,8 +108,8 @@ class AsyncBaseClient:
             props = await self._send_once("GET", "/props", None, False)
         except httpx.HTTPError:
             return None
-        return S.server_info(health.status_code, S.json_or_none(health),
-                             S.json_or_none(props) if props.status_code == 200 else None)
+        return S.server_info(health.status_code, A.json_or_none(health),
+                             A.json_or_none(props) if props.status_code == 200 else None)
 
     async def _limited(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """``_request`` holding one of the server's slots: a client never has more requests in flight than the
@@ -135,8 +140,8 @@ class AsyncBaseClient:
             try:
                 response = await self._send("GET", "/lora-adapters", None)
             except httpx.HTTPError as exc:
-                raise S.connect_error(str(self.url), exc) from None
-            data = response.json() if response.status_code == 200 else None
+                raise A.connect_error(str(self.url), exc) from None
+            data = A.json_or_none(response) if response.status_code == 200 else None
             self._lora = S.read_adapter_table(response.status_code, data, body)
             if self._lora is S.UNKNOWN:  # not ready: plain request goes as it is, the table is read next time
                 return body
@@ -149,9 +154,9 @@ class AsyncBaseClient:
         try:
             response = await self._send(method, path, body)
         except httpx.HTTPError as exc:
-            raise S.connect_error(str(self.url), exc) from None
-        S.check_response(response.status_code, response.text)
-        return response.json()
+            raise A.connect_error(str(self.url), exc) from None
+        A.check_response(response.status_code, response.text)
+        return A.answer_json(response, str(self.url))
 
     async def _forward(self, path: str, body: dict[str, Any]) -> Any:
         """POST a body exactly as it is (adapter names and long generations left to the server): for a tiankong
@@ -159,9 +164,9 @@ class AsyncBaseClient:
         try:
             response = await self._send("POST", path, body)
         except httpx.HTTPError as exc:
-            raise S.connect_error(str(self.url), exc) from None
-        S.check_response(response.status_code, response.text)
-        return response.json()
+            raise A.connect_error(str(self.url), exc) from None
+        A.check_response(response.status_code, response.text)
+        return A.answer_json(response, str(self.url))
 
     async def _assembled(self, path: str, body: dict[str, Any]) -> Any:
         """A generation read as a stream (client/assemble.py: so that giving up on it stops the engine)."""
@@ -171,16 +176,16 @@ class AsyncBaseClient:
             try:
                 if response.status_code >= 400:
                     await response.aread()
-                    S.check_response(response.status_code, response.text)
+                    A.check_response(response.status_code, response.text)
                 async for chunk in response.aiter_raw():
                     assembler.feed(chunk)
             finally:
                 await response.aclose()
             return assembler.result()
         except httpx.HTTPError as exc:
-            raise S.connect_error(str(self.url), exc) from None
+            raise A.connect_error(str(self.url), exc) from None
         except StreamFailed as exc:
-            raise S.assembled_error(exc) from None
+            raise A.assembled_error(exc) from None
 
     async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[S.StreamChunk]:
         body = await self._with_lora(path, body) or body
@@ -189,16 +194,19 @@ class AsyncBaseClient:
             try:
                 if response.status_code >= 400:
                     await response.aread()
-                    S.check_response(response.status_code, response.text)
+                    A.check_response(response.status_code, response.text)
+                end = A.StreamEnd()
                 async for line in response.aiter_lines():
-                    event = S.parse_stream_event(line)
+                    event = A.parse_stream_event(line)
                     chunk = S.chunk_from_event(event) if event else None
+                    end.see(line, chunk)
                     if chunk is not None:
                         yield chunk
+                end.check()
             finally:
                 await response.aclose()
         except httpx.HTTPError as exc:
-            raise S.connect_error(str(self.url), exc) from None
+            raise A.connect_error(str(self.url), exc) from None
 
     async def chat(
         self, messages: str | list[S.Message], *, system: str | None = None, **options: Any
@@ -234,22 +242,26 @@ class AsyncBaseClient:
             if not S.per_token_refused(exc):
                 raise
             return S.mean_pooled(await self._request("POST", "/embeddings", {"content": items}))[0]
-        return [list(map(float, row["embedding"])) for row in data["data"]]
+        return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", str(self.url))]
 
     async def tokenize(self, text: str) -> list[int]:
-        return [int(t) for t in (await self._request("POST", "/tokenize", {"content": text}))["tokens"]]
+        answer = await self._request("POST", "/tokenize", {"content": text})
+        return [int(t) for t in A.answer_field(answer, "tokens", str(self.url))]
 
     async def detokenize(self, tokens: list[int]) -> str:
-        return str((await self._request("POST", "/detokenize", {"tokens": tokens}))["content"])
+        answer = await self._request("POST", "/detokenize", {"tokens": tokens})
+        return str(A.answer_field(answer, "content", str(self.url)))
 
     async def health(self) -> dict[str, Any]:
         data = await self._request("GET", "/health")
         return data if isinstance(data, dict) else {"status": data}
 
     async def models(self) -> list[str]:
-        return [str(item["id"]) for item in (await self._request("GET", "/v1/models")).get("data", [])]
+        answer = await self._request("GET", "/v1/models")
+        return [str(item["id"]) for item in A.answer_field(answer, "data", str(self.url))]
 
     async def close(self) -> None:
+        self._closed = True
         if self._http is not None:
             await self._http.aclose()
             self._http = None

@@ -12,6 +12,7 @@ import httpx
 from ..engine import EngineProcess
 from ..errors import ConfigError, ServerError
 from . import _shared as S
+from . import answers as A
 from ._engine import start_embedded
 from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
 
@@ -39,7 +40,9 @@ class BaseClient:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.engine: EngineProcess | None = None
+        self._closed = False
         resolved = S.base_url(url)
+        S.check_client_args(model, api_key, timeout_s, adapters)
         if resolved is not None and adapters:
             raise ConfigError("adapters= loads LoRA adapters into an embedded engine (model=… without url)",
                               hint="start that server with the adapters (engine config lora = [...])")
@@ -52,8 +55,12 @@ class BaseClient:
         self.url = resolved
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits(),
-                                  transport=transport)
+        try:
+            self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits(),
+                                      transport=transport)
+        except BaseException:
+            self.close()  # the engine started above has no other owner
+            raise
         self._lora: Any = S.UNKNOWN
         self._info: S.ServerInfo | None = None
         self._info_lock = threading.Lock()
@@ -75,6 +82,8 @@ class BaseClient:
 
     def _send_once(self, method: str, path: str, body: dict[str, Any] | None, stream: bool) -> httpx.Response:
         """Send; once more if a reused keep-alive connection was closed before any answer."""
+        if self._closed:
+            raise S.closed_error()
         request = self._http.build_request(method, path, json=body)
         try:
             return self._http.send(request, stream=stream)
@@ -103,8 +112,8 @@ class BaseClient:
             props = self._send_once("GET", "/props", None, False)
         except httpx.HTTPError:
             return None
-        return S.server_info(health.status_code, S.json_or_none(health),
-                             S.json_or_none(props) if props.status_code == 200 else None)
+        return S.server_info(health.status_code, A.json_or_none(health),
+                             A.json_or_none(props) if props.status_code == 200 else None)
 
     def _limited(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """``_request`` holding one of the server's slots: a client never has more requests in flight than the
@@ -123,8 +132,8 @@ class BaseClient:
             try:
                 response = self._send("GET", "/lora-adapters", None)
             except httpx.HTTPError as exc:
-                raise S.connect_error(self.url, exc) from None
-            data = response.json() if response.status_code == 200 else None
+                raise A.connect_error(self.url, exc) from None
+            data = A.json_or_none(response) if response.status_code == 200 else None
             self._lora = S.read_adapter_table(response.status_code, data, body)
             if self._lora is S.UNKNOWN:  # not ready: plain request goes as it is, the table is read next time
                 return body
@@ -137,9 +146,9 @@ class BaseClient:
         try:
             response = self._send(method, path, body)
         except httpx.HTTPError as exc:
-            raise S.connect_error(self.url, exc) from None
-        S.check_response(response.status_code, response.text)
-        return response.json()
+            raise A.connect_error(self.url, exc) from None
+        A.check_response(response.status_code, response.text)
+        return A.answer_json(response, str(self.url))
 
     def _assembled(self, path: str, body: dict[str, Any]) -> Any:
         """A generation read as a stream (client/assemble.py: so that giving up on it stops the engine)."""
@@ -149,16 +158,16 @@ class BaseClient:
             try:
                 if response.status_code >= 400:
                     response.read()
-                    S.check_response(response.status_code, response.text)
+                    A.check_response(response.status_code, response.text)
                 for chunk in response.iter_raw():
                     assembler.feed(chunk)
             finally:
                 response.close()
             return assembler.result()
         except httpx.HTTPError as exc:
-            raise S.connect_error(self.url, exc) from None
+            raise A.connect_error(self.url, exc) from None
         except StreamFailed as exc:
-            raise S.assembled_error(exc) from None
+            raise A.assembled_error(exc) from None
 
     def _stream(self, path: str, body: dict[str, Any]) -> Iterator[S.StreamChunk]:
         body = self._with_lora(path, body) or body
@@ -167,16 +176,19 @@ class BaseClient:
             try:
                 if response.status_code >= 400:
                     response.read()
-                    S.check_response(response.status_code, response.text)
+                    A.check_response(response.status_code, response.text)
+                end = A.StreamEnd()
                 for line in response.iter_lines():
-                    event = S.parse_stream_event(line)
+                    event = A.parse_stream_event(line)
                     chunk = S.chunk_from_event(event) if event else None
+                    end.see(line, chunk)
                     if chunk is not None:
                         yield chunk
+                end.check()
             finally:
                 response.close()
         except httpx.HTTPError as exc:
-            raise S.connect_error(self.url, exc) from None
+            raise A.connect_error(self.url, exc) from None
 
     # --- API ------------------------------------------------------------------------------------
 
@@ -215,23 +227,28 @@ class BaseClient:
             if not S.per_token_refused(exc):
                 raise
             return S.mean_pooled(self._request("POST", "/embeddings", {"content": items}))[0]
-        return [list(map(float, row["embedding"])) for row in data["data"]]
+        return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", self.url)]
 
     def tokenize(self, text: str) -> list[int]:
-        return [int(t) for t in self._request("POST", "/tokenize", {"content": text})["tokens"]]
+        tokens = A.answer_field(self._request("POST", "/tokenize", {"content": text}), "tokens", self.url)
+        return [int(t) for t in tokens]
 
     def detokenize(self, tokens: list[int]) -> str:
-        return str(self._request("POST", "/detokenize", {"tokens": tokens})["content"])
+        return str(A.answer_field(self._request("POST", "/detokenize", {"tokens": tokens}), "content",
+                                  self.url))
 
     def health(self) -> dict[str, Any]:
         data = self._request("GET", "/health")
         return data if isinstance(data, dict) else {"status": data}
 
     def models(self) -> list[str]:
-        return [str(item["id"]) for item in self._request("GET", "/v1/models").get("data", [])]
+        return [str(item["id"]) for item in A.answer_field(self._request("GET", "/v1/models"), "data",
+                                                           self.url)]
 
     def close(self) -> None:
-        self._http.close()
+        self._closed = True
+        if hasattr(self, "_http"):
+            self._http.close()
         if self.engine is not None:
             self.engine.stop()
             self.engine = None

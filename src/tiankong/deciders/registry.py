@@ -167,6 +167,15 @@ def _read(path: Path, source: str) -> Decider:
     return _LOADED[key]
 
 
+def _builtin_at(name: str, version: int) -> Decider | None:
+    """The shipped decider ``name`` when it is at ``version`` (``guard@1``, the name its answers and `deciders list`
+    print), for a name the registry holds no such version of."""
+    if name not in builtin_names():
+        return None
+    shipped = _read(BUILTIN_DIR / f"{name}.json", "builtin")
+    return shipped if shipped.version == version else None
+
+
 def builtin_names() -> list[str]:
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.json"))
 
@@ -189,6 +198,8 @@ def load_decider(ref: str) -> Decider:
     name, _, version = ref.partition("@")
     versions = _versions(name) if _NAME.match(name) else []
     if version:
+        if version.isdigit() and int(version) not in versions and (shipped := _builtin_at(name, int(version))):
+            return shipped
         if not version.isdigit() or int(version) not in versions:
             raise DeciderNotFound(ref, [f"{name}@{v}" for v in versions] or known_names())
         return _read(deciders_dir() / name / f"v{version}.json", "registry")
@@ -206,6 +217,8 @@ def _load_named(ref: object) -> Decider:
     try:
         if version:
             if int(version) not in _versions(name):
+                if shipped := _builtin_at(name, int(version)):
+                    return shipped
                 raise NoSuchDecider()
             return _read(deciders_dir() / name / f"v{int(version)}.json", "registry")
         if versions := _versions(name):

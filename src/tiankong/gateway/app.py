@@ -69,7 +69,6 @@ class Gateway:
         state.router.pool.subscribe(lambda replica, change: metrics.engine_transitions.labels(
             replica.name, change.new.value).inc())
         self.guard = Guard(state, metrics)
-        self.openapi = build_openapi()
         self.lora_tables = AdapterTables()
         self.pipes: dict[str, Pipeline] = {}
         self.policy: Degradation | None = None
@@ -86,6 +85,7 @@ class Gateway:
                 batches.concurrency), timeout_s=state.server.request_timeout_s,
                 max_body_bytes=state.server.max_body_bytes, key_hashes=[key.hash for key in state.keys])
             metrics.registry.register(BatchCollector(self.batch_api))
+        self.openapi = build_openapi(batches=self.batch_api is not None)
 
     # --- lanes and their pipelines ---------------------------------------------------------------------
 

@@ -59,11 +59,18 @@ async def read_json(request: Request, limit: int, timeout_s: float = BODY_TIMEOU
 
 
 def bad_token_budget(body: dict[str, Any]) -> JSONResponse | None:
-    """A 400 when the token budget is not a positive integer the engine can hold (``token_budget_problem``)."""
+    """A 400 when the token budget is not a positive integer the engine can hold (``token_budget_problem``), or
+    the temperature is not a number from 0 to 2 (OpenAI's range; ``1e999`` parses as infinity, ``"hot"`` is no
+    number, and both went to the engine)."""
     problem = token_budget_problem(body)
-    if problem is None:
-        return None
-    return error_response(400, problem[1], "invalid_request_error", "invalid_max_tokens", param=problem[0])
+    if problem is not None:
+        return error_response(400, problem[1], "invalid_request_error", "invalid_max_tokens", param=problem[0])
+    temperature = body.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+                                    or not 0 <= temperature <= 2):
+        return error_response(400, f"temperature must be a number from 0 to 2, got {json.dumps(temperature)[:40]}",
+                              "invalid_request_error", "invalid_temperature", param="temperature")
+    return None
 
 
 PROMPT_FIELDS = ("messages", "prompt", "input", "text", "query", "documents", "question", "questions")

@@ -1,4 +1,4 @@
-"""``GET /openapi.json``: an OpenAPI 3.1 document for every gateway route.
+"""``GET /openapi.json``: an OpenAPI 3.1 document for every gateway route (a test compares it with the app's routes).
 
 Task request bodies come from the Pydantic models the routes validate with, so the document cannot drift
 from what is accepted (a task whose route reads its body itself, extract, declares its schemas in its spec).
@@ -65,7 +65,50 @@ def _get(summary: str, answer: dict[str, Any], *errors: str, media: str = JSON) 
         "200": {"description": "OK", "content": {media: {"schema": answer}}}, **_errors(*errors)}}}
 
 
-def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0") -> dict[str, Any]:
+RERANK_BODY = {"type": "object", "required": ["query", "documents"], "additionalProperties": False, "properties": {
+    "model": {"type": "string", "description": "left out, tiankong-rerank, or a served model"},
+    "query": {"type": "string"},
+    "documents": {"type": "array", "items": {"anyOf": [
+        {"type": "string"}, {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}]}},
+    "top_n": {"type": "integer", "minimum": 1}, "return_documents": {"type": "boolean"},
+    "decider": {"type": "string"}}}
+ID = {"type": "string"}
+
+
+def _id_param(name: str) -> list[dict[str, Any]]:
+    return [{"name": name, "in": "path", "required": True, "schema": ID}]
+
+
+def batch_paths() -> dict[str, Any]:
+    """OpenAI's Batch API (docs/batch-api.md): uploads, batches and their results, each a caller's own."""
+    obj = {"type": "object"}
+    upload = {"type": "object", "required": ["file", "purpose"], "properties": {
+        "file": {"type": "string", "format": "binary", "description": "JSONL, one request per line"},
+        "purpose": {"type": "string", "enum": ["batch"]}}}
+    create = {"type": "object", "required": ["input_file_id", "endpoint", "completion_window"],
+              "additionalProperties": False, "properties": {
+                  "input_file_id": ID, "endpoint": {"type": "string"}, "completion_window": {"type": "string"},
+                  "metadata": {"type": "object", "additionalProperties": {"type": "string"}}}}
+    post_upload = _post("Upload a batch input file (multipart/form-data)", upload, obj)
+    post_upload["post"]["requestBody"]["content"] = {"multipart/form-data": {"schema": upload}}
+    return {
+        "/v1/files": {**post_upload, **_get("The caller's files", obj, "401")},
+        "/v1/files/{file_id}": {"get": {**_get("One file", obj, "401", "404")["get"], "parameters": _id_param(
+            "file_id")}, "delete": {"summary": "Delete a file", "parameters": _id_param("file_id"), "responses": {
+                "200": {"description": "OK", "content": {JSON: {"schema": obj}}}, **_errors("401", "404")}}},
+        "/v1/files/{file_id}/content": {"get": {**_get("A file's content (JSONL)", {"type": "string"}, "401", "404",
+                                                       media="application/jsonl")["get"],
+                                                "parameters": _id_param("file_id")}},
+        "/v1/batches": {**_post("Create a batch", create, obj), **_get("The caller's batches", obj, "401")},
+        "/v1/batches/{batch_id}": {"get": {**_get("One batch", obj, "401", "404")["get"],
+                                           "parameters": _id_param("batch_id")}},
+        "/v1/batches/{batch_id}/cancel": {"post": {**_post("Cancel a batch", obj, obj)["post"],
+                                                   "parameters": _id_param("batch_id")}},
+    }
+
+
+def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0", *, batches: bool = True) -> dict[str, Any]:
+    """The document of every route this gateway serves (``batches``: the Batch API is on)."""
     refs, schemas = models_json_schema([(model, "validation") for model in BODIES.values()], ref_template=REF)
     components = dict(schemas.get("$defs", {}))
     obj = {"type": "object"}
@@ -83,6 +126,7 @@ def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0") -> di
                                       CHAT_BODY, obj, stream=True),
         "/v1/completions": _post("OpenAI text completions", COMPLETION_BODY, obj, stream=True),
         "/v1/embeddings": _post("OpenAI embeddings", EMBEDDING_BODY, obj),
+        "/v1/rerank": _post("Cohere / Jina rerank (the rerank task's ranking, best first)", RERANK_BODY, obj),
         # a task whose route reads its body itself (extract) declares its schemas in its spec
         **{f"/v1/tasks/{task}": _post(spec.http.summary, spec.http.body, spec.http.result)
            for task, spec in SPECS.items() if spec.http is not None},
@@ -98,6 +142,8 @@ def build_openapi(title: str = "tiankong gateway", version: str = "0.1.0") -> di
                                                "schema": {"type": "string"}}]}}
     for task, model in BODIES.items():
         paths[f"/v1/tasks/{task}"] = _post(f"The {task} task", dict(refs[(model, "validation")]), obj)
+    if batches:
+        paths.update(batch_paths())
     components["Error"] = ERROR_SCHEMA
     return {
         "openapi": "3.1.0",

@@ -16,6 +16,7 @@ from ..config import TiankongConfig
 from ..engine.pool import EnginePool, engine_pool, is_loopback, port_in_use
 from ..errors import ConfigError, PortInUse
 from .app import GatewayState, create_app
+from .cascade import check_cascade
 from .keys import as_hash
 from .listen import server_config
 
@@ -80,6 +81,8 @@ def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
     check_bind(config)
     pool = engine_pool(config, log, on_give_up=stop_serving)
     settings = config.engine
+    # before any engine starts: a [cascade] naming no pool model was refused only after the engine was up
+    check_cascade(config.cascade if config.cascade.enabled else None, pool)
     try:
         pool.start_eager()  # the single [engine]; [pool] models start on their first request
         for replica in pool.replicas():

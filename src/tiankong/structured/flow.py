@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..client._shared import ChatResult, Usage, chat_body, generation_options, parse_chat
+from ..client._shared import MAX_TOKEN_BUDGET, ChatResult, Usage, chat_body, generation_options, parse_chat
 from ..errors import (
     ConfigError,
     InputTooLong,
@@ -102,6 +102,17 @@ def _compile_failure(error: Exception) -> SchemaNotSupported | None:
     return None
 
 
+def check_attempts(max_tokens: int | None, max_attempts: int) -> None:
+    """A structured call's budget and attempts: ``max_tokens=0`` was taken as "the default" and ``max_attempts=0``
+    as one attempt; both are the caller's mistake, said before anything runs."""
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or not 1 <= max_tokens <= MAX_TOKEN_BUDGET):
+        raise ConfigError(f"max_tokens must be a positive integer up to {MAX_TOKEN_BUDGET}, got {max_tokens!r}",
+                          param="max_tokens")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ConfigError(f"max_attempts must be 1 or more, got {max_attempts!r}", param="max_attempts")
+
+
 def constrained_flow(
     messages: list[dict[str, Any]], constraint: Constraint, *, model: str | None, max_tokens: int | None = None,
     max_attempts: int = 2, options: dict[str, Any] | None = None, fast_forward: bool = True,
@@ -113,6 +124,7 @@ def constrained_flow(
     then once more with the schema's smallest answers (required properties, fewest items).
     ``lean``: the messages without what tiankong added (the schema line), sent when the engine says the prompt
     does not fit its context — the grammar enforces the schema all the same."""
+    check_attempts(max_tokens, max_attempts)
     budget = max_tokens or constraint.budget_tokens
     usage, attempts, reason = Usage(), 0, ""
     if fast_forward and constraint.forced is not None:

@@ -28,7 +28,7 @@ from typing import Any
 from ..client._shared import Usage
 from ..errors import ConfigError, InvalidSchema
 from .constraints import schema_constraint
-from .flow import Call, Flow, Structured, choose_flow, constrained_flow
+from .flow import Call, Flow, Structured, check_attempts, choose_flow, constrained_flow
 from .slots import SlotPin
 from .tool_template import MAX_PARALLEL, _call, _lifted, call_object, first_step, template_flow, template_prompt
 
@@ -250,6 +250,7 @@ def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice:
               max_tokens: int | None = None, max_attempts: int = 2, options: dict[str, Any] | None = None,
               fast_forward: bool = True, pin: SlotPin | None = None) -> Flow[ToolCalls]:
     """The next step of a conversation with ``tools``: validated calls, or a reply (``tool_choice`` auto/none)."""
+    check_attempts(max_tokens, max_attempts)
     for tool in tools:  # a parameters schema the grammar cannot hold is the client's to fix, before any call
         try:
             schema_constraint(call_object(tool))

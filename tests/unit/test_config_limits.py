@@ -1,0 +1,39 @@
+"""Config values a sweep found taken and then failing late (2026-12-07): an infinite duration crashed the wedge
+watchdog's thread, a named key skipped the checks ``api_keys`` get, absurd thread and context counts reached
+llama-server. Each is refused at load, naming its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiankong.config import load_config
+from tiankong.errors import ConfigError
+
+HASH = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize("toml, key", [
+    ("[engine]\nwedge_check_s = inf", "engine.wedge_check_s"),
+    ("[server]\nrequest_timeout_s = nan", "server.request_timeout_s"),
+    ("[degradation]\np99_latency_s = [nan]", "degradation.p99_latency_s"),
+    ("[degradation]\nqueue_depth = [-1]", "degradation.queue_depth"),
+    ("[engine]\nthreads = 100000", "engine.threads"),
+    ("[engine]\nctx = 1000000000000", "engine.ctx"),
+    ('[[server.keys]]\nkey = "sha256:zzzzzzzz"\nname = "a"', "server.keys.0.key"),
+    ('[[server.keys]]\nkey = "        "\nname = "a"', "server.keys.0.key"),
+])
+def test_a_value_that_would_fail_late_is_refused_at_load(tmp_path: Path, toml: str, key: str) -> None:
+    path = tmp_path / "tiankong.toml"
+    path.write_text(toml + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(path)
+
+
+def test_the_values_the_docs_show_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "tiankong.toml"
+    path.write_text(f'[engine]\nthreads = 16\nctx = 32768\nwedge_check_s = 0\n[degradation]\nqueue_depth = [4, 8]\n'
+                    f'[[server.keys]]\nkey = "{HASH}"\nname = "team-a"\n', encoding="utf-8")
+    config = load_config(path)
+    assert config.engine.threads == 16 and config.server.keys[0].key == HASH
