@@ -171,3 +171,36 @@ def test_a_failed_exchange_says_where_it_failed(call: Callable[..., Any], failur
 
     with pytest.raises(TransportError, match=needle):
         call(fail, "models")
+
+
+def test_an_async_client_serves_a_second_event_loop() -> None:
+    # a script calling asyncio.run twice with one AsyncClient got "RuntimeError: Event loop is closed": its pooled
+    # keep-alive connection (a real socket here, on loopback) belonged to the first loop
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Models(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = json.dumps({"data": [{"id": "m"}]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = AsyncClient(f"http://127.0.0.1:{server.server_address[1]}")
+        assert asyncio.run(client.models()) == ["m"]
+        assert asyncio.run(client.models()) == ["m"]
+        asyncio.run(client.close())
+    finally:
+        server.shutdown()
+        server.server_close()

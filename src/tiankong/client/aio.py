@@ -56,10 +56,24 @@ class AsyncBaseClient:
         self._info: S.ServerInfo | None = None
         self._info_lock = asyncio.Lock()
         self._in_flight: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _on_this_loop(self) -> None:
+        """A client used from another event loop (a second ``asyncio.run``) gets a connection pool, locks and a
+        slot semaphore of that loop: the old ones belong to a loop that is closed ("Event loop is closed")."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None:
+            self._http = None
+            self._start_lock, self._info_lock = asyncio.Lock(), asyncio.Lock()
+            self._in_flight, self._info = None, None
+        self._loop = loop
 
     async def _client(self) -> httpx.AsyncClient:
         if self._closed:  # it was reopened silently (and an embedded engine's port was dead)
             raise S.closed_error()
+        self._on_this_loop()
         if self._http is not None:
             return self._http
         async with self._start_lock:
@@ -89,6 +103,7 @@ class AsyncBaseClient:
 
     async def server(self) -> S.ServerInfo:
         """A tiankong gateway or an engine, and its slots: asked once per client (``GET /health``, ``/props``)."""
+        self._on_this_loop()
         if self._info is None:
             async with self._info_lock:
                 if self._info is None:
@@ -263,7 +278,8 @@ class AsyncBaseClient:
     async def close(self) -> None:
         self._closed = True
         if self._http is not None:
-            await self._http.aclose()
+            if self._loop is asyncio.get_running_loop():  # else its connections died with their loop
+                await self._http.aclose()
             self._http = None
         if self.engine is not None:
             await asyncio.to_thread(self.engine.stop)
