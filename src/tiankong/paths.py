@@ -73,3 +73,22 @@ def check_output(path: str | Path, what: str = "--output") -> None:
                           hint=f"choose a writable {what} path") from None
     if target.exists() and not os.access(target, os.W_OK):
         raise ConfigError(f"cannot write {what} {target}: permission denied", hint=f"choose a writable {what} path")
+
+
+def check_folder(path: str | Path, what: str = "--out") -> Path:
+    """An output folder can be made and written at ``path`` (checked before any work, as :func:`check_output`):
+    made if missing; a file there, or no write permission, is a ``ConfigError`` naming ``what``."""
+    from .errors import ConfigError
+
+    folder = Path(path).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{what} {folder} is a file, not a folder", hint=f"give {what} a folder path")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"cannot write in {what} {folder}: {exc.strerror or exc}",
+                          hint=f"choose a writable {what} folder") from None
+    return folder

@@ -30,6 +30,7 @@ from ..engine.spec import without_spec
 from ..engine.spec_auto import DEFAULT_PROMPTS, SpecMeasurement, candidate_configs, decide, measure
 from ..engine.vocab import check_draft_compatible
 from ..errors import ConfigError
+from ..paths import check_folder
 from .common import RunFacts
 
 DEFAULT_NGRAM = ("ngram-simple", "ngram-map-k", "ngram-mod")
@@ -197,6 +198,8 @@ def write_spec_outputs(report: SpecBenchReport, out_dir: str | Path) -> list[Pat
 def spec_bench(config: SpecBenchConfig, out_dir: str | Path | None = None,
                progress: Callable[[str], None] | None = None) -> SpecBenchReport:
     """Run ``bench spec`` and, with ``out_dir``, write spec.{json,csv} there."""
+    if out_dir is not None:
+        check_folder(out_dir)  # before the run: a file there failed only when its results were in
     report = run_spec_bench(config, progress)
     if out_dir is not None:
         write_spec_outputs(report, out_dir)

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import click
+from pydantic import ValidationError
 
 from ..errors import TiankongError
 
@@ -32,12 +33,26 @@ class TiankongGroup(click.Group):
             sys.exit(EXIT_BROKEN_PIPE)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
+        except ValidationError as exc:  # an option a library settings model refuses (bench's --max-tokens 0, …)
+            click.echo(f"error: {option_errors(exc)}", err=True)
+            sys.exit(2)
         except Exception as exc:  # a bug: still one line, with the way to get details
             if ctx.meta.get("verbose"):
                 raise
             click.echo(f"error: internal error {type(exc).__name__}: {exc} (rerun with -v for the traceback "
                        "and please report it)", err=True)
             sys.exit(2)
+
+
+def option_errors(exc: ValidationError) -> str:
+    """A settings model's refusal in the options' words: ``--max-tokens: Input should be greater than or equal
+    to 1`` (a field ``step_time_s`` is the option ``--step-time``)."""
+    said = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "value"
+        option = "--" + field.removesuffix("_s").replace("_", "-")
+        said.append(f"{option}: {error['msg']}")
+    return "invalid option value: " + "; ".join(said) + " (see --help)"
 
 
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a Unix tool whose reader closed the pipe exits with

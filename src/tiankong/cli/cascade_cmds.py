@@ -54,6 +54,7 @@ def eval_cmd(data: str, small: str | None, large: str | None, large_decider: str
     """
     from pathlib import Path
 
+    from .. import paths
     from ..cascade import cascade_eval
     from ..cascade.report import markdown_table, plot, summary
     from ..errors import ConfigError
@@ -70,6 +71,13 @@ def eval_cmd(data: str, small: str | None, large: str | None, large_decider: str
         raise click.UsageError("--config says where --write writes: add --write")
     if config_file is not None and decider is not None:
         raise click.UsageError("--config is for a model's threshold; a decider's is written into its entry")
+    if items and not as_json:
+        raise click.UsageError("--items adds every record's answers to --json: add --json")
+    if plot_path and not plot_path.lower().endswith(".png"):
+        raise click.UsageError(f"--plot {plot_path} must end in .png")
+    for path, what in ((plot_path, "--plot"), (markdown_path, "--markdown")):  # before both sides run, not after
+        if path:
+            paths.check_output(path, what)
     result = cascade_eval(data, small, large, task=task, labels=parse_labels(label_list), target=target,
                           routes=routes_file, decider=decider, large_decider=large_decider, large_url=large_url,
                           schema=schema_file, llama_server=llama_server,

@@ -42,10 +42,15 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
     from ..models import DEFAULT_MODEL
 
     chosen_model = None if (no_engine or url) else (model or DEFAULT_MODEL)
+    if bad := [d for d in describe if "=" not in d or not d.split("=", 1)[1].strip()]:
+        raise click.UsageError(f"--describe {bad[0]!r}: give LABEL=words (e.g. --describe 'spam=unwanted ads')")
+    wanted = [x.strip() for x in methods.split(",") if x.strip()] if methods is not None else None
+    if wanted == []:  # "" ran every default method, engine ones included
+        raise click.UsageError("--methods is empty: name one or more methods, or leave it out for the defaults")
     report = tune_classify(data, name=name, model=chosen_model, url=None if no_engine else url,
                            labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
-                           methods=[x.strip() for x in methods.split(",") if x.strip()] if methods else None,
-                           folds=folds, descriptions=dict(d.split("=", 1) for d in describe if "=" in d) or None,
+                           methods=wanted,
+                           folds=folds, descriptions=dict(d.split("=", 1) for d in describe) or None,
                            save=not dry_run, llama_server=llama_server,
                            log=lambda msg: click.echo(msg, err=True))
     if report.warning:
@@ -118,7 +123,10 @@ def deciders() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def list_cmd(as_json: bool) -> None:
     """Name, labels, method and CV accuracy of every decider."""
-    found = [d.summary() for d in list_deciders()]
+    def broken(name: str, exc: Exception) -> None:
+        click.echo(f"warning: {exc} — remove it with `tiankong deciders rm {name}`", err=True)
+
+    found = [d.summary() for d in list_deciders(broken)]
     if as_json:
         emit_json(found)
         return

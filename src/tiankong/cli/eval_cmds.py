@@ -94,6 +94,8 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, tolerance_points: f
     from ..evals.compare import compare_files, summary_json
     from ..evals.report import to_markdown
 
+    if with_items and not as_json:
+        raise click.UsageError("--items adds every item's class to --json: add --json")
     comparison = compare_files(list(runs), baseline=baseline, tolerance_points=tolerance_points)
     if as_json:
         emit_json(summary_json(comparison, with_items=with_items))

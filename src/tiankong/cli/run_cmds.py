@@ -112,7 +112,7 @@ def run(prompt: str | None, model: str | None, url: str | None, system: str | No
         llama_server: str | None, as_json: bool) -> None:
     """One-shot generation. PROMPT '-' or absent reads stdin."""
     if prompt in (None, "-"):
-        if sys.stdin.isatty():
+        if sys.stdin is None or sys.stdin.isatty():  # a closed stdin (`<&-`) is None
             raise click.UsageError("give a PROMPT or pipe text on stdin")
         prompt = sys.stdin.read()
     if not prompt.strip():

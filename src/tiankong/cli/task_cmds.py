@@ -50,7 +50,7 @@ def read_text(text: str | None, file: str | None = None, *, file_option: bool = 
         data = _read_bytes(file)
     elif text not in (None, "-"):
         return str(text)
-    elif sys.stdin.isatty():
+    elif sys.stdin is None or sys.stdin.isatty():  # a closed stdin (`<&-`) is None
         raise click.UsageError("give TEXT, --file, or pipe the text on stdin" if file_option else
                                "give TEXT or pipe it on stdin")
     else:

@@ -136,6 +136,10 @@ def _sql_check(run: TaskRun) -> None:
 
     if (run.values["db"] is None) == (run.values["ddl_file"] is None):
         raise ConfigError("give the database schema once: --db FILE (SQLite) or --ddl FILE (CREATE TABLE text)")
+    ctx = click.get_current_context(silent=True)
+    given = ctx is not None and ctx.get_parameter_source("max_rows") == click.core.ParameterSource.COMMANDLINE
+    if given and not run.values["execute"]:  # it was taken and did nothing
+        raise click.UsageError("--max-rows limits the rows --execute prints: add --execute")
 
 
 def _sql(run: TaskRun) -> Any:

@@ -16,7 +16,7 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -230,8 +230,18 @@ def _load_named(ref: object) -> Decider:
     raise NoSuchDecider()
 
 
-def list_deciders() -> list[Decider]:
-    return [load_decider(name) for name in known_names()]
+def list_deciders(broken: Callable[[str, InvalidDecider], None] | None = None) -> list[Decider]:
+    """Every decider; one whose file cannot be read is left out and handed to ``broken`` (else raised): one
+    corrupt file stopped the whole listing."""
+    found = []
+    for name in known_names():
+        try:
+            found.append(load_decider(name))
+        except InvalidDecider as exc:
+            if broken is None:
+                raise
+            broken(name, exc)
+    return found
 
 
 def remove_decider(name: str) -> list[Path]:

@@ -109,6 +109,8 @@ def locate_engine(explicit: str | Path | None = None) -> EngineBinary:
 
 
 def _checked(path: Path, source: str) -> EngineBinary:
+    # absolute: Path("./llama-server") is "llama-server", which a subprocess looks up on $PATH, not here
+    path = path.expanduser().absolute()
     if not path.is_file() or not os.access(path, os.X_OK):
         where = f"${ENV_VAR}" if source == "env" else "--llama-server"
         raise EngineNotFound(f"{where} points to {path}, which is not an executable file", hint="fix the path")

@@ -173,8 +173,15 @@ def _row(run: EvalRun) -> ModelRow:
                     per_tag={tag: round(s.accuracy, 4) for tag, s in run.per_tag().items()})
 
 
+def check_tolerance(tolerance_points: float) -> None:
+    if not 0 <= tolerance_points <= 100:  # nan too: a negative tolerance left no model to choose (min() of nothing)
+        raise ConfigError(f"the tolerance must be from 0 to 100 accuracy points, got {tolerance_points}",
+                          hint="e.g. --tolerance 2", param="tolerance")
+
+
 def decide(models: list[ModelRow], baseline: str, tolerance_points: float) -> tuple[str, str]:
     """(chosen model, the decision as a sentence) by the rule in the module docstring."""
+    check_tolerance(tolerance_points)
     best = max(models, key=lambda m: (m.accuracy, m.name == baseline))
     floor = best.accuracy - tolerance_points / 100 - 1e-9
     chosen = min((m for m in models if m.accuracy >= floor), key=lambda m: (m.model_bytes, m.name != baseline))
@@ -220,4 +227,5 @@ def compare_files(paths: list[str], *, baseline: str | None = None, tolerance_po
     """``compare_runs`` over run files and folders of run files (``eval compare`` / ``eval report``)."""
     from .results import read_runs
 
+    check_tolerance(tolerance_points)
     return compare_runs(read_runs(list(paths)), baseline=baseline, tolerance_points=tolerance_points)

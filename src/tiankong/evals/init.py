@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..paths import check_output
 from .format import load_set
 
 PERSON_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "city": {"type": "string"},
@@ -68,9 +69,9 @@ HEADER = """\
 def write_starter(path: str | Path, *, force: bool = False) -> Path:
     """Write the starter set (YAML for ``.yaml``/``.yml``, else JSONL); refuses to overwrite without ``force``."""
     file = Path(path)
-    if file.exists() and not force:
+    if file.exists() and not file.is_dir() and not force:
         raise ConfigError(f"{file} already exists", hint="pick another path, or pass --force to overwrite it")
-    file.parent.mkdir(parents=True, exist_ok=True)
+    check_output(file, "the eval set path")  # a folder, an unwritable place: one line, not an OSError
     if file.suffix.lower() in (".yaml", ".yml"):
         import yaml
 

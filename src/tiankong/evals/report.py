@@ -164,10 +164,24 @@ def write_report(comparison: Comparison, *, html_path: str | None = None, md_pat
     for path, render in ((md_path, to_markdown), (html_path, to_html)):
         if path:
             target = Path(path)
-            target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(render(comparison), encoding="utf-8")
             written.append(str(target))
     return written
+
+
+def check_report_paths(html_path: str | None, md_path: str | None) -> None:
+    """Before anything is read: each path writable, and not both the same file (the HTML overwrote the
+    Markdown, and both were reported written)."""
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from ..paths import check_output
+
+    if html_path and md_path and Path(html_path).resolve() == Path(md_path).resolve():
+        raise ConfigError("--md and --html name the same file", hint="give each its own path", param="html")
+    for path, what in ((md_path, "--md"), (html_path, "--html")):
+        if path:
+            check_output(path, what)
 
 
 def report_files(paths: list[str], *, baseline: str | None = None, tolerance_points: float = 2.0,
@@ -175,5 +189,6 @@ def report_files(paths: list[str], *, baseline: str | None = None, tolerance_poi
     """Compare run files and write the report(s): ``eval report``."""
     from .compare import compare_files
 
+    check_report_paths(html_path, md_path)
     comparison = compare_files(paths, baseline=baseline, tolerance_points=tolerance_points)
     return comparison, write_report(comparison, html_path=html_path, md_path=md_path)

@@ -63,6 +63,9 @@ def run_eval(set_path: str | Path, models: list[str], *, out_dir: str | Path, pa
              log: Log | None = None, progress: Callable[[], ProgressSink | None] | None = None) -> list[EvalRun]:
     """Run the set on every model; writes and returns one ``EvalRun`` per model (in the order given)."""
     params = params or EvalParams()
+    paths.check_folder(out_dir)  # before any item runs: a file there failed only at the end
+    if params.cache_dir is not None:
+        paths.check_folder(params.cache_dir, "--cache-dir")
     eval_set = load_set(set_path)
     records = _resolve(models)
     binary = locate_engine(params.llama_server)

@@ -182,6 +182,9 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         raise ConfigError(f"no method can be scored: {'; '.join(f'{m} {why}' for m, why in skipped.items())}",
                           hint="add tfidf (needs no engine), or give an engine with --model")
     labels = examples.names
+    if unknown := sorted(set(descriptions or {}) - set(labels)):  # a typo was dropped without a word
+        raise ConfigError(f"descriptions name labels the examples do not have: {unknown}",
+                          hint=f"labels: {', '.join(labels)}", param="descriptions")
     y = np.asarray([labels.index(x) for x in examples.labels])
     words = verbalise(labels, descriptions)
     folds = max(2, min(folds, int(np.bincount(y).min())))
