@@ -76,19 +76,20 @@ def check_output(path: str | Path, what: str = "--output") -> None:
 
 
 def check_folder(path: str | Path, what: str = "--out") -> Path:
-    """An output folder can be made and written at ``path`` (checked before any work, as :func:`check_output`):
-    made if missing; a file there, or no write permission, is a ``ConfigError`` naming ``what``."""
+    """An output folder can be made and written at ``path`` (checked before any work, as :func:`check_output`),
+    without making it (a refused run leaves nothing behind): a file there, or a folder above it that cannot be
+    written, is a ``ConfigError`` naming ``what``."""
     from .errors import ConfigError
 
     folder = Path(path).expanduser()
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{what} {folder} is a file, not a folder", hint=f"give {what} a folder path")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ConfigError(f"cannot write in {what} {folder}: {exc.strerror or exc}",
-                          hint=f"choose a writable {what} folder") from None
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{what} {folder} cannot be made: {existing} is a file", hint=f"choose another {what}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write in {what} {existing}: permission denied",
+                          hint=f"choose a writable {what} folder")
     return folder
