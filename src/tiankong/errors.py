@@ -192,30 +192,38 @@ class RetriesExhausted(OutputError):
 # error carries (attempts, the raw output) stays on the gateway: here it is empty.
 
 
-class RemoteConfigError(ServerError, ConfigError):
+class _Remote(ServerError):
+    """The answer's own status, not a transport failure's 502, when a gateway answers with one of these."""
+
+    def __init__(self, status: int, message: str, *, body: str = "", param: str | None = None) -> None:
+        self.http_status = status
+        ServerError.__init__(self, status, message, body=body, param=param)
+
+
+class RemoteConfigError(_Remote, ConfigError):
     """The server refused the request (a 4xx ``invalid_request_error`` …): fix the arguments."""
 
     type = ConfigError.type
 
 
-class RemoteOutputError(ServerError, OutputError):
+class RemoteOutputError(_Remote, OutputError):
     type = OutputError.type
 
 
-class RemoteTruncatedOutput(ServerError, TruncatedOutput):
+class RemoteTruncatedOutput(_Remote, TruncatedOutput):
     type = TruncatedOutput.type
 
     def __init__(self, status: int, message: str, *, body: str = "", param: str | None = None) -> None:
         self.attempts, self.last_raw, self.usage = 0, "", None
-        ServerError.__init__(self, status, message, body=body, param=param)
+        _Remote.__init__(self, status, message, body=body, param=param)
 
 
-class RemoteRetriesExhausted(ServerError, RetriesExhausted):
+class RemoteRetriesExhausted(_Remote, RetriesExhausted):
     type = RetriesExhausted.type
 
     def __init__(self, status: int, message: str, *, body: str = "", param: str | None = None) -> None:
         self.attempts, self.last_raw, self.errors, self.usage = 0, "", [], None
-        ServerError.__init__(self, status, message, body=body, param=param)
+        _Remote.__init__(self, status, message, body=body, param=param)
 
 
 #: a gateway's ``error.type`` → the class a client raises (other types, and 5xx: a plain ``ServerError``)

@@ -117,3 +117,9 @@ def test_sql_max_rows_without_execute_is_refused(tmp_path: Path) -> None:
     ddl.write_text("CREATE TABLE t (a int);", encoding="utf-8")
     proc = run_cli("sql", "how many rows", "--ddl", str(ddl), "--max-rows", "5")
     assert proc.returncode == 2 and "add --execute" in proc.stderr
+
+
+def test_serve_names_the_option_a_config_check_refuses(tmp_path: Path) -> None:
+    # the review: `serve` re-validates the whole config, and the first name of an error's place is its section
+    proc = run_cli("serve", "--port", "70000", "--model", "smollm2-135m-instruct:q4_0")
+    assert proc.returncode == 2 and "--port" in proc.stderr and "--server" not in proc.stderr, proc.stderr

@@ -224,3 +224,11 @@ def test_a_temperature_outside_0_to_2_is_refused_on_every_generation_route(gatew
             error = error_of(post(gateway, path, content=raw.encode()))
             assert error["code"] == "invalid_temperature" and error["param"] == "temperature", (path, value)
         assert post(gateway, path, {**body, "temperature": 0.7}).status_code == 200
+
+
+def test_llama_cpps_own_completion_takes_its_own_temperatures(gateway: str) -> None:
+    # the review: /completion is llama.cpp's, where a negative temperature means greedy with probabilities
+    answer = post(gateway, "/completion", {"prompt": "hi", "n_predict": 2, "temperature": -1})
+    assert answer.status_code == 200, answer.text
+    raw = b'{"prompt": "hi", "n_predict": 2, "temperature": 1e999}'
+    assert error_of(post(gateway, "/completion", content=raw))["code"] == "invalid_temperature"

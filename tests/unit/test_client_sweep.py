@@ -204,3 +204,15 @@ def test_an_async_client_serves_a_second_event_loop() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_remote_error_keeps_its_status_and_port_0_is_refused() -> None:
+    # the review: Remote* answered 502 (TransportError's) when re-raised on a gateway; `port or 80` let port 0 pass
+    from tiankong.client.answers import check_response
+
+    with pytest.raises(TruncatedOutput) as cut:
+        check_response(422, json.dumps({"error": {"message": "cut", "type": "truncated_output"}}))
+    assert cut.value.http_status == 422
+    with pytest.raises(ConfigError) as bad:
+        Client("http://127.0.0.1:0")
+    assert bad.value.param == "url"

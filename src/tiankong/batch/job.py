@@ -154,10 +154,11 @@ class BatchJob(BaseModel):
             return kind_engine(self)
         args = self.task_args("-") if self.task in TEXT_TASKS else None
         decider = getattr(args, "decider", None)
-        if decider is None and getattr(args, "use_model", True) is False:
+        if self.task == "redact" and getattr(args, "use_model", True) is False:
             from ..deciders.runtime import EngineNeeds  # noqa: PLC0415
 
-            return EngineNeeds(engine=False)  # rules only (redact, guard --no-model): no engine is started or asked
+            # rules only: no engine is started or asked (guard is not so: without a decider it asks the model)
+            return EngineNeeds(engine=False)
         return engine_needs(load_decider(decider) if decider else None)
 
     def check_task(self, fmt: str) -> None:

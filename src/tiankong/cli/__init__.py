@@ -49,7 +49,8 @@ def option_errors(exc: ValidationError) -> str:
     to 1`` (a field ``step_time_s`` is the option ``--step-time``)."""
     said = []
     for error in exc.errors():
-        field = str(error["loc"][0]) if error["loc"] else "value"
+        # the last name: `serve` re-validates the whole config, where the first is the section (engine.ctx)
+        field = next((str(part) for part in reversed(error["loc"]) if isinstance(part, str)), "value")
         option = "--" + field.removesuffix("_s").replace("_", "-")
         said.append(f"{option}: {error['msg']}")
     return "invalid option value: " + "; ".join(said) + " (see --help)"

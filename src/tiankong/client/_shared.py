@@ -146,7 +146,8 @@ def base_url(url: str | None) -> str | None:
     except (httpx.InvalidURL, ValueError) as exc:
         raise ConfigError(f"{where} {value!r} is not a URL ({exc})", hint="e.g. http://127.0.0.1:8080",
                           param="url") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host or not 0 < (parsed.port or 80) < 65536:
+    port_ok = parsed.port is None or 0 < parsed.port < 65536  # port 0 too: `parsed.port or 80` let it pass
+    if parsed.scheme not in ("http", "https") or not parsed.host or not port_ok:
         raise ConfigError(f"{where} {value!r} is not an http(s) URL with a host and a port up to 65535",
                           hint="e.g. http://127.0.0.1:8080",
                           param="url")

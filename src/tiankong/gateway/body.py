@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -58,17 +59,26 @@ async def read_json(request: Request, limit: int, timeout_s: float = BODY_TIMEOU
     return body
 
 
-def bad_token_budget(body: dict[str, Any]) -> JSONResponse | None:
+#: the OpenAI routes, where temperature is OpenAI's 0..2 (llama.cpp's own /completion reads < 0 as greedy with
+#: probabilities and takes any finite value)
+OPENAI_SAMPLED = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+
+def bad_token_budget(body: dict[str, Any], path: str = "") -> JSONResponse | None:
     """A 400 when the token budget is not a positive integer the engine can hold (``token_budget_problem``), or
-    the temperature is not a number from 0 to 2 (OpenAI's range; ``1e999`` parses as infinity, ``"hot"`` is no
-    number, and both went to the engine)."""
+    the temperature is not a finite number (``1e999`` parses as infinity, ``"hot"`` is no number: both went to the
+    engine) — from 0 to 2 on the OpenAI routes."""
     problem = token_budget_problem(body)
     if problem is not None:
         return error_response(400, problem[1], "invalid_request_error", "invalid_max_tokens", param=problem[0])
     temperature = body.get("temperature")
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-                                    or not 0 <= temperature <= 2):
-        return error_response(400, f"temperature must be a number from 0 to 2, got {json.dumps(temperature)[:40]}",
+    if temperature is None:
+        return None
+    low, high = (0.0, 2.0) if path in OPENAI_SAMPLED else (-math.inf, math.inf)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
+            or not low <= temperature <= high:
+        where = "a number from 0 to 2" if path in OPENAI_SAMPLED else "a finite number"
+        return error_response(400, f"temperature must be {where}, got {json.dumps(temperature)[:40]}",
                               "invalid_request_error", "invalid_temperature", param="temperature")
     return None
 

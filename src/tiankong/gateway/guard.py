@@ -81,7 +81,7 @@ class Guard:
         body = await read_json(request, server.max_body_bytes, server.body_timeout_s)
         if isinstance(body, JSONResponse):
             return body
-        if (bad := bad_token_budget(body)) is not None:
+        if (bad := bad_token_budget(body, request.url.path)) is not None:
             return bad
         if server.log_prompts:
             log_prompt(call.route, key.name, body)
