@@ -32,6 +32,10 @@ DOCUMENT = build_openapi()
 SCHEMA = schemathesis.openapi.from_dict(DOCUMENT)
 OPERATIONS = [(result.ok().method.upper(), result.ok().path) for result in SCHEMA.get_all_operations()]
 POST_ROUTES = [path for method, path in OPERATIONS if method == "POST"]
+#: the POST routes that read a JSON body at a fixed path: the malformed bodies below are JSON's faults (an upload
+#: is multipart — told so before its size is read; a batch's cancel names a batch that must exist first)
+JSON_POST_ROUTES = [path for path in POST_ROUTES if "{" not in path
+                    and "application/json" in DOCUMENT["paths"][path]["post"]["requestBody"]["content"]]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +96,7 @@ MALFORMED: list[tuple[str, bytes, int]] = [
 ]
 
 
-@pytest.mark.parametrize("path", POST_ROUTES)
+@pytest.mark.parametrize("path", JSON_POST_ROUTES)
 def test_malformed_bodies_on_every_post_route(gateway: str, path: str) -> None:
     for name, raw, status in MALFORMED:
         answer = httpx.post(f"{gateway}{path}", content=raw, headers={"content-type": "application/json"},
