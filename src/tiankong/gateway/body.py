@@ -64,22 +64,25 @@ async def read_json(request: Request, limit: int, timeout_s: float = BODY_TIMEOU
 OPENAI_SAMPLED = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
-def bad_token_budget(body: dict[str, Any], path: str = "") -> JSONResponse | None:
-    """A 400 when the token budget is not a positive integer the engine can hold (``token_budget_problem``), or
-    the temperature is not a finite number (``1e999`` parses as infinity, ``"hot"`` is no number: both went to the
-    engine) — from 0 to 2 on the OpenAI routes."""
-    problem = token_budget_problem(body)
-    if problem is not None:
-        return error_response(400, problem[1], "invalid_request_error", "invalid_max_tokens", param=problem[0])
-    temperature = body.get("temperature")
-    if temperature is None:
-        return None
+def temperature_problem(temperature: Any, path: str) -> str | None:
+    """Why ``temperature`` is refused, or ``None``: not a finite number (``1e999`` parses as infinity, ``"hot"`` is
+    no number: both went to the engine), or outside 0..2 on the OpenAI routes."""
     low, high = (0.0, 2.0) if path in OPENAI_SAMPLED else (-math.inf, math.inf)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
             or not low <= temperature <= high:
         where = "a number from 0 to 2" if path in OPENAI_SAMPLED else "a finite number"
-        return error_response(400, f"temperature must be {where}, got {json.dumps(temperature)[:40]}",
-                              "invalid_request_error", "invalid_temperature", param="temperature")
+        return f"temperature must be {where}, got {json.dumps(temperature)[:40]}"
+    return None
+
+
+def bad_generation_fields(body: dict[str, Any], path: str = "") -> JSONResponse | None:
+    """A 400 when the token budget is not a positive integer the engine can hold (``token_budget_problem``) or the
+    temperature is refused (:func:`temperature_problem`)."""
+    problem = token_budget_problem(body)
+    if problem is not None:
+        return error_response(400, problem[1], "invalid_request_error", "invalid_max_tokens", param=problem[0])
+    if body.get("temperature") is not None and (why := temperature_problem(body["temperature"], path)):
+        return error_response(400, why, "invalid_request_error", "invalid_temperature", param="temperature")
     return None
 
 

@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .body import bad_token_budget, log_prompt, read_json
+from .body import bad_generation_fields, log_prompt, read_json
 from .keys import ApiKey, AuthThrottle, RateLimiter
 from .metrics import GatewayMetrics, RequestRecord
 from .origin import OriginCheck
@@ -81,7 +81,7 @@ class Guard:
         body = await read_json(request, server.max_body_bytes, server.body_timeout_s)
         if isinstance(body, JSONResponse):
             return body
-        if (bad := bad_token_budget(body, request.url.path)) is not None:
+        if (bad := bad_generation_fields(body, request.url.path)) is not None:
             return bad
         if server.log_prompts:
             log_prompt(call.route, key.name, body)

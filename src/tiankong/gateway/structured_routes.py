@@ -27,6 +27,7 @@ from ..structured import Structured
 from ..structured.drivers import run_async
 from ..structured.tools import ToolCalls, call_flow, field_error, parse_tool_choice, parse_tools
 from ..tasks.bodies import usage_json
+from .body import temperature_problem
 from .responses import tiankong_error_response
 
 __all__ = ["structured_chat", "tiankong_error_response", "tool_chat", "wants_structured",
@@ -123,8 +124,8 @@ def _sampling(body: dict[str, Any]) -> dict[str, Any]:
     sampling: dict[str, Any] = {}
     temperature = body.get("temperature")
     if temperature is not None:
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2:
-            raise ConfigError("temperature must be a number from 0 to 2")
+        if why := temperature_problem(temperature, "/v1/chat/completions"):  # the admission's rule (body.py)
+            raise ConfigError(why)
         sampling["temperature"] = float(temperature)
     seed = body.get("seed")
     if seed is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..client._shared import MAX_TOKEN_BUDGET, ChatResult, Usage, chat_body, generation_options, parse_chat
+from ..client._shared import ChatResult, Usage, chat_body, generation_options, parse_chat, token_budget_problem
 from ..errors import (
     ConfigError,
     InputTooLong,
@@ -105,10 +105,8 @@ def _compile_failure(error: Exception) -> SchemaNotSupported | None:
 def check_attempts(max_tokens: int | None, max_attempts: int) -> None:
     """A structured call's budget and attempts: ``max_tokens=0`` was taken as "the default" and ``max_attempts=0``
     as one attempt; both are the caller's mistake, said before anything runs."""
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                   or not 1 <= max_tokens <= MAX_TOKEN_BUDGET):
-        raise ConfigError(f"max_tokens must be a positive integer up to {MAX_TOKEN_BUDGET}, got {max_tokens!r}",
-                          param="max_tokens")
+    if problem := token_budget_problem({"max_tokens": max_tokens}):  # the rule the gateway and the client apply
+        raise ConfigError(problem[1], param=problem[0])
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
         raise ConfigError(f"max_attempts must be 1 or more, got {max_attempts!r}", param="max_attempts")
 
