@@ -235,7 +235,9 @@ def test_every_library_error_and_task_result_is_exported_from_the_package() -> N
             if sub not in found and not sub.__module__.startswith(("tiankong.gateway", "tiankong.cli")):
                 found.add(sub)
                 todo.append(sub)
-    missing = sorted(c.__name__ for c in found if getattr(tiankong, c.__name__, None) is not c)
+    # A private base (errors._Remote: the shared constructor of the Remote* classes) is not API.
+    public = {c for c in found if not c.__name__.startswith("_")}
+    missing = sorted(c.__name__ for c in public if getattr(tiankong, c.__name__, None) is not c)
     assert not missing, f"errors not exported from tiankong: {missing}"
     for task in EXPLICIT:
         result = typing.get_type_hints(getattr(Client, task))["return"]
