@@ -105,11 +105,13 @@ def _own_share_of_the_cpus(worker: str) -> None:
             os.sched_setaffinity(int(task.name), share)
 
 
-#: the cache dir's entries a run keeps for the next (engine builds, downloads, feature caches, converters, the demo
-#: adapter test_lora.py trains once per machine, the embedding part's checkpoint test_setfit.py fine-tunes): made
+#: the cache dir's entries a run keeps for the next (engine builds, downloads, feature caches, converters, the LoRA
+#: trainings' loaded base model, the demo adapter test_lora.py trains once per machine, the embedding part's
+#: checkpoint test_setfit.py fine-tunes): made
 #: in the user's cache dir before a worker links to them, so
 #: what a worker adds there outlives it; only ``logs`` is the worker's own
-SHARED_CACHE_ENTRIES = ("engine", "downloads", "deciders", "lora-convert", "evals", "test-adapters", "checkpoints")
+SHARED_CACHE_ENTRIES = ("engine", "downloads", "deciders", "lora-convert", "lora-base", "evals", "test-adapters",
+                        "checkpoints")
 
 
 def _own_logs_dir(worker: str) -> None:

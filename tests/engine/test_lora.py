@@ -393,3 +393,36 @@ def test_train_converts_and_registers(lora_home: Path) -> None:
     assert training["examples"] == 48 and training["train_examples"] + training["eval_examples"] == 48
     assert 1 <= training["steps"] <= 3 and len(training["eval_losses"]) == training["steps"]
     assert training["first_loss"] > 0 and training["best_eval_loss"] > 0
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="training needs the [lora] extra: pip install -e '.[lora]'")
+def test_the_loaded_base_model_is_cached_and_gives_the_same_logits(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    from tiankong.lora.base import COMPLETE, cache_folder, load_base
+    from tiankong.models import resolve_installed
+
+    monkeypatch.setenv("TIANKONG_CACHE_DIR", str(tmp_path / "cache"))  # not the cache the other tests share
+    record = resolve_installed(TEST_MODEL)
+    folder = cache_folder(record)
+    # a damaged cache (here: a torn weights file) is read from the GGUF file again and written anew, no traceback
+    folder.mkdir(parents=True)
+    (folder / COMPLETE).write_text("")
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"not safetensors")
+    first: list[str] = []
+    tokenizer, model = load_base(record, torch, first.append)
+    assert any("cannot be read" in line for line in first) and any("dequantized" in line for line in first), first
+    assert (folder / COMPLETE).is_file() and (folder / "model.safetensors").stat().st_size > 1_000_000, first
+    assert not list(folder.parent.glob(".*")), "the write's working folder is left behind"
+    again: list[str] = []
+    cached_tokenizer, cached = load_base(record, torch, again.append)
+    assert any("from the cache" in line for line in again) and not any("dequantized" in line for line in again)
+    text = "Hello there, 你好, the invoice was charged twice."
+    ids = tokenizer(text)["input_ids"]
+    assert cached_tokenizer(text)["input_ids"] == ids
+    assert cached_tokenizer.chat_template == tokenizer.chat_template
+    with torch.no_grad():
+        assert torch.equal(model(torch.tensor([ids])).logits, cached(torch.tensor([ids])).logits)

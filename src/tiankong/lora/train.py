@@ -9,7 +9,6 @@ torch, transformers and peft come from the optional ``[lora]`` extra and are imp
 
 from __future__ import annotations
 
-import importlib
 import random
 import tempfile
 import time
@@ -20,9 +19,9 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..models import resolve_installed
+from .base import load_base
 from .convert import convert_adapter, write_base_config
 from .data import Example, load_examples, split
-from .meta import read_header
 from .registry import AdapterRecord, add_adapter, check_name, lora_dir
 
 Log = Callable[[str], None]
@@ -80,22 +79,6 @@ def _require() -> Any:
     import torch
 
     return torch
-
-
-def _load(model_path: Path, torch: Any) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    hf_logging: Any = importlib.import_module("transformers.utils.logging")
-    hf_logging.disable_progress_bar()  # one line per phase is logged here instead
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path.parent, gguf_file=model_path.name)
-    if not getattr(tokenizer, "chat_template", None):
-        template = read_header(model_path, "model").values.get("tokenizer.chat_template")
-        if not template:
-            raise ConfigError(f"{model_path} has no chat template", hint="train a model with a chat template")
-        tokenizer.chat_template = template
-    model = AutoModelForCausalLM.from_pretrained(model_path.parent, gguf_file=model_path.name, dtype=torch.float32)
-    return tokenizer, model
 
 
 def encode(tokenizer: Any, example: Example, max_tokens: int) -> tuple[list[int], list[int]]:
@@ -208,8 +191,7 @@ def train_adapters(base: str, datasets: list[list[Example]], out_dir: Path, sett
     if s.threads:
         torch.set_num_threads(s.threads)
     started = time.monotonic()
-    log(f"loading {record.name} into transformers (dequantized to float32) …")
-    tokenizer, model = _load(record.path, torch)
+    tokenizer, model = load_base(record, torch, log)
     load_s = time.monotonic() - started
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     architecture = type(model).__name__
