@@ -62,6 +62,14 @@ def test_inspect_reads_gguf_metadata(smol_path: Path) -> None:
     assert (info.heads, info.kv_heads, info.head_dim) == (9, 3, 64)
     assert info.chat_template and info.file_type == "q4_0" and info.context_length == 8192
     assert 130e6 < info.parameters < 140e6
+    # the header reader against gguf's own GGUFReader, which builds every array (seconds; the reader is not)
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(smol_path), "r")
+    assert info.vocab_size == len(reader.fields["tokenizer.ggml.tokens"].data) == 49152
+    assert info.parameters == sum(int(t.n_elements) for t in reader.tensors)
+    assert info.tensor_bytes == sum(int(t.n_bytes) for t in reader.tensors)
+    assert info.file_bytes >= max(int(t.data_offset) + int(t.n_bytes) for t in reader.tensors)
     proc = run_cli("models", "inspect", "smollm2", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["kv_heads"] == 3
 

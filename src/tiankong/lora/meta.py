@@ -9,17 +9,15 @@ same check llama.cpp makes when it loads the adapter, done before any engine is 
 
 from __future__ import annotations
 
-import math
 import mmap
 import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import ConfigError, InvalidModelFile
+from ..models.gguf_header import GGUF_MAGIC, GGUFHeader
 
-GGUF_MAGIC = b"GGUF"
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
@@ -51,75 +49,7 @@ class AdapterInfo:
         return sorted({int(m.group(1)) for name in self.weights if (m := _BLOCK.match(name))})
 
 
-#: ggml tensor types F32, F16, BF16 → bytes per element.
-_FLOAT_BYTES = {0: 4, 1: 2, 30: 2}
-#: GGUF value types → struct format (scalars); 8 = string, 9 = array.
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
-class _Header:
-    """The scalar key/values and the tensor table of a GGUF file, read without loading arrays or tensors
-    (``GGUFReader`` takes seconds on a model's 50k-entry vocabulary; this takes milliseconds)."""
-
-    def __init__(self, data: bytes | mmap.mmap) -> None:
-        self.data, self.pos = data, 0
-        self.values: dict[str, Any] = {}
-        self.tensors: dict[str, list[int]] = {}
-
-    def take(self, fmt: str) -> Any:
-        size = struct.calcsize("<" + fmt)
-        if self.pos + size > len(self.data):
-            raise ValueError("unexpected end of file")
-        (value,) = struct.unpack_from("<" + fmt, self.data, self.pos)
-        self.pos += size
-        return value
-
-    def string(self) -> str:
-        length = self.take("Q")
-        if self.pos + length > len(self.data):
-            raise ValueError("unexpected end of file")
-        raw = bytes(self.data[self.pos:self.pos + length])
-        self.pos += length
-        return raw.decode("utf-8", "replace")
-
-    def value(self, kind: int) -> Any:
-        if kind in _SCALARS:
-            return self.take(_SCALARS[kind])
-        if kind == 8:
-            return self.string()
-        if kind == 9:
-            item, count = self.take("I"), self.take("Q")
-            if item in _SCALARS:  # skip fixed-size arrays in one step
-                self.pos += count * struct.calcsize("<" + _SCALARS[item])
-            else:
-                for _ in range(count):
-                    self.value(item)
-            return None
-        raise ValueError(f"unknown GGUF value type {kind}")
-
-    def parse(self) -> _Header:
-        if self.take("4s") != GGUF_MAGIC or self.take("I") not in (2, 3):
-            raise ValueError("not a GGUF v2/v3 file")
-        n_tensors, n_kv = self.take("Q"), self.take("Q")
-        for _ in range(n_kv):
-            key = self.string()
-            self.values[key] = self.value(self.take("I"))
-        ends = []
-        for _ in range(n_tensors):
-            name = self.string()
-            dims = [self.take("Q") for _ in range(self.take("I"))]
-            kind, offset = self.take("I"), self.take("Q")
-            self.tensors[name] = dims
-            if kind in _FLOAT_BYTES:  # what adapters hold; quantized sizes are not needed for the check
-                ends.append(offset + math.prod(dims) * _FLOAT_BYTES[kind])
-        align = int(self.values.get("general.alignment", 32) or 32)
-        start = -(-self.pos // align) * align
-        if ends and start + max(ends) > len(self.data):
-            raise ValueError(f"{len(self.data)} of {start + max(ends)} bytes")
-        return self
-
-
-def read_header(path: Path, what: str) -> _Header:
+def read_header(path: Path, what: str) -> GGUFHeader:
     """The GGUF header of ``path``; ``InvalidAdapter`` / ``InvalidModelFile`` when it is not a GGUF file."""
     error = InvalidAdapter if what == "adapter" else InvalidModelFile
     try:
@@ -130,7 +60,10 @@ def read_header(path: Path, what: str) -> _Header:
                             hint="convert a PEFT adapter with `tiankong lora train` or llama.cpp's "
                                  "convert_lora_to_gguf.py")
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return _Header(mapped).parse()
+                header = GGUFHeader(mapped).parse()
+                if header.data_end() > len(mapped):
+                    raise ValueError(f"{len(mapped)} of {header.data_end()} bytes")
+                return header
     except OSError as exc:
         raise error(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from None
     except (ValueError, struct.error) as exc:

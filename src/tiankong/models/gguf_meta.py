@@ -1,12 +1,16 @@
-"""Read a GGUF file's metadata with the ``gguf`` package (header and tensor table only)."""
+"""A GGUF file's metadata (its header and tensor table, read by ``gguf_header``: no arrays built)."""
 
 from __future__ import annotations
 
+import math
+import mmap
+import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidModelFile
+from .gguf_header import ArrayInfo, GGUFHeader
 
 GGUF_MAGIC = b"GGUF"
 
@@ -51,41 +55,24 @@ class GGUFInfo:
         return data
 
 
-def _scalar(reader: Any, key: str, default: Any = None) -> Any:
-    fld = reader.fields.get(key)
-    if fld is None or not fld.data:
-        return default
-    value = fld.parts[fld.data[0]]
-    if fld.types and fld.types[0].name == "STRING":
-        return bytes(value).decode("utf-8", "replace")
-    if fld.types and fld.types[0].name == "ARRAY":
-        return [_array_item(fld, i) for i in fld.data]
-    return value.tolist()[0] if hasattr(value, "tolist") else value
-
-
-def _array_item(fld: Any, index: int) -> Any:
-    value = fld.parts[index]
-    return value.tolist()[0] if hasattr(value, "tolist") else value
-
-
-def _array_len(reader: Any, key: str) -> int:
-    fld = reader.fields.get(key)
-    return len(fld.data) if fld is not None else 0
+def _array_len(value: Any) -> int:
+    if isinstance(value, ArrayInfo):
+        return value.count
+    return len(value) if isinstance(value, list) else 0
 
 
 def read_gguf(path: str | Path) -> GGUFInfo:
     """Metadata of a GGUF file; ``InvalidModelFile`` if it is not one or is truncated."""
     path = Path(path)
     _check_magic(path)
-    from gguf import GGUFReader  # heavy import, only when needed
-
     try:
-        reader = GGUFReader(str(path), "r")
-    except Exception as exc:  # noqa: BLE001 - gguf raises many types on damaged files
-        raise InvalidModelFile(
-            f"{path} is truncated or damaged ({exc})", hint="re-download or re-convert it"
-        ) from None
-    return _info_from_reader(reader, path)
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            header = GGUFHeader(mapped).parse()
+    except OSError as exc:
+        raise InvalidModelFile(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from None
+    except (ValueError, struct.error) as exc:
+        raise InvalidModelFile(f"{path} is truncated or damaged ({exc})", hint="re-download or re-convert it") from None
+    return _info_from_header(header, path)
 
 
 def _check_magic(path: Path) -> None:
@@ -101,42 +88,43 @@ def _check_magic(path: Path) -> None:
         )
 
 
-def _info_from_reader(reader: Any, path: Path) -> GGUFInfo:
-    arch = str(_scalar(reader, "general.architecture", "unknown"))
+def _info_from_header(header: GGUFHeader, path: Path) -> GGUFInfo:
+    values = header.values
+    arch = str(values.get("general.architecture", "unknown"))
     file_bytes = path.stat().st_size
-    tensor_end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    tensor_end = header.data_end()
     if tensor_end > file_bytes:
         raise InvalidModelFile(f"{path} is truncated ({file_bytes} of {tensor_end} bytes)", hint="re-download it")
-    heads = int(_scalar(reader, f"{arch}.attention.head_count", 0) or 0)
-    kv_heads = int(_scalar(reader, f"{arch}.attention.head_count_kv", heads) or heads)
-    embedding = int(_scalar(reader, f"{arch}.embedding_length", 0) or 0)
-    head_dim = int(_scalar(reader, f"{arch}.attention.key_length", 0) or (embedding // heads if heads else 0))
-    layers = int(_scalar(reader, f"{arch}.block_count", 0) or 0)
-    window = _scalar(reader, f"{arch}.attention.sliding_window")
-    file_type = _scalar(reader, "general.file_type")
+    heads = int(values.get(f"{arch}.attention.head_count", 0) or 0)
+    kv_heads = int(values.get(f"{arch}.attention.head_count_kv", heads) or heads)
+    embedding = int(values.get(f"{arch}.embedding_length", 0) or 0)
+    head_dim = int(values.get(f"{arch}.attention.key_length", 0) or (embedding // heads if heads else 0))
+    layers = int(values.get(f"{arch}.block_count", 0) or 0)
+    window = values.get(f"{arch}.attention.sliding_window")
+    file_type = values.get("general.file_type")
     return GGUFInfo(
-        path=str(path), architecture=arch, name=str(_scalar(reader, "general.name", path.stem)),
-        parameters=sum(int(t.n_elements) for t in reader.tensors),
-        tensor_bytes=sum(int(t.n_bytes) for t in reader.tensors), file_bytes=file_bytes,
+        path=str(path), architecture=arch, name=str(values.get("general.name", path.stem)),
+        parameters=sum(math.prod(t.dims) for t in header.tensor_list),
+        tensor_bytes=sum(header.tensor_bytes(t) or 0 for t in header.tensor_list), file_bytes=file_bytes,
         layers=layers, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        head_dim_v=int(_scalar(reader, f"{arch}.attention.value_length", head_dim) or head_dim),
-        embedding=embedding, context_length=int(_scalar(reader, f"{arch}.context_length", 0) or 0),
+        head_dim_v=int(values.get(f"{arch}.attention.value_length", head_dim) or head_dim),
+        embedding=embedding, context_length=int(values.get(f"{arch}.context_length", 0) or 0),
         sliding_window=int(window) if window else None,
-        sliding_window_pattern=_swa_pattern(reader, arch, layers, bool(window)),
+        sliding_window_pattern=_swa_pattern(values, arch, layers, bool(window)),
         file_type=FILE_TYPES.get(int(file_type), str(file_type)) if file_type is not None else "unknown",
-        chat_template="tokenizer.chat_template" in reader.fields,
-        vocab_size=_array_len(reader, "tokenizer.ggml.tokens"),
-        tokenizer_model=str(_scalar(reader, "tokenizer.ggml.model", "")),
-        basename=str(_scalar(reader, "general.basename", "")),
-        size_label=str(_scalar(reader, "general.size_label", "")),
+        chat_template="tokenizer.chat_template" in values,
+        vocab_size=_array_len(values.get("tokenizer.ggml.tokens")),
+        tokenizer_model=str(values.get("tokenizer.ggml.model", "")),
+        basename=str(values.get("general.basename", "")),
+        size_label=str(values.get("general.size_label", "")),
     )
 
 
-def _swa_pattern(reader: Any, arch: str, layers: int, has_window: bool) -> list[bool]:
+def _swa_pattern(values: dict[str, Any], arch: str, layers: int, has_window: bool) -> list[bool]:
     """Which layers use the sliding window (llama.cpp's per-architecture defaults)."""
     if not has_window:
         return [False] * layers
-    explicit = _scalar(reader, f"{arch}.attention.sliding_window_pattern")
+    explicit = values.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(explicit, list) and len(explicit) == layers:
         return [bool(x) for x in explicit]
     period = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4}.get(arch, 0)
