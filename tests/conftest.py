@@ -50,15 +50,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: modules that start a local Ray cluster: run one after another, on one worker
 RAY_MODULES = ("test_batch_ray.py", "test_batch_dedupe.py")
-#: seconds each slow module took in a plain run (2 cores, 2026-12-05, --durations=0): scheduled first, the longest
-#: first, so no worker is left with one long module at the end; the order matters only for the wall time
+#: seconds each slow module took on its worker (one core each, `-n 2 --durations=0 --junitxml`, 2026-12-07, raw
+#: benchmarks/results/ci-time/suite-2026-12-07-after.txt): scheduled first, the longest first, so no worker is left
+#: with one long module at the end; the order matters only for the wall time
 SLOW_MODULES: dict[str, float] = {
-    "test_tune_long.py": 167, "test_batch_ray.py": 104, "test_deciders.py": 94, "test_batch_api.py": 72,
-    "test_models.py": 52, "test_batch_dedupe.py": 42, "test_client_gateway_busy.py": 40, "test_lora.py": 37,
-    "test_gateway_pool.py": 36, "test_obvious_workflows.py": 35, "test_gateway_fuzz.py": 34,
-    "test_draft_replace.py": 30, "test_gateway_admission.py": 29, "test_evals.py": 28, "test_batch.py": 28,
-    "test_cascade.py": 25, "test_fast_forward.py": 24, "test_hardening.py": 23, "test_dedupe.py": 22,
-    "test_tasks.py": 22, "test_readme.py": 22, "test_tenant_isolation.py": 20,
+    "test_tune_long.py": 319, "test_batch_ray.py": 204, "test_deciders.py": 183, "test_batch_dedupe.py": 130,
+    "test_batch_api.py": 106, "test_client_gateway_busy.py": 99, "test_draft_replace.py": 72, "test_lora.py": 69,
+    "test_gateway_fuzz.py": 58, "test_fast_forward.py": 57, "test_batch.py": 53, "test_setfit.py": 53,
+    "test_readme.py": 52, "test_tools_template.py": 52, "test_dedupe.py": 44, "test_obvious_workflows.py": 43,
+    "test_cascade.py": 43, "test_batch_order.py": 41, "test_cli_verbs_sweep.py": 38, "test_evals.py": 38,
+    "test_cli_sweep.py": 37, "test_gateway_admission.py": 36, "test_schema_rewrites.py": 32, "test_cli.py": 32,
 }
 
 

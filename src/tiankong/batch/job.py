@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import string
 import tomllib
 from pathlib import Path
@@ -159,7 +160,11 @@ class BatchJob(BaseModel):
 
             # rules only: no engine is started or asked (guard is not so: without a decider it asks the model)
             return EngineNeeds(engine=False)
-        return engine_needs(load_decider(decider) if decider else None)
+        needs = engine_needs(load_decider(decider) if decider else None)
+        if self.task == "guard" and (getattr(args, "policies", None) or getattr(args, "use_model", False)):
+            # the shipped guard decider reads no engine, but policies and use_model are questions to the model
+            return dataclasses.replace(needs, engine=True)
+        return needs
 
     def check_task(self, fmt: str) -> None:
         """Once the input format is known: every format but OpenAI batch files needs a task (or a kind)."""
