@@ -424,5 +424,8 @@ def test_the_loaded_base_model_is_cached_and_gives_the_same_logits(tmp_path: Pat
     ids = tokenizer(text)["input_ids"]
     assert cached_tokenizer(text)["input_ids"] == ids
     assert cached_tokenizer.chat_template == tokenizer.chat_template
+    # train.py pads with these
+    assert (cached_tokenizer.pad_token_id, cached_tokenizer.eos_token_id) == (tokenizer.pad_token_id,
+                                                                              tokenizer.eos_token_id)
     with torch.no_grad():
         assert torch.equal(model(torch.tensor([ids])).logits, cached(torch.tensor([ids])).logits)

@@ -6,8 +6,8 @@ Qwen2.5-Coder-0.5B on one core, and ``tune`` with the ``lora`` method loads it t
 adapters, then the final one). The loaded model and tokenizer are written once as safetensors to
 ``<cache>/lora-base/<model sha256>-tf<transformers version>/`` and read back from there in 0.2 s and 1.0 s, with the
 same token ids, chat template and logits, bit for bit (``benchmarks/lora_base_cache.py``, raw
-``benchmarks/results/lora/base-cache-2026-12-07.txt``). The cost is disk, four bytes per parameter: 542 MB for the
-135M, 2.5 GB for the 0.5B; the folder can be deleted at any time.
+``benchmarks/results/lora/base-cache-2026-12-07.txt``). The cost is disk, float32 weights: 542 MB for the 135M,
+2.5 GB for the 0.5B; the folder can be deleted at any time. A model given by path (no registry sha256) is not cached.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ def load_base(record: ModelRecord, torch: Any, log: Log = lambda _: None, *,
 
     hf_logging: Any = importlib.import_module("transformers.utils.logging")
     hf_logging.disable_progress_bar()  # one line per phase is logged here instead
+    # a model given by path has no registry sha256 (``_record_for_path``): nothing to key a cache on
+    cache = cache and bool(record.sha256)
     folder = cache_folder(record)
     if cache and (folder / COMPLETE).is_file():
         try:
@@ -78,16 +80,22 @@ def load_base(record: ModelRecord, torch: Any, log: Log = lambda _: None, *,
 def write_cache(folder: Path, tokenizer: Any, model: Any, log: Log) -> None:
     """Written beside its place and renamed into it: a reader never sees half a folder; where another process
     got there first, its folder is kept. A full disk or a read-only cache only costs the next load its time."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    work: Path | None = None
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         model.save_pretrained(work)
         tokenizer.save_pretrained(work)
         (work / COMPLETE).write_text("")
+        if folder.is_dir() and not (folder / COMPLETE).is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # an interrupted or damaged one, never read: replaced
         work.rename(folder)
         log(f"cached the loaded model in {folder} (delete the folder to free the space)")
-    except OSError as exc:
+    # safetensors reports a full disk as its own SafetensorError, not an OSError: any failure here leaves the
+    # training to go on with the model it has
+    except Exception as exc:  # noqa: BLE001
         if not (folder / COMPLETE).is_file():
             log(f"could not cache the loaded model in {folder}: {exc}")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)

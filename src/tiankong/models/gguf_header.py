@@ -95,9 +95,7 @@ class GGUFHeader:
                 for _ in range(count):
                     self._skip_string()
                 return ArrayInfo(count)
-            for _ in range(count):  # arrays of arrays: read through
-                self.value(item)
-            return ArrayInfo(count)
+            raise ValueError(f"an array of GGUF value type {item}")  # ggml's gguf.cpp refuses arrays of arrays too
         raise ValueError(f"unknown GGUF value type {kind}")
 
     def parse(self) -> GGUFHeader:
@@ -112,7 +110,9 @@ class GGUFHeader:
             dims = [self.take("Q") for _ in range(self.take("I"))]
             kind, offset = self.take("I"), self.take("Q")
             self.tensor_list.append(Tensor(name, dims, kind, offset))
-        align = int(self.values.get("general.alignment", 32) or 32)
+        align = self.values.get("general.alignment", 32)
+        if isinstance(align, bool) or not isinstance(align, int) or align <= 0 or align & (align - 1):
+            raise ValueError(f"general.alignment {align!r} is not a power of two")
         self.data_start = -(-self.pos // align) * align
         return self
 
@@ -129,4 +129,4 @@ class GGUFHeader:
     def data_end(self) -> int:
         """Where the last tensor's data ends (absolute; a shorter file is truncated)."""
         ends = [self.data_start + t.offset + (self.tensor_bytes(t) or 0) for t in self.tensor_list]
-        return max(ends, default=self.data_start)
+        return max(ends, default=0)  # no tensors: a header need not be padded to the alignment
