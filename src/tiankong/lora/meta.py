@@ -9,14 +9,13 @@ same check llama.cpp makes when it loads the adapter, done before any engine is 
 
 from __future__ import annotations
 
-import mmap
 import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, InvalidModelFile
-from ..models.gguf_header import GGUF_MAGIC, GGUFHeader
+from ..models.gguf_header import GGUF_MAGIC, GGUFHeader, read_header_file
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 
@@ -59,11 +58,7 @@ def read_header(path: Path, what: str) -> GGUFHeader:
                 raise error(f"{path} is not a GGUF file (magic {magic!r})",
                             hint="convert a PEFT adapter with `tiankong lora train` or llama.cpp's "
                                  "convert_lora_to_gguf.py")
-            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                header = GGUFHeader(mapped).parse()
-                if header.data_end() > len(mapped):
-                    raise ValueError(f"{len(mapped)} of {header.data_end()} bytes")
-                return header
+        return read_header_file(path)
     except OSError as exc:
         raise error(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from None
     except (ValueError, struct.error) as exc:

@@ -11,8 +11,10 @@ tensor table (name, shape, type, offset): 0.01–0.15 s for the same files, ever
 from __future__ import annotations
 
 import math
+import mmap
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 GGUF_MAGIC = b"GGUF"
@@ -130,3 +132,14 @@ class GGUFHeader:
         """Where the last tensor's data ends (absolute; a shorter file is truncated)."""
         ends = [self.data_start + t.offset + (self.tensor_bytes(t) or 0) for t in self.tensor_list]
         return max(ends, default=0)  # no tensors: a header need not be padded to the alignment
+
+
+def read_header_file(path: Path) -> GGUFHeader:
+    """The header of the GGUF file ``path``, its tensor data checked to be all there: ``ValueError`` /
+    ``struct.error`` for a damaged or cut file, ``OSError`` for one that cannot be read (callers name the error)."""
+    with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        header = GGUFHeader(mapped).parse()
+        size = len(mapped)
+    if header.data_end() > size:
+        raise ValueError(f"cut short: its tensor data ends at byte {header.data_end()}, the file has {size}")
+    return header

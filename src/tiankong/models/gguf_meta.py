@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import math
-import mmap
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidModelFile
-from .gguf_header import ArrayInfo, GGUFHeader
-
-GGUF_MAGIC = b"GGUF"
+from .gguf_header import GGUF_MAGIC, ArrayInfo, GGUFHeader, read_header_file
 
 #: llama.cpp ``general.file_type`` values → quantization names.
 FILE_TYPES = {
@@ -66,8 +63,7 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     path = Path(path)
     _check_magic(path)
     try:
-        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            header = GGUFHeader(mapped).parse()
+        header = read_header_file(path)
     except OSError as exc:
         raise InvalidModelFile(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from None
     except (ValueError, struct.error) as exc:
@@ -92,9 +88,6 @@ def _info_from_header(header: GGUFHeader, path: Path) -> GGUFInfo:
     values = header.values
     arch = str(values.get("general.architecture", "unknown"))
     file_bytes = path.stat().st_size
-    tensor_end = header.data_end()
-    if tensor_end > file_bytes:
-        raise InvalidModelFile(f"{path} is truncated ({file_bytes} of {tensor_end} bytes)", hint="re-download it")
     heads = int(values.get(f"{arch}.attention.head_count", 0) or 0)
     kv_heads = int(values.get(f"{arch}.attention.head_count_kv", heads) or heads)
     embedding = int(values.get(f"{arch}.embedding_length", 0) or 0)
