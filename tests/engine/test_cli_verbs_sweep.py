@@ -101,6 +101,14 @@ def test_tune_refuses_a_description_or_method_list_it_would_drop(tmp_path: Path)
     empty = cli_in(tmp_path, *base, "--methods", "", env=env)
     assert empty.returncode == 2 and "--methods is empty" in empty.stderr
     assert cli_in(tmp_path, *base, "--methods", "tfidf", "--describe", "spam=ads", env=env).returncode == 0
+    # --no-engine asked for no engine: its default methods are the engine-free ones, none "skipped … pass --model"
+    plain = cli_in(tmp_path, *base, "--json", env=env)
+    assert plain.returncode == 0, plain.stderr
+    report = json.loads(plain.stdout)
+    assert set(report["skipped"]) <= {"probe-part"}  # the part is skipped only where it is not installed (here)
+    assert {r["method"] for r in report["results"]} | set(report["skipped"]) == {"tfidf", "probe-part"}
+    engine_asked = cli_in(tmp_path, *base, "--methods", "tfidf,zeroshot", env=env)
+    assert engine_asked.returncode == 2 and "zeroshot" in engine_asked.stderr and "--no-engine" in engine_asked.stderr
 
 
 def test_one_corrupt_decider_file_does_not_hide_the_others(tmp_path: Path) -> None:

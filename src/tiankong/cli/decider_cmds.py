@@ -31,7 +31,7 @@ def tune() -> None:
               help="Stratified cross-validation folds (2 or more).")
 @click.option("--describe", multiple=True, metavar="LABEL=TEXT", help="Words for a label in prompts (repeat).")
 @click.option("--no-engine", is_flag=True, help="Score only methods that need no chat engine (tfidf, "
-              "probe-part; setfit when asked for).")
+              "probe-part by default; tfidf-rules, setfit when named in --methods).")
 @click.option("--dry-run", is_flag=True, help="Print the CV table without registering the decider.")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the CV report as JSON.")
@@ -47,6 +47,15 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
     wanted = [x.strip() for x in methods.split(",") if x.strip()] if methods is not None else None
     if wanted == []:  # "" ran every default method, engine ones included
         raise click.UsageError("--methods is empty: name one or more methods, or leave it out for the defaults")
+    if no_engine:  # the engine methods were listed as skipped "(pass --model or --url)" although none was wanted
+        from ..tuning import DEFAULT_METHODS, ENGINE_FREE
+        from ..tuning.report import PASSES
+
+        if wanted is None:
+            wanted = [m for m in DEFAULT_METHODS if m in ENGINE_FREE]
+        elif engine_methods := [m for m in wanted if m in PASSES and m not in ENGINE_FREE]:  # unknown: the library's
+            raise click.UsageError(f"--no-engine with --methods {','.join(engine_methods)}, which need a chat engine: "
+                                   f"leave out --no-engine, or name only {', '.join(ENGINE_FREE)}")
     report = tune_classify(data, name=name, model=chosen_model, url=None if no_engine else url,
                            labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
                            methods=wanted,

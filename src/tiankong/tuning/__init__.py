@@ -38,8 +38,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEFAULT_METHODS", "MIN_PER_LABEL", "AdapterCandidate", "Examples", "ExamplesError", "MethodScore", "TuneReport",
-    "check_examples", "load_examples", "tune", "tune_classify", "tune_rerank",
+    "DEFAULT_METHODS", "ENGINE_FREE", "MIN_PER_LABEL", "AdapterCandidate", "Examples", "ExamplesError", "MethodScore",
+    "TuneReport", "check_examples", "load_examples", "tune", "tune_classify", "tune_rerank",
 ]
 
 
