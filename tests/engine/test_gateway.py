@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -141,6 +142,44 @@ def test_ctrl_c_stops_gateway_and_engine() -> None:
     while pid_alive(served.engine_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(served.engine_pid)
+
+
+def test_stopping_with_requests_in_flight_answers_them_without_a_traceback() -> None:
+    """SIGTERM while a stream and a plain request run: past the 5 s grace uvicorn cancels them; each client is told
+    (an error event ending the stream, a 503), and no ``Exception in ASGI application`` traceback is logged."""
+    served = start_serve()
+    body = {"messages": [{"role": "user", "content": "Write a very long story about a cat."}], "max_tokens": 900,
+            "ignore_eos": True, "temperature": 0}  # runs ~20 s at two slots on one core: well past the grace
+    events: list[str] = []
+    plain: list[httpx.Response] = []
+
+    def stream() -> None:
+        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={**body, "stream": True},
+                          timeout=120) as answer:
+            events.extend(line for line in answer.iter_lines() if line.startswith("data: "))
+
+    def post() -> None:
+        plain.append(httpx.post(f"{served.url}/v1/chat/completions", json=body, timeout=120))
+
+    threads = [threading.Thread(target=stream), threading.Thread(target=post)]
+    try:
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while len(events) < 1 and time.monotonic() < deadline:  # the stream is under way (a token relayed)
+            time.sleep(0.05)
+        served.proc.send_signal(signal.SIGTERM)
+        for thread in threads:
+            thread.join(timeout=90)
+        rest = served.proc.communicate(timeout=60)[0]
+    finally:
+        if served.proc.poll() is None:
+            os.killpg(served.proc.pid, signal.SIGKILL)
+    log = "".join(served.log) + rest
+    assert "Traceback" not in log and "Exception in ASGI application" not in log, log
+    assert events and json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "gateway_shutdown", events
+    assert plain and plain[0].status_code == 503, plain
+    assert plain[0].json()["error"]["code"] == "gateway_shutdown" and plain[0].headers.get("retry-after")
 
 
 def test_api_key_is_enforced_when_configured() -> None:

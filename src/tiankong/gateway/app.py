@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -41,6 +42,7 @@ from .openapi import build_openapi
 from .pipeline import Pipeline
 from .preempt import forward_preemptible, preemptible
 from .responses import error_for, error_response
+from .shutdown import ShutdownAnswer
 from .state import GatewayState
 from .structured_routes import structured_chat, tool_chat, wants_structured, wants_tools
 from .task_routes import OWN_RANKER, cohere_rerank_answer, cohere_rerank_body, embeddings_answer, run_task
@@ -354,7 +356,8 @@ class Gateway:
         return routes
 
     def app(self) -> Starlette:
-        app = Starlette(routes=self.routes(), lifespan=self.lifespan, middleware=[self.guard.middleware()],
+        middleware = [Middleware(ShutdownAnswer), self.guard.middleware()]  # the first is the outermost
+        app = Starlette(routes=self.routes(), lifespan=self.lifespan, middleware=middleware,
                         exception_handlers={
             404: lambda r, e: error_response(404, f"no route {r.url.path}", "invalid_request_error", "not_found"),
             405: lambda r, e: error_response(405, f"method {r.method} not allowed on {r.url.path}",
