@@ -127,6 +127,19 @@ def test_redact_rules_and_model_with_reversible_placeholders(client: Client) -> 
     assert "[PHONE_1]" in result.text and restore(result.text, result.mapping) == TICKET
 
 
+def test_redact_leaves_the_code_it_quotes_working(client: Client) -> None:
+    """A README's snippet: spaCy reads ``TiankongError`` as a person; identifiers inside code are not redacted
+    (``pii_code``), the e-mail and the person in the prose still are."""
+    text = ("Every error is a subclass of `tiankong.TiankongError`.\n\n```python\nfrom tiankong import TiankongError\n"
+            "try:\n    run()\nexcept TiankongError as exc:\n    print(exc)\n```\n\n"
+            "Write to Alice Chen at alice.chen@example.com if the build fails.\n")
+    result = client.redact(text)
+    assert "`tiankong.TiankongError`" in result.text and "except TiankongError as exc:" in result.text, result.text
+    assert "from tiankong import TiankongError" in result.text
+    assert "alice.chen@example.com" not in result.text and "Alice Chen" not in result.text, result.text
+    assert restore(result.text, result.mapping) == text
+
+
 def test_redact_styles_and_type_filter(client: Client) -> None:
     masked = client.redact(TICKET, style="mask", use_model=False, types=["email"])
     assert [e.type for e in masked.entities] == ["EMAIL"] and "*****" in masked.text

@@ -26,6 +26,7 @@ from ..structured.flow import Flow
 from .ask import Question, ask_flow
 from .classify import require_text
 from .generate import json_task, string_list
+from .pii_code import drop_code_identifiers
 from .pii_gazetteer import chinese_place, not_a_name
 from .pii_listing import ENUMERATION, listed_name, never_name
 from .pii_names import CONFIRM_AT, SINGLE_SURNAMES, name_candidates, name_entities, next_to_cue
@@ -246,6 +247,7 @@ def _check(text: str, style: str, types: list[str] | None) -> list[Entity]:
 
 
 def _finish(text: str, entities: list[Entity], style: str, types: list[str] | None, salt: str) -> Redaction:
+    entities = drop_code_identifiers(text, entities)  # every path: the name rules, the model's, the taggers'
     if types:
         wanted = {t.upper() for t in types}
         entities = [e for e in entities if e.type in wanted]

@@ -1,0 +1,66 @@
+"""Identifiers inside code are not redacted as names (``tasks/pii_code.py``); names in code's strings and in prose
+are, and so is every rule type."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiankong.tasks.pii_code import code_spans, drop_code_identifiers
+from tiankong.tasks.pii_rules import Entity
+
+CODE = """Every error is a `tiankong.TiankongError`; see `get_user()` and `redactTable`.
+
+```python
+from tiankong import Client, TiankongError
+author = "DeShawn Smith"
+try:
+    run()
+except TiankongError as exc:
+    notify('Alice', exc)
+```
+
+Contact TiankongError's author Alice Chen at alice.chen@example.com.
+"""
+
+
+def spans(word: str, type_: str = "PERSON", source: str = "tagger") -> list[Entity]:
+    """Every occurrence of ``word`` in CODE as an entity of ``type_``."""
+    found, at = [], CODE.find(word)
+    while at >= 0:
+        found.append(Entity(at, at + len(word), type_, word, source, 0.7))
+        at = CODE.find(word, at + 1)
+    return found
+
+
+def kept(entities: list[Entity]) -> list[tuple[int, str]]:
+    return [(e.start, e.text) for e in drop_code_identifiers(CODE, entities)]
+
+
+def test_code_spans_are_the_fence_and_the_inline_spans() -> None:
+    found = [CODE[a:b] for a, b in code_spans(CODE)]
+    assert found[:3] == ["tiankong.TiankongError", "get_user()", "redactTable"]
+    assert len(found) == 4 and found[3].startswith("```python") and found[3].rstrip().endswith("```")
+
+
+def test_identifiers_in_code_are_not_names_and_the_same_word_in_prose_is() -> None:
+    tiankong_error = spans("TiankongError")  # in the inline path, the import, the except, the closing prose
+    assert len(tiankong_error) == 4
+    assert [text for _, text in kept(tiankong_error)] == ["TiankongError"]  # the prose one only (fail safe)
+    assert kept(spans("tiankong.TiankongError", "ADDRESS", "model")) == []
+    assert kept(spans("get_user()", "ORG", "model")) == [] and kept(spans("redactTable")) == []
+
+
+@pytest.mark.parametrize("word", ["DeShawn Smith", "DeShawn", "Alice", "Alice Chen"])
+def test_names_in_code_strings_and_prose_stay_redacted(word: str) -> None:
+    entities = spans(word)
+    assert entities and kept(entities) == [(e.start, e.text) for e in entities]
+
+
+def test_rule_types_in_code_stay_and_text_without_code_is_untouched() -> None:
+    email = [Entity(0, 9, "EMAIL", "`a@b.com`", "rule", 1.0)]
+    assert drop_code_identifiers("`a@b.com`", email) == email
+    plain = "Send TiankongError to getUser now."
+    names = [Entity(5, 18, "PERSON", "TiankongError", "tagger", 0.7), Entity(22, 29, "PERSON", "getUser", "model", 0.8)]
+    assert drop_code_identifiers(plain, names) == names
+    unclosed = "```\nexcept TiankongError:\n"  # no closing fence: not known to be code
+    assert drop_code_identifiers(unclosed, [Entity(11, 24, "PERSON", "TiankongError", "tagger", 0.7)])
