@@ -110,3 +110,20 @@ def test_a_damaged_header_is_invalid_model_file_not_a_traceback(tmp_path: Path, 
         data = gguf([*ARCH, *kv])
     with pytest.raises(InvalidModelFile, match="truncated or damaged"):
         read_gguf(_write(tmp_path, data))
+
+
+def test_per_layer_head_counts_are_read_not_a_type_error(tmp_path: Path) -> None:
+    """LFM2 writes ``head_count_kv`` per layer (0 for its convolution layers), OpenELM ``head_count`` too: the
+    plan's layers × kv_heads must hold every attention layer's cache (6 layers × 8 heads here), not fail."""
+    kv_per_layer = [0, 0, 8, 0, 0, 8, 0, 0, 8, 0, 8, 0, 8, 0, 8, 0]
+    kv = [("general.architecture", STRING, "lfm2"), ("lfm2.block_count", U32, 16),
+          ("lfm2.embedding_length", U32, 1024), ("lfm2.attention.head_count", U32, 16),
+          ("lfm2.attention.head_count_kv", ARRAY, (I32, kv_per_layer))]
+    info = read_gguf(_write(tmp_path, gguf(kv, [("w", [4])])))
+    assert info.heads == 16 and info.head_dim == 64 and info.layers * info.kv_heads == sum(kv_per_layer)
+    per_layer_heads = [("general.architecture", STRING, "openelm"), ("openelm.block_count", U32, 3),
+                       ("openelm.embedding_length", U32, 768),
+                       ("openelm.attention.head_count", ARRAY, (U32, [8, 12, 16])),
+                       ("openelm.attention.head_count_kv", ARRAY, (U32, [2, 3, 4]))]
+    info = read_gguf(_write(tmp_path, gguf(per_layer_heads, [("w", [4])])))
+    assert info.heads == 16 and info.kv_heads == 3 and info.layers * info.kv_heads >= 2 + 3 + 4

@@ -58,6 +58,18 @@ def _array_len(value: Any) -> int:
     return len(value) if isinstance(value, list) else 0
 
 
+def _per_layer(value: Any, layers: int, *, mean: bool) -> int:
+    """A head count that may be one number or one per layer (LFM2's hybrid layers write ``head_count_kv`` 0 for
+    its convolution layers; OpenELM varies it by layer): the largest, or with ``mean`` the mean over the layers
+    rounded up — the plan sizes the KV cache as layers × kv_heads, so this holds every layer's cache, not less."""
+    if isinstance(value, ArrayInfo):
+        raise InvalidModelFile(f"a per-layer head count of {value.count} entries", hint="check the GGUF file")
+    if not isinstance(value, list):
+        return int(value or 0)
+    counts = [int(v) for v in value] or [0]
+    return -(-sum(counts) // max(layers, len(counts))) if mean else max(counts)
+
+
 def read_gguf(path: str | Path) -> GGUFInfo:
     """Metadata of a GGUF file; ``InvalidModelFile`` if it is not one or is truncated."""
     path = Path(path)
@@ -88,11 +100,11 @@ def _info_from_header(header: GGUFHeader, path: Path) -> GGUFInfo:
     values = header.values
     arch = str(values.get("general.architecture", "unknown"))
     file_bytes = path.stat().st_size
-    heads = int(values.get(f"{arch}.attention.head_count", 0) or 0)
-    kv_heads = int(values.get(f"{arch}.attention.head_count_kv", heads) or heads)
+    layers = int(values.get(f"{arch}.block_count", 0) or 0)
+    heads = _per_layer(values.get(f"{arch}.attention.head_count", 0), layers, mean=False)
+    kv_heads = _per_layer(values.get(f"{arch}.attention.head_count_kv", heads), layers, mean=True) or heads
     embedding = int(values.get(f"{arch}.embedding_length", 0) or 0)
     head_dim = int(values.get(f"{arch}.attention.key_length", 0) or (embedding // heads if heads else 0))
-    layers = int(values.get(f"{arch}.block_count", 0) or 0)
     window = values.get(f"{arch}.attention.sliding_window")
     file_type = values.get("general.file_type")
     return GGUFInfo(
