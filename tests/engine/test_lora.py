@@ -412,11 +412,17 @@ def test_the_loaded_base_model_is_cached_and_gives_the_same_logits(tmp_path: Pat
     (folder / COMPLETE).write_text("")
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"not safetensors")
+    # the same model's cache of other library versions is removed by a write; another model's is not
+    stale, other = folder.with_name(f"{record.sha256[:32]}-tf0.0.1-00000000"), folder.with_name("0" * 32 + "-tf0")
+    for kept_or_not in (stale, other):
+        kept_or_not.mkdir()
+        (kept_or_not / COMPLETE).write_text("")
     first: list[str] = []
     tokenizer, model = load_base(record, torch, first.append)
     assert any("cannot be read" in line for line in first) and any("dequantized" in line for line in first), first
     assert (folder / COMPLETE).is_file() and (folder / "model.safetensors").stat().st_size > 1_000_000, first
     assert not list(folder.parent.glob(".*")), "the write's working folder is left behind"
+    assert not stale.exists() and other.is_dir()
     again: list[str] = []
     cached_tokenizer, cached = load_base(record, torch, again.append)
     assert any("from the cache" in line for line in again) and not any("dequantized" in line for line in again)

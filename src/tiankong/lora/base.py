@@ -4,14 +4,17 @@ Reading a GGUF model into ``transformers`` (``gguf_file=``: the tokenizer rebuil
 weights dequantized to float32, the model initialised and filled) took 20.5 s for SmolLM2-135M and 45.9 s for
 Qwen2.5-Coder-0.5B on one core, and ``tune`` with the ``lora`` method loads it twice (the cross-validation's
 adapters, then the final one). The loaded model and tokenizer are written once as safetensors to
-``<cache>/lora-base/<model sha256>-tf<transformers version>/`` and read back from there in 0.2 s and 1.0 s, with the
-same token ids, chat template and logits, bit for bit (``benchmarks/lora_base_cache.py``, raw
-``benchmarks/results/lora/base-cache-2026-12-07.txt``). The cost is disk, float32 weights: 542 MB for the 135M,
-2.5 GB for the 0.5B; the folder can be deleted at any time. A model given by path (no registry sha256) is not cached.
+``<cache>/lora-base/<model sha256>-tf<transformers version>-<digest of VERSIONED's versions>/`` and read back
+from there in 0.2 s and 1.0 s, with the same token ids, chat template and logits, bit for bit
+(``benchmarks/lora_base_cache.py``, raw ``benchmarks/results/lora/base-cache-2026-12-07.txt``). The cost is disk,
+float32 weights: 542 MB for the 135M, 2.5 GB for the 0.5B; the folder can be deleted at any time, and a write
+removes the same model's folders of other library versions. A model given by path (no registry sha256) is not
+cached.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import shutil
 import tempfile
@@ -29,11 +32,25 @@ Log = Callable[[str], None]
 COMPLETE = "complete"
 
 
-def cache_folder(record: ModelRecord) -> Path:
-    """Where the loaded ``record`` is cached (the transformers version in the name: another one writes anew)."""
-    import transformers
+#: the libraries whose versions decide what a cache folder holds (the GGUF reading, the tokenizer, the weights' files)
+VERSIONED = ("transformers", "tokenizers", "gguf", "torch", "safetensors")
 
-    return paths.cache_dir() / "lora-base" / f"{record.sha256[:32]}-tf{transformers.__version__}"
+
+def cache_folder(record: ModelRecord) -> Path:
+    """Where the loaded ``record`` is cached: the model's sha256, then the transformers version and a digest of
+    every ``VERSIONED`` library's, so an upgrade of any of them writes anew (and :func:`write_cache` then removes
+    the model's folders of the versions before)."""
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    versions = ";".join(f"{name}={version(name)}" for name in VERSIONED)
+    digest = hashlib.sha256(versions.encode()).hexdigest()[:8]
+    return paths.cache_dir() / "lora-base" / f"{record.sha256[:32]}-tf{version('transformers')}-{digest}"
 
 
 def load_base(record: ModelRecord, torch: Any, log: Log = lambda _: None, *,
@@ -91,6 +108,9 @@ def write_cache(folder: Path, tokenizer: Any, model: Any, log: Log) -> None:
             shutil.rmtree(folder, ignore_errors=True)  # an interrupted or damaged one, never read: replaced
         work.rename(folder)
         log(f"cached the loaded model in {folder} (delete the folder to free the space)")
+        for stale in folder.parent.glob(f"{folder.name.split('-', 1)[0]}-*"):  # the same model, other versions
+            if stale != folder and (stale / COMPLETE).is_file():
+                shutil.rmtree(stale, ignore_errors=True)
     # safetensors reports a full disk as its own SafetensorError, not an OSError: any failure here leaves the
     # training to go on with the model it has
     except Exception as exc:  # noqa: BLE001
