@@ -163,7 +163,8 @@ HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 @pytest.mark.skipif(not HAS_TORCH, reason="the lora candidate needs the [lora] extra (make test installs it)")
 def test_lora_decider_is_tuned_registered_and_served_with_its_adapter(data_dir: Path, examples_file: Path,
-                                                                       smol_engine: EngineProcess) -> None:
+                                                                       smol_engine: EngineProcess,
+                                                                       tmp_path: Path) -> None:
     from tiankong.deciders.features import label_probability_flow
     from tiankong.lora import list_adapters, resolve_adapter
     from tiankong.lora.registry import AdapterNotFound
@@ -172,11 +173,18 @@ def test_lora_decider_is_tuned_registered_and_served_with_its_adapter(data_dir: 
 
     examples = load_examples(examples_file)
     quick = TrainSettings(steps=6, eval_every=3, patience=1, batch_size=4, layers=4, max_tokens=512, lr=3e-3)
-    adapter = AdapterCandidate(TEST_MODEL, slots=2, ctx=4096, training=quick)
+    said: list[str] = []
+    adapter = AdapterCandidate(TEST_MODEL, slots=2, ctx=4096, training=quick, log=said.append,
+                               cache_dir=tmp_path / "folds")
     # a dry run scores the candidate but registers no adapter
     dry = tune(examples, name="spam-lora-dry", methods_wanted=["lora"], folds=2, adapter=adapter, register=False)
     assert dry.chosen == "lora" and list_adapters() == []
+    assert len(list((tmp_path / "folds").glob("*.gguf"))) == 2 and not any("from the cache" in x for x in said)
+    # the same examples again (dry run, then the real one: the usual pair): no fold is trained twice
+    said.clear()
     report = tune(examples, name="spam-lora", methods_wanted=["lora"], folds=2, adapter=adapter)
+    assert "2 of 2 fold adapters read from the cache" in " ".join(said), said
+    assert sum(x.startswith("adapter ") for x in said) == 1, said  # the final adapter only
     (row,) = report.rows
     assert row.method == "lora" and row.size == 12 and 0.0 <= row.accuracy <= 1.0 and row.engine_passes == 1
     assert report.chosen == "lora" and report.decider is not None
