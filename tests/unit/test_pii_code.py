@@ -64,3 +64,32 @@ def test_rule_types_in_code_stay_and_text_without_code_is_untouched() -> None:
     assert drop_code_identifiers(plain, names) == names
     unclosed = "```\nexcept TiankongError:\n"  # no closing fence: not known to be code
     assert drop_code_identifiers(unclosed, [Entity(11, 24, "PERSON", "TiankongError", "tagger", 0.7)])
+
+
+def _one(text: str, word: str) -> bool:
+    """Whether the first ``word`` in ``text``, tagged a person, is dropped as code."""
+    at = text.index(word)
+    return not drop_code_identifiers(text, [Entity(at, at + len(word), "PERSON", word, "tagger", 0.7)])
+
+
+@pytest.mark.parametrize(("text", "word"), [
+    ("```\nexcept Exception as e:\n    pass\n```", "Exception"),  # after a keyword: no inner capital needed
+    ("```\nfrom confection import Config\n```", "Config"),
+    ("```\napp = typer.Typer()\n```", "Typer"),  # an attribute, a call: the tagger's span is the word alone
+    ("```\nuser = User(name=1)\n```", "User"),
+    ("Call ``getUser()`` first.", "getUser"),  # a double-backtick inline span
+    ("````\nclient = OpenAI(\n`````", "OpenAI"),  # closed by a longer fence (CommonMark)
+])
+def test_what_code_shows_as_code_is_dropped(text: str, word: str) -> None:
+    assert _one(text, word)
+
+
+@pytest.mark.parametrize(("text", "word"), [
+    ("```\n# TODO(jdoe) AliceChen fixes this\nx = 1\n```", "AliceChen"),  # a comment is prose
+    ("```\nx = 1  // ask MariaLopez before running\n```", "MariaLopez"),
+    ('```\ndef f():\n    """Maintainer:\n    AliceChen, see notes."""\n```', "AliceChen"),  # a docstring
+    ("```\nAuthor: jane_doe\n```", "jane_doe"),  # a handle is not code
+    ("```\nssh alice99@host\n```", "alice99"),
+])
+def test_names_in_comments_docstrings_and_handles_stay_redacted(text: str, word: str) -> None:
+    assert not _one(text, word)
