@@ -182,6 +182,34 @@ def test_stopping_with_requests_in_flight_answers_them_without_a_traceback() -> 
     assert plain[0].json()["error"]["code"] == "gateway_shutdown" and plain[0].headers.get("retry-after")
 
 
+def test_serve_takes_a_config_whose_pool_has_a_remote_model(tmp_path: Path) -> None:
+    """docs/config.md's remote upstream (``[[pool.models]] url``): `serve` re-validated a full dump of the config,
+    which set every engine key of the remote entry, and refused it ("… shape local engines")."""
+    port = free_port()
+    config = tmp_path / "remote.toml"
+    config.write_text(f'[server]\nport = {port}\n\n[[pool.models]]\nname = "up"\nurl = "http://127.0.0.1:9"\n')
+    proc = subprocess.Popen([TIANKONG, "serve", "--config", str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert "gateway on" in first, first + proc.stdout.read()
+        deadline = time.monotonic() + 30
+        while True:  # the line is printed just before the port is bound
+            try:
+                models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "the gateway never answered"
+                time.sleep(0.1)
+        assert [m["id"] for m in models["data"]] == ["up"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def test_api_key_is_enforced_when_configured() -> None:
     served = start_serve("--api-key", "s3cret-key")
     try:

@@ -53,7 +53,11 @@ def serve(model: str | None, host: str | None, port: int | None, slots: int | No
             config.server.api_keys.append(check_api_key(api_key, "--api-key (or TIANKONG_API_KEY)"))
         except ValueError as exc:
             raise ConfigError(str(exc), hint="use a long random key, e.g. from `openssl rand -hex 16`") from None
-    config = type(config).model_validate(config.model_dump())
+    data = config.model_dump()
+    # a full dump sets every default of a pool model, and a remote one (url) refuses engine keys that were set:
+    # its entries are dumped as they were written
+    data["pool"] = config.pool.model_dump(exclude_unset=True)
+    config = type(config).model_validate(data)
     serve_gateway(config, log=lambda msg: click.echo(msg, err=True))
 
 
