@@ -120,8 +120,7 @@ def verify(name: str, no_generate: bool, llama_server: str | None, as_json: bool
             click.echo(f"{'ok ' if check.ok else 'BAD'} {check.name:<14} {check.detail}")
     if not report.ok:
         failed = ", ".join(c.name for c in report.checks if not c.ok)
-        click.echo(f"error: {report.name} failed verification ({failed}); "
-                   f"reinstall with `tiankong models pull --force {report.name}`", err=True)
+        click.echo(f"error: {report.name} failed verification ({failed}); {M.reinstall_hint(report.name)}", err=True)
         sys.exit(1)
 
 

@@ -8,6 +8,7 @@ from .registry import (
     add_model,
     list_models,
     model_path,
+    reinstall_hint,
     remove_model,
     resolve,
     resolve_installed,
@@ -16,6 +17,6 @@ from .verify import VerifyReport, verify_model
 
 __all__ = [
     "CATALOG", "DEFAULT_MODEL", "TEST_MODEL", "CatalogEntry", "GGUFInfo", "ModelRecord", "VerifyReport",
-    "add_model", "list_models", "model_path", "pull_model", "read_gguf", "remove_model", "resolve",
+    "add_model", "list_models", "model_path", "pull_model", "read_gguf", "reinstall_hint", "remove_model", "resolve",
     "resolve_installed", "verify_model",
 ]

@@ -26,6 +26,7 @@ from .gguf_meta import read_gguf
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.gguf"
 _NAME_PART = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+MAX_NAME_PART = 64  # a folder name each: far under any file system's 255
 
 
 @dataclass
@@ -131,7 +132,25 @@ def resolve(name: str) -> ModelRecord:
         raise ConfigError(
             f"model name {name!r} is ambiguous", hint=f"use one of: {', '.join(m.name for m in matches)}"
         )
+    if (folder := _dangling(name)) is not None:
+        raise InvalidModelFile(f"{name} was added with --link, and its file {os.readlink(folder / MODEL_FILE)} is gone",
+                               hint=f"add the file again (`tiankong models add FILE --force`) or remove the entry "
+                                    f"(`tiankong models rm {name}`)")
     raise ModelNotFound(name, close_matches(name, records))
+
+
+def _dangling(name: str) -> Path | None:
+    """The folder of the model ``name`` whose file is a link to a file that is gone (``installed_models`` skips it)."""
+    root = paths.models_dir()
+    for manifest in sorted(root.glob(f"*/*/*/{MANIFEST}")) if root.is_dir() else []:
+        link = manifest.parent / MODEL_FILE
+        if link.is_symlink() and not link.exists():
+            try:
+                if json.loads(manifest.read_text()).get("name") == name:
+                    return manifest.parent
+            except (OSError, ValueError, AttributeError):
+                continue
+    return None
 
 
 def close_matches(name: str, records: list[ModelRecord], limit: int = 3) -> list[str]:
@@ -168,7 +187,8 @@ def _record_for_path(path: Path) -> ModelRecord:
 
 
 def _slug(value: str) -> str:
-    slug = re.sub(r"[^a-z0-9._-]+", "-", value.lower()).strip("-.")
+    """A name part from a file's metadata: lower case, other characters as '-', at most ``MAX_NAME_PART``."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", value.lower()).strip("-.")[:MAX_NAME_PART].strip("-.")
     return slug or "model"
 
 
@@ -182,13 +202,18 @@ def add_model(
     if not source.is_file():
         raise InvalidModelFile(f"{source} does not exist or is not a file", hint="check the path")
     info = read_gguf(source)
+    for label, given in (("family", family), ("size", size), ("quant", quant)):
+        # what the user typed is used as typed or refused ('..', '/', 模型 became "model"; 300 letters a traceback)
+        if given is not None and not (_NAME_PART.match(given) and len(given) <= MAX_NAME_PART):
+            raise ConfigError(f"invalid --{label} {given[:80]!r}", hint=f"use lowercase letters, digits, '.', '_' or "
+                              f"'-', starting with a letter or digit, at most {MAX_NAME_PART} characters")
     family = _slug(family or info.basename or info.architecture)
     size = _slug(size or info.size_label or f"{info.parameters / 1e6:.0f}m")
     quant = _slug(quant or info.file_type)
-    for label, part in (("family", family), ("size", size), ("quant", quant)):
-        if not _NAME_PART.match(part):
-            raise ConfigError(f"invalid {label} {part!r}", hint="use lowercase letters, digits, '.', '_' or '-'")
     target = model_dir(family, size, quant)
+    if (target / MODEL_FILE).exists() and (target / MODEL_FILE).resolve() == source:
+        raise ConfigError(f"{source} is the installed file of {family}-{size}:{quant} itself",
+                          hint="it is installed already; to import another copy give another --family/--size/--quant")
     if (target / MODEL_FILE).exists() and not force:
         raise ConfigError(f"model {family}-{size}:{quant} is already installed at {target}",
                           hint="pass --force to replace it, or --family/--size/--quant for another name")
@@ -211,14 +236,38 @@ def add_model(
 
 
 def remove_model(name: str) -> ModelRecord:
+    """Remove the installed model ``name`` — its full name, or its name without the quant when one quant is
+    installed; never a prefix match, which ``resolve`` allows for reading (``rm q`` removed the one model starting
+    with q). A model added with ``--link`` whose file is gone is removed by its name too."""
+    if (dangling := _dangling(name)) is not None:
+        gone = _record_from_manifest(dangling, json.loads((dangling / MANIFEST).read_text()))
+        _remove_folder(dangling)
+        return gone
     record = resolve_installed(name)
     if record.source == "path":
         raise ConfigError(f"{name} is a file outside the registry", hint="delete the file yourself")
-    folder = record.path.parent  # <models>/<family>/<size>/<quant>
+    if name not in (record.name, record.name.split(":")[0]):
+        raise ConfigError(f"{name!r} is not an installed model's name (it is the start of {record.name})",
+                          hint=f"to remove that model: tiankong models rm {record.name}")
+    _remove_folder(record.path.parent)
+    return record
+
+
+def reinstall_hint(name: str) -> str:
+    """How to get a model back whose file failed verification: a catalog model is pulled again; one added from a
+    file is added again (``pull`` knows only the catalog); a path is the user's own file."""
+    if name.endswith(".gguf") or os.sep in name:
+        return "the file is damaged: download or convert it again"
+    if find_entry(name) is not None:
+        return f"reinstall with `tiankong models pull --force {name}`"
+    return f"add its file again with `tiankong models add FILE --force` (as {name})"
+
+
+def _remove_folder(folder: Path) -> None:
+    """``<models>/<family>/<size>/<quant>``, then its parents once nothing else is there."""
     shutil.rmtree(folder)
     for parent in (folder.parent, folder.parent.parent):  # the size and family folders, once nothing else is there
         try:
             parent.rmdir()
         except OSError:  # not empty (another quant or size), or already gone
             break
-    return record

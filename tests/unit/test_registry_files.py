@@ -1,0 +1,75 @@
+"""The model registry's file operations on a tiny GGUF written by ``gguf``'s own writer: what `models add` and
+`models rm` may and may not do to a user's files (a read-only CLI sweep found each case)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiankong.errors import ConfigError, InvalidModelFile, ModelNotFound
+from tiankong.models.registry import add_model, installed_models, remove_model, resolve
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    from gguf import GGUFWriter
+
+    monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
+    path = tmp_path / "tiny.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("w", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_rm_takes_a_full_or_short_name_never_a_prefix(tiny: Path) -> None:
+    add_model(tiny, family="ax", size="s", quant="q")
+    add_model(tiny, family="ax", size="s", quant="q4")
+    add_model(tiny, family="zq", size="s", quant="q")
+    with pytest.raises(ConfigError, match="start of zq-s:q"):
+        remove_model("z")  # resolve's prefix match picked the one model starting with "z" and removed it
+    assert remove_model("zq-s:q").name == "zq-s:q"
+    assert remove_model("ax-s:q").name == "ax-s:q" and [r.name for r in installed_models()] == ["ax-s:q4"]
+    assert remove_model("ax-s").name == "ax-s:q4" and installed_models() == []  # one quant left: its short name
+
+
+def test_adding_the_installed_file_itself_is_refused_and_the_file_kept(tiny: Path) -> None:
+    record = add_model(tiny, family="self", size="s", quant="q")
+    size = record.path.stat().st_size
+    for link in (True, False):
+        with pytest.raises(ConfigError, match="installed file"):
+            add_model(record.path, family="self", size="s", quant="q", force=True, link=link)
+    assert record.path.is_file() and not record.path.is_symlink() and record.path.stat().st_size == size
+
+
+@pytest.mark.parametrize("family", ["..", "/", "模型", "a" * 300, "-x", "Ab"])
+def test_a_name_part_the_user_typed_is_used_as_typed_or_refused(tiny: Path, family: str) -> None:
+    with pytest.raises(ConfigError, match="invalid --family"):
+        add_model(tiny, family=family, size="s", quant="q")
+    assert installed_models() == []
+
+
+def test_a_linked_model_whose_file_is_gone_is_named_and_can_be_removed(tiny: Path) -> None:
+    add_model(tiny, family="lk", size="s", quant="q", link=True)
+    tiny.unlink()
+    with pytest.raises(InvalidModelFile, match="is gone"):
+        resolve("lk-s:q")
+    assert remove_model("lk-s:q").name == "lk-s:q"
+    with pytest.raises(ModelNotFound):
+        resolve("lk-s:q")
+
+
+def test_the_reinstall_hint_names_a_command_that_can_work(tiny: Path) -> None:
+    from tiankong.models import TEST_MODEL, reinstall_hint
+
+    assert "models pull --force" in reinstall_hint(TEST_MODEL)  # a catalog model comes back from its package
+    assert "models add FILE --force" in reinstall_hint("lk-s:q")  # pull refuses a name outside the catalog
+    assert "pull" not in reinstall_hint(str(tiny))
