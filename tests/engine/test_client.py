@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 
 import pytest
 
@@ -83,6 +84,33 @@ def test_async_embedded_engine() -> None:
 
     pid = asyncio.run(main())
     assert pid is not None and not pid_alive(pid)
+
+
+def test_an_embedded_engine_outlives_the_thread_that_started_it() -> None:
+    """PR_SET_PDEATHSIG follows the forking *thread*: an AsyncClient used from one ``asyncio.run`` after another
+    (its engine was started in the first loop's executor thread) and a Client built in a worker thread lost their
+    engine when that thread ended (docs/client.md promises the first)."""
+    client = AsyncClient(model=TEST_MODEL, slots=1, ctx=1024)
+
+    async def one() -> str | None:
+        return (await client.chat("Hi", max_tokens=4)).text
+
+    try:
+        assert asyncio.run(one()) is not None
+        assert client.engine is not None and client.engine.pid is not None
+        pid = client.engine.pid
+        assert asyncio.run(one()) is not None  # a second event loop: the first loop's threads are gone
+        assert client.engine.pid == pid  # the same process: not killed and restarted
+    finally:
+        asyncio.run(client.close())
+    built: list[Client] = []
+    thread = threading.Thread(target=lambda: built.append(Client(model=TEST_MODEL, slots=1, ctx=1024)))
+    thread.start()
+    thread.join()
+    with built[0] as sync_client:
+        assert sync_client.engine is not None
+        pid = sync_client.engine.pid
+        assert sync_client.chat("Hi", max_tokens=4).text is not None and sync_client.engine.pid == pid
 
 
 def test_errors_are_typed_and_name_the_fix(smol_engine: EngineProcess, monkeypatch: pytest.MonkeyPatch) -> None:
