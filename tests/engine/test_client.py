@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import signal
 import threading
 
 import pytest
@@ -111,6 +113,28 @@ def test_an_embedded_engine_outlives_the_thread_that_started_it() -> None:
         assert sync_client.engine is not None
         pid = sync_client.engine.pid
         assert sync_client.chat("Hi", max_tokens=4).text is not None and sync_client.engine.pid == pid
+
+
+def test_a_client_follows_its_embedded_engine_through_a_crash_and_restart() -> None:
+    """The watchdog restarts a killed engine on a new port; both clients sent every later request to the old
+    one ("cannot reach … pass model=") for good. The request that meets the crash waits for the restart."""
+    with Client(model=TEST_MODEL, slots=1, ctx=1024) as client:
+        assert client.engine is not None and client.engine.pid is not None
+        assert client.chat("Hi", max_tokens=2).text is not None
+        os.kill(client.engine.pid, signal.SIGKILL)
+        assert client.chat("Hi", max_tokens=2).text is not None  # sent at once: it meets the crash and waits
+        assert client.url == client.engine.url
+
+    async def main() -> None:
+        async with AsyncClient(model=TEST_MODEL, slots=1, ctx=1024) as aclient:
+            assert (await aclient.chat("Hi", max_tokens=2)).text is not None
+            assert aclient.engine is not None and aclient.engine.pid is not None
+            os.kill(aclient.engine.pid, signal.SIGKILL)
+            await asyncio.sleep(3)  # restarted meanwhile (on another port)
+            assert (await aclient.chat("Hi", max_tokens=2)).text is not None
+            assert aclient.url == aclient.engine.url
+
+    asyncio.run(main())
 
 
 def test_errors_are_typed_and_name_the_fix(smol_engine: EngineProcess, monkeypatch: pytest.MonkeyPatch) -> None:

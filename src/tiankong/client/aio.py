@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Self
 
@@ -137,15 +138,49 @@ class AsyncBaseClient:
 
     async def _send_once(self, method: str, path: str, body: dict[str, Any] | None,
                          stream: bool) -> httpx.Response:
-        """Send; once more if a reused keep-alive connection was closed before any answer."""
+        """Send; once more if a reused keep-alive connection was closed before any answer, or if the embedded
+        engine was restarted by its watchdog (on a new port) while this request could not connect."""
         http = await self._client()
+        self._follow_engine(http)
         request = http.build_request(method, path, json=body)
         try:
             return await http.send(request, stream=stream)
         except httpx.RemoteProtocolError as exc:
-            if not S.is_stale_connection(exc):
+            if S.is_stale_connection(exc):
+                return await http.send(request, stream=stream)
+            if not await self._engine_back(http):
                 raise
-            return await http.send(request, stream=stream)
+        # refused, or reset under the request: a generation has no side effects, so it is sent again to an engine
+        # its watchdog restarted
+        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError):
+            if not await self._engine_back(http):
+                raise
+        return await http.send(http.build_request(method, path, json=body), stream=stream)
+
+    def _follow_engine(self, http: httpx.AsyncClient) -> None:
+        """An embedded engine restarted by its watchdog listens on another port: requests go there."""
+        if self.engine is not None and self.engine.url != self.url:
+            self.url = self.engine.url
+            http.base_url = httpx.URL(self.url)
+
+    async def _engine_back(self, http: httpx.AsyncClient) -> bool:
+        """Wait (at most ``S.ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back."""
+        if self.engine is None:
+            return False
+        deadline = time.monotonic() + S.ENGINE_BACK_S
+        unseen_until = time.monotonic() + 5.0  # a crash its watchdog has not seen yet (0.2 s) still reads "ready"
+        while time.monotonic() < deadline:
+            now = S.engine_now(self.engine)
+            if now == "gone":
+                return False
+            if now == "ready":
+                if self.engine.url != self.url or await asyncio.to_thread(self.engine.health):
+                    self._follow_engine(http)
+                    return True
+                if time.monotonic() > unseen_until:
+                    return False
+            await asyncio.sleep(0.2)
+        return False
 
     async def _with_lora(self, path: str, body: dict[str, Any] | None) -> dict[str, Any] | None:
         """Adapter names → the engine's ids (the adapter table is read once per client)."""

@@ -81,16 +81,50 @@ class BaseClient:
             waited, attempt = waited + delay, attempt + 1
 
     def _send_once(self, method: str, path: str, body: dict[str, Any] | None, stream: bool) -> httpx.Response:
-        """Send; once more if a reused keep-alive connection was closed before any answer."""
+        """Send; once more if a reused keep-alive connection was closed before any answer, or if the embedded
+        engine was restarted by its watchdog (on a new port) while this request could not connect."""
         if self._closed:
             raise S.closed_error()
+        self._follow_engine()
         request = self._http.build_request(method, path, json=body)
         try:
             return self._http.send(request, stream=stream)
         except httpx.RemoteProtocolError as exc:
-            if not S.is_stale_connection(exc):
+            if S.is_stale_connection(exc):
+                return self._http.send(request, stream=stream)
+            if not self._engine_back():
                 raise
-            return self._http.send(request, stream=stream)
+        # refused, or reset under the request: a generation has no side effects, so it is sent again to an engine
+        # its watchdog restarted
+        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError):
+            if not self._engine_back():
+                raise
+        return self._http.send(self._http.build_request(method, path, json=body), stream=stream)
+
+    def _follow_engine(self) -> None:
+        """An embedded engine restarted by its watchdog listens on another port: requests go there."""
+        if self.engine is not None and self.engine.url != self.url:
+            self.url = self.engine.url
+            self._http.base_url = httpx.URL(self.url)
+
+    def _engine_back(self) -> bool:
+        """Wait (at most ``S.ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back."""
+        if self.engine is None:
+            return False
+        deadline = time.monotonic() + S.ENGINE_BACK_S
+        unseen_until = time.monotonic() + 5.0  # a crash its watchdog has not seen yet (0.2 s) still reads "ready"
+        while time.monotonic() < deadline:
+            now = S.engine_now(self.engine)
+            if now == "gone":
+                return False
+            if now == "ready":
+                if self.engine.url != self.url or self.engine.health():
+                    self._follow_engine()
+                    return True
+                if time.monotonic() > unseen_until:
+                    return False
+            time.sleep(0.2)
+        return False
 
     def server(self) -> S.ServerInfo:
         """A tiankong gateway or an engine, and its slots: asked once per client (``GET /health``, ``/props``)."""
