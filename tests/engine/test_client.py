@@ -7,6 +7,8 @@ import inspect
 import os
 import signal
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +137,41 @@ def test_a_client_follows_its_embedded_engine_through_a_crash_and_restart() -> N
             assert aclient.url == aclient.engine.url
 
     asyncio.run(main())
+
+
+def _my_engines() -> set[int]:
+    """The pids of the llama-server processes this test process started."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if proc.name.isdigit() and "(llama-server)" in stat and int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+            found.add(int(proc.name))
+    return found
+
+
+def test_an_async_call_given_up_while_its_engine_starts_leaves_no_engine_behind() -> None:
+    """``wait_for(chat, 0.5)`` while the embedded engine was starting: the engine came up with no owner —
+    close() stopped nothing, a second call would have started a second engine."""
+    before = _my_engines()
+
+    async def main(close_at_once: bool) -> None:
+        client = AsyncClient(model=TEST_MODEL, slots=1, ctx=1024)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(client.chat("Hi", max_tokens=2), 0.2)
+        if not close_at_once:  # the next call uses the engine the first one started: one engine
+            assert (await client.chat("Hi", max_tokens=2)).text is not None
+            assert len(_my_engines() - before) == 1
+        await client.close()
+
+    for close_at_once in (False, True):
+        asyncio.run(main(close_at_once))
+        deadline = time.monotonic() + 30  # closed while starting: its start stops it once it is up
+        while _my_engines() - before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _my_engines() - before, close_at_once
 
 
 def test_errors_are_typed_and_name_the_fix(smol_engine: EngineProcess, monkeypatch: pytest.MonkeyPatch) -> None:

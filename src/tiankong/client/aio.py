@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Self
@@ -53,6 +55,8 @@ class AsyncBaseClient:
         self._limits = S.http_limits(max_connections)
         self._http: httpx.AsyncClient | None = None
         self._start_lock = asyncio.Lock()
+        self._engine_lock = threading.Lock()
+        self._starting: concurrent.futures.Future[EngineProcess] | None = None
         self._lora: Any = S.UNKNOWN
         self._info: S.ServerInfo | None = None
         self._info_lock = asyncio.Lock()
@@ -80,14 +84,45 @@ class AsyncBaseClient:
         async with self._start_lock:
             if self._http is None:
                 if self.url is None:
-                    assert self.model is not None
-                    engine = await asyncio.to_thread(start_embedded, self.model, **self._engine_args)  # type: ignore[arg-type]
-                    self.engine, self.url = engine, engine.url
+                    # shielded: a caller that gives up (wait_for, a cancelled task) leaves the start running, and
+                    # the engine it makes is this client's (the next call uses it, close() stops it)
+                    engine = await asyncio.shield(asyncio.wrap_future(self._start_engine()))
+                    self.url = engine.url
                 self._http = httpx.AsyncClient(
                     base_url=self.url, timeout=self._timeout_s, headers=self._headers, limits=self._limits,
                     transport=self._transport,
                 )
         return self._http
+
+    def _start_engine(self) -> concurrent.futures.Future[EngineProcess]:
+        """The embedded engine's start, once per client, on a thread of its own (not the loop's executor, whose
+        threads ``asyncio.run`` waits for and ends): it outlives a caller that gave up and the loop that asked."""
+        with self._engine_lock:
+            if self._starting is None:
+                self._starting = concurrent.futures.Future()
+                self._starting.set_running_or_notify_cancel()  # running: an asyncio cancel cannot cancel it
+                threading.Thread(target=self._run_start, args=(self._starting,), name="tiankong-engine-start",
+                                 daemon=True).start()
+            return self._starting
+
+    def _run_start(self, done: concurrent.futures.Future[EngineProcess]) -> None:
+        assert self.model is not None
+        try:
+            engine = start_embedded(self.model, **self._engine_args)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            with self._engine_lock:
+                self._starting = None  # a later call may try again
+            done.set_exception(exc)
+            return
+        with self._engine_lock:
+            closed = self._closed
+            if not closed:
+                self.engine = engine
+        if closed:  # closed while it started: nobody holds it
+            engine.stop()
+            done.set_exception(S.closed_error())
+            return
+        done.set_result(engine)
 
     async def _send(self, method: str, path: str, body: dict[str, Any] | None,
                     stream: bool = False) -> httpx.Response:
@@ -311,14 +346,15 @@ class AsyncBaseClient:
         return [str(item["id"]) for item in A.answer_field(answer, "data", str(self.url))]
 
     async def close(self) -> None:
-        self._closed = True
+        with self._engine_lock:  # an engine still starting is stopped by its start (_run_start)
+            self._closed = True
+            engine, self.engine = self.engine, None
         if self._http is not None:
             if self._loop is asyncio.get_running_loop():  # else its connections died with their loop
                 await self._http.aclose()
             self._http = None
-        if self.engine is not None:
-            await asyncio.to_thread(self.engine.stop)
-            self.engine = None
+        if engine is not None:
+            await asyncio.to_thread(engine.stop)
 
     async def __aenter__(self) -> Self:
         await self._client()
