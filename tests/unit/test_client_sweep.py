@@ -216,3 +216,21 @@ def test_a_remote_error_keeps_its_status_and_port_0_is_refused() -> None:
     with pytest.raises(ConfigError) as bad:
         Client("http://127.0.0.1:0")
     assert bad.value.param == "url"
+
+
+def _engine_answer(request: httpx.Request) -> httpx.Response:
+    if request.url.path == "/tokenize":  # classify reads its labels' tokens first
+        return httpx.Response(200, json={"tokens": [1]})
+    return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]})
+
+
+@BOTH
+@pytest.mark.parametrize(("method", "args"), [("chat", ("x\ud800y",)), ("complete", ("x\udcffy",)),
+                                               ("tokenize", ("x\ud800y",))])
+def test_a_lone_surrogate_is_one_config_error_not_a_traceback(call: Callable[..., Any], method: str,
+                                                                args: tuple[Any, ...]) -> None:
+    """Text left by a bad decode (``errors='surrogateescape'``): httpx's UnicodeEncodeError came out of every
+    method as a traceback."""
+    with pytest.raises(ConfigError, match="lone surrogate") as raised:
+        call(_engine_answer, method, *args)
+    assert "\n" not in raised.value.one_line() and "replace" in raised.value.one_line()

@@ -181,6 +181,19 @@ def engine_now(engine: Any) -> str:
     return "wait" if state == "starting" or (state == "failed" and not getattr(engine, "gave_up", False)) else "gone"
 
 
+def build_request(http: httpx.Client | httpx.AsyncClient, method: str, path: str,
+                  body: dict[str, Any] | None) -> httpx.Request:
+    """The request, or one ``ConfigError`` when the text holds what UTF-8 cannot carry (a lone surrogate such as
+    ``"\\ud800"``, left by a bad decode): httpx's ``UnicodeEncodeError`` was a traceback from every method."""
+    try:
+        return http.build_request(method, path, json=body)
+    except UnicodeEncodeError as exc:
+        found = exc.object[exc.start:exc.end]
+        raise ConfigError(f"the text holds {found!r}, which is not valid Unicode (a lone surrogate) and cannot be "
+                          "sent", hint="read the input with errors='replace', or clean it: "
+                          "text.encode('utf-8', 'replace').decode('utf-8')") from None
+
+
 def closed_error() -> ConfigError:
     return ConfigError("this client is closed", hint="make a new Client (or use it inside a with block)")
 

@@ -177,7 +177,7 @@ class AsyncBaseClient:
         engine was restarted by its watchdog (on a new port) while this request could not connect."""
         http = await self._client()
         self._follow_engine(http)
-        request = http.build_request(method, path, json=body)
+        request = S.build_request(http, method, path, body)
         try:
             return await http.send(request, stream=stream)
         except httpx.RemoteProtocolError as exc:
@@ -190,7 +190,7 @@ class AsyncBaseClient:
         except (httpx.ConnectError, httpx.ReadError, httpx.WriteError):
             if not await self._engine_back(http):
                 raise
-        return await http.send(http.build_request(method, path, json=body), stream=stream)
+        return await http.send(S.build_request(http, method, path, body), stream=stream)
 
     def _follow_engine(self, http: httpx.AsyncClient) -> None:
         """An embedded engine restarted by its watchdog listens on another port: requests go there."""

@@ -86,7 +86,7 @@ class BaseClient:
         if self._closed:
             raise S.closed_error()
         self._follow_engine()
-        request = self._http.build_request(method, path, json=body)
+        request = S.build_request(self._http, method, path, body)
         try:
             return self._http.send(request, stream=stream)
         except httpx.RemoteProtocolError as exc:
@@ -99,7 +99,7 @@ class BaseClient:
         except (httpx.ConnectError, httpx.ReadError, httpx.WriteError):
             if not self._engine_back():
                 raise
-        return self._http.send(self._http.build_request(method, path, json=body), stream=stream)
+        return self._http.send(S.build_request(self._http, method, path, body), stream=stream)
 
     def _follow_engine(self) -> None:
         """An embedded engine restarted by its watchdog listens on another port: requests go there."""
