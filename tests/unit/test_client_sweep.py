@@ -234,3 +234,16 @@ def test_a_lone_surrogate_is_one_config_error_not_a_traceback(call: Callable[...
     with pytest.raises(ConfigError, match="lone surrogate") as raised:
         call(_engine_answer, method, *args)
     assert "\n" not in raised.value.one_line() and "replace" in raised.value.one_line()
+
+
+@BOTH
+def test_an_error_page_that_is_not_json_is_one_line_with_a_hint(call: Callable[..., Any]) -> None:
+    page = "<!DOCTYPE HTML>\n<html lang=\"en\">\n <head>\n  <title>Error response</title>\n </head>\n" * 3
+
+    def html(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(501, text=page, headers={"content-type": "text/html"})
+
+    with pytest.raises(ServerError) as raised:
+        call(html, "chat", "hi")
+    said = raised.value.one_line()
+    assert "\n" not in said and "llama-server or tiankong gateway" in said and raised.value.body == page

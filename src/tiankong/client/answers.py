@@ -57,8 +57,11 @@ def check_response(status: int, text: str) -> None:
     try:
         data = json.loads(text)
         message = _error_message(data)
-    except ValueError:
-        data, message = None, text[:300] or "no body"
+    except ValueError:  # a proxy's or another service's error page: one line of it, and what to check
+        snippet = " ".join(text.split())[:120]
+        page = snippet.startswith("<")  # HTML: not an engine's or a gateway's own words
+        data, message = None, (f"a page that is not JSON ({snippet!r}) — is this URL a llama-server or tiankong "
+                               "gateway?" if page else snippet) if snippet else "no body"
     if status in (400, 413) and ("context size" in message or _error_field(data, "type") == InputTooLong.type):
         raise InputTooLong(f"the input is too long for the engine's context ({message})",
                            hint="shorten the text, use the compress task, or start the engine with a larger ctx "
