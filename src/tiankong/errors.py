@@ -52,9 +52,13 @@ class FlagError(ConfigError):
 class ModelNotFound(ConfigError):
     http_status = 404
 
-    def __init__(self, name: str, suggestions: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, suggestions: Sequence[str] = (), *, path: bool = False) -> None:
         self.name = name
         self.suggestions = list(suggestions)
+        if path:  # a file name that names no file: not a catalog question
+            super().__init__(f"no such model file: {name}", hint="check the path (or give a model's name: "
+                             "`tiankong models list`)")
+            return
         hint = (
             f"did you mean: {', '.join(self.suggestions)}?"
             if self.suggestions

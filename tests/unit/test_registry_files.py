@@ -73,3 +73,16 @@ def test_the_reinstall_hint_names_a_command_that_can_work(tiny: Path) -> None:
     assert "models pull --force" in reinstall_hint(TEST_MODEL)  # a catalog model comes back from its package
     assert "models add FILE --force" in reinstall_hint("lk-s:q")  # pull refuses a name outside the catalog
     assert "pull" not in reinstall_hint(str(tiny))
+
+
+def test_a_model_given_as_a_path_must_be_a_gguf_file(tiny: Path, tmp_path: Path) -> None:
+    """``Client(model="/tmp/x.gguf")`` with a text file started llama-server, which exited "during start-up"."""
+    text = tmp_path / "x.gguf"
+    text.write_text("hello")
+    with pytest.raises(InvalidModelFile, match="not a GGUF file"):
+        resolve(str(text))
+    with pytest.raises(InvalidModelFile, match="is a directory"):
+        resolve(str(tmp_path) + "/")
+    with pytest.raises(ModelNotFound, match="no such model file"):
+        resolve(str(tmp_path / "missing.gguf"))
+    assert resolve(str(tiny)).installed

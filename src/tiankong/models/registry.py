@@ -21,6 +21,7 @@ from typing import Any
 from .. import paths
 from ..errors import ConfigError, InvalidModelFile, ModelNotFound, ModelNotInstalled
 from .catalog import CATALOG, CatalogEntry, find_entry
+from .gguf_header import GGUF_MAGIC
 from .gguf_meta import read_gguf
 
 MANIFEST = "manifest.json"
@@ -177,8 +178,20 @@ def model_path(name: str) -> Path:
 
 
 def _record_for_path(path: Path) -> ModelRecord:
+    """A model given as a file: it must be one, and a GGUF one (llama-server's own refusal of a text file came
+    after a start-up, as "exited with code 1 during start-up")."""
+    if path.is_dir():
+        raise InvalidModelFile(f"{path} is a directory, not a model file", hint="give the .gguf file in it")
     if not path.is_file():
-        raise ModelNotFound(str(path))
+        raise ModelNotFound(str(path), path=True)
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise InvalidModelFile(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from None
+    if magic != GGUF_MAGIC:
+        raise InvalidModelFile(f"{path} is not a GGUF file (it starts with {magic!r})",
+                               hint="give a llama.cpp .gguf model (convert others with convert_hf_to_gguf.py)")
     stat = path.stat()
     return ModelRecord(
         name=str(path), family="local", size=path.stem, quant="", installed=True, path=path,
