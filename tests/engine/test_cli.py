@@ -100,6 +100,10 @@ def test_default_model_and_config_come_from_the_environment(tmp_path) -> None:  
     (home / "tiankong").mkdir(parents=True)
     (home / "tiankong" / "config.toml").write_text("[nonsense]\n", encoding="utf-8")
     assert_one_line_error(run_cli("serve", env={"XDG_CONFIG_HOME": str(home)}), "nonsense")
+    # a TIANKONG_CONFIG that names nothing (a typo) or a directory is an error, not a run on the defaults
+    for missing in (tmp_path / "no-such.toml", home):
+        assert_one_line_error(run_cli("serve", env={"TIANKONG_CONFIG": str(missing)}), "cannot read the config",
+                              str(missing))
 
 
 def test_listings_share_one_table_style_with_a_header_row() -> None:

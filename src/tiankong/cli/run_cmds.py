@@ -33,8 +33,10 @@ if TYPE_CHECKING:  # the client, the gateway and the doctor are imported by the 
 def serve(model: str | None, host: str | None, port: int | None, slots: int | None, ctx: int | None,
           config_file: str | None, api_key: str | None, llama_server: str | None, embeddings: bool | None) -> None:
     """Run the gateway on 127.0.0.1:8080 in front of a managed llama-server."""
-    if config_file is None and paths.config_file().is_file():
-        config_file = str(paths.config_file())  # the default config file, when there is one (errors name it)
+    # TIANKONG_CONFIG must name a file that is there (a typo ran on the defaults); the user config dir's
+    # config.toml is read when there is one (errors name the file)
+    if config_file is None and (os.environ.get("TIANKONG_CONFIG") or paths.config_file().is_file()):
+        config_file = str(paths.config_file())
     from ..config import check_api_key, load_config
     from ..gateway import serve as serve_gateway
 
