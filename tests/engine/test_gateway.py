@@ -30,12 +30,14 @@ class Served:
     log: list[str]
 
 
-def start_serve(*extra: str, port: int | None = None, ctx: int | None = 2048) -> Served:
-    """``tiankong serve`` on SmolLM2 with 2 slots (``ctx=None``: the default context, sized by the memory plan)."""
+def start_serve(*extra: str, port: int | None = None, ctx: int | None = 2048, url_host: str = "127.0.0.1",
+                wrapper: tuple[str, ...] = ()) -> Served:
+    """``tiankong serve`` on SmolLM2 with 2 slots (``ctx=None``: the default context, sized by the memory plan),
+    run by ``wrapper`` (e.g. ``timeout 120``) when given."""
     port = port or free_port()
     sized = [] if ctx is None else ["--ctx", str(ctx)]
     proc = subprocess.Popen(
-        [TIANKONG, "serve", "--model", TEST_MODEL, "--port", str(port), "--slots", "2", *sized, *extra],
+        [*wrapper, TIANKONG, "serve", "--model", TEST_MODEL, "--port", str(port), "--slots", "2", *sized, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     log: list[str] = []
@@ -52,7 +54,7 @@ def start_serve(*extra: str, port: int | None = None, ctx: int | None = 2048) ->
             engine_pid = int(match.group(1))
         if "gateway on" in line:
             break
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{url_host}:{port}"
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
@@ -208,6 +210,25 @@ def test_serve_takes_a_config_whose_pool_has_a_remote_model(tmp_path: Path) -> N
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_ctrl_c_twice_stops_without_a_traceback_on_an_ipv6_loopback() -> None:
+    """More than one Ctrl-C (here: `timeout` relays the one its process group gets to its child again) makes
+    uvicorn skip the lifespan's shutdown, which logged a CancelledError traceback; and ``--host ::1`` was refused
+    as "port … already in use" (an IPv4 socket tried to bind it)."""
+    served = start_serve("--host", "::1", url_host="[::1]", wrapper=("timeout", "300"))
+    assert "http://[::1]:" in "".join(served.log)
+    os.killpg(served.proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group
+    try:
+        rest = served.proc.communicate(timeout=30)[0]
+    finally:
+        if served.proc.poll() is None:
+            os.killpg(served.proc.pid, signal.SIGKILL)
+    assert "Traceback" not in rest and "engines stopped" in rest, rest
+    deadline = time.monotonic() + 15
+    while pid_alive(served.engine_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(served.engine_pid)
 
 
 def test_api_key_is_enforced_when_configured() -> None:

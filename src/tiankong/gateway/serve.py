@@ -14,6 +14,7 @@ import uvicorn
 
 from ..config import TiankongConfig
 from ..engine.pool import EnginePool, engine_pool, is_loopback, port_in_use
+from ..engine.ports import free_port
 from ..errors import ConfigError, PortInUse
 from .app import GatewayState, create_app
 from .cascade import check_cascade
@@ -63,8 +64,21 @@ def run_server(app: Any, config: TiankongConfig) -> None:
         gateway.run()
 
 
+class _CutOffAtExit(logging.Filter):
+    """A second Ctrl-C makes uvicorn skip the lifespan's shutdown: the lifespan task ends cancelled, and Starlette
+    hands uvicorn its traceback, logged as an error. Nothing failed (``serve`` stops the engines on every way out):
+    that record is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage().rstrip()
+        return not (text.startswith("Traceback") and text.endswith(("CancelledError", "KeyboardInterrupt")))
+
+
 def configure_logging(log_prompts: bool) -> None:
     """The gateway's own warnings (slow clients, abandoned bodies) on stderr; prompts only with ``log_prompts``."""
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _CutOffAtExit) for f in uvicorn_errors.filters):
+        uvicorn_errors.addFilter(_CutOffAtExit())
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     gateway = logging.getLogger("tiankong.gateway")
@@ -77,8 +91,11 @@ def configure_logging(log_prompts: bool) -> None:
 
 
 def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
-    """Run until interrupted; every engine is stopped on every way out."""
+    """Run until interrupted; every engine is stopped on every way out. ``server.port = 0``: a free port, chosen
+    here so that the address printed is the one served."""
     check_bind(config)
+    if config.server.port == 0:
+        config.server.port = free_port(config.server.host)
     pool = engine_pool(config, log, on_give_up=stop_serving)
     settings = config.engine
     # before any engine starts: a [cascade] naming no pool model was refused only after the engine was up
@@ -99,7 +116,8 @@ def serve(config: TiankongConfig, log: Callable[[str], None] = print) -> None:
             detail = f"models: {', '.join(pool.names())}; engines start on first request"
         else:
             detail = f"{state.engine.admission.limit} in flight, queue {state.engine.admission.queue_size}"
-        address = f"http://{config.server.host}:{config.server.port}"
+        host = config.server.host
+        address = f"http://{f'[{host}]' if ':' in host else host}:{config.server.port}"
         log(f"gateway on {address} (dashboard {address}/ui; Ctrl-C stops it and the engines); {detail}")
         run_server(create_app(state), config)
     finally:
