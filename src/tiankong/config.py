@@ -9,17 +9,28 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import ConfigError
 from .models.catalog import DEFAULT_MODEL
+
+#: the longest duration a ``*_s`` setting may hold (a year): past ``threading.TIMEOUT_MAX`` (≈ 9.2e9 s) a wait
+#: raised OverflowError in the watchdog's thread (``wedge_check_s = 1e10``), past a socket's a probe did
+MAX_DURATION_S = 365 * 24 * 3600.0
 
 
 class _Strict(BaseModel):
     # inf and nan are refused everywhere: `wedge_check_s = inf` passed `ge=0` and crashed the watchdog's thread
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*")
+    @classmethod
+    def _duration_bounded(cls, value: Any, info: ValidationInfo) -> Any:
+        if (info.field_name or "").endswith("_s") and isinstance(value, (int, float)) and value > MAX_DURATION_S:
+            raise ValueError(f"at most {MAX_DURATION_S:.0f} s (a year)")
+        return value
 
 
 #: llama-server reads -c and -t as 32-bit ints and fails with "stoi" past them or crashes on absurd thread counts;

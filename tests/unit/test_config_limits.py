@@ -20,6 +20,9 @@ HASH = "sha256:" + "ab" * 32
     ("[degradation]\np99_latency_s = [nan]", "degradation.p99_latency_s"),
     ("[degradation]\nqueue_depth = [-1]", "degradation.queue_depth"),
     ("[engine]\nthreads = 100000", "engine.threads"),
+    ("[engine]\nwedge_check_s = 1e10", "engine.wedge_check_s"),  # past threading.TIMEOUT_MAX: OverflowError
+    ("[engine]\nwedge_probe_timeout_s = 1e300", "engine.wedge_probe_timeout_s"),
+    ("[batches]\nfile_ttl_s = 1e12", "batches.file_ttl_s"),
     ("[engine]\nctx = 1000000000000", "engine.ctx"),
     ('[[server.keys]]\nkey = "sha256:zzzzzzzz"\nname = "a"', "server.keys.0.key"),
     ('[[server.keys]]\nkey = "        "\nname = "a"', "server.keys.0.key"),
