@@ -247,3 +247,31 @@ def test_an_error_page_that_is_not_json_is_one_line_with_a_hint(call: Callable[.
         call(html, "chat", "hi")
     said = raised.value.one_line()
     assert "\n" not in said and "llama-server or tiankong gateway" in said and raised.value.body == page
+
+
+@BOTH
+@pytest.mark.parametrize(("options", "named"), [({"foo": 1}, "foo"), ({"temperature": "hot"}, "temperature"),
+                                                ({"temperature": -1}, "temperature")])
+def test_a_misspelt_or_bad_option_is_a_config_error_naming_it(call: Callable[..., Any], options: dict[str, Any],
+                                                               named: str) -> None:
+    """``chat("x", foo=1)`` was a TypeError naming an internal helper; a temperature of "hot" reached the server."""
+    sent: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return _engine_answer(request)
+
+    with pytest.raises(ConfigError, match=named):
+        call(record, "chat", "hi", **options)
+    assert not sent
+
+
+@BOTH
+@pytest.mark.parametrize(("method", "value"), [("tokenize", None), ("tokenize", 5), ("complete", None),
+                                                ("complete", ["a", "b"])])
+def test_a_raw_endpoint_refuses_a_text_that_is_not_a_string(call: Callable[..., Any], method: str,
+                                                             value: Any) -> None:
+    """llama-server answered ``tokenize(None)`` with an HTTP 500 and took ``complete(["a", "b"])`` as two
+    prompts."""
+    with pytest.raises(ConfigError, match="must be a string"):
+        call(_engine_answer, method, value)

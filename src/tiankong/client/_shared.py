@@ -241,12 +241,21 @@ def generation_options(
     adapter: str | None = None,
     lora: list[dict[str, Any]] | None = None,
     extra: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> dict[str, Any]:
     """Sampling and llama.cpp extension fields, omitting what is unset.
 
     ``adapter="formal"`` or ``lora=[{"name": "formal", "scale": 0.5}]`` pick LoRA adapters by name; the
-    transport turns them into llama-server's id form (:func:`with_lora`) or leaves them to the gateway.
+    transport turns them into llama-server's id form (:func:`with_lora`) or leaves them to the gateway. A
+    misspelt option is a ``ConfigError`` naming the options (it was a ``TypeError`` naming this helper).
     """
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(sorted(unknown))}", param=sorted(unknown)[0],
+                          hint="the options are max_tokens, temperature, seed, stop, grammar, json_schema, logprobs, "
+                               "cache_prompt, adapter, lora; other body fields go in extra={...}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < 100:
+        raise ConfigError(f"temperature must be a number from 0 (greedy) up, got {temperature!r}",
+                          param="temperature")
     requested(adapter, lora)  # bad adapter fields fail here, before anything is sent
     body: dict[str, Any] = {"temperature": temperature}
     optional = {
@@ -274,8 +283,16 @@ def chat_body(messages: list[Message], model: str | None, stream: bool, options:
     return body
 
 
+def text_arg(value: Any, name: str) -> str:
+    """A raw endpoint's text argument, checked here: llama-server answered ``None`` with an HTTP 500 and took a
+    list as several prompts."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be a string, got {type(value).__name__}", param=name)
+    return value
+
+
 def completion_body(prompt: str, model: str | None, stream: bool, options: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"prompt": prompt, "stream": stream, **options}
+    body: dict[str, Any] = {"prompt": text_arg(prompt, "prompt"), "stream": stream, **options}
     if model:
         body["model"] = model
     return body

@@ -330,7 +330,7 @@ class AsyncBaseClient:
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", str(self.url))]
 
     async def tokenize(self, text: str) -> list[int]:
-        answer = await self._request("POST", "/tokenize", {"content": text})
+        answer = await self._request("POST", "/tokenize", {"content": S.text_arg(text, "text")})
         return [int(t) for t in A.answer_field(answer, "tokens", str(self.url))]
 
     async def detokenize(self, tokens: list[int]) -> str:

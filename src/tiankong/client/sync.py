@@ -264,7 +264,8 @@ class BaseClient:
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", self.url)]
 
     def tokenize(self, text: str) -> list[int]:
-        tokens = A.answer_field(self._request("POST", "/tokenize", {"content": text}), "tokens", self.url)
+        answer = self._request("POST", "/tokenize", {"content": S.text_arg(text, "text")})
+        tokens = A.answer_field(answer, "tokens", self.url)
         return [int(t) for t in tokens]
 
     def detokenize(self, tokens: list[int]) -> str:
