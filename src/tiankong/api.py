@@ -36,6 +36,7 @@ from .structured.prompts import (
     schema_prompt,
 )
 from .structured.slots import SlotLeases, SlotPin
+from .tasks.classify import require_text
 from .tasks.methods import AsyncTaskMethods, TaskMethods
 
 M = TypeVar("M")
@@ -71,8 +72,7 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
 
 def _choose_flow(text: str, choices: list[str], instructions: str | None,
                  descriptions: dict[str, str] | None) -> Flow[dict[str, float]]:
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("text is empty", hint="pass the text to choose for")
+    require_text(text)
     labels = [str(c) for c in choices] if isinstance(choices, (list, tuple)) else []
     if len(labels) < 2 or len(set(labels)) != len(labels) or not all(label.strip() for label in labels):
         raise ConfigError("choices must be at least two distinct, non-empty labels", hint='e.g. ["spam", "ham"]')

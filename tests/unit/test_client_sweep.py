@@ -275,3 +275,12 @@ def test_a_raw_endpoint_refuses_a_text_that_is_not_a_string(call: Callable[..., 
     prompts."""
     with pytest.raises(ConfigError, match="must be a string"):
         call(_engine_answer, method, value)
+
+
+@BOTH
+@pytest.mark.parametrize(("method", "args"), [("extract", (["a", "b"], {"type": "object"})), ("extract", (5, {})),
+                                               ("choose", (None, ["a", "b"])), ("classify", (5, ["a", "b"]))])
+def test_a_text_of_the_wrong_type_is_named_as_such_not_as_empty(call: Callable[..., Any], method: str,
+                                                                 args: tuple[Any, ...]) -> None:
+    with pytest.raises(ConfigError, match="must be a string|should be a valid string"):  # classify: pydantic's
+        call(_engine_answer, method, *args)

@@ -18,7 +18,10 @@ from .slots import SlotLeases, SlotPin
 def extract_flow(client_model: str | None, text: str, schema: Any, instructions: str | None, strict: bool,
                   max_tokens: int | None, max_attempts: int, grammar_support: bool = True,
                   fast_forward: bool = True, leases: SlotLeases | None = None) -> Flow[Structured[Any]]:
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise ConfigError(f"text must be a string, got {type(text).__name__}", hint="pass the text to extract from",
+                          param="text")
+    if not text.strip():
         raise ConfigError("text is empty", hint="pass the text to extract from")
     lean = None
     if grammar_support:

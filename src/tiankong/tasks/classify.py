@@ -61,7 +61,10 @@ class Classification:
 
 def require_text(text: Any, what: str = "text") -> str:
     """``text`` when it holds something; else a refusal naming the field (``what`` is the request field's name)."""
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
+        raise ConfigError(f"{what} must be a string, got {type(text).__name__}", hint=f"pass the {what} as a str",
+                          param=what)
+    if not text.strip():
         raise ConfigError(f"{what} is empty", hint=f"pass a non-empty {what}", param=what)
     return text
 
