@@ -131,6 +131,6 @@ def read_limited(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> st
         raise ConfigError(f"the {what} {file} is larger than {limit // (1024 * 1024)} MiB",
                           hint=f"is {file} really the {what}?")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark (Windows editors write one) is not the file's text
     except UnicodeDecodeError:
         raise ConfigError(f"the {what} {file} is not UTF-8 text", hint=f"is {file} really the {what}?") from None

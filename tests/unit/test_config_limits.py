@@ -40,3 +40,10 @@ def test_the_values_the_docs_show_still_load(tmp_path: Path) -> None:
                     f'[[server.keys]]\nkey = "{HASH}"\nname = "team-a"\n', encoding="utf-8")
     config = load_config(path)
     assert config.engine.threads == 16 and config.server.keys[0].key == HASH
+
+
+def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """A Windows editor's UTF-8 BOM made the file 'not valid TOML (at line 1, column 1)'."""
+    path = tmp_path / "tiankong.toml"
+    path.write_bytes(b"\xef\xbb\xbf[server]\nport = 8123\n")
+    assert load_config(path).server.port == 8123
