@@ -86,3 +86,11 @@ def test_a_model_given_as_a_path_must_be_a_gguf_file(tiny: Path, tmp_path: Path)
     with pytest.raises(ModelNotFound, match="no such model file"):
         resolve(str(tmp_path / "missing.gguf"))
     assert resolve(str(tiny)).installed
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_model_name_is_said_to_be_empty(tiny: Path, name: str) -> None:
+    add_model(tiny, family="e", size="s", quant="q")
+    for call in (resolve, remove_model):
+        with pytest.raises(ConfigError, match="model name is empty"):
+            call(name)
