@@ -115,7 +115,7 @@ def list_models() -> list[ModelRecord]:
 def resolve(name: str) -> ModelRecord:
     """A model by name, unique prefix or path (``ModelNotFound`` lists close matches)."""
     if not name.strip():  # every name starts with "": it was "ambiguous — use one of" every model
-        raise ConfigError("the model name is empty", hint="give a model's name (`tiankong models list`) or a .gguf path")
+        raise ConfigError("the model name is empty", hint="name a model (`tiankong models list`) or a .gguf path")
     if name.endswith(".gguf") or os.sep in name:
         return _record_for_path(Path(name).expanduser())
     records = list_models()
