@@ -167,20 +167,6 @@ def check_client_args(model: Any, api_key: Any, timeout_s: Any, adapters: Any) -
         raise ConfigError("adapters must be a list of adapter names, e.g. adapters=['formal']", param="adapters")
 
 
-#: the longest a request waits for an embedded engine its watchdog is restarting (a restart is seconds; a model's
-#: load on a busy machine can take a minute)
-ENGINE_BACK_S = 120.0
-
-
-def engine_now(engine: Any) -> str:
-    """Where an embedded engine stands for a request that could not connect: "ready" (send again, at its URL:
-    a restart moves it to a new port), "wait" (being restarted) or "gone" (stopped, or its watchdog gave up)."""
-    state = str(getattr(engine, "state", ""))
-    if state == "ready":
-        return "ready"
-    return "wait" if state == "starting" or (state == "failed" and not getattr(engine, "gave_up", False)) else "gone"
-
-
 def build_request(http: httpx.Client | httpx.AsyncClient, method: str, path: str,
                   body: dict[str, Any] | None) -> httpx.Request:
     """The request, or one ``ConfigError`` when the text holds what UTF-8 cannot carry (a lone surrogate such as

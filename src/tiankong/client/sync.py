@@ -13,7 +13,7 @@ from ..engine import EngineProcess
 from ..errors import ConfigError, ServerError
 from . import _shared as S
 from . import answers as A
-from ._engine import start_embedded
+from ._engine import ENGINE_BACK_S, engine_now, start_embedded
 from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
 
 
@@ -108,13 +108,13 @@ class BaseClient:
             self._http.base_url = httpx.URL(self.url)
 
     def _engine_back(self) -> bool:
-        """Wait (at most ``S.ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back."""
+        """Wait (at most ``ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back."""
         if self.engine is None:
             return False
-        deadline = time.monotonic() + S.ENGINE_BACK_S
+        deadline = time.monotonic() + ENGINE_BACK_S
         unseen_until = time.monotonic() + 5.0  # a crash its watchdog has not seen yet (0.2 s) still reads "ready"
         while time.monotonic() < deadline:
-            now = S.engine_now(self.engine)
+            now = engine_now(self.engine)
             if now == "gone":
                 return False
             if now == "ready":

@@ -6,8 +6,8 @@
   ``isValidTransition``. Reading ``state`` takes no lock: it is one attribute read, never torn, and a start
   holding the process lock for minutes must not block the gateway asking whether the engine is ready.
 * A child in its own session, its output in a private (0600) log file, killed with the parent
-  (``PR_SET_PDEATHSIG``; forked from one long-lived thread, ``_Spawner``: the signal follows the forking
-  thread), stopped with SIGTERM to its process group and SIGKILL after a grace period.
+  (``PR_SET_PDEATHSIG``; forked from one long-lived thread, ``spawn.SPAWNER``: the signal follows the
+  forking thread), stopped with SIGTERM to its process group and SIGKILL after a grace period.
 * One watchdog and one restart rule for every kind of child (:meth:`SupervisedProcess._watch`): a crashed child
   is restarted while its :class:`RestartPolicy` allows — at most ``max_restarts`` within ``window_s``; once that
   budget is spent, ``after_budget="retry"`` keeps trying with a backoff doubling up to ``max_backoff_s`` and
@@ -29,20 +29,19 @@ import contextlib
 import ctypes
 import math
 import os
-import queue
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import Literal, Self, TypeVar
 
 from ..errors import EngineError, EngineStartError
 from .files import open_private
+from .spawn import SPAWNER
 
 
 class ProcessState(StrEnum):
@@ -123,39 +122,6 @@ class StateChange:
 def die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class _Spawner:
-    """Every child is forked from one thread that lives as long as the process. ``PR_SET_PDEATHSIG`` fires when
-    the *thread* that forked the child ends, not the process: an engine started from ``asyncio.to_thread`` (the
-    ``AsyncClient``: its executor thread ends with ``asyncio.run``) or from a worker thread was killed with that
-    thread while its client still held it (found by a read-only sweep of the Python API)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], list[str], dict[str, Any]]] = \
-            queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def popen(self, argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
-        with self._lock:  # after a fork the copied thread is not alive: this process gets its own
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="tiankong-spawner", daemon=True)
-                self._thread.start()
-        done: Future[subprocess.Popen[bytes]] = Future()
-        self._jobs.put((done, argv, options))
-        return done.result()
-
-    def _run(self) -> None:
-        while True:
-            done, argv, options = self._jobs.get()
-            try:
-                done.set_result(subprocess.Popen(argv, **options))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
-                done.set_exception(exc)
-
-
-_SPAWNER = _Spawner()
 
 
 class SupervisedProcess:
@@ -356,7 +322,7 @@ class SupervisedProcess:
         """Start ``argv`` in its own session with stdout and stderr in ``log_path`` (created 0600)."""
         self.log_path = log_path
         with open_private(log_path) as log:
-            self.proc = _SPAWNER.popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            self.proc = SPAWNER.popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True, preexec_fn=die_with_parent)
         return self.proc
 

@@ -1,0 +1,43 @@
+"""Every supervised child is forked from one thread that lives as long as the process (``SPAWNER``)."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+
+class Spawner:
+    """Every child is forked from one thread that lives as long as the process. ``PR_SET_PDEATHSIG`` fires when
+    the *thread* that forked the child ends, not the process: an engine started from ``asyncio.to_thread`` (the
+    ``AsyncClient``: its executor thread ends with ``asyncio.run``) or from a worker thread was killed with that
+    thread while its client still held it (found by a read-only sweep of the Python API)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], list[str], dict[str, Any]]] = \
+            queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+        with self._lock:  # after a fork the copied thread is not alive: this process gets its own
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="tiankong-spawner", daemon=True)
+                self._thread.start()
+        done: Future[subprocess.Popen[bytes]] = Future()
+        self._jobs.put((done, argv, options))
+        return done.result()
+
+    def _run(self) -> None:
+        while True:
+            done, argv, options = self._jobs.get()
+            try:
+                done.set_result(subprocess.Popen(argv, **options))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
+                done.set_exception(exc)
+
+
+#: the process's one spawner
+SPAWNER = Spawner()
