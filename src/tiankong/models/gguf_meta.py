@@ -73,7 +73,7 @@ def _per_layer(value: Any, layers: int, *, mean: bool) -> int:
 def read_gguf(path: str | Path) -> GGUFInfo:
     """Metadata of a GGUF file; ``InvalidModelFile`` if it is not one or is truncated."""
     path = Path(path)
-    _check_magic(path)
+    check_magic(path)
     try:
         header = read_header_file(path)
     except OSError as exc:
@@ -83,7 +83,8 @@ def read_gguf(path: str | Path) -> GGUFInfo:
     return _info_from_header(header, path)
 
 
-def _check_magic(path: Path) -> None:
+def check_magic(path: Path) -> None:
+    """``InvalidModelFile`` unless ``path`` starts as a GGUF file does."""
     try:
         with path.open("rb") as handle:
             magic = handle.read(4)

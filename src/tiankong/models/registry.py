@@ -21,8 +21,7 @@ from typing import Any
 from .. import paths
 from ..errors import ConfigError, InvalidModelFile, ModelNotFound, ModelNotInstalled
 from .catalog import CATALOG, CatalogEntry, find_entry
-from .gguf_header import GGUF_MAGIC
-from .gguf_meta import read_gguf
+from .gguf_meta import check_magic, read_gguf
 
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.gguf"
@@ -186,14 +185,7 @@ def _record_for_path(path: Path) -> ModelRecord:
         raise InvalidModelFile(f"{path} is a directory, not a model file", hint="give the .gguf file in it")
     if not path.is_file():
         raise ModelNotFound(str(path), path=True)
-    try:
-        with path.open("rb") as handle:
-            magic = handle.read(4)
-    except OSError as exc:
-        raise InvalidModelFile(f"cannot read {path}: {exc.strerror or exc}", hint="check the path") from None
-    if magic != GGUF_MAGIC:
-        raise InvalidModelFile(f"{path} is not a GGUF file (it starts with {magic!r})",
-                               hint="give a llama.cpp .gguf model (convert others with convert_hf_to_gguf.py)")
+    check_magic(path)
     stat = path.stat()
     return ModelRecord(
         name=str(path), family="local", size=path.stem, quant="", installed=True, path=path,
