@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from tiankong.tasks import pii_tagger
-from tiankong.tasks.pii_code import _CODE_SHAPE, _IDENTIFIER, NAME_TYPES, code_spans, drop_code_identifiers
+from tiankong.tasks.pii_code import (
+    _CODE_SHAPE,
+    _IDENTIFIER,
+    NAME_TYPES,
+    code_regions,
+    code_spans,
+    drop_code_identifiers,
+)
 from tiankong.tasks.pii_rules import Entity, detect_rules
 from tiankong.tasks.redact import assemble_names, candidate_spans
 
@@ -88,9 +95,12 @@ def _why_kept(text: str, e: Entity, spans: list[tuple[int, int]]) -> str:
         return "rule type"
     if not _IDENTIFIER.fullmatch(e.text):
         return "space inside" if re.search(r"\s", e.text) else "not one identifier"
+    regions = [r for r in code_regions(text) if r[0] <= e.start < e.end <= r[1]]
+    if regions and regions[0][2] == "prose":
+        return "in a fence without a programming language's tag (prose)"
     if not _CODE_SHAPE.search(e.text):
         return "no code shape in the word, nor a call, attribute or keyword around it"
-    return "in a string, a docstring or a comment"
+    return "in a string, a docstring or a comment, or inline and bare"
 
 
 def _where(text: str, e: Entity, spans: list[tuple[int, int]]) -> str:
