@@ -5,7 +5,8 @@ for the requests in flight, then cancels what is left. Without this wrapper each
 ``Exception in ASGI application`` traceback and its client saw the connection drop: a stream cut mid-sentence with
 no end, a plain request with no answer at all. :class:`ShutdownAnswer` catches that cancellation at the outside of
 the app and says what happened in the client's own terms — a 503 with ``Retry-After`` when nothing was answered
-yet, one ``data: {"error": …}`` event that ends a stream already under way — then lets the task end.
+yet, one ``data: {"error": …}`` event that ends a stream already under way — then lets the task end. A plain body
+half sent (a file download) is not ended: the dropped connection is what tells its client it is incomplete.
 """
 
 from __future__ import annotations
@@ -75,5 +76,5 @@ async def _goodbye(send: Send, sent: dict[str, Any]) -> None:
     elif sent["sse"]:
         await send({"type": "http.response.body", "body": sse_error(MESSAGE, "server_error", CODE),
                     "more_body": False})
-    else:  # a plain body half sent: only its end can be said
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    # a plain body half sent (a batch output file's download) is left unended: ending it would make a chunked body
+    # cut short read as whole; the connection's close tells the client it was not
