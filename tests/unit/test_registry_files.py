@@ -94,3 +94,29 @@ def test_an_empty_model_name_is_said_to_be_empty(tiny: Path, name: str) -> None:
     for call in (resolve, remove_model):
         with pytest.raises(ConfigError, match="model name is empty"):
             call(name)
+
+
+def test_a_short_name_of_two_installed_quants_removes_neither(tiny: Path) -> None:
+    """The catalog's SmolLM2 has a current quant and a superseded one: resolve's short name picks the current
+    one, which rm removed although two were installed (here the tiny file stands in for both)."""
+    for quant in ("q4_0", "q4_1"):
+        add_model(tiny, family="smollm2", size="135m-instruct", quant=quant)
+    with pytest.raises(ConfigError, match="2 installed quants"):
+        remove_model("smollm2-135m-instruct")
+    assert len(installed_models()) == 2
+    add_model(tiny, family="two", size="s", quant="q4_0")
+    add_model(tiny, family="two", size="s", quant="q4_1")
+    with pytest.raises(ConfigError, match="ambiguous"):
+        remove_model("two-s")
+
+
+def test_a_linked_model_is_refreshed_from_its_changed_file(tiny: Path) -> None:
+    """``models add FILE --force`` is verify's hint for a model added from a file; for a --link'ed one the guard
+    against adding the installed file itself refused it."""
+    first = add_model(tiny, family="lk", size="s", quant="q", link=True)
+    with tiny.open("ab") as handle:  # the user's file changed in place
+        handle.write(b"\0" * 64)
+    for link in (True, False):
+        again = add_model(tiny, family="lk", size="s", quant="q", link=link, force=True)
+        assert again.sha256 != first.sha256 and again.path.stat().st_size == tiny.stat().st_size
+    assert tiny.is_file()

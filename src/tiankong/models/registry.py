@@ -218,7 +218,10 @@ def add_model(
     size = _slug(size or info.size_label or f"{info.parameters / 1e6:.0f}m")
     quant = _slug(quant or info.file_type)
     target = model_dir(family, size, quant)
-    if (target / MODEL_FILE).exists() and (target / MODEL_FILE).resolve() == source:
+    # the installed file itself (a copy, or what a link points at with --link refused only when it is not a link:
+    # a --link'ed model is refreshed from its file with --force)
+    if (target / MODEL_FILE).exists() and not (target / MODEL_FILE).is_symlink() \
+            and (target / MODEL_FILE).resolve() == source:
         raise ConfigError(f"{source} is the installed file of {family}-{size}:{quant} itself",
                           hint="it is installed already; to import another copy give another --family/--size/--quant")
     if (target / MODEL_FILE).exists() and not force:
@@ -256,6 +259,8 @@ def remove_model(name: str) -> ModelRecord:
     if name not in (record.name, record.name.split(":")[0]):
         raise ConfigError(f"{name!r} is not an installed model's name (it is the start of {record.name})",
                           hint=f"to remove that model: tiankong models rm {record.name}")
+    if name != record.name and len(quants := [r.name for r in installed_models() if r.name.split(":")[0] == name]) > 1:
+        raise ConfigError(f"{name!r} names {len(quants)} installed quants", hint=f"remove one: {', '.join(quants)}")
     _remove_folder(record.path.parent)
     return record
 
