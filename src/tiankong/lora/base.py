@@ -40,17 +40,22 @@ def cache_folder(record: ModelRecord) -> Path:
     """Where the loaded ``record`` is cached: the model's sha256, then the transformers version and a digest of
     every ``VERSIONED`` library's, so an upgrade of any of them writes anew (and :func:`write_cache` then removes
     the model's folders of the versions before)."""
+    digest = hashlib.sha256(library_versions().encode()).hexdigest()[:8]
+    return paths.cache_dir() / "lora-base" / f"{record.sha256[:32]}-tf{_version('transformers')}-{digest}"
+
+
+def library_versions(extra: tuple[str, ...] = ()) -> str:
+    """``name=version;…`` of ``VERSIONED`` and ``extra``: what a cache of their output is keyed on."""
+    return ";".join(f"{name}={_version(name)}" for name in (*VERSIONED, *extra))
+
+
+def _version(name: str) -> str:
     from importlib import metadata
 
-    def version(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "-"
-
-    versions = ";".join(f"{name}={version(name)}" for name in VERSIONED)
-    digest = hashlib.sha256(versions.encode()).hexdigest()[:8]
-    return paths.cache_dir() / "lora-base" / f"{record.sha256[:32]}-tf{version('transformers')}-{digest}"
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "-"
 
 
 def load_base(record: ModelRecord, torch: Any, log: Log = lambda _: None, *,

@@ -9,7 +9,8 @@
   engine with every fold's adapter, and scores each test fold with its own adapter. It is scored at the full
   training size only: each learning-curve point would cost another k trainings.
 * A fold's adapter is kept in ``<cache>/deciders/lora-folds/`` under a digest of what made it (the base model's
-  sha256, the training settings, the fold's rendered examples): ``tune --dry-run`` and then ``tune`` — the usual
+  sha256, the training settings, the fold's rendered examples, the training libraries' versions and
+  ``TRAINER_VERSION``): ``tune --dry-run`` and then ``tune`` — the usual
   pair — or a re-run after an interruption trains no fold twice (minutes per fold on a CPU for the 0.5B). The
   folder can be deleted at any time.
 """
@@ -20,6 +21,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -34,6 +36,8 @@ from ..deciders.features import label_messages
 
 Log = Callable[[str], None]
 LAYERS = 8
+#: bumped when training or conversion changes what an adapter holds (the fold cache's key)
+TRAINER_VERSION = 1
 
 
 def settings() -> Any:
@@ -127,10 +131,15 @@ class FoldCache:
 
         self.root = root or paths.cache_dir() / "deciders" / "lora-folds"
         self.enabled = bool(base_sha256)
+        from ..lora.base import library_versions
+
         made = {k: v for k, v in dataclasses.asdict(training).items() if k != "threads"}  # threads change no weight
-        self.keys = [hashlib.sha256(json.dumps({"base": base_sha256, "training": made, "examples": [
-            [e.messages, e.answer] for e in examples]}, sort_keys=True, default=str).encode()).hexdigest()[:32]
-            for examples in datasets]
+        # the libraries that train and convert, and this trainer's own version: an upgrade trains anew
+        libraries = f"{library_versions(('peft',))};trainer={TRAINER_VERSION}"
+        self.keys = [hashlib.sha256(json.dumps(
+            {"base": base_sha256, "libraries": libraries, "training": made,
+             "examples": [[e.messages, e.answer] for e in examples]}, sort_keys=True, default=str).encode()
+        ).hexdigest()[:32] for examples in datasets]
         self.paths: dict[int, Path] = {}
         self.seconds: dict[int, float] = {}
         for i, key in enumerate(self.keys):
@@ -151,9 +160,11 @@ class FoldCache:
                 continue
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
-                part = self.root / f".{self.keys[i]}.gguf.part"
-                shutil.copyfile(file, part)
-                part.replace(self.root / f"{self.keys[i]}.gguf")
+                # a name of its own: two tunes of the same data must not write into one part file
+                handle, name = tempfile.mkstemp(prefix=f".{self.keys[i]}-", suffix=".part", dir=self.root)
+                os.close(handle)
+                shutil.copyfile(file, name)
+                os.replace(name, self.root / f"{self.keys[i]}.gguf")
                 (self.root / f"{self.keys[i]}.json").write_text(json.dumps({"train_s": train_s}), encoding="utf-8")
             except OSError:  # a full disk or a read-only cache: the next run trains it again
                 continue
