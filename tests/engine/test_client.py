@@ -119,20 +119,31 @@ def test_an_embedded_engine_outlives_the_thread_that_started_it() -> None:
 
 def test_a_client_follows_its_embedded_engine_through_a_crash_and_restart() -> None:
     """The watchdog restarts a killed engine on a new port; both clients sent every later request to the old
-    one ("cannot reach … pass model=") for good. The request that meets the crash waits for the restart."""
+    one ("cannot reach … pass model=") for good. A request sent after the crash waits for the restart; one in
+    flight when the engine dies is not sent again (it may be what crashed it)."""
     with Client(model=TEST_MODEL, slots=1, ctx=1024) as client:
         assert client.engine is not None and client.engine.pid is not None
         assert client.chat("Hi", max_tokens=2).text is not None
         os.kill(client.engine.pid, signal.SIGKILL)
-        assert client.chat("Hi", max_tokens=2).text is not None  # sent at once: it meets the crash and waits
+        time.sleep(0.5)  # dead, and likely not restarted yet: the request meets the crash (refused or reset)
+        assert client.chat("Hi", max_tokens=2).text is not None  # waits for the restart, sent once more
         assert client.url == client.engine.url
+        # killed while answering: this request may be what crashed it, so it is not sent again
+        pid, killer = client.engine.pid, threading.Timer(1.0, lambda: os.kill(pid, signal.SIGKILL))
+        assert pid is not None
+        killer.start()
+        with pytest.raises(TransportError):
+            client.chat("Write a long story about a cat.", max_tokens=400, extra={"ignore_eos": True})
+        killer.join()
+        time.sleep(0.5)  # the killed process is seen dead (its sockets reset a moment before it is reaped)
+        assert client.chat("Hi", max_tokens=2).text is not None and client.engine.pid != pid
 
     async def main() -> None:
         async with AsyncClient(model=TEST_MODEL, slots=1, ctx=1024) as aclient:
             assert (await aclient.chat("Hi", max_tokens=2)).text is not None
             assert aclient.engine is not None and aclient.engine.pid is not None
             os.kill(aclient.engine.pid, signal.SIGKILL)
-            await asyncio.sleep(3)  # restarted meanwhile (on another port)
+            await asyncio.sleep(0.5)  # as above: the request meets the crash and waits for the restart
             assert (await aclient.chat("Hi", max_tokens=2)).text is not None
             assert aclient.url == aclient.engine.url
 

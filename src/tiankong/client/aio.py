@@ -87,6 +87,8 @@ class AsyncBaseClient:
                     # shielded: a caller that gives up (wait_for, a cancelled task) leaves the start running, and
                     # the engine it makes is this client's (the next call uses it, close() stops it)
                     engine = await asyncio.shield(asyncio.wrap_future(self._start_engine()))
+                    if self._closed:  # closed while it started: close() has stopped it, and no pool is made
+                        raise S.closed_error()
                     self.url = engine.url
                 self._http = httpx.AsyncClient(
                     base_url=self.url, timeout=self._timeout_s, headers=self._headers, limits=self._limits,
@@ -176,40 +178,49 @@ class AsyncBaseClient:
         """Send; once more if a reused keep-alive connection was closed before any answer, or if the embedded
         engine was restarted by its watchdog (on a new port) while this request could not connect."""
         http = await self._client()
+        if (engine := self.engine) is not None and engine_now(engine) == "wait":  # being restarted: its port
+            await self._engine_back(http)  # answers 503 while it loads
         self._follow_engine(http)
         request = S.build_request(http, method, path, body)
+        # sent again to an engine its watchdog restarted only when this request cannot have crashed it: refused
+        # (it reached no process), or reset on a process that was dead before it was sent (a request that itself
+        # crashes the engine is not sent twice: each time would spend a restart of the budget)
+        dead_at_send = (engine := self.engine) is not None and not engine.alive()
         try:
             return await http.send(request, stream=stream)
         except httpx.RemoteProtocolError as exc:
             if S.is_stale_connection(exc):
                 return await http.send(request, stream=stream)
-            if not await self._engine_back(http):
+            if not (dead_at_send and await self._engine_back(http)):
                 raise
-        # refused, or reset under the request: a generation has no side effects, so it is sent again to an engine
-        # its watchdog restarted
-        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError):
+        except (httpx.ReadError, httpx.WriteError):
+            if not (dead_at_send and await self._engine_back(http)):
+                raise
+        except httpx.ConnectError:
             if not await self._engine_back(http):
                 raise
         return await http.send(S.build_request(http, method, path, body), stream=stream)
 
     def _follow_engine(self, http: httpx.AsyncClient) -> None:
         """An embedded engine restarted by its watchdog listens on another port: requests go there."""
-        if self.engine is not None and self.engine.url != self.url:
-            self.url = self.engine.url
+        engine = self.engine  # one read: close() may set it to None from another thread
+        if engine is not None and engine.url != self.url:
+            self.url = engine.url
             http.base_url = httpx.URL(self.url)
 
     async def _engine_back(self, http: httpx.AsyncClient) -> bool:
         """Wait (at most ``ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back."""
-        if self.engine is None:
+        engine = self.engine  # one read: close() may set it to None from another thread
+        if engine is None:
             return False
         deadline = time.monotonic() + ENGINE_BACK_S
         unseen_until = time.monotonic() + 5.0  # a crash its watchdog has not seen yet (0.2 s) still reads "ready"
         while time.monotonic() < deadline:
-            now = engine_now(self.engine)
+            now = engine_now(engine)
             if now == "gone":
                 return False
             if now == "ready":
-                if self.engine.url != self.url or await asyncio.to_thread(self.engine.health):
+                if engine.url != self.url or await asyncio.to_thread(engine.health):
                     self._follow_engine(http)
                     return True
                 if time.monotonic() > unseen_until:

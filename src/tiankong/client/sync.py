@@ -85,40 +85,49 @@ class BaseClient:
         engine was restarted by its watchdog (on a new port) while this request could not connect."""
         if self._closed:
             raise S.closed_error()
+        if (engine := self.engine) is not None and engine_now(engine) == "wait":  # being restarted: its port
+            self._engine_back()  # answers 503 while it loads
         self._follow_engine()
         request = S.build_request(self._http, method, path, body)
+        # sent again to an engine its watchdog restarted only when this request cannot have crashed it: refused
+        # (it reached no process), or reset on a process that was dead before it was sent (a request that itself
+        # crashes the engine is not sent twice: each time would spend a restart of the budget)
+        dead_at_send = (engine := self.engine) is not None and not engine.alive()
         try:
             return self._http.send(request, stream=stream)
         except httpx.RemoteProtocolError as exc:
             if S.is_stale_connection(exc):
                 return self._http.send(request, stream=stream)
-            if not self._engine_back():
+            if not (dead_at_send and self._engine_back()):
                 raise
-        # refused, or reset under the request: a generation has no side effects, so it is sent again to an engine
-        # its watchdog restarted
-        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError):
+        except (httpx.ReadError, httpx.WriteError):
+            if not (dead_at_send and self._engine_back()):
+                raise
+        except httpx.ConnectError:
             if not self._engine_back():
                 raise
         return self._http.send(S.build_request(self._http, method, path, body), stream=stream)
 
     def _follow_engine(self) -> None:
         """An embedded engine restarted by its watchdog listens on another port: requests go there."""
-        if self.engine is not None and self.engine.url != self.url:
-            self.url = self.engine.url
+        engine = self.engine  # one read: close() may set it to None from another thread
+        if engine is not None and engine.url != self.url:
+            self.url = engine.url
             self._http.base_url = httpx.URL(self.url)
 
     def _engine_back(self) -> bool:
         """Wait (at most ``ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back."""
-        if self.engine is None:
+        engine = self.engine  # one read: close() may set it to None from another thread
+        if engine is None:
             return False
         deadline = time.monotonic() + ENGINE_BACK_S
         unseen_until = time.monotonic() + 5.0  # a crash its watchdog has not seen yet (0.2 s) still reads "ready"
         while time.monotonic() < deadline:
-            now = engine_now(self.engine)
+            now = engine_now(engine)
             if now == "gone":
                 return False
             if now == "ready":
-                if self.engine.url != self.url or self.engine.health():
+                if engine.url != self.url or engine.health():
                     self._follow_engine()
                     return True
                 if time.monotonic() > unseen_until:
