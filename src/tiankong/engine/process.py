@@ -209,10 +209,13 @@ class EngineProcess(SupervisedProcess):
         if self.state != ProcessState.STARTING:  # a restart already said so
             self._transition(ProcessState.STARTING, "spawn")
         explicit_port = self.config.port
-        if explicit_port and port_in_use(self.config.host, explicit_port):
-            self._transition(ProcessState.FAILED, f"port {explicit_port} in use")
-            raise PortInUse(self.config.host, explicit_port)
-        self.port = explicit_port or free_port(self.config.host)
+        try:  # a host that is not this machine's is a ConfigError: the state must not stay "starting"
+            if explicit_port and port_in_use(self.config.host, explicit_port):
+                raise PortInUse(self.config.host, explicit_port)
+            self.port = explicit_port or free_port(self.config.host)
+        except ConfigError as exc:
+            self._transition(ProcessState.FAILED, exc.one_line())
+            raise
         argv = self.config.to_argv(self.binary)
         argv[argv.index("--port") + 1] = str(self.port)
         logs = paths.logs_dir()

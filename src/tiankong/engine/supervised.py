@@ -39,7 +39,7 @@ from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Literal, Self, TypeVar
 
-from ..errors import EngineError, EngineStartError
+from ..errors import ConfigError, EngineError, EngineStartError
 from .files import open_private
 from .spawn import SPAWNER
 
@@ -307,7 +307,7 @@ class SupervisedProcess:
                         continue  # restarted (or stopped) meanwhile: that process's exit was planned
                     self.restart(f"exited with code {proc.returncode}")
                 backoff, self.retry_at = policy.initial_backoff_s, None
-            except EngineStartError:
+            except (EngineStartError, ConfigError):  # ConfigError: the bind address went away (ports.py)
                 if self._budget_spent or self._crash_loop():
                     continue  # the budget (or the crash loop) decides above
                 self.retry_at = time.monotonic() + backoff
