@@ -17,8 +17,10 @@ from .errors import ConfigError
 from .models.catalog import DEFAULT_MODEL
 
 #: the longest duration a ``*_s`` setting may hold (a year): past ``threading.TIMEOUT_MAX`` (≈ 9.2e9 s) a wait
-#: raised OverflowError in the watchdog's thread (``wedge_check_s = 1e10``), past a socket's a probe did
+#: raised OverflowError in the watchdog's thread (``wedge_check_s = 1e10``), past a socket's a probe did; a
+#: time-to-live (``*_ttl_s``: no wait, a date) may be a century
 MAX_DURATION_S = 365 * 24 * 3600.0
+MAX_TTL_S = 100 * MAX_DURATION_S
 
 
 class _Strict(BaseModel):
@@ -28,8 +30,11 @@ class _Strict(BaseModel):
     @field_validator("*")
     @classmethod
     def _duration_bounded(cls, value: Any, info: ValidationInfo) -> Any:
-        if (info.field_name or "").endswith("_s") and isinstance(value, (int, float)) and value > MAX_DURATION_S:
-            raise ValueError(f"at most {MAX_DURATION_S:.0f} s (a year)")
+        name = info.field_name or ""
+        if name.endswith("_s") and isinstance(value, (int, float)):
+            bound, said = (MAX_TTL_S, "a century") if name.endswith("_ttl_s") else (MAX_DURATION_S, "a year")
+            if value > bound:
+                raise ValueError(f"at most {bound:.0f} s ({said})")
         return value
 
 

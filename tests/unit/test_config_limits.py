@@ -47,3 +47,10 @@ def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
     path = tmp_path / "tiankong.toml"
     path.write_bytes(b"\xef\xbb\xbf[server]\nport = 8123\n")
     assert load_config(path).server.port == 8123
+
+
+def test_a_long_time_to_live_is_not_a_wait(tmp_path: Path) -> None:
+    """Keeping batch files two years is a date, not a wait: the duration bound (a year) is a century for *_ttl_s."""
+    path = tmp_path / "tiankong.toml"
+    path.write_text("[batches]\nfile_ttl_s = 63072000\n", encoding="utf-8")
+    assert load_config(path).batches.file_ttl_s == 63072000
