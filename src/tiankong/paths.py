@@ -19,8 +19,8 @@ def data_dir() -> Path:
 
 
 def config_file() -> Path:
-    """The config file ``tiankong serve`` reads when no ``--config`` is given (used only if it exists):
-    ``TIANKONG_CONFIG``, else ``config.toml`` in the platform's config dir (``XDG_CONFIG_HOME``)."""
+    """The config file ``tiankong serve`` reads when no ``--config`` is given: ``TIANKONG_CONFIG`` (which must
+    name a file), else ``config.toml`` in the platform's config dir (``XDG_CONFIG_HOME``; used only if it exists)."""
     override = os.environ.get("TIANKONG_CONFIG")
     return Path(override) if override else Path(platformdirs.user_config_dir("tiankong")) / "config.toml"
 

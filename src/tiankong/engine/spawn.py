@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import threading
@@ -16,6 +17,12 @@ class Spawner:
     thread while its client still held it (found by a read-only sweep of the Python API)."""
 
     def __init__(self) -> None:
+        self._fresh()
+        # a forked child (Ray's workers, multiprocessing) gets its own lock, queue and thread: the copied lock may
+        # be held and a copied job would start a second engine
+        os.register_at_fork(after_in_child=self._fresh)
+
+    def _fresh(self) -> None:
         self._jobs: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], list[str], dict[str, Any]]] = \
             queue.SimpleQueue()
         self._thread: threading.Thread | None = None
