@@ -39,7 +39,7 @@ def cut_off(headers: list[tuple[bytes, bytes]] | None, first_chunk: bytes | None
         task = asyncio.ensure_future(ShutdownAnswer(app)({"type": "http", "method": "POST", "path": "/x"}, receive,
                                                          send))
         await started.wait()
-        task.cancel()
+        task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")  # as uvicorn's Server.shutdown does
         await task  # the wrapper ends the task as asked, without raising
 
     asyncio.run(main())
@@ -61,3 +61,25 @@ def test_a_plain_body_half_sent_is_not_ended_as_if_whole() -> None:
     """A batch output's download cut at shutdown: ending the chunked body would make it read as complete."""
     sent = cut_off([(b"content-type", b"application/octet-stream")], b'{"id": 1}\n')
     assert not any(m["type"] == "http.response.body" and not m.get("more_body", False) for m in sent)
+
+
+def test_any_other_cancellation_is_the_callers_and_goes_through() -> None:
+    """The Batch API's runner calls the app in-process and cancels a line's request when its batch is cancelled:
+    answered as a shutdown, the cancel was lost and the batch ran to its end (fresh clone run 35)."""
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(3600)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(ShutdownAnswer(app)({"type": "http"}, send, send))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert sent == []
