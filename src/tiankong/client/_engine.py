@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..engine.launcher import launch
@@ -34,3 +35,21 @@ def engine_now(engine: Any) -> str:
     if state == "ready":
         return "ready"
     return "wait" if state == "starting" or (state == "failed" and not getattr(engine, "gave_up", False)) else "gone"
+
+
+def wait_engine_back(engine: Any, url: str | None) -> bool:
+    """Wait (at most ``ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back (ready, at a new
+    URL, or answering at ``url``). Blocking: ``AsyncClient`` runs it in a thread."""
+    deadline = time.monotonic() + ENGINE_BACK_S
+    unseen_until = time.monotonic() + 5.0  # a crash its watchdog has not seen yet (0.2 s) still reads "ready"
+    while time.monotonic() < deadline:
+        now = engine_now(engine)
+        if now == "gone":
+            return False
+        if now == "ready":
+            if engine.url != url or engine.health():
+                return True
+            if time.monotonic() > unseen_until:
+                return False
+        time.sleep(0.2)
+    return False

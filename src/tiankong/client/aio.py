@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any, Self
 
@@ -15,7 +14,7 @@ from ..engine import EngineProcess
 from ..errors import ConfigError, ServerError
 from . import _shared as S
 from . import answers as A
-from ._engine import ENGINE_BACK_S, engine_now, start_embedded
+from ._engine import engine_now, start_embedded, wait_engine_back
 from .assemble import StreamAssembler, StreamFailed, assembles, streamed_body
 
 
@@ -209,24 +208,12 @@ class AsyncBaseClient:
             http.base_url = httpx.URL(self.url)
 
     async def _engine_back(self, http: httpx.AsyncClient) -> bool:
-        """Wait (at most ``ENGINE_BACK_S``) for an embedded engine being restarted; whether it is back."""
+        """Wait for an embedded engine being restarted (``wait_engine_back``); whether it is back, then followed."""
         engine = self.engine  # one read: close() may set it to None from another thread
-        if engine is None:
+        if engine is None or not await asyncio.to_thread(wait_engine_back, engine, self.url):
             return False
-        deadline = time.monotonic() + ENGINE_BACK_S
-        unseen_until = time.monotonic() + 5.0  # a crash its watchdog has not seen yet (0.2 s) still reads "ready"
-        while time.monotonic() < deadline:
-            now = engine_now(engine)
-            if now == "gone":
-                return False
-            if now == "ready":
-                if engine.url != self.url or await asyncio.to_thread(engine.health):
-                    self._follow_engine(http)
-                    return True
-                if time.monotonic() > unseen_until:
-                    return False
-            await asyncio.sleep(0.2)
-        return False
+        self._follow_engine(http)
+        return True
 
     async def _with_lora(self, path: str, body: dict[str, Any] | None) -> dict[str, Any] | None:
         """Adapter names → the engine's ids (the adapter table is read once per client)."""
