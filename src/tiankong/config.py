@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from .errors import ConfigError
 from .models.catalog import DEFAULT_MODEL
+from .plan.formula import MAX_CTX, MAX_SLOTS, MIN_CTX
 
 #: the longest duration a ``*_s`` setting may hold (a year): past ``threading.TIMEOUT_MAX`` (≈ 9.2e9 s) a wait
 #: raised OverflowError in the watchdog's thread (``wedge_check_s = 1e10``), past a socket's a probe did; a
@@ -38,9 +39,8 @@ class _Strict(BaseModel):
         return value
 
 
-#: llama-server reads -c and -t as 32-bit ints and fails with "stoi" past them or crashes on absurd thread counts;
-#: these bounds are far above any machine tiankong targets (2**24 tokens of context, 1,024 threads)
-MAX_CTX = 2**24
+#: llama-server reads -t as a 32-bit int and crashes on absurd thread counts; far above any machine tiankong targets
+#: (the context and slot bounds live beside the memory plan, which refuses the same values)
 MAX_THREADS = 1024
 KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
@@ -49,10 +49,10 @@ class EngineKeys(_Strict):
     """The keys that shape one llama-server: the single ``[engine]`` and every local ``[[pool.models]]`` entry
     take the same ones (``tiankong.engine.settings.engine_config`` maps them to flags for both)."""
 
-    ctx: int | None = Field(None, ge=64, le=MAX_CTX, description="total context (llama-server -c, split between "
+    ctx: int | None = Field(None, ge=MIN_CTX, le=MAX_CTX, description="total context (llama-server -c, split between "
                             "slots); unset: the largest per-slot context up to 8192 (and the model's own) that the "
                             "memory plan fits in half the memory available, times slots (plan/auto.py)")
-    slots: int = Field(2, ge=1, le=256)
+    slots: int = Field(2, ge=1, le=MAX_SLOTS)
     threads: int | None = Field(None, ge=1, le=MAX_THREADS)
     kv_type: KvType = "f16"
     cache_ram_mib: int = Field(0, ge=0)

@@ -180,6 +180,26 @@ def test_non_gguf_file_is_refused(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("plan", str(notes)), "not a GGUF file")
 
 
+@pytest.mark.parametrize(("ctx", "slots"), [(63, 1), (64, 1), (2**24, 2), (2**24 + 1, 2), (4096, 256), (4096, 257)])
+def test_plan_refuses_exactly_what_serve_refuses(smol: ModelSpec, ctx: int, slots: int) -> None:
+    """A plan is never made for a server `tiankong serve` and the config file would refuse (ctx < 64 or > 2**24,
+    over 256 slots)."""
+    from pydantic import ValidationError
+
+    from tiankong.config import EngineSettings
+    try:
+        EngineSettings(ctx=ctx, slots=slots)
+        serve_takes = True
+    except ValidationError:
+        serve_takes = False
+    if serve_takes:
+        assert plan_memory(smol, PlanConfig(ctx=ctx, slots=slots)).total_bytes > 0
+    else:
+        with pytest.raises(ConfigError, match="must be"):
+            plan_memory(smol, PlanConfig(ctx=ctx, slots=slots))
+    assert serve_takes == ((64 <= ctx <= 2**24) and slots <= 256)
+
+
 # --- the CLI ---------------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+#: The bounds ``serve`` and the config file hold a server to (``config.EngineKeys`` reads them from here), so a
+#: plan is never made for a configuration serve would refuse: llama-server reads -c as a 32-bit int and fails past
+#: 2**24 with "stoi"; under 64 tokens it cannot hold a chat template.
+MIN_CTX = 64
+MAX_CTX = 2**24
+MAX_SLOTS = 256
 #: Bytes per KV-cache element (ggml block size / block bytes).
 KV_BYTES_PER_ELEMENT: dict[str, float] = {
     "f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,

@@ -8,6 +8,9 @@ from typing import Any
 from ..errors import ConfigError
 from .formula import (
     KV_BYTES_PER_ELEMENT,
+    MAX_CTX,
+    MAX_SLOTS,
+    MIN_CTX,
     REPACK_TYPES,
     ModelMemory,
     ModelSpec,
@@ -75,10 +78,13 @@ class MemoryPlan:
 
 
 def validate_config(config: PlanConfig) -> None:
-    for name, value, minimum in (("ctx", config.ctx, 1), ("slots", config.slots, 1), ("ubatch", config.ubatch, 1),
-                                 ("batch", config.batch, 1)):
+    for name, value, minimum in (("ctx", config.ctx, MIN_CTX), ("slots", config.slots, 1),
+                                 ("ubatch", config.ubatch, 1), ("batch", config.batch, 1)):
         if value < minimum:
             raise ConfigError(f"{name} must be ≥ {minimum}, not {value}")
+    for name, value, maximum in (("ctx", config.ctx, MAX_CTX), ("slots", config.slots, MAX_SLOTS)):
+        if value > maximum:
+            raise ConfigError(f"{name} must be ≤ {maximum}, not {value} (tiankong serve refuses more)")
     for kv_type in (config.kv_type, config.draft_kv_type):
         if kv_type not in KV_BYTES_PER_ELEMENT:
             raise ConfigError(f"unknown KV-cache type {kv_type!r}",
