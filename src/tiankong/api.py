@@ -71,8 +71,12 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
 
 
 def _choose_flow(text: str, choices: list[str], instructions: str | None,
-                 descriptions: dict[str, str] | None) -> Flow[dict[str, float]]:
+                 descriptions: dict[str, str] | None, threshold: float | None = None) -> Flow[dict[str, float]]:
     require_text(text)
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                  or not 0.0 <= threshold <= 1.0):
+        raise ConfigError(f"threshold must be a probability from 0 to 1, not {threshold!r}",
+                          hint="labels scoring at least it are listed in Decision.labels; leave it out for the top one")
     labels = [str(c) for c in choices] if isinstance(choices, (list, tuple)) else []
     if len(labels) < 2 or len(set(labels)) != len(labels) or not all(label.strip() for label in labels):
         raise ConfigError("choices must be at least two distinct, non-empty labels", hint='e.g. ["spam", "ham"]')
@@ -139,7 +143,7 @@ class Client(_SlotLeasing, CleaningMethods, TaskMethods, BaseClient):
     def choose(self, text: str, choices: list[str], *, instructions: str | None = None,
                descriptions: dict[str, str] | None = None, threshold: float | None = None) -> Decision:
         """One label, with the probability of every label (token log-probabilities) and the margin."""
-        scores = run_sync(_choose_flow(text, choices, instructions, descriptions), self._request)
+        scores = run_sync(_choose_flow(text, choices, instructions, descriptions, threshold), self._request)
         return decide(scores, threshold)
 
 
@@ -175,5 +179,5 @@ class AsyncClient(_SlotLeasing, AsyncCleaningMethods, AsyncTaskMethods, AsyncBas
 
     async def choose(self, text: str, choices: list[str], *, instructions: str | None = None,
                      descriptions: dict[str, str] | None = None, threshold: float | None = None) -> Decision:
-        scores = await run_async(_choose_flow(text, choices, instructions, descriptions), self._request)
+        scores = await run_async(_choose_flow(text, choices, instructions, descriptions, threshold), self._request)
         return decide(scores, threshold)

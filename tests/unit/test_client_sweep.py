@@ -284,3 +284,20 @@ def test_a_text_of_the_wrong_type_is_named_as_such_not_as_empty(call: Callable[.
                                                                  args: tuple[Any, ...]) -> None:
     with pytest.raises(ConfigError, match="must be a string|should be a valid string"):  # classify: pydantic's
         call(_engine_answer, method, *args)
+
+
+@BOTH
+@pytest.mark.parametrize("threshold", [-1, 1.5, float("nan"), True, "0.5"])
+def test_a_choose_threshold_outside_zero_to_one_is_refused_before_any_call(call: Callable[..., Any],
+                                                                           threshold: Any) -> None:
+    """``choose(threshold=-1)`` listed every label and ``threshold=2`` none but the top one, silently (classify and
+    route refuse the same values at the gateway)."""
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(500)
+
+    with pytest.raises(ConfigError, match="threshold must be a probability from 0 to 1"):
+        call(handler, "choose", "hi", ["a", "b"], threshold=threshold)
+    assert asked == []
