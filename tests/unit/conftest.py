@@ -46,6 +46,9 @@ def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]
     monkeypatch.setattr(subprocess, "Popen", _NoEnginePopen)
     monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("TIANKONG_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("TIANKONG_CONFIG", str(tmp_path / "config.toml"))  # not the user's: route reads [route] there
+    # not the user's config file (route reads [route] there): an empty config dir, no TIANKONG_CONFIG (which must
+    # name a file that is there)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.delenv("TIANKONG_CONFIG", raising=False)
     monkeypatch.delenv("TIANKONG_URL", raising=False)
     yield

@@ -33,10 +33,10 @@ ROUTES = [{"name": "chat", "description": "small talk", "target": "task:chat"},
 
 @pytest.fixture
 def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The user's config file (TIANKONG_CONFIG), not there yet."""
-    path = tmp_path / "config" / "config.toml"
-    monkeypatch.setenv("TIANKONG_CONFIG", str(path))
-    return path
+    """The user's config file (config.toml in the user config dir), not there yet."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("TIANKONG_CONFIG", raising=False)
+    return tmp_path / "config" / "tiankong" / "config.toml"
 
 
 def unsure_route(threshold: float | None = None, decider: str | None = None, redline: bool = False) -> Any:
@@ -117,6 +117,17 @@ def test_the_gateways_own_config_wins_over_the_users_file(config: Path) -> None:
         assert escalation_threshold(None) == (0.9, "gateway config [route]")
         assert escalation_threshold(0.2) == (0.2, "argument")
     assert escalation_threshold(None) == (0.5, f"config {config}")
+
+
+def test_a_tiankong_config_that_names_no_file_is_an_error_not_the_default_threshold(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch
+                                                                                     ) -> None:
+    """``tiankong serve`` refuses a TIANKONG_CONFIG naming nothing (a typo); route quietly used 0.6 instead."""
+    monkeypatch.setenv("TIANKONG_CONFIG", str(tmp_path / "cofnig.toml"))
+    with pytest.raises(ConfigError, match="TIANKONG_CONFIG names .*cofnig.toml"):
+        escalation_threshold(None)
+    with pytest.raises(ConfigError, match="TIANKONG_CONFIG"):
+        unsure_route()
 
 
 def test_the_gateway_task_route_uses_its_configured_threshold(config: Path) -> None:

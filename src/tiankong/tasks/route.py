@@ -145,6 +145,9 @@ def _file_threshold() -> tuple[float | None, str]:
     try:
         stat = path.stat()
     except OSError:
+        if os.environ.get("TIANKONG_CONFIG"):  # a typo must not route on the default threshold (serve refuses it too)
+            raise ConfigError(f"TIANKONG_CONFIG names {path}, which is not there",
+                              hint="fix the path, or unset TIANKONG_CONFIG to use the default config") from None
         return None, ""
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key not in _FILE_CACHE:
