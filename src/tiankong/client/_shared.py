@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, ServerError, TransportError
+from ..errors import ConfigError, TransportError
 from ..lora.selection import LoadedAdapter, adapter_table, prepare, requested
 from .images import InvalidMessages, validate_messages
 
@@ -363,45 +363,3 @@ def chunk_from_event(event: dict[str, Any]) -> StreamChunk | None:
     delta = choice.get("delta") or {}
     text = delta.get("content") if isinstance(delta, dict) else None
     return StreamChunk(text=text or choice.get("text") or "", finish_reason=choice.get("finish_reason"), raw=event)
-
-
-# --- embeddings from an engine that returns every token's vector (``--pooling none``) -------------------------
-
-def embeddings_items(texts: Any) -> list[str]:
-    items = [texts] if isinstance(texts, str) else list(texts) if isinstance(texts, (list, tuple)) else None
-    if not items or not all(isinstance(t, str) and t for t in items):
-        raise ConfigError("embeddings input must be a non-empty string or a list of non-empty strings")
-    return items
-
-
-def embeddings_body(items: list[str], model: str | None) -> dict[str, Any]:
-    """An OpenAI embeddings body; without a model name the server's own (a gateway's first) model answers."""
-    return {"input": items, **({"model": model} if model else {})}
-
-
-def per_token_refused(exc: ServerError) -> bool:
-    """llama-server's OpenAI embeddings endpoint refuses an engine that pools nothing (tiankong's default)."""
-    return exc.status in (400, 500) and "pooling type 'none'" in exc.message.lower()
-
-
-def mean_pooled(rows: Any) -> tuple[list[list[float]], int]:
-    """OpenAI-style vectors (mean over tokens, L2-normalised — what ``--pooling mean`` gives) and the token count."""
-    import math
-
-    vectors, tokens = [], 0
-    for row in rows if isinstance(rows, list) else [rows]:
-        tokens_of = row.get("embedding") if isinstance(row, dict) else None
-        if not isinstance(tokens_of, list) or not tokens_of:
-            raise ServerError(502, "the engine's /embeddings answer has no vectors")
-        matrix = tokens_of if isinstance(tokens_of[0], list) else [tokens_of]
-        tokens += len(matrix)
-        mean = [sum(column) / len(matrix) for column in zip(*matrix, strict=True)]
-        norm = math.sqrt(sum(v * v for v in mean)) or 1.0
-        vectors.append([v / norm for v in mean])
-    return vectors, tokens
-
-
-def embeddings_response(vectors: list[list[float]], tokens: int, model: str | None) -> dict[str, Any]:
-    return {"object": "list", "model": model or "default",
-            "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

@@ -12,6 +12,7 @@ import httpx
 
 from ..engine import EngineProcess
 from ..errors import ConfigError, ServerError
+from . import _embeddings as E
 from . import _shared as S
 from . import answers as A
 from ._engine import engine_now, start_embedded, wait_engine_back
@@ -318,13 +319,13 @@ class AsyncBaseClient:
             yield chunk
 
     async def embed(self, texts: str | list[str]) -> list[list[float]]:
-        items = S.embeddings_items(texts)
+        items = E.embeddings_items(texts)
         try:
-            data = await self._request("POST", "/v1/embeddings", S.embeddings_body(items, self.model))
+            data = await self._request("POST", "/v1/embeddings", E.embeddings_body(items, self.model))
         except ServerError as exc:
-            if not S.per_token_refused(exc):
+            if not E.per_token_refused(exc):
                 raise
-            return S.mean_pooled(await self._request("POST", "/embeddings", {"content": items}))[0]
+            return E.mean_pooled(await self._request("POST", "/embeddings", {"content": items}))[0]
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", str(self.url))]
 
     async def tokenize(self, text: str) -> list[int]:

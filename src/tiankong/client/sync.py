@@ -11,6 +11,7 @@ import httpx
 
 from ..engine import EngineProcess
 from ..errors import ConfigError, ServerError
+from . import _embeddings as E
 from . import _shared as S
 from . import answers as A
 from ._engine import engine_now, start_embedded, wait_engine_back
@@ -251,13 +252,13 @@ class BaseClient:
     def embed(self, texts: str | list[str]) -> list[list[float]]:
         """Embeddings (the engine must run with embeddings enabled); mean-pooled here when the engine gives
         every token's vector (``--pooling none``, tiankong's engines with embeddings on)."""
-        items = S.embeddings_items(texts)
+        items = E.embeddings_items(texts)
         try:
-            data = self._request("POST", "/v1/embeddings", S.embeddings_body(items, self.model))
+            data = self._request("POST", "/v1/embeddings", E.embeddings_body(items, self.model))
         except ServerError as exc:
-            if not S.per_token_refused(exc):
+            if not E.per_token_refused(exc):
                 raise
-            return S.mean_pooled(self._request("POST", "/embeddings", {"content": items}))[0]
+            return E.mean_pooled(self._request("POST", "/embeddings", {"content": items}))[0]
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", self.url)]
 
     def tokenize(self, text: str) -> list[int]:

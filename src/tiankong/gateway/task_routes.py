@@ -16,7 +16,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..api import AsyncClient
-from ..client._shared import embeddings_items, embeddings_response, mean_pooled, per_token_refused
+from ..client._embeddings import embeddings_items, embeddings_response, mean_pooled, per_token_refused
 from ..deciders.registry import names_only
 from ..errors import ConfigError, ServerError
 from ..tasks.bodies import task_answer
