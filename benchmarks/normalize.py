@@ -128,26 +128,28 @@ def correct(kind: str, value: Any, gold: Any, raw: str) -> bool:
     return bool(value == gold)
 
 
-def derivable(kind: str, value: Any, raw: str) -> bool:
+def derivable(kind: str, value: Any, raw: str, currency: str | None = None) -> bool:
+    """Derivable from the input, or from the defaults the user gave (``--currency``)."""
     if kind == "date":
         return isinstance(value, str) and D.date_derivable(value, raw)
     if kind == "phone":
         return isinstance(value, str) and D.phone_derivable(value, raw, None)
     if kind == "amount":
-        return D.amount_derivable(value, raw, None)
+        return D.amount_derivable(value, raw, currency)
     if kind == "address":
         return D.address_derivable(value, raw)
     return D.text_derivable(value, raw)
 
 
-def score(test: list[dict[str, Any]], mode: str, extract: Any) -> dict[str, Any]:
+def score(test: list[dict[str, Any]], mode: str, extract: Any, currency: str | None = None) -> dict[str, Any]:
     table: dict[str, Any] = {}
     rows = []
     for kind in SCHEMAS:
         chosen = [x for x in test if x["kind"] == kind]
         started = time.perf_counter()
         results, report = normalize_records([{"v": x["raw"]} for x in chosen], SCHEMAS[kind],
-                                            NormalizeOptions(mode=mode),  # type: ignore[arg-type]
+                                            NormalizeOptions(mode=mode,  # type: ignore[arg-type]
+                                                             currency=currency),
                                             extract=None if mode == "rules" else extract)
         seconds = time.perf_counter() - started
         right = invented = wrong = untouched = 0
@@ -156,7 +158,7 @@ def score(test: list[dict[str, Any]], mode: str, extract: Any) -> dict[str, Any]
             changed = bool(result.changes)
             ok = correct(kind, value, item["gold"], item["raw"])
             right += ok
-            if changed and not derivable(kind, value, item["raw"]):
+            if changed and not derivable(kind, value, item["raw"], currency):
                 invented += 1
             if changed and not ok:
                 wrong += 1
@@ -177,6 +179,8 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="default: the catalog's default model")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=1, help="engine threads")
+    parser.add_argument("--currency", default=None, help="the default currency (--currency of normalize): the "
+                        "amounts are USD prices, written with $ and 'dollars' as well as codes")
     parser.add_argument("--per-kind", type=int, default=0, help="score only the first N test items of each kind "
                         "(0: all; the model's calls take seconds each on 2 shared cores)")
     args = parser.parse_args()
@@ -184,7 +188,8 @@ def main() -> None:
     frozen = hashlib.sha256("\n".join(json.dumps(x, sort_keys=True, ensure_ascii=False)
                                       for x in test).encode()).hexdigest()
     result: dict[str, Any] = {"test_sha256": frozen, "dev": len(dev), "test": len(test),
-                              "test_by_kind": {k: sum(x["kind"] == k for x in test) for k in SCHEMAS}, "modes": {}}
+                              "test_by_kind": {k: sum(x["kind"] == k for x in test) for k in SCHEMAS},
+                              "currency": args.currency, "modes": {}}
     print(json.dumps({k: result[k] for k in ("test_sha256", "dev", "test", "test_by_kind")}), flush=True)
     if args.per_kind:
         test = [x for k in SCHEMAS for x in [y for y in test if y["kind"] == k][:args.per_kind]]
@@ -206,7 +211,7 @@ def main() -> None:
         result["engine_threads"] = args.threads
     try:
         for mode in modes:
-            result["modes"][mode] = score(test, mode, client.extract if client else None)
+            result["modes"][mode] = score(test, mode, client.extract if client else None, args.currency)
             print(mode, json.dumps(result["modes"][mode]["fields"]), flush=True)
     finally:
         if client is not None:

@@ -84,6 +84,34 @@ def test_planted_duplicates_are_clustered_by_their_stage_and_a_distinct_record_i
     assert ev["with"] == "u2" and ev["merged"] is False and ev["stage"] == "semantic" and 0.8 <= ev["score"] < 0.9
 
 
+def test_the_exact_key_keeps_vowel_signs_and_drops_what_only_spells_the_same_text() -> None:
+    """What a sweep found (2026-12-07): Thai, Hindi and Arabic words told apart only by a vowel sign or tone mark had
+    one key (the marks were taken for punctuation) and were merged as exact duplicates; a Chinese sentence with its
+    punctuation, or segmented by spaces, and an English one with an apostrophe were not exact duplicates of
+    themselves without."""
+    distinct = [("ป่า", "ป้า"), ("मैं कल दिन में आऊँगा", "मैं कल दान में आऊँगा"), ("عَلِمَ", "عُلِمَ")]
+    same = [("我想退款，订单号1234。", "我想退款订单号1234"), ("我 想 退款 订单号 1234", "我想退款订单号1234"),
+            ("I don't want it, send it back", "I dont want it send it back")]
+    rows = [Record(f"{i}{side}", text, {}) for i, pair in enumerate(distinct + same)
+            for side, text in zip("ab", pair, strict=True)]
+    result = dedupe_records(rows, DedupeOptions(stages=("exact",)))
+    cluster = {a.id: a.cluster for a in result.records}
+    for i in range(len(distinct)):
+        assert cluster[f"{i}a"] != cluster[f"{i}b"], distinct[i]
+    for i in range(len(distinct), len(distinct) + len(same)):
+        assert cluster[f"{i}a"] == cluster[f"{i}b"], same[i - len(distinct)]
+
+
+@pytest.mark.parametrize("threshold", [0.99, 1.0])
+def test_a_near_threshold_up_to_one_is_taken(tmp_path: Path, threshold: float) -> None:
+    """--near 0.99 and 1 (documented as (0, 1]) crashed: datasketch bands for nothing past 0.98."""
+    text = PLANTED[2]["text"]
+    rows = [Record("x", text, {}), Record("y", text + " ", {}), Record("z", PLANTED[3]["text"], {})]
+    result = dedupe_records(rows, DedupeOptions(stages=("near",), near=threshold))
+    cluster = {a.id: a.cluster for a in result.records}
+    assert cluster["x"] == cluster["y"] != cluster["z"]
+
+
 def test_the_uncertain_band_goes_to_the_decider(tmp_path: Path) -> None:
     same = [("How do I cancel my subscription?", "Cancel my subscription, how?"),
             ("Stop my subscription please", "I want to end the subscription"),

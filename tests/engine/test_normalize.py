@@ -42,6 +42,23 @@ def test_dates_to_iso(raw: str) -> None:
     assert resolved is not None and resolved.value == "2021-03-05"
 
 
+def test_dates_follow_the_text_and_its_time_zone_not_a_guess() -> None:
+    """What a sweep found dateutil doing quietly (2026-12-07)."""
+    # an ISO date is year-month-day whatever --dayfirst says
+    assert R.norm_date("2021-03-05", dayfirst=True).value == "2021-03-05"  # type: ignore[union-attr]
+    assert R.norm_datetime("2021-03-05T10:00:00", dayfirst=True).value == "2021-03-05T10:00:00"  # type: ignore[union-attr]
+    # GMT+8 is eight hours ahead of UTC (dateutil reads it the POSIX way, -08:00)
+    assert R.norm_datetime("2021-03-05 14:30 GMT+8").value == "2021-03-05T14:30:00+08:00"  # type: ignore[union-attr]
+    assert R.norm_datetime("2021-03-05 14:30 UTC-5").value == "2021-03-05T14:30:00-05:00"  # type: ignore[union-attr]
+    assert R.norm_datetime("2021-03-05 14:30 +08:00").value == "2021-03-05T14:30:00+08:00"  # type: ignore[union-attr]
+    assert R.norm_time("14:30 GMT+8").value == "14:30:00+08:00"  # type: ignore[union-attr]  # the zone is kept
+    # a zone name dateutil does not know (or reads as this machine's) is flagged, not dropped
+    assert R.norm_datetime("2021-03-05 14:30 PST") is None and R.norm_datetime("Mar 5 2021 2pm EST") is None
+    # figures in an order the caller did not say: flagged, unless it is the only reading there is
+    assert R.norm_date("21-03-05") is None  # dd-mm-yy or yy-mm-dd?
+    assert R.norm_date("13/05/2021").value == "2021-05-13"  # type: ignore[union-attr]
+
+
 def test_dates_fail_closed_and_dayfirst() -> None:
     assert R.norm_date("March 2021") is None  # no day: not filled in
     assert R.norm_date("the fifth of March 2021") is None  # words the rule does not read: left to the model
@@ -69,7 +86,8 @@ def test_phones_fail_closed() -> None:
 
 @pytest.mark.parametrize(("raw", "kwargs", "want"), [
     ("USD 1,234.56", {}, (1234.56, "USD")), ("1.234,56 €", {}, (1234.56, "EUR")),
-    ("3.5万元", {}, (35000.0, "CNY")), ("12 dollars", {}, (12.0, "USD")), ("$7.5", {"currency": "USD"}, (7.5, "USD")),
+    ("3.5万元", {}, (35000.0, "CNY")), ("12 dollars", {"currency": "CAD"}, (12.0, "CAD")),
+    ("$7.5", {"currency": "USD"}, (7.5, "USD")),
     ("1,5 EUR", {"decimal_comma": True}, (1.5, "EUR"))])
 def test_amounts(raw: str, kwargs: dict[str, Any], want: tuple[float, str]) -> None:
     resolved = R.norm_amount(raw, **kwargs)
@@ -78,6 +96,13 @@ def test_amounts(raw: str, kwargs: dict[str, Any], want: tuple[float, str]) -> N
 
 def test_amounts_fail_closed() -> None:
     assert R.norm_amount("$7.5") is None  # "$" alone names no one currency and no default is given
+    assert R.norm_amount("12 dollars") is None  # nor "dollars" (Canadian? Australian?)
+    # a default settles a shared symbol only when the symbol is its: $12.50 is never yen, ¥100 never dollars
+    assert R.norm_amount("$12.50", currency="JPY") is None and R.norm_amount("¥100", currency="USD") is None
+    assert not D.amount_derivable({"amount": 12.5, "currency": "JPY"}, "$12.50", "JPY")  # nor from the model
+    # more digits than a JSON number keeps: flagged, not written as 1e+20 or Infinity
+    assert R.norm_amount("99999999999999999999.99 USD") is None and R.norm_amount("9" * 320 + " USD") is None
+    assert R.norm_unit("9" * 28 + " kg", unit="g") is None  # past Decimal's precision: flagged, not a crash
     assert R.norm_amount("5 or 6 USD") is None  # two numbers
     assert R.norm_amount("about 5 USD") is None  # words the table does not know
     assert R.norm_amount("12 USD 9 EUR") is None
@@ -96,6 +121,8 @@ def test_units_and_addresses_and_names() -> None:
     assert en is not None and en.value["state"] == "DC" and en.value["postcode"] == "20500"
     assert R.norm_address("somewhere nice") is None
     assert R.norm_name("SMITH, JOHN").value == "John Smith"  # type: ignore[union-attr]
+    assert R.norm_name("ANNE-MARIE DUPONT").value == "Anne-Marie Dupont"  # type: ignore[union-attr]
+    assert R.norm_name("O'BRIEN, PAT").value == "Pat O'Brien"  # type: ignore[union-attr]
     assert R.norm_name("张 三").value == "张三"  # type: ignore[union-attr]
 
 
@@ -112,7 +139,9 @@ def test_derivable_refuses_invented_values() -> None:
     assert not D.phone_derivable("+15123456789", "0049-151-234-56789", None)  # a "1" from inside other digits
     assert D.phone_derivable("+4915123456789", "0049-151-234-56789", None)
     assert not D.amount_derivable({"amount": 2592000000, "currency": "USD"}, "25,92 $", None)  # no multiplier named
-    assert D.amount_derivable({"amount": 25.92, "currency": "USD"}, "25,92 $", None)
+    assert D.amount_derivable({"amount": 25.92, "currency": "USD"}, "25,92 $", "USD")
+    assert not D.amount_derivable({"amount": 25.92, "currency": "AUD"}, "25,92 $", None)  # a pick among the $s
+    assert D.amount_derivable({"amount": 25.92, "currency": "AUD"}, "25,92 A$", None)  # a symbol only it has
     assert not D.name_complete("Davis Jr.", "Gregory  Davis Jr.")  # shortened
     assert D.name_complete("George Alvarez", "Mr. George Alvarez")
     assert not address_shaped({"street": "AUGUSTA", "city": "GA", "state": "USA", "country": "USA"})  # shifted
@@ -192,6 +221,31 @@ def test_cli_bad_input(files: Path, content: bytes, needles: tuple[str, ...]) ->
                    "--schema", str(files / "schema.json"), "--rules-only")
     assert_one_line_error(proc, *needles)
     assert not (files / "out.jsonl").exists()
+
+
+def test_cli_refuses_to_write_over_its_schema_or_make_up_a_missing_csv_cell(files: Path) -> None:
+    (files / "in.jsonl").write_text('{"id": 1}\n', encoding="utf-8")
+    schema = files / "schema.json"
+    before = schema.read_bytes()
+    proc = run_cli("normalize", "--input", str(files / "in.jsonl"), "--output", str(schema), "--schema",
+                   str(schema), "--rules-only")
+    assert_one_line_error(proc, "--output is the --schema file")
+    assert schema.read_bytes() == before
+    (files / "short.csv").write_text("id,phone\n1,(202) 456-1111\n2\n", encoding="utf-8")
+    proc = run_cli("normalize", "--input", str(files / "short.csv"), "--output", str(files / "out.jsonl"),
+                   "--schema", str(schema), "--rules-only")
+    assert_one_line_error(proc, "line 3", "fewer cells than the header")  # not "phone": null
+    assert not (files / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize(("node", "needle"), [({"x-currency": "ZZZ"}, "x-currency"),
+                                              ({"x-region": "ZZ"}, "x-region")])
+def test_a_fields_default_currency_or_region_must_exist(node: dict[str, Any], needle: str) -> None:
+    kind = "amount" if "x-currency" in node else "phone"
+    with pytest.raises(ConfigError, match=needle):
+        Normalizer({"type": "object", "properties": {"a": {"x-normalize": kind, **node}}})
+    with pytest.raises(ConfigError, match="ISO 4217"):
+        NormalizeOptions(currency="XYZ").check()
 
 
 def test_cli_bad_schema(files: Path) -> None:

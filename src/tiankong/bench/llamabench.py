@@ -33,7 +33,7 @@ def llama_bench_rows(model: str, prompt_lengths: list[int], gen_tokens: int, thr
                           hint="use fewer lengths or repeats") from None
     if done.returncode != 0:
         raise EngineError(f"llama-bench exited with {done.returncode}", log_tail=done.stderr[-4000:],
-                          hint="rerun with -v to see its output")
+                          hint="rerun as `tiankong -v bench …` to see its output")
     try:
         results: list[dict[str, Any]] = json.loads(done.stdout)
     except ValueError:

@@ -39,8 +39,9 @@ class TiankongGroup(click.Group):
         except Exception as exc:  # a bug: still one line, with the way to get details
             if ctx.meta.get("verbose"):
                 raise
-            click.echo(f"error: internal error {type(exc).__name__}: {exc} (rerun with -v for the traceback "
-                       "and please report it)", err=True)
+            verb = ctx.invoked_subcommand or "…"
+            click.echo(f"error: internal error {type(exc).__name__}: {exc} (rerun as `tiankong -v {verb} …` for "
+                       "the traceback and please report it)", err=True)
             sys.exit(2)
 
 

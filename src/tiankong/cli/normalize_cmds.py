@@ -30,16 +30,16 @@ def normalize(input_path: str, output: str, schema_path: str, region: str | None
     """Normalise records to a target schema: rules first, then the model."""
     from ..normalize import NormalizeOptions, normalize_file, read_schema
 
-    schema = read_schema(schema_path)
+    read_schema(schema_path)  # a bad schema is an error before any engine starts
     options = NormalizeOptions(region=region, currency=currency, dayfirst=dayfirst, decimal_comma=decimal_comma,
                                mode="rules" if rules_only else "both")
     if rules_only:
-        report = normalize_file(input_path, output, schema, options=options)
+        report = normalize_file(input_path, output, schema_path, options=options)
     else:
         from .run_cmds import _client
 
         with _client(model, url, llama_server) as client:
-            report = normalize_file(input_path, output, schema, options=options, extract=client.extract)
+            report = normalize_file(input_path, output, schema_path, options=options, extract=client.extract)
     if as_json:
         emit_json(report)
         return

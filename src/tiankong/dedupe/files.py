@@ -109,6 +109,9 @@ def _csv_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if None in row:
                 raise ConfigError(f"{path.name} line {reader.line_num} has more cells than the header",
                                   hint="quote cells that hold commas")
+            if None in row.values():  # DictReader fills the missing cells with None: a value nobody wrote
+                raise ConfigError(f"{path.name} line {reader.line_num} has fewer cells than the header",
+                                  hint="write an empty cell for a value that is not there (a,,c)")
             last = reader.line_num
             yield reader.line_num, dict(row)
     except csv.Error as exc:

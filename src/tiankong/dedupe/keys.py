@@ -1,20 +1,35 @@
 """Exact duplicates: the key a text has after normalisation (Unicode NFKC, case, whitespace, punctuation).
 
-Written by hand because it is four lines of the standard library (``unicodedata``, ``str.casefold``, a regex);
+Written by hand because it is a few lines of the standard library (``unicodedata``, ``str.casefold``, regexes);
 each step can be switched off, since what counts as "the same text" is the user's call (a log line's case may
 matter, a ticket's does not).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+import sys
 import unicodedata
 from dataclasses import dataclass
 
 _SPACE = re.compile(r"\s+")
-# every Unicode punctuation or symbol character (categories P* and S*), ASCII and CJK alike
-_PUNCT = re.compile(r"[^\w\s]|_")
+# an apostrophe inside a word: "don't" is "dont", not "don t"
+_APOSTROPHE = re.compile(r"(?<=\w)['\u2019](?=\w)")
+# a space beside a Chinese or Japanese character: "我想退款 订单号" (segmented) is "我想退款订单号"
+_CJK = "\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff"
+_CJK_SPACE = re.compile(rf"(?<=[{_CJK}]) | (?=[{_CJK}])")
+_HAS_CJK = re.compile(f"[{_CJK}]")
+
+
+@functools.cache
+def _punctuation_table(to: str | None = " ") -> dict[int, str | None]:
+    r"""Every Unicode punctuation or symbol character (categories P* and S*), ASCII and CJK alike, to a space. Not
+    the regex ``[^\w\s]``: it also took the combining marks (category M: Thai, Devanagari and Arabic vowel signs,
+    Vietnamese tones), so ป่า (forest) and ป้า (aunt) had one key. Built once (about 0.3 s), then ``str.translate``
+    (faster than that regex). ``to``: a space, or ``None`` (dropped) when whitespace counts."""
+    return {c: to for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c))[0] in "PS"}
 
 
 @dataclass(frozen=True)
@@ -32,9 +47,13 @@ class KeyOptions:
         if self.case:
             text = text.casefold()
         if self.punctuation:
-            text = _PUNCT.sub(" " if self.whitespace else "", text)
+            if "'" in text or "\u2019" in text:  # (the checks first: each regex costs ~15 µs a 500-character text)
+                text = _APOSTROPHE.sub("", text)
+            text = text.translate(_punctuation_table(" " if self.whitespace else None))
         if self.whitespace:
             text = _SPACE.sub(" ", text).strip()
+            if _HAS_CJK.search(text):
+                text = _CJK_SPACE.sub("", text)
         return text
 
     def key(self, text: str) -> str:

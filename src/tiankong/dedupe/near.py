@@ -26,6 +26,8 @@ _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 NUM_PERM = 128
 SEED = 1
 SCHEME = "affine32"
+#: the highest threshold datasketch bands for at 128 permutations (two bands of 64 rows)
+BANDING_MAX = 0.98
 #: the multilinear hash's multipliers (odd, 64-bit, fixed): window position j is multiplied by _MULT[j]
 _MULT = (np.random.RandomState(SEED).randint(0, 1 << 62, 64, dtype=np.uint64) * np.uint64(2) + np.uint64(1))
 _CHUNK_WINDOWS = 1 << 16  # windows per signature block: 65,536 x 128 permutations x 4 bytes = 32 MiB
@@ -113,7 +115,9 @@ def band_ranges(low: float, num_perm: int = NUM_PERM) -> list[tuple[int, int]]:
     chooses bands and rows by minimising the false positive and negative areas at ``low``)."""
     from datasketch import MinHashLSH
 
-    return [(int(a), int(b)) for a, b in MinHashLSH(threshold=low, num_perm=num_perm).hashranges]
+    # datasketch finds no banding of 2+ bands past about 0.98 ("number of bands are too small"): candidates are
+    # banded at 0.98 then and kept by their estimate, so a threshold of 0.99 or 1 still means what it says
+    return [(int(a), int(b)) for a, b in MinHashLSH(threshold=min(low, BANDING_MAX), num_perm=num_perm).hashranges]
 
 
 def candidate_pairs(rows: np.ndarray[Any, np.dtype[np.uint32]],

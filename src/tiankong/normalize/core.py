@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from . import derivable as D
-from .rules import COUNTRIES, EN_LEVELS, KINDS, RULES, UNITS, US_STATES, ZH_LEVELS, Resolved
+from .rules import COUNTRIES, EN_LEVELS, ISO_4217, KINDS, RULES, UNITS, US_STATES, ZH_LEVELS, Resolved
 
 Extract = Callable[[str, dict[str, Any]], Any]
 Mode = Literal["rules", "model", "both"]
@@ -43,18 +43,28 @@ class NormalizeOptions:
     mode: Mode = "both"  # rules only, the model only (measuring), or rules then the model
 
     def check(self) -> None:
-        if self.region is not None and not re.fullmatch(r"[A-Z]{2}", self.region):
-            raise ConfigError(f"region {self.region!r} is not a two-letter region code", hint="e.g. --region CN")
-        if self.region is not None:
-            import phonenumbers  # noqa: PLC0415 (the rules' own library: its regions are the ones they can use)
-
-            if self.region not in phonenumbers.SUPPORTED_REGIONS:
-                raise ConfigError(f"region {self.region!r} is not a region code phone numbers know",
-                                  hint="an ISO 3166 code such as CN, US, GB or DE")
-        if self.currency is not None and not re.fullmatch(r"[A-Z]{3}", self.currency):
-            raise ConfigError(f"currency {self.currency!r} is not an ISO 4217 code", hint="e.g. --currency USD")
+        check_region(self.region, "region")
+        check_currency(self.currency, "currency")
         if self.mode not in ("rules", "model", "both"):
             raise ConfigError(f"mode {self.mode!r} is not rules, model or both")
+
+
+def check_region(region: Any, where: str) -> None:
+    """A default region (``--region``, a field's ``x-region``): one phone numbers know."""
+    if region is None:
+        return
+    import phonenumbers  # noqa: PLC0415 (the rules' own library: its regions are the ones they can use)
+
+    if not isinstance(region, str) or region not in phonenumbers.SUPPORTED_REGIONS:
+        raise ConfigError(f"{where} {region!r} is not a region code phone numbers know",
+                          hint="an upper-case ISO 3166 code such as CN, US, GB or DE")
+
+
+def check_currency(currency: Any, where: str) -> None:
+    """A default currency (``--currency``, a field's ``x-currency``): an active ISO 4217 code."""
+    if currency is not None and (not isinstance(currency, str) or currency not in ISO_4217):
+        raise ConfigError(f"{where} {currency!r} is not an ISO 4217 currency code",
+                          hint="an upper-case code such as USD, EUR, CNY or JPY")
 
 
 DEFAULTS = NormalizeOptions()
@@ -109,6 +119,8 @@ def field_specs(schema: Any) -> list[FieldSpec]:
         if kind == "unit" and str(unit).lower() not in UNITS:
             raise ConfigError(f"field {name!r}: x-unit {unit!r} is not a unit the rules know",
                               hint="see docs/normalize.md for the units known (e.g. kg, km, l)")
+        check_currency(node.get("x-currency"), f"field {name!r}: x-currency")
+        check_region(node.get("x-region"), f"field {name!r}: x-region")
         specs.append(FieldSpec(name, str(kind), unit, node.get("x-currency"), node.get("x-region")))
     return specs
 

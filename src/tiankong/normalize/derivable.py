@@ -7,8 +7,8 @@ A value the model proposes for a field is kept only when every part of it is evi
   read as digits;
 - a phone: its national number's digits appear in a row in the raw digits, and its country code is there too or is
   the default region's;
-- an amount: its digits (possibly before a 万/k/m multiplier) appear in the raw digits, and its currency is named,
-  is a symbol's, or is the default;
+- an amount: its digits (possibly before a 万/k/m multiplier) appear in the raw digits, and its currency is named
+  (a code, or a symbol or word only it has), or is the default (which a shared symbol such as ``$`` must allow);
 - a unit value: a number and a unit in the raw text convert to it;
 - any text (address levels, names): every word of it appears in the raw text (Chinese: every level as a substring).
 """
@@ -20,7 +20,7 @@ import unicodedata
 from decimal import Decimal
 from typing import Any
 
-from .rules import COUNTRIES, CURRENCY_WORDS, UNITS, clean, parse_number
+from .rules import COUNTRIES, CURRENCY_WORDS, SHARED_CURRENCY, UNITS, clean, parse_number
 
 _ZH_DIGIT = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
              "九": 9}
@@ -32,8 +32,6 @@ _ORD = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eig
         "twelve": "twelfth"}
 _MULTIPLIER_WORDS = [(("k", "thousand", "千"), Decimal(1000)), (("万",), Decimal(10_000)),
                      (("m", "million", "百万"), Decimal(1_000_000)), (("亿",), Decimal(100_000_000))]
-_SYMBOL_CURRENCIES = {"$": {"USD", "CAD", "AUD", "HKD", "SGD", "NZD", "MXN", "TWD"}, "¥": {"CNY", "JPY"},
-                      "￥": {"CNY", "JPY"}}
 
 
 def _word_numbers() -> dict[str, int]:
@@ -146,13 +144,13 @@ def amount_derivable(value: Any, raw: str, currency: str | None) -> bool:
         return True
     if not isinstance(code, str):
         return False
-    if code == currency or code.casefold() in plain:
-        return True
-    for word, known in CURRENCY_WORDS.items():
-        spelled = re.search(rf"(?<![a-z]){re.escape(word)}(?![a-z])", plain)
-        if spelled and (known == code or (known is None and code in _SYMBOL_CURRENCIES.get(word, set()))):
-            return True
-    return False
+    spelled = [word for word in CURRENCY_WORDS if re.search(rf"(?<![a-z]){re.escape(word)}(?![a-z])", plain)]
+    if any(code not in SHARED_CURRENCY[word] for word in spelled if CURRENCY_WORDS[word] is None):
+        return False  # "$12.50" is not yen, whatever the default currency
+    # named (a code, or a word only it has), else the default: which of the currencies a "$" or "dollars" may
+    # be is not in the text, so the model's pick among them is a guess (Qwen2.5 0.5B writes AUD) — as the rule,
+    # refused without a default
+    return code.casefold() in plain or code == currency or any(CURRENCY_WORDS[word] == code for word in spelled)
 
 
 def _digit_string(number: Decimal) -> str:

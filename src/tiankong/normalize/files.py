@@ -75,6 +75,8 @@ def normalize_file(input: str | Path, output: str | Path, schema: dict[str, Any]
     """``tiankong normalize``: IN's records normalised to ``schema`` (a dict or a JSON file), OUT written at once."""
     if Path(input).resolve() == Path(output).resolve():
         raise ConfigError("--output is the --input file", hint="write the output to another path")
+    if not isinstance(schema, dict) and Path(schema).resolve() == Path(output).resolve():
+        raise ConfigError("--output is the --schema file", hint="write the output to another path")
     target = schema if isinstance(schema, dict) else read_schema(schema)
     Normalizer(target, options, extract)  # schema and options checked before the input is read
     check_output(output)  # and the output: not an OS error once every record is normalised

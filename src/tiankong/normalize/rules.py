@@ -17,6 +17,7 @@ with two numbers in it, a unit that is not in the table — all ``None``, never 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import unicodedata
 from collections.abc import Callable
@@ -48,14 +49,42 @@ _D1 = dt.datetime(2001, 1, 1, 0, 0, 0)
 _D2 = dt.datetime(2002, 2, 2, 1, 1, 1)
 
 
-def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime] | None:
-    from dateutil import parser
+#: "GMT+8" / "UTC+8" mean eight hours ahead of UTC to people; dateutil reads them the POSIX way (-08:00)
+_NAMED_OFFSET = re.compile(r"\b(?:GMT|UTC)\s*([+-])\s*(\d{1,2})(?::?(\d{2}))?\b", re.IGNORECASE)
+_ZERO_ZONE = re.compile(r"(?:\b(?:UTC|GMT)|\dZ)\b", re.IGNORECASE)
+#: d/m/y or m/d/y in figures only: which is which is the caller's (``dayfirst``), never dateutil's guess
+_NUMERIC_DMY = re.compile(r"^(\d{1,2})[-/.](\d{1,2})[-/.](\d{2}|\d{4})\b")
 
+
+def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime] | None:
+    """The text parsed with two defaults; None when dateutil had to guess: an order the text does not follow
+    (2021-03-05 is year-month-day whatever ``dayfirst`` says; 21-03-05 has no month 21), or a time zone it does not
+    know (PST, CST: dropped with a warning, or read as this machine's own zone when the names match)."""
+    import warnings
+
+    from dateutil import parser, tz
+
+    if re.match(r"^\d{4}[-/.]", text):
+        dayfirst = False  # dateutil swaps month and day of an ISO date under dayfirst
+    text = _NAMED_OFFSET.sub(lambda m: f" {m[1]}{int(m[2]):02d}:{m[3] or '00'}", text)
     try:
-        a = parser.parse(text, default=_D1, dayfirst=dayfirst, fuzzy=False)
-        b = parser.parse(text, default=_D2, dayfirst=dayfirst, fuzzy=False)
-    except (ValueError, OverflowError, parser.ParserError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", parser.UnknownTimezoneWarning)
+            a = parser.parse(text, default=_D1, dayfirst=dayfirst, fuzzy=False)
+            b = parser.parse(text, default=_D2, dayfirst=dayfirst, fuzzy=False)
+    except (ValueError, OverflowError, parser.ParserError, parser.UnknownTimezoneWarning):
         return None
+    if isinstance(a.tzinfo, tz.tzlocal):  # a zone name that happens to be this machine's
+        if a.utcoffset() != dt.timedelta(0) or not _ZERO_ZONE.search(text):
+            return None
+        a, b = a.replace(tzinfo=dt.UTC), b.replace(tzinfo=dt.UTC)
+    figures = _NUMERIC_DMY.match(text)
+    if figures:
+        month, day = (int(figures[2]), int(figures[1])) if dayfirst else (int(figures[1]), int(figures[2]))
+        # the other order only when it is the one reading there is (13/05/2021); 21-03-05 may be yy-mm-dd too
+        only_reading = month > 12 and len(figures[3]) == 4 and (a.month, a.day) == (day, month)
+        if (a.month, a.day) != (month, day) and not only_reading:
+            return None
     return a, b
 
 
@@ -126,7 +155,8 @@ def norm_time(raw: str, **_: Any) -> Resolved | None:
     if both is None or both[0].hour != both[1].hour or both[0].date() != _D1.date():
         return None  # no hour, or a date in a time field
     a, b = both
-    value = dt.time(a.hour, a.minute if a.minute == b.minute else 0, a.second if a.second == b.second else 0)
+    value = dt.time(a.hour, a.minute if a.minute == b.minute else 0, a.second if a.second == b.second else 0,
+                    tzinfo=a.tzinfo)  # a zone the text gives is kept (14:30 GMT+8 → 14:30:00+08:00)
     return Resolved(value.isoformat(), "time:dateutil")
 
 
@@ -149,9 +179,25 @@ def norm_phone(raw: str, *, region: str | None = None) -> Resolved | None:
 
 # --- amounts -----------------------------------------------------------------------------------------------------
 
-#: symbols and names → ISO 4217 (a symbol shared by several currencies maps to none: "$" alone needs a default)
+#: ISO 4217's active codes (2024): a default currency (``--currency``, ``x-currency``) must be one of them
+_ISO_4217_TABLE = """
+    AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BRL BSD BTN BWP BYN BZD CAD CDF CHF
+    CLP CNY COP CRC CUC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL
+    HTG HUF IDR ILS INR IQD IRR ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL
+    MGA MKD MMK MNT MOP MRU MUR MVR MWK MXN MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR RON
+    RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SLL SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY TTD TWD TZS
+    UAH UGX USD UYU UZS VES VND VUV WST XAF XCD XCG XOF XPF YER ZAR ZMW ZWG ZWL"""
+ISO_4217 = frozenset(_ISO_4217_TABLE.split())
+_DOLLARS = frozenset({"USD", "AUD", "CAD", "HKD", "SGD", "NZD", "TWD", "BSD", "BBD", "BZD", "BMD", "BND", "FJD",
+                      "GYD", "JMD", "KYD", "LRD", "NAD", "SBD", "SRD", "TTD", "XCD", "ZWL"})
+#: a symbol or name several currencies share: alone it needs the default currency, which must be one of them —
+#: "$12.50" with a default of JPY is refused, never written as yen
+SHARED_CURRENCY = {"$": _DOLLARS | {"MXN", "ARS", "CLP", "COP", "CUP", "DOP", "UYU", "NIO", "TOP", "WST"},
+                   "dollar": _DOLLARS, "dollars": _DOLLARS, "¥": frozenset({"CNY", "JPY"}),
+                   "￥": frozenset({"CNY", "JPY"})}
+#: symbols and names → ISO 4217 (a symbol shared by several currencies maps to none: see ``SHARED_CURRENCY``)
 CURRENCY_WORDS = {
-    "us$": "USD", "usd": "USD", "dollar": "USD", "dollars": "USD", "美元": "USD", "美金": "USD",
+    "us$": "USD", "usd": "USD", "dollar": None, "dollars": None, "美元": "USD", "美金": "USD",
     "€": "EUR", "eur": "EUR", "euro": "EUR", "euros": "EUR", "欧元": "EUR",
     "£": "GBP", "gbp": "GBP", "pound": "GBP", "pounds": "GBP", "英镑": "GBP",
     "¥": None, "￥": None, "cny": "CNY", "rmb": "CNY", "元": "CNY", "人民币": "CNY", "块": "CNY", "jpy": "JPY",
@@ -204,10 +250,12 @@ def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = 
             rest = rest.replace(word, " ", 1)
             break
     found: set[str | None] = set()
+    families: list[frozenset[str]] = []
     for word, code in sorted(CURRENCY_WORDS.items(), key=lambda item: -len(item[0])):
         pattern = rf"(?<![a-z]){re.escape(word)}(?![a-z])"
         if re.search(pattern, rest):
             found.add(code)
+            families += [SHARED_CURRENCY[word]] if code is None else []
             rest = re.sub(pattern, " ", rest)
     if re.search(r"[a-z\u4e00-\u9fff]", rest):
         return None  # words left over that the table does not know
@@ -215,9 +263,12 @@ def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = 
     if len(codes) > 1:
         return None
     code = next(iter(codes)) if codes else currency
-    if code is None:
-        return None
-    return Resolved({"amount": float(value), "currency": code}, "amount:table")
+    if code is None or any(code not in family for family in families):
+        return None  # no currency named, or a symbol the named or default one does not use
+    number = float(value)
+    if not math.isfinite(number) or Decimal(repr(number)) != value:
+        return None  # more digits than a JSON number keeps (99999999999999999999.99 would be written as 1e+20)
+    return Resolved({"amount": number, "currency": code}, "amount:table")
 
 
 # --- units -------------------------------------------------------------------------------------------------------
@@ -267,8 +318,11 @@ def norm_unit(raw: str, *, unit: str | None = None, decimal_comma: bool = False)
     target_dim, target_factor = UNITS[unit.lower()]
     if dim != target_dim:
         return None
-    converted = value * factor / target_factor
-    return Resolved(float(round(converted, 6)), f"unit:{spelled}->{unit}")
+    try:
+        converted = float(round(value * factor / target_factor, 6))
+    except InvalidOperation:
+        return None  # past Decimal's 28 digits: no measurement has them
+    return Resolved(converted, f"unit:{spelled}->{unit}") if math.isfinite(converted) else None
 
 
 # --- addresses ---------------------------------------------------------------------------------------------------
@@ -333,10 +387,17 @@ def _en_address(text: str) -> Resolved | None:
 # --- names -------------------------------------------------------------------------------------------------------
 
 
+def _title_part(part: str) -> str:
+    if part.lower().startswith("mc"):
+        return "Mc" + part[2:3].upper() + part[3:].lower()
+    return part[:1].upper() + part[1:].lower()
+
+
 def _title(text: str) -> str:
+    """The case of an all-caps or all-lowercase name: each part after a space, hyphen or apostrophe capitalised
+    (ANNE-MARIE → Anne-Marie, O'BRIEN → O'Brien); a name in mixed case is the writer's and kept."""
     if text.isupper() or text.islower():
-        return " ".join(w[:1].upper() + w[1:].lower() if not w.lower().startswith("mc") else
-                        "Mc" + w[2:3].upper() + w[3:].lower() for w in text.split(" "))
+        return "".join(_title_part(p) for p in re.split(r"([ \-'])", text))
     return text
 
 
