@@ -230,6 +230,8 @@ def test_a_run_killed_with_sigkill_leaves_the_output_whole_and_a_rerun_writes_th
     (b'{"id": "1", "text": "caf\xe9"}\n', ("line 1", "not utf-8", "iconv")),
     (b'{"id": "1", "text": "a"}\nnot json\n', ("line 2", "not json")),
     (b'{"text": "a"}\n', ("line 1", "'id'")),
+    # a key given twice: json.loads kept the last value, silently ({"id": 2, …, "id": 3} was record 3)
+    (b'{"id": "1", "text": "a"}\n{"id": "2", "text": "b", "id": "3"}\n', ("line 2", "'id' twice")),
 ])
 def test_bad_input_is_one_clear_line(tmp_path: Path, content: bytes, needles: tuple[str, ...]) -> None:
     src = tmp_path / "in.jsonl"
@@ -237,6 +239,14 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, content: bytes, needles: tu
     out = tmp_path / "out.jsonl"
     assert_one_line_error(run_cli("dedupe", "--input", str(src), "--output", str(out)), *needles)
     assert not out.exists()
+
+
+def test_keep_by_a_field_no_record_has_is_refused() -> None:
+    """--keep field:NAME with a typo kept the first record of every cluster, silently."""
+    rows = [Record("a", "same text", {"score": 1}), Record("b", "same text", {"score": 2})]
+    assert dedupe_records(rows, DedupeOptions(stages=("exact",), keep="field:score")).kept_ids() == ["b"]
+    with pytest.raises(ConfigError, match="no record has the field 'scroe'"):
+        dedupe_records(rows, DedupeOptions(stages=("exact",), keep="field:scroe"))
 
 
 def test_an_empty_file_and_a_single_record_have_defined_results(tmp_path: Path) -> None:

@@ -248,6 +248,14 @@ def test_a_fields_default_currency_or_region_must_exist(node: dict[str, Any], ne
         NormalizeOptions(currency="XYZ").check()
 
 
+def test_cli_rules_only_takes_no_model(files: Path) -> None:
+    (files / "in.jsonl").write_text('{"id": 1}\n', encoding="utf-8")
+    proc = run_cli("normalize", "--input", str(files / "in.jsonl"), "--output", str(files / "out.jsonl"),
+                   "--schema", str(files / "schema.json"), "--rules-only", "--model", "some-model")
+    assert proc.returncode == 2 and "--rules-only uses no model" in proc.stderr
+    assert not (files / "out.jsonl").exists()
+
+
 def test_cli_bad_schema(files: Path) -> None:
     (files / "in.jsonl").write_text('{"id": 1}\n', encoding="utf-8")
     (files / "bad.json").write_text("{not json", encoding="utf-8")

@@ -30,6 +30,8 @@ def normalize(input_path: str, output: str, schema_path: str, region: str | None
     """Normalise records to a target schema: rules first, then the model."""
     from ..normalize import NormalizeOptions, normalize_file, read_schema
 
+    if rules_only and (model or url or llama_server):
+        raise click.UsageError("--rules-only uses no model: leave out --model, --url and --llama-server")
     read_schema(schema_path)  # a bad schema is an error before any engine starts
     options = NormalizeOptions(region=region, currency=currency, dayfirst=dayfirst, decimal_comma=decimal_comma,
                                mode="rules" if rules_only else "both")

