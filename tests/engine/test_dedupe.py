@@ -102,6 +102,22 @@ def test_the_exact_key_keeps_vowel_signs_and_drops_what_only_spells_the_same_tex
         assert cluster[f"{i}a"] == cluster[f"{i}b"], same[i - len(distinct)]
 
 
+def test_a_chinese_pair_is_judged_the_same_whatever_else_is_in_the_file() -> None:
+    """The shingle size was chosen for the whole file: three English records beside a Chinese pair made it 5 for
+    all, the pair scored 0.64 instead of 0.83 and was no longer merged. Each record now takes its own."""
+    pair = [Record("z1", "这个产品质量很好，我很满意，下次还会再来购买，推荐给大家。", {}),
+            Record("z2", "这个产品质量非常好，我很满意，下次还会再来购买，推荐给大家。", {})]
+    english = [Record(f"e{i}", f"unrelated english ticket number {i} about shipping delays and refunds", {})
+               for i in range(3)]
+    options = DedupeOptions(stages=("near",))
+    alone, mixed = dedupe_records(pair, options), dedupe_records(pair + english, options)
+    for result in (alone, mixed):
+        cluster = {a.id: a.cluster for a in result.records}
+        assert cluster["z1"] == cluster["z2"]
+    assert alone.report["stages"]["near"]["shingle"] == 3
+    assert mixed.report["stages"]["near"]["shingle"] == {"3": 2, "5": 3}
+
+
 @pytest.mark.parametrize("threshold", [0.99, 1.0])
 def test_a_near_threshold_up_to_one_is_taken(tmp_path: Path, threshold: float) -> None:
     """--near 0.99 and 1 (documented as (0, 1]) crashed: datasketch bands for nothing past 0.98."""

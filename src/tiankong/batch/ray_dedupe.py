@@ -37,7 +37,7 @@ MIN_SEARCH_PARTITION = 256
 MIN_VECTOR_PARTITION = 256
 
 
-def _sign_partition(texts: list[str], k: int, num_perm: int) -> Any:
+def _sign_partition(texts: list[str], k: int | list[int], num_perm: int) -> Any:
     from ..dedupe.near import signatures
 
     return signatures(texts, k, num_perm)
@@ -86,11 +86,13 @@ class RaySpread:
         self.cpus = max(1, int(self.ray.cluster_resources().get("CPU", 1)))
         self.partitions = {"signatures": 0, "bands": 0, "vectors": 0, "search": 0}
 
-    def signatures(self, texts: Sequence[str], k: int, num_perm: int) -> Any:
+    def signatures(self, texts: Sequence[str], k: int | Sequence[int], num_perm: int) -> Any:
         size = max(MIN_PARTITION, math.ceil(len(texts) / self.cpus))
-        chunks = [list(texts[i:i + size]) for i in range(0, len(texts), size)]
-        self.partitions["signatures"] += len(chunks)
-        parts = self.ray.get([self.sign_task.remote(chunk, k, num_perm) for chunk in chunks])
+        starts = range(0, len(texts), size)
+        self.partitions["signatures"] += len(starts)
+        parts = self.ray.get([self.sign_task.remote(list(texts[i:i + size]),
+                                                    k if isinstance(k, int) else list(k[i:i + size]), num_perm)
+                              for i in starts])
         return np.vstack(parts) if parts else np.empty((0, num_perm), dtype=np.uint32)
 
     def bands(self, rows: Any, ranges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:

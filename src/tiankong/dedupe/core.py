@@ -41,8 +41,8 @@ class Spread(Protocol):
     """The stages' arithmetic in partitions — the same numbers as in place, so the same clusters (a Ray job's:
     ``batch/ray_dedupe.py``). ``None`` in the options: everything runs in this process."""
 
-    def signatures(self, texts: Sequence[str], k: int, num_perm: int) -> Any:
-        """``near.signatures`` over ``texts``."""
+    def signatures(self, texts: Sequence[str], k: int | Sequence[int], num_perm: int) -> Any:
+        """``near.signatures`` over ``texts`` (``k``: one shingle size, or each text's)."""
 
     def bands(self, rows: Any, ranges: Sequence[tuple[int, int]]) -> tuple[Any, Any]:
         """``near.candidate_pairs`` of the signature ``rows`` over the bands ``ranges``."""
@@ -260,11 +260,14 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
     if "near" in options.stages:
         from .near import near_pairs, shingle_size  # noqa: PLC0415 (numpy: not loaded by --help or the registry)
 
-        k = options.shingle or shingle_size(texts)
+        sizes = [options.shingle] * len(texts) if options.shingle else [shingle_size(t) for t in texts]
+        k: int | list[int] = sizes[0] if len(set(sizes)) == 1 else sizes
         low = options.near_low if options.near_low is not None else options.near
         found = near_pairs(texts, low=low, k=k, spread=options.spread) if len(texts) > 1 else []
         stats = apply("near", [(p.a, p.b, p.jaccard) for p in found], options.near, options.near_low)
-        report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": k, **stats}
+        # one size, or how many records took each (a file of Chinese and English records)
+        shingle = k if isinstance(k, int) else {str(n): sizes.count(n) for n in sorted(set(sizes))}
+        report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": shingle, **stats}
     if "semantic" in options.stages:
         report["stages"]["semantic"] = yield from _semantic_stage(texts, groups, options, apply, report["notes"])
     report["uncertain"] = yield from decide_band(uncertain, [r.text for r in records], decider, link, report)

@@ -1,8 +1,8 @@
 """Near duplicates: MinHash signatures of character shingles, candidate pairs from LSH banding (``datasketch``).
 
 Character shingles rather than words, so Chinese (no spaces) and English go through one path; the shingle size
-defaults by script (3 characters for mostly-CJK text, 5 otherwise — a CJK character carries about as much as a
-short English word).
+defaults by script, record by record (3 characters for mostly-CJK text, 5 otherwise — a CJK character carries about
+as much as a short English word).
 
 Signatures are datasketch's ``affine32`` scheme (its permutations ``h -> a*h + b mod 2^32`` from the fixed seed,
 after the MurmurHash3 finalizer), computed in numpy over many records at once instead of one Python call per
@@ -33,12 +33,20 @@ _MULT = (np.random.RandomState(SEED).randint(0, 1 << 62, 64, dtype=np.uint64) * 
 _CHUNK_WINDOWS = 1 << 16  # windows per signature block: 65,536 x 128 permutations x 4 bytes = 32 MiB
 
 
-def shingle_size(texts: Sequence[str]) -> int:
-    """3 when most characters of a sample are CJK, else 5."""
-    sample = "".join(t[:200] for t in texts[:200])
+def shingle_size(text: str) -> int:
+    """3 when most letters and digits of (the first 200 characters of) ``text`` are CJK, else 5. Per record, not
+    per file: a Chinese pair merged or not by whether a few English records were in the same file."""
+    sample = text[:200]
     letters = sum(1 for c in sample if c.isalnum())
     cjk = len(_CJK.findall(sample))
     return 3 if letters and cjk / letters > 0.5 else 5
+
+
+Shingles = int | Sequence[int]  # one size for every text, or one per text
+
+
+def _size(k: Shingles, index: int) -> int:
+    return k if isinstance(k, int) else k[index]
 
 
 def shingle_hashes(text: str, k: int) -> np.ndarray[Any, np.dtype[np.uint32]]:
@@ -64,8 +72,9 @@ def _fmix32(h: np.ndarray[Any, np.dtype[np.uint32]]) -> np.ndarray[Any, np.dtype
     return h ^ (h >> np.uint32(16))
 
 
-def signatures(texts: Sequence[str], k: int, num_perm: int = NUM_PERM) -> np.ndarray[Any, np.dtype[np.uint32]]:
-    """One MinHash row per text (``uint32``, ``num_perm`` wide): datasketch's affine32 permutations of seed 1."""
+def signatures(texts: Sequence[str], k: Shingles, num_perm: int = NUM_PERM) -> np.ndarray[Any, np.dtype[np.uint32]]:
+    """One MinHash row per text (``uint32``, ``num_perm`` wide): datasketch's affine32 permutations of seed 1; ``k``:
+    the shingle size, or each text's."""
     from datasketch import MinHash
 
     a, b = (p.astype(np.uint32).reshape(-1, 1) for p in MinHash(num_perm=num_perm, seed=SEED,
@@ -75,7 +84,7 @@ def signatures(texts: Sequence[str], k: int, num_perm: int = NUM_PERM) -> np.nda
     while start < len(texts):
         hashes, offsets, total, end = [], [], 0, start
         while end < len(texts) and (total < _CHUNK_WINDOWS or end == start):
-            h = shingle_hashes(texts[end], k)
+            h = shingle_hashes(texts[end], _size(k, end))
             offsets.append(total)
             hashes.append(h)
             total += len(h)
@@ -93,7 +102,7 @@ class NearPair:
     jaccard: float
 
 
-def near_pairs(texts: Sequence[str], *, low: float, k: int, num_perm: int = NUM_PERM,
+def near_pairs(texts: Sequence[str], *, low: float, k: Shingles, num_perm: int = NUM_PERM,
                spread: Any = None) -> list[NearPair]:
     """Pairs ``(a < b)`` whose estimated Jaccard is at least ``low``, by LSH banding tuned for ``low``; ``spread``:
     computes the signatures and the bands' candidates in partitions instead (``core.Spread``: the same numbers,
