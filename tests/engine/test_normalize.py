@@ -248,6 +248,24 @@ def test_a_fields_default_currency_or_region_must_exist(node: dict[str, Any], ne
         NormalizeOptions(currency="XYZ").check()
 
 
+def test_csv_cells_take_the_types_their_schema_says(files: Path) -> None:
+    """Every CSV cell is text: an integer column never validated against "type": "integer" ('12' is not of type
+    'integer'). A cell that is exactly an integer, number or boolean is typed (a change, by type:…); others left."""
+    (files / "in.csv").write_text("id,score,ok,weight\n12,2.5,true,3 kg\n1,234,yes,\n", encoding="utf-8")
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}, "score": {"type": "number"},
+                                               "ok": {"type": "boolean"}, "weight": {"type": "number"}}}
+    (files / "typed.json").write_text(json.dumps(schema), encoding="utf-8")
+    proc = run_cli("normalize", "--input", str(files / "in.csv"), "--output", str(files / "out.jsonl"),
+                   "--schema", str(files / "typed.json"), "--rules-only")
+    assert proc.returncode == 0, proc.stderr
+    first, second = (json.loads(x) for x in (files / "out.jsonl").read_text(encoding="utf-8").splitlines())
+    assert first["record"] == {"id": 12, "score": 2.5, "ok": True, "weight": "3 kg"}
+    assert {c["by"] for c in first["changes"]} == {"type:integer", "type:number", "type:boolean"}
+    assert not first["valid"] and any("weight" in e for e in first["errors"])  # "3 kg" is no number: left, named
+    assert second["record"]["score"] == 234 and second["record"]["ok"] == "yes" and not second["valid"]
+    assert R.norm_scalar("1,234", "integer") is None and R.norm_scalar("9" * 30, "number") is None
+
+
 def test_cli_rules_only_takes_no_model(files: Path) -> None:
     (files / "in.jsonl").write_text('{"id": 1}\n', encoding="utf-8")
     proc = run_cli("normalize", "--input", str(files / "in.jsonl"), "--output", str(files / "out.jsonl"),

@@ -27,7 +27,18 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from . import derivable as D
-from .rules import COUNTRIES, EN_LEVELS, ISO_4217, KINDS, RULES, UNITS, US_STATES, ZH_LEVELS, Resolved
+from .base import Resolved
+from .money import ISO_4217
+from .rules import (
+    COUNTRIES,
+    EN_LEVELS,
+    KINDS,
+    RULES,
+    UNITS,
+    US_STATES,
+    ZH_LEVELS,
+    norm_scalar,
+)
 
 Extract = Callable[[str, dict[str, Any]], Any]
 Mode = Literal["rules", "model", "both"]
@@ -125,6 +136,17 @@ def field_specs(schema: Any) -> list[FieldSpec]:
     return specs
 
 
+def scalar_fields(schema: dict[str, Any], hinted: set[str]) -> dict[str, str]:
+    """The fields whose schema type is one of integer, number or boolean (and no hint): a text value of theirs
+    (every CSV cell) is typed by ``rules.norm_scalar``."""
+    out = {}
+    for name, node in schema["properties"].items():
+        kind = node.get("type") if isinstance(node, dict) else None
+        if name not in hinted and kind in ("integer", "number", "boolean"):
+            out[name] = str(kind)
+    return out
+
+
 def validator(schema: dict[str, Any]) -> Any:
     import jsonschema
 
@@ -184,6 +206,7 @@ class Normalizer:
         options.check()
         self.schema = schema
         self.specs = field_specs(schema)
+        self.scalars = scalar_fields(schema, {spec.name for spec in self.specs})
         self.options = options
         self.extract = extract
         self._validator = validator(schema)
@@ -206,6 +229,13 @@ class Normalizer:
             if resolved.value != value:
                 out.record[spec.name] = resolved.value
                 out.changes.append({"field": spec.name, "from": value, "to": resolved.value, "by": resolved.rule})
+                self.stats["changed"] += 1
+        for name, json_type in self.scalars.items():
+            value = raw.get(name)
+            typed = norm_scalar(value, json_type) if isinstance(value, str) else None
+            if typed is not None:  # else left: the schema's check names it
+                out.record[name] = typed.value
+                out.changes.append({"field": name, "from": value, "to": typed.value, "by": typed.rule})
                 self.stats["changed"] += 1
         self._validate(out, raw)
         return out

@@ -20,7 +20,9 @@ import unicodedata
 from decimal import Decimal
 from typing import Any
 
-from .rules import COUNTRIES, CURRENCY_WORDS, SHARED_CURRENCY, UNITS, clean, parse_number
+from .base import clean
+from .money import CURRENCY_WORDS, SHARED_CURRENCY, parse_number
+from .rules import COUNTRIES, UNITS
 
 _ZH_DIGIT = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
              "九": 9}

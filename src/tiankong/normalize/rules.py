@@ -7,11 +7,13 @@ with two numbers in it, a unit that is not in the table — all ``None``, never 
 - dates and times: ``python-dateutil`` (light, pure Python), plus the ``2021年3月5日`` spelling; a date is only
   taken when parsing with two different defaults gives the same result (no component was filled in);
 - phones: ``phonenumbers`` (Google's libphonenumber metadata) to E.164, with a default region for national numbers;
-- amounts: the one number in the text, its currency from an ISO 4217 code, a symbol or a name (a small table);
+- amounts (``money.py``): the one number in the text, its currency from an ISO 4217 code, a symbol or a name (a
+  small table), or the default currency where a shared symbol allows it;
 - units: a table of length, mass, volume and duration units (SI and common, Chinese included) to a target unit;
 - addresses: Chinese by the level suffixes (省/市/区/县/街道/镇 …), English by comma parts with a US-state and
   postcode pattern;
-- names: whitespace, ``Last, First`` order and the letter case of all-caps or all-lowercase Latin names.
+- names: whitespace, ``Last, First`` order and the letter case of all-caps or all-lowercase Latin names;
+- plain types: a text that is exactly an integer, number or boolean, for a field of that JSON type (CSV cells).
 """
 
 from __future__ import annotations
@@ -19,24 +21,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .base import Resolved, clean
+from .money import norm_amount, parse_number
+
 KINDS = ("date", "datetime", "time", "phone", "amount", "unit", "address", "name")
-
-
-@dataclass(frozen=True)
-class Resolved:
-    value: Any
-    rule: str
-
-
-def clean(text: str) -> str:
-    """NFKC (full-width digits and letters to ASCII) and whitespace runs to one space."""
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip()
 
 
 # --- dates and times ---------------------------------------------------------------------------------------------
@@ -175,100 +167,6 @@ def norm_phone(raw: str, *, region: str | None = None) -> Resolved | None:
     if not phonenumbers.is_valid_number(number):
         return None
     return Resolved(phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164), "phone:phonenumbers")
-
-
-# --- amounts -----------------------------------------------------------------------------------------------------
-
-#: ISO 4217's active codes (2024): a default currency (``--currency``, ``x-currency``) must be one of them
-_ISO_4217_TABLE = """
-    AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BRL BSD BTN BWP BYN BZD CAD CDF CHF
-    CLP CNY COP CRC CUC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL
-    HTG HUF IDR ILS INR IQD IRR ISK JMD JOD JPY KES KGS KHR KMF KPW KRW KWD KYD KZT LAK LBP LKR LRD LSL LYD MAD MDL
-    MGA MKD MMK MNT MOP MRU MUR MVR MWK MXN MYR MZN NAD NGN NIO NOK NPR NZD OMR PAB PEN PGK PHP PKR PLN PYG QAR RON
-    RSD RUB RWF SAR SBD SCR SDG SEK SGD SHP SLE SLL SOS SRD SSP STN SVC SYP SZL THB TJS TMT TND TOP TRY TTD TWD TZS
-    UAH UGX USD UYU UZS VES VND VUV WST XAF XCD XCG XOF XPF YER ZAR ZMW ZWG ZWL"""
-ISO_4217 = frozenset(_ISO_4217_TABLE.split())
-_DOLLARS = frozenset({"USD", "AUD", "CAD", "HKD", "SGD", "NZD", "TWD", "BSD", "BBD", "BZD", "BMD", "BND", "FJD",
-                      "GYD", "JMD", "KYD", "LRD", "NAD", "SBD", "SRD", "TTD", "XCD", "ZWL"})
-#: a symbol or name several currencies share: alone it needs the default currency, which must be one of them —
-#: "$12.50" with a default of JPY is refused, never written as yen
-SHARED_CURRENCY = {"$": _DOLLARS | {"MXN", "ARS", "CLP", "COP", "CUP", "DOP", "UYU", "NIO", "TOP", "WST"},
-                   "dollar": _DOLLARS, "dollars": _DOLLARS, "¥": frozenset({"CNY", "JPY"}),
-                   "￥": frozenset({"CNY", "JPY"})}
-#: symbols and names → ISO 4217 (a symbol shared by several currencies maps to none: see ``SHARED_CURRENCY``)
-CURRENCY_WORDS = {
-    "us$": "USD", "usd": "USD", "dollar": None, "dollars": None, "美元": "USD", "美金": "USD",
-    "€": "EUR", "eur": "EUR", "euro": "EUR", "euros": "EUR", "欧元": "EUR",
-    "£": "GBP", "gbp": "GBP", "pound": "GBP", "pounds": "GBP", "英镑": "GBP",
-    "¥": None, "￥": None, "cny": "CNY", "rmb": "CNY", "元": "CNY", "人民币": "CNY", "块": "CNY", "jpy": "JPY",
-    "yen": "JPY", "日元": "JPY", "円": "JPY", "hk$": "HKD", "hkd": "HKD", "港币": "HKD", "港元": "HKD",
-    "a$": "AUD", "aud": "AUD", "c$": "CAD", "cad": "CAD", "chf": "CHF", "inr": "INR", "₹": "INR", "krw": "KRW",
-    "₩": "KRW", "sgd": "SGD", "s$": "SGD", "$": None,
-}
-_NUMBER = re.compile(r"[-+]?\d[\d,.' ]*\d|[-+]?\d")
-_MULTIPLIER = {"k": Decimal(1000), "m": Decimal(1_000_000), "万": Decimal(10_000), "亿": Decimal(100_000_000),
-               "千": Decimal(1000), "百万": Decimal(1_000_000)}
-
-
-def parse_number(token: str, *, decimal_comma: bool = False) -> Decimal | None:
-    """``1,234.56``, ``1.234,56`` (``decimal_comma`` or two separators), ``1 234``; None when unclear."""
-    token = token.replace(" ", "").replace("'", "")
-    commas, dots = token.count(","), token.count(".")
-    if commas and dots:
-        decimal_sep = "," if token.rfind(",") > token.rfind(".") else "."
-    elif commas == 1 and (decimal_comma or len(token.split(",")[1]) != 3):
-        decimal_sep = ","
-    elif dots == 1 and decimal_comma and len(token.split(".")[1]) == 3:
-        decimal_sep = ","  # 1.234 in a decimal-comma locale is a thousand and more
-    else:
-        decimal_sep = "."
-    thousands = "." if decimal_sep == "," else ","
-    if token.count(decimal_sep) > 1:
-        return None
-    groups = token.replace(decimal_sep, "#").split("#")[0].split(thousands)
-    if len(groups) > 1 and (any(len(g) != 3 for g in groups[1:]) or not groups[0].lstrip("+-")):
-        return None  # 12,34 as thousands: not a number we are sure of
-    try:
-        return Decimal(token.replace(thousands, "").replace(decimal_sep, "."))
-    except InvalidOperation:
-        return None
-
-
-def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = False) -> Resolved | None:
-    """``{"amount", "currency"}``: one number and at most one currency in the text (``currency``: the default)."""
-    text = clean(raw)
-    numbers = _NUMBER.findall(text)
-    if len(numbers) != 1:
-        return None
-    value = parse_number(numbers[0], decimal_comma=decimal_comma)
-    if value is None:
-        return None
-    rest = text.replace(numbers[0], " ", 1).lower()
-    for word, factor in sorted(_MULTIPLIER.items(), key=lambda item: -len(item[0])):
-        if re.search(rf"(?<![a-z]){re.escape(word)}(?![a-z])", rest):
-            value *= factor
-            rest = rest.replace(word, " ", 1)
-            break
-    found: set[str | None] = set()
-    families: list[frozenset[str]] = []
-    for word, code in sorted(CURRENCY_WORDS.items(), key=lambda item: -len(item[0])):
-        pattern = rf"(?<![a-z]){re.escape(word)}(?![a-z])"
-        if re.search(pattern, rest):
-            found.add(code)
-            families += [SHARED_CURRENCY[word]] if code is None else []
-            rest = re.sub(pattern, " ", rest)
-    if re.search(r"[a-z\u4e00-\u9fff]", rest):
-        return None  # words left over that the table does not know
-    codes = {c for c in found if c is not None}
-    if len(codes) > 1:
-        return None
-    code = next(iter(codes)) if codes else currency
-    if code is None or any(code not in family for family in families):
-        return None  # no currency named, or a symbol the named or default one does not use
-    number = float(value)
-    if not math.isfinite(number) or Decimal(repr(number)) != value:
-        return None  # more digits than a JSON number keeps (99999999999999999999.99 would be written as 1e+20)
-    return Resolved({"amount": number, "currency": code}, "amount:table")
 
 
 # --- units -------------------------------------------------------------------------------------------------------
@@ -415,6 +313,28 @@ def norm_name(raw: str, **_: Any) -> Resolved | None:
             return None
         text = f"{first} {last}"
     return Resolved(_title(text), "name:latin")
+
+
+# --- plain JSON types ----------------------------------------------------------------------------------------------
+
+_INTEGER = re.compile(r"[-+]?\d+")
+_DECIMAL = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def norm_scalar(raw: str, json_type: str) -> Resolved | None:
+    """A text cell (every CSV value is one) as the integer, number or boolean its schema says: ``"12"`` → 12,
+    ``"2.5"`` → 2.5, ``"true"`` → true — only when the text is exactly that (no ``1,234``, no ``12 kg``, no digits
+    a JSON number would lose)."""
+    text = raw.strip()
+    if json_type == "integer" and _INTEGER.fullmatch(text):
+        return Resolved(int(text), "type:integer")
+    if json_type == "number" and _DECIMAL.fullmatch(text):
+        number = float(text)
+        if math.isfinite(number) and Decimal(repr(number)) == Decimal(text):
+            return Resolved(int(number) if _INTEGER.fullmatch(text) else number, "type:number")
+    if json_type == "boolean" and text.lower() in ("true", "false"):
+        return Resolved(text.lower() == "true", "type:boolean")
+    return None
 
 
 RULES: dict[str, Callable[..., Resolved | None]] = {
