@@ -17,7 +17,9 @@ from .run_cmds import API_KEY_OPTION
 @click.option("--region", default=None, help="Default phone region for numbers without a country code (e.g. CN).")
 @click.option("--currency", default=None, help="Default ISO 4217 currency for amounts that name none (e.g. USD).")
 @click.option("--dayfirst", is_flag=True, help="Read 03/05/2021 as 3 May (default: 5 March).")
-@click.option("--decimal-comma", is_flag=True, help="Read 1.234,56 and 1,5 with a decimal comma.")
+@click.option("--decimal-comma", is_flag=True,
+              help="Read 1,234 and 1.234 as a decimal comma would (1.234 and 1234); without it a comma before "
+                   "three digits is a thousands separator (1,5 and 1.234,56 have one reading either way).")
 @click.option("--rules-only", is_flag=True, help="No model: fields no rule resolves are left as they were, flagged.")
 @click.option("--model", default=None, help="Model for the fields no rule resolves (embedded engine).")
 @click.option("--url", default=None, help="Use a running server for them instead (or TIANKONG_URL).")
