@@ -257,6 +257,14 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, content: bytes, needles: tu
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("option", "stages"), [({"shingle": 3}, ("exact",)), ({"near_low": 0.5}, ("exact",)),
+                                               ({"semantic_low": 0.8}, ("exact", "near"))])
+def test_an_option_of_a_stage_left_out_is_refused_not_ignored(option: dict[str, float], stages: tuple[str, ...]
+                                                              ) -> None:
+    with pytest.raises(ConfigError, match=f"{next(iter(option))} applies to the"):
+        dedupe_records(_records(), DedupeOptions(stages=stages, **option))  # type: ignore[arg-type]
+
+
 def test_keep_by_a_field_no_record_has_is_refused() -> None:
     """--keep field:NAME with a typo kept the first record of every cluster, silently."""
     rows = [Record("a", "same text", {"score": 1}), Record("b", "same text", {"score": 2})]

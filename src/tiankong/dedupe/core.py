@@ -100,6 +100,11 @@ class DedupeOptions:
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown or not self.stages:
             raise ConfigError(f"unknown or no stages {unknown or '(none)'}", hint=f"choose from {', '.join(STAGES)}")
+        for option, stage in (("shingle", "near"), ("near_low", "near"), ("semantic", "semantic"),
+                              ("semantic_low", "semantic"), ("part", "semantic")):
+            if getattr(self, option) not in (None, "") and stage not in self.stages:  # else silently ignored
+                raise ConfigError(f"{option} applies to the {stage} stage, which stages {list(self.stages)} leaves "
+                                  "out", hint=f"add {stage} to the stages, or leave {option} out", param=option)
         if self.keep not in ("first", "longest", "most-complete") and not (
                 self.keep.startswith("field:") and len(self.keep) > 6):
             raise ConfigError(f"unknown keep rule {self.keep!r}", hint="use first, longest, most-complete or "
