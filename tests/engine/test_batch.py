@@ -182,6 +182,39 @@ def test_malformed_lines_are_reported_with_line_numbers(tmp_path: Path, url: str
     assert len(read_lines(tmp_path / "out.jsonl.errors.jsonl")) == 3
 
 
+def test_a_malformed_line_fixed_since_is_no_longer_failed(tmp_path: Path, url: str) -> None:
+    """Its error was logged under its line (it had no id) and stayed for good: 'failed 1', exit 3, every run."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": 1, "text": "a@b.com"}\n{bad json\n{"id": 3, "text": "c"}\n')
+    assert run(rules_job(tmp_path, url, src)).failed == 1
+    src.write_text('{"id": 1, "text": "a@b.com"}\n{"id": 2, "text": "mended"}\n{"id": 3, "text": "c"}\n')
+    again = run(rules_job(tmp_path, url, src))
+    assert (again.processed, again.failed) == (1, 0)
+    assert not (tmp_path / "out.jsonl.errors.jsonl").exists()
+    assert_exactly_once(tmp_path / "out.jsonl", [1, 2, 3])
+
+
+def test_an_output_is_resumed_only_by_the_job_that_wrote_it(tmp_path: Path, url: str) -> None:
+    """Another task or input on the same OUT was reported complete (0 processed) with the first job's lines."""
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "x@y.com"}, {"id": "b", "text": "y"}])
+    out = tmp_path / "out.jsonl"
+    redact = ("batch", "run", "--task", "redact", "--no-model", "--input", str(src), "--output", str(out))
+    assert cli(*redact).returncode == 0 and cli(*redact).returncode == 0  # the same job again: resumed (nothing left)
+    before = out.read_bytes()
+    assert_one_line_error(cli("batch", "run", "--task", "classify", "--labels", "a,b", "--input", str(src),
+                              "--output", str(out), "--url", url), "holds the results of another job", "task")
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "a", "text": "z"}])
+    assert_one_line_error(cli(*redact[:-4], "--input", str(other), "--output", str(out)), "another job", "input")
+    assert out.read_bytes() == before
+    os.link(src, tmp_path / "linked.jsonl")  # a hard link to the input is the input
+    assert_one_line_error(cli(*redact[:-2], "--output", str(tmp_path / "linked.jsonl")), "the file the job writes")
+    moved = cli("batch", "status", str(out), "--input", str(tmp_path / "nope.jsonl"))
+    assert_one_line_error(moved, "nope.jsonl", "not there")
+    src.rename(tmp_path / "elsewhere.jsonl")  # `status` said done 2/? with no word of why
+    status = cli("batch", "status", str(out))
+    assert status.returncode == 0 and "not there: pass --input" in status.stdout
+
+
 def test_duplicate_ids_refused_or_deduped(tmp_path: Path, url: str) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "x"}, {"id": "b", "text": "y"},
                                               {"id": "a", "text": "z"}])

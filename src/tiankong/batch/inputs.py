@@ -155,6 +155,8 @@ class Scan:
     duplicate_examples: list[str] = field(default_factory=list)
     missing: dict[str, int] = field(default_factory=dict)
     fields_seen: list[str] = field(default_factory=list)
+    #: the keys (``line:N``) of the lines that are not records now: an error logged for another line is stale
+    malformed_keys: set[str] = field(default_factory=set)
 
     @property
     def records(self) -> int:
@@ -174,6 +176,7 @@ def prescan(items: Iterator[Item], required: list[str]) -> Scan:
         scan.total += 1
         if item.data is None:
             scan.malformed += 1
+            scan.malformed_keys.add(item.key)
             continue
         if not scan.fields_seen:
             scan.fields_seen = list(item.data)[:12]

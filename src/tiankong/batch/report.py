@@ -142,11 +142,14 @@ class BatchStatus(BaseModel):
     failed: int
     pending: int | None
     complete: bool | None
+    #: why the input's count is unknown (its file is not there: moved, deleted, or a job file unreadable)
+    note: str | None = None
 
     def summary(self) -> str:
         total = "?" if self.total is None else str(self.total)
         pending = "?" if self.pending is None else str(self.pending)
-        return f"done {self.done}/{total} · failed {self.failed} · pending {pending}"
+        line = f"done {self.done}/{total} · failed {self.failed} · pending {pending}"
+        return line + (f" ({self.note})" if self.note else "")
 
 
 def read_report(output: str | Path) -> dict[str, Any]:
@@ -171,16 +174,22 @@ def status(output: str | Path, input: str | None = None) -> BatchStatus:
         raise ConfigError(f"{output} does not exist", hint="start it with `tiankong batch run`")
     done = written_keys(paths.output, strict=False)
     failed = len(written_keys(paths.errors, strict=False) - done)
+    if input is not None and not Path(input).is_file():
+        raise ConfigError(f"the input {input} is not there", hint="check the --input path")
     spec = _saved_job(paths.job)
     source = input or spec.get("input")
-    total = None
-    if source and Path(source).exists():
+    total, note = None, None
+    if source and Path(source).is_file():
         fmt = detect_format(source, str(spec.get("format", "auto")) if not input else "auto")
         items = read_items(source, fmt, str(spec.get("id_field", "id")), str(spec.get("text_field", "text")))
         total = prescan(items, []).unique
+    elif source:
+        note = f"the job's input {source} is not there: pass --input to count it"
+    else:
+        note = f"{paths.job.name} is missing or unreadable: pass --input to count the input"
     pending = None if total is None else max(0, total - len(done) - failed)
     return BatchStatus(output=str(output), input=source, total=total, done=len(done), failed=failed,
-                       pending=pending, complete=None if total is None else len(done) >= total)
+                       pending=pending, complete=None if total is None else len(done) >= total, note=note)
 
 
 def _saved_job(path: Path) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from ..errors import ConfigError, EngineError, TiankongError, TransportError
 from ..paths import check_output
 from . import openai_fmt
 from .engines import BatchEngines, unreachable
-from .inputs import Item, check_scan, detect_format, job_items, prescan
+from .inputs import Item, Scan, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
 from .ray_exec import RayEngines
 from .report import BatchReport, RunStats, build_report
@@ -87,18 +87,21 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None, engines: 
     paths.output.parent.mkdir(parents=True, exist_ok=True)
     lock = OutputLock(paths)  # one run writes an output at a time
     try:
-        return await _locked_run(job, fmt, paths, scan.unique, progress, engines)
+        return await _locked_run(job, fmt, paths, scan, progress, engines)
     finally:
         lock.release()
 
 
-async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, total: int, progress: ProgressSink | None,
+async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, scan: Scan, progress: ProgressSink | None,
                       engines: BatchEngines | None) -> BatchReport:
+    total = scan.unique
+    stored = {**job.model_dump(mode="json", by_alias=True), "format": fmt, "input": str(Path(job.input).resolve())}
+    paths.check_same_job(stored)  # before anything of OUT is touched
     repaired = repair(paths.output) + repair(paths.errors)
     paths.ordering.unlink(missing_ok=True)  # a copy a killed run was putting in order: OUT is still whole
     writer = OutputWriter(paths.output, job.fsync_every)
     failed_before = written_keys(paths.errors) - writer.written.keys()
-    write_json(paths.job, {**job.model_dump(mode="json", by_alias=True), "format": fmt})
+    write_json(paths.job, stored)  # the input's full path: `batch status` finds it from any directory
     batch = _Batch(job, fmt, paths, writer, failed_before, progress)
     pool: BatchEngines | RayEngines
     if engines is not None:
@@ -118,7 +121,7 @@ async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, total: int, p
     if job.keep_order:  # only after a run that finished: a stopped one leaves completion order to the next run
         keys = (item.key for item in job_items(job, fmt))
         reordered = await asyncio.to_thread(put_in_order, paths.output, keys, paths.ordering)
-    failed = compact_errors(paths.errors, batch.done)
+    failed = compact_errors(paths.errors, batch.done, scan.malformed_keys)
     report = build_report(batch.stats, input=job.input, output=paths.output, fmt=fmt, task=job.step or "openai",
                           total=total, done=len(batch.done), failed=failed, repaired=repaired,
                           concurrency=concurrency, nodes=pool.describe() if isinstance(pool, RayEngines) else None,

@@ -87,9 +87,39 @@ class OutputPaths:
         """The input must not be one of the files the job writes (it would be read while it is rewritten)."""
         source = Path(input).resolve()
         for written in (self.output, self.errors, self.job, self.report, self.lock, self.ordering, self.calls):
-            if source == written.resolve():
-                raise ConfigError(f"the input {input} is also the job's {written.name} — the output would overwrite "
-                                  "what is being read", hint="choose another --output path")
+            same = source == written.resolve() or (source.exists() and written.exists()
+                                                   and os.path.samefile(source, written))  # a hard link too
+            if same:
+                raise ConfigError(f"the input {input} is the file the job writes as {written} — the output would "
+                                  "overwrite what is being read", hint="choose another --output path")
+
+    def check_same_job(self, job: dict[str, Any]) -> None:
+        """A run that goes on with ``OUT`` must be the job that wrote it: another task or input would leave the other
+        job's lines counted as this one's, done (a run reported complete, 0 processed)."""
+        if not self.job.exists() or not self.output.exists() or self.output.stat().st_size == 0:
+            return
+        try:
+            stored = json.loads(self.job.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stored = None
+        if not isinstance(stored, dict):
+            raise ConfigError(f"{self.output} holds results, and {self.job.name} that says which job wrote them is "
+                              "unreadable", hint=f"write to another --output, or remove {self.output} and its "
+                              f"{self.output.name}.* files to start again")
+        for key in (k for k in JOB_IDENTITY if k in stored):  # (a key an older version did not write: not compared)
+            before, now = stored[key], job.get(key)
+            if key == "input" and before and now:
+                before, now = str(Path(before).resolve()), str(Path(now).resolve())
+            if before != now:
+                raise ConfigError(f"{self.output} holds the results of another job ({key}: {before!r}, not "
+                                  f"{now!r})", hint=f"write to another --output, or remove {self.output} and its "
+                                  f"{self.output.name}.* files to start again")
+
+
+#: what makes two runs one job: the input, how its ids are read, and the task. The rest may change between runs —
+#: engines, concurrency, ordering, and what fixes the failed records (the text field, template, arguments, budget:
+#: the documented "fix the job, then --retry-failed")
+JOB_IDENTITY = ("input", "format", "id_field", "kind", "task")
 
 
 def record_key(record: dict[str, Any]) -> str:
@@ -316,14 +346,17 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def compact_errors(path: Path, done: Container[str]) -> int:
-    """Rewrite the error log with the last entry of each id that is still not done; returns its entries."""
+def compact_errors(path: Path, done: Container[str], malformed: Container[str] | None = None) -> int:
+    """Rewrite the error log with the last entry of each id that is still not done; returns its entries.
+    ``malformed``: the ``line:N`` keys of the lines that are still not records — an entry for a line fixed since
+    (the user mended the JSON) is dropped, not counted as failed for good."""
     if not path.exists():
         return 0
     last: dict[str, int] = {}
     for index, record in enumerate(iter_lines(path)):
         last[record_key(record)] = index
-    keep = {index for key, index in last.items() if key not in done}
+    keep = {index for key, index in last.items() if key not in done
+            and (malformed is None or not key.startswith("line:") or key in malformed)}
     if len(keep) == sum(1 for _ in iter_lines(path)):
         return len(keep)
     tmp = path.with_name(path.name + ".tmp")
