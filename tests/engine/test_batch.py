@@ -215,6 +215,17 @@ def test_an_output_is_resumed_only_by_the_job_that_wrote_it(tmp_path: Path, url:
     assert status.returncode == 0 and "not there: pass --input" in status.stdout
 
 
+def test_a_csv_byte_that_is_not_utf8_fails_its_row_only(tmp_path: Path, url: str) -> None:
+    """It stopped the file — reported as line 1, the rows before and after it never run."""
+    src = tmp_path / "in.csv"
+    src.write_bytes(b"id,text\n1,ok\n2,caf\xe9\n3,fine\n")
+    report = run(rules_job(tmp_path, url, src))
+    assert (report.processed, report.failed) == (2, 1)
+    (error,) = read_lines(tmp_path / "out.jsonl.errors.jsonl")
+    assert error["line"] == 3 and "not valid UTF-8" in error["error"]["message"]
+    assert_exactly_once(tmp_path / "out.jsonl", ["1", "3"])
+
+
 def test_duplicate_ids_refused_or_deduped(tmp_path: Path, url: str) -> None:
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "text": "x"}, {"id": "b", "text": "y"},
                                               {"id": "a", "text": "z"}])

@@ -106,8 +106,8 @@ def _jsonl(path: Path, id_field: str) -> Iterator[Item]:
 
 
 def _csv(path: Path, id_field: str) -> Iterator[Item]:
-    try:
-        handle = path.open(encoding="utf-8", newline="")
+    try:  # surrogateescape: a byte that is not UTF-8 fails its row only (it stopped the file, named as line 1)
+        handle = path.open(encoding="utf-8", errors="surrogateescape", newline="")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     with handle:
@@ -119,6 +119,10 @@ def _csv(path: Path, id_field: str) -> Iterator[Item]:
                 if None in row:
                     yield Item(line, error=f"line {line}: more values than the header has columns")
                     continue
+                if not _utf8(row):
+                    yield Item(line, error=f"line {line}: not valid UTF-8 (convert the file: iconv -f GBK -t "
+                                           "UTF-8, or the encoding it is in)")
+                    continue
                 data = {key: value for key, value in row.items() if value is not None}
                 if data.get(id_field) == "":
                     del data[id_field]  # an empty id cell: the line number is the id
@@ -126,6 +130,15 @@ def _csv(path: Path, id_field: str) -> Iterator[Item]:
         except (UnicodeDecodeError, csv.Error) as exc:
             yield Item(reader.line_num + 1, error=f"line {reader.line_num + 1}: unreadable CSV ({exc}); "
                                                   "the rest of the file was skipped")
+
+
+def _utf8(row: dict[str, str | None]) -> bool:
+    """No byte of the row (header included) was undecodable (``surrogateescape`` keeps them as lone surrogates)."""
+    try:
+        "".join(f"{key}{value or ''}" for key, value in row.items()).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _folder(path: Path, text_field: str) -> Iterator[Item]:
