@@ -114,6 +114,22 @@ def test_add_list_rm_with_manifest(lora_home: Path, noise_file: Path) -> None:
     assert_one_line_error(run_cli("lora", "rm", "noise"), "unknown lora adapter")
 
 
+def test_a_broken_adapter_is_named_by_list_and_removed_by_rm(lora_home: Path, noise_file: Path) -> None:
+    """A damaged manifest or a lost adapter file: list hid the entry, rm said "unknown", add said "already
+    registered — rm it first" (a circle only --force left)."""
+    for name in ("torn", "lost"):
+        add_adapter(noise_file, name=name, base=TEST_MODEL)
+    (lora_home / "lora" / "torn" / "manifest.json").write_text("{not json")
+    (lora_home / "lora" / "lost" / "adapter.gguf").unlink()
+    listed = run_cli("lora", "list")
+    assert listed.returncode == 0 and "lora rm lost" in listed.stderr and "lora rm torn" in listed.stderr
+    for name in ("torn", "lost"):
+        removed = run_cli("lora", "rm", name)
+        assert removed.returncode == 0 and "broken" in removed.stdout, removed.stderr
+        assert not (lora_home / "lora" / name).exists()
+    assert add_adapter(noise_file, name="torn", base=TEST_MODEL).name == "torn"  # and the name is free again
+
+
 def test_add_rejects_files_that_are_not_lora_adapters(lora_home: Path, tmp_path: Path, smol_path: Path,
                                                       noise_file: Path) -> None:
     text = tmp_path / "notes.gguf"

@@ -28,6 +28,9 @@ def _show(record: L.AdapterRecord, as_json: bool, verb: str) -> None:
 def list_cmd(as_json: bool) -> None:
     """Registered adapters."""
     records = L.list_adapters()
+    for name in L.broken_adapters():
+        click.echo(f"warning: {name} is broken (its manifest or adapter file is damaged or missing): remove it with "
+                   f"`tiankong lora rm {name}`, then add it again", err=True)
     if as_json:
         emit_json([record.to_json() for record in records])
         return
@@ -91,5 +94,12 @@ def train(base: str, data: str, name: str, rank: int, alpha: float, targets: str
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def rm(name: str, as_json: bool) -> None:
-    """Remove a registered adapter."""
+    """Remove a registered adapter (or a broken one `tiankong lora list` names)."""
+    if name in L.broken_adapters():
+        folder = L.remove_broken_adapter(name)
+        if as_json:
+            emit_json({"name": name, "path": str(folder), "broken": True})
+        else:
+            click.echo(f"removed the broken adapter {name} ({folder})")
+        return
     _show(L.remove_adapter(name), as_json, "removed")

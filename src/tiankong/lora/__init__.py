@@ -9,9 +9,11 @@ from .registry import (
     AdapterRecord,
     adapter_file,
     add_adapter,
+    broken_adapters,
     list_adapters,
     lora_dir,
     remove_adapter,
+    remove_broken_adapter,
     resolve_adapter,
 )
 from .selection import LoadedAdapter, parse_loaded, requested, rewrite_body, to_engine
@@ -21,8 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AdapterInfo", "AdapterNotFound", "AdapterRecord", "InvalidAdapter", "LoadedAdapter", "adapter_file",
-    "add_adapter", "check_compatible", "list_adapters", "lora_dir", "parse_loaded", "read_adapter", "read_base",
-    "remove_adapter", "requested", "resolve_adapter", "rewrite_body", "to_engine", "write_random_lora",
+    "add_adapter", "broken_adapters", "check_compatible", "list_adapters", "lora_dir", "parse_loaded", "read_adapter",
+    "read_base", "remove_adapter", "remove_broken_adapter", "requested", "resolve_adapter", "rewrite_body",
+    "to_engine", "write_random_lora",
 ]
 
 

@@ -163,3 +163,22 @@ def remove_adapter(name: str) -> AdapterRecord:
     record = resolve_adapter(name)
     shutil.rmtree(record.path.parent)
     return record
+
+
+def broken_adapters() -> list[str]:
+    """The registry's folders that hold no readable adapter — a manifest damaged, the adapter file gone, an add cut
+    off: ``lora list`` names them (it hid them) and ``lora rm`` removes them (it said "unknown adapter" while
+    ``lora add`` said "already registered")."""
+    root = lora_dir()
+    if not root.is_dir():
+        return []
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith(".") and _read(d) is None)
+
+
+def remove_broken_adapter(name: str) -> Path:
+    """Remove a folder :func:`broken_adapters` lists (``AdapterNotFound`` when ``name`` is not one)."""
+    folder = lora_dir() / check_name(name)
+    if name not in broken_adapters():
+        raise AdapterNotFound(name, [r.name for r in list_adapters()])
+    shutil.rmtree(folder)
+    return folder
