@@ -367,3 +367,21 @@ def test_managed_engine_via_model_flag(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["concurrency"] == 2
     assert_exactly_once(tmp_path / "out.jsonl", ["t000", "t001", "t002"])
+
+
+def test_an_openai_embeddings_line_is_answered_by_the_managed_engine(tmp_path: Path) -> None:
+    """Each /v1/embeddings line failed: 501 "start it with --embeddings" (a flag `batch run` does not take), then,
+    with embeddings on, 400 "pooling type 'none' is not OAI compatible". Now it is answered as the gateway's
+    /v1/embeddings answers: mean-pooled, L2-normalised, OpenAI's shape."""
+    lines = [{"custom_id": "e1", "method": "POST", "url": "/v1/embeddings", "body": {"input": ["hello", "你好"]}},
+             {"custom_id": "c1", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}}]
+    src = write_jsonl(tmp_path / "in.jsonl", lines)
+    proc = cli("batch", "run", "--input", str(src), "--output", str(tmp_path / "out.jsonl"), "--model", TEST_MODEL,
+               "--slots", "1")
+    assert proc.returncode == 0, proc.stderr
+    by_id = {line["custom_id"]: line["response"] for line in read_lines(tmp_path / "out.jsonl")}
+    assert by_id["c1"]["status_code"] == 200 and by_id["e1"]["status_code"] == 200
+    data = by_id["e1"]["body"]["data"]
+    assert [item["index"] for item in data] == [0, 1] and len(data[0]["embedding"]) == 576  # SmolLM2's width
+    assert abs(sum(v * v for v in data[1]["embedding"]) - 1) < 1e-4

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,8 +37,19 @@ def start_managed(job: BatchJob) -> EngineProcess:
     if ctx % slots:
         raise ConfigError(f"ctx {ctx} is not divisible by slots {slots}", hint="pick ctx = slots × per-slot ctx")
     needs = job.decider_engine()
-    keys = engine_keys(ctx=ctx, slots=slots, embeddings=needs.embeddings, pooling="none", lora=list(needs.adapters))
+    embeddings = needs.embeddings or _asks_embeddings(job)
+    keys = engine_keys(ctx=ctx, slots=slots, embeddings=embeddings, pooling="none", lora=list(needs.adapters))
     return launch(engine_config(keys, record.path, alias=record.name, port=free_port()), job.llama_server)
+
+
+def _asks_embeddings(job: BatchJob) -> bool:
+    """An OpenAI batch file (no task) with a ``/v1/embeddings`` line: the managed engine starts with embeddings on
+    (each such line failed with llama-server's 501 "start it with --embeddings", a flag `batch run` does not take).
+    A byte search, not a parse: a chat line that merely mentions the path only turns embeddings on."""
+    if job.task is not None or job.kind != "records" or not Path(job.input).is_file():
+        return False
+    with Path(job.input).open("rb") as handle:
+        return any(b"/embeddings" in line for line in handle)
 
 
 class BatchEngines:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..api import AsyncClient
 from ..client import validate_messages
+from ..client._embeddings import embeddings_items, embeddings_response, mean_pooled, per_token_refused
 from ..client._shared import token_budget_problem
 from ..errors import ConfigError, ServerError, TiankongError
 from ..structured.flow import Structured
@@ -100,7 +101,9 @@ async def run_request(client: AsyncClient, data: dict[str, Any], *, passthrough:
     if passthrough:
         answer: dict[str, Any] = await client._forward(url, body)
         return answer
-    if url in ("/v1/completions", "/v1/embeddings"):
+    if url == "/v1/embeddings":
+        return await _embeddings(client, body)
+    if url == "/v1/completions":
         return await _post(client, url, body)
     if url in TASK_ENDPOINTS:
         return await _task(client, url.removeprefix("/v1/tasks/"), body)
@@ -120,6 +123,19 @@ async def _post(client: AsyncClient, url: str, body: dict[str, Any]) -> dict[str
     if not isinstance(answer, dict):
         raise ConfigError(f"the engine answered {url} with {str(answer)[:100]}")
     return answer
+
+
+async def _embeddings(client: AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    """As the gateway's ``/v1/embeddings``: tiankong's engines pool nothing (``--pooling none``), which llama-server's
+    OpenAI endpoint refuses — then every token's vector is read and mean-pooled, as ``--pooling mean`` gives."""
+    items = embeddings_items(body.get("input"))
+    try:
+        return await _post(client, "/v1/embeddings", {**body, "input": items})
+    except ServerError as exc:
+        if not per_token_refused(exc):
+            raise
+    vectors, tokens = mean_pooled(await client._request("POST", "/embeddings", {"content": items}))
+    return embeddings_response(vectors, tokens, body.get("model"))
 
 
 async def _task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict[str, Any]:
