@@ -385,3 +385,17 @@ def test_an_openai_embeddings_line_is_answered_by_the_managed_engine(tmp_path: P
     data = by_id["e1"]["body"]["data"]
     assert [item["index"] for item in data] == [0, 1] and len(data[0]["embedding"]) == 576  # SmolLM2's width
     assert abs(sum(v * v for v in data[1]["embedding"]) - 1) < 1e-4
+
+
+def test_input_errors_say_what_the_file_says_once() -> None:
+    """An id written `true` was reported as Python's `True`; the tasks a /v1/tasks/ URL may name listed extract
+    twice."""
+    import asyncio
+
+    from tiankong.batch.inputs import _record_item
+    from tiankong.batch.openai_fmt import run_request
+
+    assert str(_record_item(3, {"id": True, "text": "x"}, "id").error).endswith("not true")
+    with pytest.raises(ConfigError) as refused:  # refused before any client is used
+        asyncio.run(run_request(None, {"url": "/v1/nope", "body": {}}))  # type: ignore[arg-type]
+    assert refused.value.one_line().count("extract") == 1

@@ -81,7 +81,8 @@ def _record_item(line: int, data: Any, id_field: str) -> Item:
     if value is None:  # an explicit null is a mistake, not "no id": the line number would silently stand in
         return Item(line, error=f"line {line}: {id_field} is null; give a string or an integer, or leave it out")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        return Item(line, error=f"line {line}: {id_field} must be a string or an integer, not {value!r:.40}")
+        written = json.dumps(value, ensure_ascii=False, default=str)[:40]  # as the file has it: true, not True
+        return Item(line, error=f"line {line}: {id_field} must be a string or an integer, not {written}")
     return Item(line, id=value, data=data)
 
 

@@ -27,7 +27,8 @@ from ..tasks.bodies import extract_answer, task_answer, usage_json
 from ..tasks.specs import SPECS
 
 OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
-TASK_ENDPOINTS = tuple(f"/v1/tasks/{name}" for name in ("extract", *SPECS))
+TASK_NAMES = tuple(dict.fromkeys(("extract", *SPECS)))  # (extract is a registered task too: once)
+TASK_ENDPOINTS = tuple(f"/v1/tasks/{name}" for name in TASK_NAMES)
 ENDPOINTS = (*OPENAI_ENDPOINTS, *TASK_ENDPOINTS)
 
 
@@ -44,8 +45,8 @@ def _check(data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"method {method} is not supported (only POST)")
     if url not in ENDPOINTS:
         raise ConfigError(f"url {url!r} is not supported",
-                          hint=f"use {', '.join(OPENAI_ENDPOINTS)} or /v1/tasks/<task> (tasks: extract, "
-                               f"{', '.join(SPECS)})")
+                          hint=f"use {', '.join(OPENAI_ENDPOINTS)} or /v1/tasks/<task> (tasks: "
+                               f"{', '.join(TASK_NAMES)})")
     if not isinstance(body, dict):
         raise ConfigError("body must be a JSON object")
     if body.get("stream"):
