@@ -153,11 +153,11 @@ def test_top_level_json_schema_is_validated_like_response_format(gateway: str) -
 def test_batch_refuses_to_write_over_its_input(tmp_path: Path) -> None:
     source = tmp_path / "x.jsonl"
     source.write_text('{"id": 1, "text": "a"}\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match="also the job's"):
+    with pytest.raises(ConfigError, match="is the file the job writes"):
         run(build_job(input=str(source), output=str(source), task="redact", use_model=False))
     assert source.read_text(encoding="utf-8") == '{"id": 1, "text": "a"}\n'
     proc = run_cli("batch", "run", "--task", "redact", "--input", str(source), "--output", str(source))
-    assert_one_line_error(proc, "also the job's")
+    assert_one_line_error(proc, "is the file the job writes")
 
 
 def test_a_null_id_is_an_error_not_a_line_number(tmp_path: Path, smol_engine: EngineProcess) -> None:
