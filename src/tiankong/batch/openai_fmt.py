@@ -19,7 +19,7 @@ from typing import Any
 
 from ..api import AsyncClient
 from ..client import validate_messages
-from ..client._embeddings import embeddings_items, embeddings_response, mean_pooled, per_token_refused
+from ..client._embeddings import embeddings_items, openai_embeddings
 from ..client._shared import token_budget_problem
 from ..errors import ConfigError, ServerError, TiankongError
 from ..structured.flow import Structured
@@ -130,13 +130,10 @@ async def _embeddings(client: AsyncClient, body: dict[str, Any]) -> dict[str, An
     """As the gateway's ``/v1/embeddings``: tiankong's engines pool nothing (``--pooling none``), which llama-server's
     OpenAI endpoint refuses — then every token's vector is read and mean-pooled, as ``--pooling mean`` gives."""
     items = embeddings_items(body.get("input"))
-    try:
-        return await _post(client, "/v1/embeddings", {**body, "input": items})
-    except ServerError as exc:
-        if not per_token_refused(exc):
-            raise
-    vectors, tokens = mean_pooled(await client._request("POST", "/embeddings", {"content": items}))
-    return embeddings_response(vectors, tokens, body.get("model"))
+    answer = await openai_embeddings(client._request, {**body, "input": items}, items, body.get("model"))
+    if not isinstance(answer, dict):
+        raise ConfigError(f"the engine answered /v1/embeddings with {str(answer)[:100]}")
+    return answer
 
 
 async def _task(client: AsyncClient, task: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Embeddings from an engine that returns every token's vector (``--pooling none``, tiankong's default), for
-``Client.embed`` / ``AsyncClient.embed`` and the gateway's ``/v1/embeddings``: pure helpers, no I/O."""
+``Client.embed`` / ``AsyncClient.embed``, the gateway's ``/v1/embeddings`` and a batch file's embeddings lines: pure
+helpers — the one that asks (:func:`openai_embeddings`) is given the caller's request function."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import ConfigError, ServerError
@@ -46,3 +48,16 @@ def embeddings_response(vectors: list[list[float]], tokens: int, model: str | No
     return {"object": "list", "model": model or "default",
             "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+async def openai_embeddings(request: Callable[[str, str, dict[str, Any]], Awaitable[Any]], body: dict[str, Any],
+                            items: list[str], model: str | None) -> Any:
+    """The OpenAI embeddings answer: ``body`` passed through to a pooling engine; from a per-token engine (whose
+    OpenAI endpoint refuses pooling none) every token's vector read and mean-pooled here."""
+    try:
+        return await request("POST", "/v1/embeddings", body)
+    except ServerError as exc:
+        if not per_token_refused(exc):
+            raise
+    vectors, tokens = mean_pooled(await request("POST", "/embeddings", {"content": items}))
+    return embeddings_response(vectors, tokens, model)

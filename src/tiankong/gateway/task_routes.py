@@ -16,7 +16,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..api import AsyncClient
-from ..client._embeddings import embeddings_items, embeddings_response, mean_pooled, per_token_refused
+from ..client._embeddings import embeddings_items, openai_embeddings
 from ..deciders.registry import names_only
 from ..errors import ConfigError, ServerError
 from ..tasks.bodies import task_answer
@@ -50,16 +50,14 @@ async def embeddings_answer(client: AsyncClient, body: dict[str, Any]) -> JSONRe
                           hint="leave dimensions out; encoding_format: float or base64")
     items = embeddings_items(body.get("input"))
     try:
-        answer = await client._request("POST", "/v1/embeddings", {"input": items, "model": body.get("model")})
+        answer = await openai_embeddings(client._request, {"input": items, "model": body.get("model")}, items,
+                                         body.get("model"))
     except ServerError as exc:
         if exc.status == 501:
             raise ConfigError("embeddings are off on this engine",
                               hint="start the gateway with `tiankong serve --embeddings` "
                                    "(or engine.embeddings = true in the config)") from None
-        if not per_token_refused(exc):
-            raise
-        vectors, tokens = mean_pooled(await client._request("POST", "/embeddings", {"content": items}))
-        answer = embeddings_response(vectors, tokens, body.get("model"))
+        raise
     return JSONResponse(as_base64(answer) if encoding == "base64" else answer)
 
 
