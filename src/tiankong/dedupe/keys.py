@@ -17,7 +17,8 @@ from dataclasses import dataclass
 _SPACE = re.compile(r"\s+")
 # an apostrophe inside a word: "don't" is "dont", not "don t"
 _APOSTROPHE = re.compile(r"(?<=\w)['\u2019](?=\w)")
-# a space beside a Chinese or Japanese character: "我想退款 订单号" (segmented) is "我想退款订单号"
+# a space beside a Chinese or Japanese character: "我想退款 订单号" (segmented) is "我想退款订单号" (not
+# structured.prompts.CJK_SCRIPT: it holds Hangul too, and Korean writes a space between words)
 _CJK = "\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff"
 _CJK_SPACE = re.compile(rf"(?<=[{_CJK}]) | (?=[{_CJK}])")
 _HAS_CJK = re.compile(f"[{_CJK}]")

@@ -15,14 +15,14 @@ Jaccard is the signatures' estimate, all pairs in one vectorised comparison (``b
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
+from ..structured.prompts import CJK_SCRIPT
+
 NUM_PERM = 128
 SEED = 1
 SCHEME = "affine32"
@@ -38,7 +38,7 @@ def shingle_size(text: str) -> int:
     per file: a Chinese pair merged or not by whether a few English records were in the same file."""
     sample = text[:200]
     letters = sum(1 for c in sample if c.isalnum())
-    cjk = len(_CJK.findall(sample))
+    cjk = len(CJK_SCRIPT.findall(sample))
     return 3 if letters and cjk / letters > 0.5 else 5
 
 
