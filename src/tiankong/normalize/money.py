@@ -10,7 +10,8 @@ from decimal import Decimal, InvalidOperation
 
 from .base import Resolved, clean
 
-#: ISO 4217's active codes (2024): a default currency (``--currency``, ``x-currency``) must be one of them
+#: ISO 4217's active codes (2024): a default currency (``--currency``, ``x-currency``) must be one of them (written
+#: out: no package the project installs carries the list, and ``[A-Z]{3}`` took ZZZ and XYZ)
 _ISO_4217_TABLE = """
     AED AFN ALL AMD ANG AOA ARS AUD AWG AZN BAM BBD BDT BGN BHD BIF BMD BND BOB BRL BSD BTN BWP BYN BZD CAD CDF CHF
     CLP CNY COP CRC CUC CUP CVE CZK DJF DKK DOP DZD EGP ERN ETB EUR FJD FKP GBP GEL GHS GIP GMD GNF GTQ GYD HKD HNL
