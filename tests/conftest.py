@@ -228,10 +228,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+            input: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([TIANKONG, *args], capture_output=True, text=True, env=full_env, timeout=timeout,
-                          input=input)
+                          input=input, cwd=cwd)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> None:

@@ -48,6 +48,12 @@ def detect_format(input: str | Path, fmt: str = "auto") -> str:
     path = Path(input)
     if not path.exists():
         raise ConfigError(f"the input {path} does not exist")
+    if fmt == "folder" and not path.is_dir():
+        raise ConfigError(f"--format folder reads a directory, and {path} is a file",
+                          hint="give the folder of text files, or the file's own format (jsonl, csv, openai)")
+    if fmt not in ("auto", "folder") and path.is_dir():
+        raise ConfigError(f"the input {path} is a directory, not a {fmt} file",
+                          hint="give the file, or --format folder to read every text file below it")
     if fmt != "auto":
         return fmt
     if path.is_dir():
@@ -95,8 +101,8 @@ def _jsonl(path: Path, id_field: str) -> Iterator[Item]:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
                 continue
-            try:
-                data = jsonsafe.loads(raw.decode("utf-8"))
+            try:  # a byte-order mark (Windows tools write one) opens the file, not the record
+                data = jsonsafe.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as exc:
                 yield Item(number, error=f"line {number}: not valid UTF-8 (byte {exc.start})")
                 continue
@@ -107,8 +113,10 @@ def _jsonl(path: Path, id_field: str) -> Iterator[Item]:
 
 
 def _csv(path: Path, id_field: str) -> Iterator[Item]:
-    try:  # surrogateescape: a byte that is not UTF-8 fails its row only (it stopped the file, named as line 1)
-        handle = path.open(encoding="utf-8", errors="surrogateescape", newline="")
+    # surrogateescape: a byte that is not UTF-8 fails its row only (it stopped the file, named as line 1);
+    # utf-8-sig: Excel's "CSV UTF-8" opens with a byte-order mark, which would be part of the first column's name
+    try:
+        handle = path.open(encoding="utf-8-sig", errors="surrogateescape", newline="")
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     with handle:
@@ -152,7 +160,7 @@ def _folder(path: Path, text_field: str) -> Iterator[Item]:
             file = Path(root) / name
             rel = file.relative_to(path).as_posix()
             try:
-                text = file.read_bytes().decode("utf-8")
+                text = file.read_bytes().decode("utf-8-sig")
             except (OSError, UnicodeDecodeError) as exc:
                 yield Item(count, id=rel, error=f"{rel}: not readable as UTF-8 text ({exc})")
                 continue

@@ -228,13 +228,17 @@ def _describe(exc: ValidationError) -> str:
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"
+            if where == "no_model":  # the flag's name: the job key is the task's argument
+                message = "unknown key (--no-model is use_model = false under [args])"
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts)
 
 
 def load_job_file(path: str | Path) -> dict[str, Any]:
     """The raw keys of a TOML or JSON job file; a ``schema`` (in ``args``, or a flat key of an older job) given as
-    a string is a path to a JSON file (relative to the job file)."""
+    a string is a path to a JSON file. Every path in the file is relative to the job file (the schema's always was;
+    ``input`` and ``output`` were read from the current directory, so the same job found other files when run
+    from elsewhere); a flag given beside ``--job`` is relative to the current directory, as every flag is."""
     file = Path(path)
     text = read_limited(file, "job file")
     try:
@@ -247,6 +251,9 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
     for keys in (data, data.get("args")):
         if isinstance(keys, dict) and isinstance(keys.get("schema"), str):
             keys["schema"] = read_schema(file.parent / keys["schema"])
+    for key in ("input", "output"):
+        if isinstance(data.get(key), str) and data[key]:
+            data[key] = str(file.parent / Path(data[key]).expanduser())  # an absolute path stays as it is
     return data
 
 
@@ -270,4 +277,27 @@ def build_job(job_file: str | Path | None = None, **overrides: Any) -> BatchJob:
             raise ConfigError(f"no {key} given", hint=f"pass --{key} or set {key} in the job file")
     if fields.get("kind") == "normalize" and fields.get("schema") is not None:  # --schema: the target schema
         fields["args"] = {"schema": fields.pop("schema"), **(fields.get("args") or {})}
+    _check_task_flags(fields, {key for key, value in overrides.items() if value is not None})
     return make_job(**fields)
+
+
+def _check_task_flags(fields: dict[str, Any], given: set[str]) -> None:
+    """A task's flag given for a job whose task does not take it (``--task classify --words 5``) is refused: a flat
+    key is dropped when the task has no such argument (so that a stored job of an older layout resumes), which
+    for a flag the user just typed meant it was silently ignored."""
+    flags = given & set(LEGACY_KEYS)
+    if fields.get("kind", "records") == "normalize":
+        flags.discard("schema")  # the target schema (moved into args above)
+    task = fields.get("task")
+    spec = TASK_SPECS.get(task) if isinstance(task, str) and fields.get("kind", "records") == "records" else None
+    takes = set(spec.wire_names().values()) - {spec.text} if spec is not None else set()
+    stray = sorted(flag for flag in flags if ("schema" if flag == "json_schema" else flag) not in takes)
+    if stray:
+        what = f"task {task}" if fields.get("kind", "records") == "records" and task else \
+            f"a {fields.get('kind')} job" if fields.get("kind", "records") != "records" else "a job without a task"
+        raise ConfigError(f"{what} takes no {', '.join(_flag(name) for name in stray)}",
+                          hint="leave it out, or give the task it belongs to (tiankong batch run --help)")
+
+
+def _flag(key: str) -> str:
+    return {"use_model": "--no-model", "labels": "--labels"}.get(key, "--" + key.replace("_", "-"))

@@ -41,6 +41,7 @@ from .store import (
     compact_errors,
     put_in_order,
     repair,
+    stored_job,
     write_json,
     written_keys,
 )
@@ -95,13 +96,13 @@ async def arun(job: BatchJob, *, progress: ProgressSink | None = None, engines: 
 async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, scan: Scan, progress: ProgressSink | None,
                       engines: BatchEngines | None) -> BatchReport:
     total = scan.unique
-    stored = {**job.model_dump(mode="json", by_alias=True), "format": fmt, "input": str(Path(job.input).resolve())}
+    stored = stored_job(job, fmt)
     paths.check_same_job(stored)  # before anything of OUT is touched
     repaired = repair(paths.output) + repair(paths.errors)
     paths.ordering.unlink(missing_ok=True)  # a copy a killed run was putting in order: OUT is still whole
     writer = OutputWriter(paths.output, job.fsync_every)
     failed_before = written_keys(paths.errors) - writer.written.keys()
-    write_json(paths.job, stored)  # the input's full path: `batch status` finds it from any directory
+    write_json(paths.job, stored)
     batch = _Batch(job, fmt, paths, writer, failed_before, progress)
     pool: BatchEngines | RayEngines
     if engines is not None:

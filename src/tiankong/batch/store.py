@@ -44,10 +44,13 @@ import time
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .inputs import id_key
+
+if TYPE_CHECKING:
+    from .job import BatchJob
 
 CHUNK = 1 << 16
 FLUSH_AFTER_S = 0.25
@@ -114,6 +117,13 @@ class OutputPaths:
                 raise ConfigError(f"{self.output} holds the results of another job ({key}: {before!r}, not "
                                   f"{now!r})", hint=f"write to another --output, or remove {self.output} and its "
                                   f"{self.output.name}.* files to start again")
+
+
+def stored_job(job: BatchJob, fmt: str) -> dict[str, Any]:
+    """``OUT.job.json``: the job as run, its input and output as full paths (``batch status`` finds the input from
+    any directory, and ``--job OUT.job.json`` runs the same job again from anywhere)."""
+    return {**job.model_dump(mode="json", by_alias=True), "format": fmt,
+            "input": str(Path(job.input).resolve()), "output": str(Path(job.output).resolve())}
 
 
 #: what makes two runs one job: the input, how its ids are read, and the task. The rest may change between runs —

@@ -27,7 +27,7 @@ from .inputs import detect_format
 from .job import BatchJob
 from .kinds import dedupe_options, kind_engine
 from .report import BatchReport, RunStats, build_report
-from .store import OutputLock, OutputPaths, write_json
+from .store import OutputLock, OutputPaths, stored_job, write_json
 
 if TYPE_CHECKING:
     from ..dedupe.core import DedupeOptions
@@ -94,7 +94,7 @@ async def _locked(job: BatchJob, fmt: str, paths: OutputPaths, options: DedupeOp
     if previous is not None:
         stats.skipped_done = total
         return _report(job, fmt, paths, stats, total, previous)
-    write_json(paths.job, {**job.model_dump(mode="json", by_alias=True), "format": fmt})
+    write_json(paths.job, stored_job(job, fmt))
     if progress:
         progress.start(total, 0)
     try:

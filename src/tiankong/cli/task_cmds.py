@@ -55,8 +55,8 @@ def read_text(text: str | None, file: str | None = None, *, file_option: bool = 
                                "give TEXT or pipe it on stdin")
     else:
         data = sys.stdin.buffer.read()
-    try:
-        return data.decode("utf-8")
+    try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the text
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"the input is not valid UTF-8 (byte {exc.start})",
                           hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
@@ -71,7 +71,7 @@ def _read_bytes(path: str, what: str | None = None) -> bytes:
 
 def read_json(path: str) -> Any:
     try:
-        return json.loads(_read_bytes(path).decode("utf-8"))
+        return json.loads(_read_bytes(path).decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from None
 

@@ -278,7 +278,7 @@ def _jsonl_rows(file: Path, raw: bytes) -> list[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            rows.append((number, json.loads(line.decode("utf-8"))))
+            rows.append((number, json.loads(line.decode("utf-8-sig" if number == 1 else "utf-8"))))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ConfigError(f"invalid eval set {file}: line {number}: not valid JSON ({exc})",
                               hint="one JSON object per line") from None
@@ -290,7 +290,7 @@ def _yaml_rows(file: Path, raw: bytes) -> list[tuple[int, Any]]:
     import yaml
 
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark is not part of the set
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except (UnicodeDecodeError, yaml.YAMLError) as exc:

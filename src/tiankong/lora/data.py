@@ -42,10 +42,13 @@ def _example(record: Any, where: str) -> Example:
 def load_examples(path: str | Path) -> list[Example]:
     """Every record of a JSONL file (blank lines skipped); ``ConfigError`` naming the first bad line."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+    try:  # utf-8-sig: a byte-order mark opens the file, not the first record
+        lines = path.read_bytes().decode("utf-8-sig").splitlines()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}", hint="check the path") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not valid UTF-8 (byte {exc.start})",
+                          hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
     examples = []
     for number, line in enumerate(lines, 1):
         if not line.strip():

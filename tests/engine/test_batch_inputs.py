@@ -1,0 +1,124 @@
+"""What a user's own files look like when they reach `batch run`: a byte-order mark (Excel's "CSV UTF-8",
+Windows editors), a format that does not fit the path, a job file kept beside its data, a flag of another task.
+
+Rules-only redaction (`--no-model`): the batch machinery with no engine and no model; nothing is timed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import assert_one_line_error, run_cli
+from tiankong.errors import ConfigError
+from tiankong.evals.format import load_set
+from tiankong.lora.data import load_examples
+
+EXAMPLE_SET = Path(__file__).parents[2] / "evals" / "example.jsonl"
+
+BOM = b"\xef\xbb\xbf"
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def redact(*args: str) -> list[str]:
+    return ["batch", "run", "--task", "redact", "--no-model", "--json", "--no-progress", *args]
+
+
+def test_a_byte_order_mark_opens_the_file_not_the_first_record(tmp_path: Path) -> None:
+    """Line 1 of a JSONL file with a BOM failed as "not valid JSON"; a CSV's first column was named "\\ufeffid", so
+    the ids were line numbers; the eval set, the LoRA data and a task's --file had the same first byte problem."""
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_bytes(BOM + b'{"id": "a", "text": "mail x@y.com"}\n{"id": "b", "text": "plain"}\n')
+    proc = run_cli(*redact("--input", str(jsonl), "--output", str(tmp_path / "j.jsonl")))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["failed"] == 0
+    assert sorted(line["id"] for line in lines(tmp_path / "j.jsonl")) == ["a", "b"]
+    csv = tmp_path / "in.csv"
+    csv.write_bytes(BOM + b"id,text\nr1,call 13812345678\nr2,nothing\n")
+    proc = run_cli(*redact("--input", str(csv), "--output", str(tmp_path / "c.jsonl")))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(line["id"] for line in lines(tmp_path / "c.jsonl")) == ["r1", "r2"]  # not 2, 3
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "one.txt").write_bytes(BOM + "写信到 x@y.com".encode())
+    proc = run_cli(*redact("--input", str(folder), "--output", str(tmp_path / "f.jsonl")))
+    assert proc.returncode == 0, proc.stderr
+    (line,) = lines(tmp_path / "f.jsonl")
+    assert not line["result"]["text"].startswith("\ufeff")
+    text = tmp_path / "t.txt"
+    text.write_bytes(BOM + b"write to x@y.com")
+    proc = run_cli("redact", "--no-model", "--file", str(text), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert not json.loads(proc.stdout)["text"].startswith("\ufeff")
+    evals = tmp_path / "set.jsonl"
+    evals.write_bytes(BOM + Path(EXAMPLE_SET).read_bytes().splitlines(keepends=True)[0])
+    assert len(load_set(evals).items) == 1
+    yaml_set = tmp_path / "set.yaml"
+    yaml_set.write_bytes(BOM + b"- id: one\n  task: classify\n  input: x\n  labels: [a, b]\n  reference: a\n")
+    assert len(load_set(yaml_set).items) == 1
+    lora = tmp_path / "lora.jsonl"
+    lora.write_bytes(BOM + b'{"prompt": "2+2?", "answer": "4"}\n{"prompt": "3+3?", "answer": "6"}\n')
+    assert [example.answer for example in load_examples(lora)] == ["4", "6"]
+    lora.write_bytes(b'{"prompt": "\xff", "answer": "4"}\n')  # not UTF-8: was an internal error
+    with pytest.raises(ConfigError, match="not valid UTF-8"):
+        load_examples(lora)
+
+
+def test_a_format_that_does_not_fit_the_path_is_refused(tmp_path: Path) -> None:
+    """`--format folder` on a file walked nothing and said the input was empty."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": 1, "text": "x"}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert_one_line_error(run_cli(*redact("--input", str(src), "--output", str(out), "--format", "folder")),
+                          "is a file", "jsonl")
+    assert_one_line_error(run_cli(*redact("--input", str(tmp_path), "--output", str(out), "--format", "jsonl")),
+                          "is a directory", "--format folder")
+    assert not out.exists()
+
+
+def test_a_job_file_reads_its_paths_beside_itself_and_its_stored_job_runs_from_anywhere(tmp_path: Path) -> None:
+    """`schema` was read beside the job file and `input`/`output` from the current directory: the same job found
+    other files when run from elsewhere."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "in.jsonl").write_text('{"id": 1, "text": "x@y.com"}\n', encoding="utf-8")
+    job = project / "job.toml"
+    job.write_text('input = "in.jsonl"\noutput = "out/result.jsonl"\ntask = "redact"\n[args]\nuse_model = false\n',
+                   encoding="utf-8")
+    (project / "out").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_cli("batch", "run", "--job", str(job), "--json", "--no-progress", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr
+    assert [line["id"] for line in lines(project / "out" / "result.jsonl")] == [1]
+    assert list(elsewhere.iterdir()) == []
+    stored = json.loads((project / "out" / "result.jsonl.job.json").read_text(encoding="utf-8"))
+    assert Path(stored["input"]).is_absolute() and Path(stored["output"]).is_absolute()
+    again = run_cli("batch", "run", "--job", str(project / "out" / "result.jsonl.job.json"), "--json",
+                    "--no-progress", cwd=elsewhere)  # the stored job is the same job: resumed, nothing left
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["processed"] == 0
+    assert len(lines(project / "out" / "result.jsonl")) == 1
+
+
+def test_a_flag_of_another_task_is_refused_not_ignored(tmp_path: Path) -> None:
+    """`--task classify --words 5` ran classify as if --words were not there."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": 1, "text": "x"}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    base = ("batch", "run", "--input", str(src), "--output", str(out), "--url", "http://127.0.0.1:9")
+    assert_one_line_error(run_cli(*base, "--task", "classify", "--labels", "a,b", "--words", "5"),
+                          "task classify takes no --words")
+    assert_one_line_error(run_cli(*base, "--task", "summarize", "--labels", "a,b"), "--labels")
+    assert_one_line_error(run_cli(*base, "--task", "chat", "--template", "{text}", "--no-model"), "--no-model")
+    assert_one_line_error(run_cli(*base[:-2], "--kind", "dedupe", "--labels", "a,b"), "dedupe job", "--labels")
+    job = tmp_path / "job.toml"
+    job.write_text(f'input = "{src}"\noutput = "{out}"\ntask = "redact"\nno_model = true\n', encoding="utf-8")
+    assert_one_line_error(run_cli("batch", "run", "--job", str(job)), "no_model", "use_model = false")
+    assert not out.exists()
