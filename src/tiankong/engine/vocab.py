@@ -6,9 +6,8 @@ llama-server refuses an incompatible draft model only after loading both models,
 differs: tokenizer model, BOS/EOS handling, vocabulary size (at most 128 apart) and the text of every token
 from id 5 on.
 
-The metadata is read with a small header-only GGUF parser: the general reader (``models.read_gguf``)
-builds numpy views of every key and tensor, which takes tens of seconds for a 150k-token vocabulary on a
-busy 2-core machine; reading the key/value section directly takes a fraction of a second.
+The metadata is read by ``models.gguf_header`` (a header-only reader; the token texts kept as bytes), in a
+fraction of a second where ``gguf``'s own reader takes tens of seconds for a 150k-token vocabulary.
 """
 
 from __future__ import annotations
@@ -16,23 +15,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FlagError, InvalidModelFile
+from ..models.gguf_header import GGUF_MAGIC, read_header_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from .flags import EngineConfig
 
 MAX_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 CHECK_START_TOKEN_ID = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID
-
-# GGUF value types → struct format (scalars); 8 = string, 9 = array
-_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_WANTED = {
-    "general.name", "general.architecture", "tokenizer.ggml.model", "tokenizer.ggml.pre",
-    "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.add_bos_token",
-    "tokenizer.ggml.add_eos_token", "tokenizer.ggml.tokens",
-}
 
 
 class VocabMismatch(FlagError):
@@ -62,8 +54,7 @@ def read_vocab(path: str | Path) -> VocabInfo:
     """Tokenizer metadata of a GGUF file; ``InvalidModelFile`` if it is not one."""
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            meta = _read_kv(handle, path)
+        meta = _read_kv(path)
     except OSError as exc:
         raise InvalidModelFile(f"cannot read {path}: {exc.strerror}", hint="check the model path") from None
     except (struct.error, UnicodeDecodeError, ValueError) as exc:
@@ -122,8 +113,7 @@ def _check_mmproj(path: Path) -> None:
     """A readable GGUF whose architecture is ``clip`` (what llama.cpp writes for every projector)."""
     fix = "pass the projector GGUF published with the vision model (often mmproj-*.gguf), not the model itself"
     try:
-        with path.open("rb") as handle:
-            arch = _read_kv(handle, path).get("general.architecture")
+        arch = _read_kv(path).get("general.architecture")
     except OSError as exc:
         raise FlagError(f"mmproj {path} cannot be read: {exc.strerror}", hint="check the path") from None
     except InvalidModelFile:
@@ -135,54 +125,17 @@ def _check_mmproj(path: Path) -> None:
                         hint=fix)
 
 
-# --- minimal GGUF key/value reader -----------------------------------------------------------------
+# --- reading ---------------------------------------------------------------------------------------
 
 
-def _read_kv(handle: BinaryIO, path: Path) -> dict[str, Any]:
-    magic = handle.read(4)
-    if magic != b"GGUF":
+def _read_kv(path: Path) -> dict[str, Any]:
+    """The key/values of a GGUF file, the token texts as bytes: ``InvalidModelFile`` when it is not a GGUF file,
+    ``OSError`` / ``ValueError`` / ``struct.error`` when it cannot be read or is damaged (callers name them)."""
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
         raise InvalidModelFile(f"{path} is not a GGUF file (magic {magic!r})", hint="pass a .gguf model")
-    version, _n_tensors, n_kv = struct.unpack("<IQQ", handle.read(20))
-    if version < 2:
-        raise InvalidModelFile(f"{path} is GGUF version {version}", hint="re-convert it with a current llama.cpp")
-    meta: dict[str, Any] = {}
-    for _ in range(n_kv):
-        key = _string(handle).decode("utf-8")
-        (vtype,) = struct.unpack("<I", handle.read(4))
-        value = _value(handle, vtype, keep=key in _WANTED)
-        if key in _WANTED:
-            meta[key] = value
-            if meta.keys() >= _WANTED:
-                break
-    return meta
-
-
-def _string(handle: BinaryIO) -> bytes:
-    (length,) = struct.unpack("<Q", handle.read(8))
-    data = handle.read(length)
-    if len(data) != length:
-        raise ValueError("unexpected end of file")
-    return data
-
-
-def _value(handle: BinaryIO, vtype: int, keep: bool) -> Any:
-    if vtype == 8:
-        data = _string(handle)
-        return data.decode("utf-8", "replace") if keep else None
-    if vtype == 9:
-        item_type, count = struct.unpack("<IQ", handle.read(12))
-        if item_type == 8:
-            items = [_string(handle) for _ in range(count)]
-            return items if keep else None
-        fmt = _SCALARS.get(item_type)
-        if fmt is None:
-            raise ValueError(f"unsupported array item type {item_type}")
-        handle.seek(struct.calcsize(fmt) * count, 1)
-        return None
-    fmt = _SCALARS.get(vtype)
-    if fmt is None:
-        raise ValueError(f"unknown value type {vtype}")
-    return struct.unpack("<" + fmt, handle.read(struct.calcsize(fmt)))[0]
+    return read_header_file(path, keep_strings=frozenset({"tokenizer.ggml.tokens"})).values
 
 
 def _int(value: Any) -> int | None:

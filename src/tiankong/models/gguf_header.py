@@ -42,8 +42,10 @@ class Tensor:
 class GGUFHeader:
     """``values`` (key → scalar, string, short list or :class:`ArrayInfo`) and ``tensors`` of a GGUF buffer."""
 
-    def __init__(self, data: bytes | Any) -> None:
+    def __init__(self, data: bytes | Any, keep_strings: frozenset[str] = frozenset()) -> None:
         self.data, self.pos = data, 0
+        #: string arrays read whole (as bytes), e.g. ``tokenizer.ggml.tokens`` for the draft vocabulary check
+        self.keep_strings = keep_strings
         self.values: dict[str, Any] = {}
         self.tensor_list: list[Tensor] = []
         self.data_start = 0
@@ -62,12 +64,15 @@ class GGUFHeader:
         return value
 
     def string(self) -> str:
+        return self._raw_string().decode("utf-8", "replace")
+
+    def _raw_string(self) -> bytes:
         length = self.take("Q")
         if self.pos + length > len(self.data):
             raise ValueError("unexpected end of file")
         raw = bytes(self.data[self.pos:self.pos + length])
         self.pos += length
-        return raw.decode("utf-8", "replace")
+        return raw
 
     def _skip_string(self) -> None:
         (length,) = struct.unpack_from("<Q", self.data, self.pos)
@@ -75,7 +80,7 @@ class GGUFHeader:
         if self.pos > len(self.data):
             raise ValueError("unexpected end of file")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, keep: bool = False) -> Any:
         if kind in _SCALARS:
             return self.take(_SCALARS[kind])
         if kind == 8:
@@ -93,6 +98,8 @@ class GGUFHeader:
                     return found
                 self.pos += count * size  # skipped in one step
                 return ArrayInfo(count)
+            if item == 8 and keep:
+                return [self._raw_string() for _ in range(count)]
             if item == 8:
                 for _ in range(count):
                     self._skip_string()
@@ -106,7 +113,7 @@ class GGUFHeader:
         n_tensors, n_kv = self.take("Q"), self.take("Q")
         for _ in range(n_kv):
             key = self.string()
-            self.values[key] = self.value(self.take("I"))
+            self.values[key] = self.value(self.take("I"), keep=key in self.keep_strings)
         for _ in range(n_tensors):
             name = self.string()
             dims = [self.take("Q") for _ in range(self.take("I"))]
@@ -134,11 +141,11 @@ class GGUFHeader:
         return max(ends, default=0)  # no tensors: a header need not be padded to the alignment
 
 
-def read_header_file(path: Path) -> GGUFHeader:
+def read_header_file(path: Path, keep_strings: frozenset[str] = frozenset()) -> GGUFHeader:
     """The header of the GGUF file ``path``, its tensor data checked to be all there: ``ValueError`` /
     ``struct.error`` for a damaged or cut file, ``OSError`` for one that cannot be read (callers name the error)."""
     with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        header = GGUFHeader(mapped).parse()
+        header = GGUFHeader(mapped, keep_strings).parse()
         size = len(mapped)
     if header.data_end() > size:
         raise ValueError(f"cut short: its tensor data ends at byte {header.data_end()}, the file has {size}")
