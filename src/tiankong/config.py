@@ -9,7 +9,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
@@ -27,6 +27,24 @@ MAX_TTL_S = 100 * MAX_DURATION_S
 class _Strict(BaseModel):
     # inf and nan are refused everywhere: `wedge_check_s = inf` passed `ge=0` and crashed the watchdog's thread
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_coercion(cls, value: Any, info: ValidationInfo) -> Any:
+        """A number or a switch written as a string (`startup_timeout_s = "90"`, `log_prompts = "yes"`) or a switch
+        given for a number (`slots = true`) is refused: lax validation read them as 90, True and 1 without a word —
+        and `log_prompts = "yes"` turned prompt logging on. (Not ``strict=True``: it also refuses a TOML string for a
+        path and a TOML array for a tuple.)"""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None:
+            return value
+        kinds = set(get_args(field.annotation)) or {field.annotation}
+        if isinstance(value, str) and str not in kinds and kinds & {bool, int, float}:
+            what = "true or false" if bool in kinds else "a number"
+            raise ValueError(f"must be {what}, not the string {value!r} (write it without quotes)")
+        if isinstance(value, bool) and bool not in kinds and kinds & {int, float}:
+            raise ValueError(f"must be a number, not {str(value).lower()}")
+        return value
 
     @field_validator("*")
     @classmethod
@@ -328,7 +346,7 @@ def _format_errors(exc: ValidationError, source: str) -> str:
     problems = []
     for err in exc.errors():
         where = ".".join(str(part) for part in err["loc"]) or "(top level)"
-        problems.append(f"{where}: {err['msg']}")
+        problems.append(f"{where}: {str(err['msg']).removeprefix('Value error, ')}")
     return f"{source}: " + "; ".join(problems)
 
 

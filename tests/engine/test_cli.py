@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import jsonschema
 
@@ -74,6 +75,45 @@ def test_doctor_reports_engine_and_models() -> None:
     assert proc.returncode == (0 if all(f["ok"] for f in findings.values()) else 1)  # ≠ 0: something to fix
     assert findings["engine"]["ok"] and findings[f"model {TEST_MODEL}"]["ok"]
     assert {"python", "cpu", "memory", "data dir", "cache dir"} <= set(findings)
+
+
+def test_a_terminated_doctor_takes_its_smoke_engine_with_it() -> None:
+    """SIGTERM to `doctor` (or `engine install`) during its smoke test left that llama-server running, owned by
+    init: the smoke test started it without the parent-death signal every supervised engine has."""
+    import os
+    import signal
+    import subprocess
+
+    from conftest import TIANKONG, pid_alive, wait_until
+
+    proc = subprocess.Popen([TIANKONG, "doctor"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[int] = []
+
+    def engine_started() -> bool:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[1]) == proc.pid and b"llama-server" in cmdline:
+                children.append(int(entry.name))
+                return True
+        return False
+
+    try:
+        assert wait_until(engine_started, timeout_s=120, step_s=0.05), "doctor started no smoke engine"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert wait_until(lambda: not pid_alive(children[0]), timeout_s=10), "the smoke engine outlived doctor"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in children:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_bad_input_is_one_line_errors(tmp_path) -> None:  # type: ignore[no-untyped-def]

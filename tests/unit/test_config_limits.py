@@ -26,6 +26,12 @@ HASH = "sha256:" + "ab" * 32
     ("[engine]\nctx = 1000000000000", "engine.ctx"),
     ('[[server.keys]]\nkey = "sha256:zzzzzzzz"\nname = "a"', "server.keys.0.key"),
     ('[[server.keys]]\nkey = "        "\nname = "a"', "server.keys.0.key"),
+    # lax validation read these as True, 1, 90.0, 8081 and False without a word (a read-only sweep, 2026-12-07)
+    ('[server]\nlog_prompts = "yes"', "server.log_prompts"),
+    ("[engine]\nslots = true", "engine.slots"),
+    ('[engine]\nstartup_timeout_s = "90"', "engine.startup_timeout_s"),
+    ('[server]\nport = "8081"', "server.port"),
+    ('[engine]\nembeddings = "off"', "engine.embeddings"),
 ])
 def test_a_value_that_would_fail_late_is_refused_at_load(tmp_path: Path, toml: str, key: str) -> None:
     path = tmp_path / "tiankong.toml"
@@ -40,6 +46,9 @@ def test_the_values_the_docs_show_still_load(tmp_path: Path) -> None:
                     f'[[server.keys]]\nkey = "{HASH}"\nname = "team-a"\n', encoding="utf-8")
     config = load_config(path)
     assert config.engine.threads == 16 and config.server.keys[0].key == HASH
+    path.write_text('[engine]\nstartup_timeout_s = 90\nembeddings = true\n[server]\nhost = "127.0.0.1"\n',
+                    encoding="utf-8")  # an integer for a float, a path or host as a string: still read
+    assert load_config(path).engine.startup_timeout_s == 90.0
 
 
 def test_a_config_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:

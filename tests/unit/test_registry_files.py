@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tiankong.errors import ConfigError, InvalidModelFile, ModelNotFound
-from tiankong.models.registry import add_model, installed_models, remove_model, resolve
+from tiankong.models.registry import add_model, broken_models, installed_models, remove_model, resolve
 
 pytestmark = pytest.mark.unit
 
@@ -65,6 +65,38 @@ def test_a_linked_model_whose_file_is_gone_is_named_and_can_be_removed(tiny: Pat
     assert remove_model("lk-s:q").name == "lk-s:q"
     with pytest.raises(ModelNotFound):
         resolve("lk-s:q")
+
+
+@pytest.mark.parametrize("damage", ["no sha256", "bytes a string", "cut short", "no manifest"])
+def test_a_broken_model_is_skipped_named_and_removable(tiny: Path, damage: str) -> None:
+    """A manifest without `sha256` (or with `"bytes": "lots"`) stopped `models list`, `doctor`, `run` and even
+    `models rm` with an internal error; a model file cut short counted as installed; a copy stopped before its
+    manifest was written made `models add` say "already installed" while `list` and `rm` did not know it."""
+    import json
+
+    good = add_model(tiny, family="ok", size="s", quant="q")
+    record = add_model(tiny, family="bad", size="s", quant="q")
+    manifest = record.path.parent / "manifest.json"
+    data = json.loads(manifest.read_text())
+    if damage == "no sha256":
+        del data["sha256"]
+    elif damage == "bytes a string":
+        data["bytes"] = "lots"
+    manifest.write_text(json.dumps(data))
+    if damage == "cut short":
+        record.path.write_bytes(record.path.read_bytes()[:-8])
+    if damage == "no manifest":
+        manifest.unlink()
+    assert [r.name for r in installed_models()] == [good.name]
+    ((name, folder, problem),) = broken_models()
+    assert name == "bad-s:q" and folder == record.path.parent and problem
+    if damage == "no manifest":  # the interrupted copy is replaced without --force
+        assert add_model(tiny, family="bad", size="s", quant="q").name == "bad-s:q" and broken_models() == []
+        return
+    with pytest.raises(InvalidModelFile, match="damaged"):
+        resolve("bad-s:q")
+    assert remove_model("bad-s:q").name == "bad-s:q"
+    assert broken_models() == [] and not folder.exists() and [r.name for r in installed_models()] == [good.name]
 
 
 def test_the_reinstall_hint_names_a_command_that_can_work(tiny: Path) -> None:

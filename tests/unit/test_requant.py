@@ -82,7 +82,7 @@ def _install(name: str) -> None:
     folder.mkdir(parents=True)
     (folder / MODEL_FILE).write_bytes(b"GGUF")
     write_manifest(folder, {"name": name, "family": entry.family, "size": entry.size, "quant": entry.quant,
-                            "bytes": entry.bytes, "sha256": entry.sha256, "source": "catalog"})
+                            "bytes": 4, "sha256": entry.sha256, "source": "catalog"})  # the file's own size
 
 
 @pytest.mark.parametrize("installed", [(), ("q4_0",), ("q4_1",), ("q4_0", "q4_1")])

@@ -20,10 +20,16 @@ class TiankongGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TiankongError as exc:
-            click.echo(f"error: {exc.one_line()}", err=True)
-            tail = getattr(exc, "log_tail", "")
+            tail = getattr(exc, "log_tail", "") or ""
             if tail and ctx.meta.get("verbose"):
+                click.echo(f"error: {exc.one_line()}", err=True)
                 click.echo(tail, err=True)
+            elif tail.strip():  # still one line: the log's last line (the cause, most often) and how to see more
+                last = tail.strip().splitlines()[-1].strip()[:200]
+                click.echo(f"error: {exc.one_line()} (its log ends: {last!r}; rerun as `tiankong -v "
+                           f"{ctx.invoked_subcommand or '…'} …` for the whole tail)", err=True)
+            else:
+                click.echo(f"error: {exc.one_line()}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)

@@ -24,6 +24,9 @@ def models() -> None:
 def list_cmd(as_json: bool) -> None:
     """Catalog and installed models."""
     records = M.list_models()
+    for name, folder, problem in M.broken_models():  # skipped by the list: said, with the way out
+        click.echo(f"warning: {name} in {folder} is not listed: {problem} (remove it with `tiankong models rm "
+                   f"{name}`, or install it again)", err=True)
     if as_json:
         emit_json([record.to_json() for record in records])
         return

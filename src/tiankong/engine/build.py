@@ -273,7 +273,7 @@ def _run(cmd: list[str], what: str, log: Log | None = None) -> None:
     if proc.returncode != 0:
         raise EngineBuildError(
             f"{what} failed (exit {proc.returncode})",
-            hint="see the log tail; a missing compiler or cmake is the usual cause",
+            hint="a missing compiler or cmake is the usual cause",
             log_tail=_tail(proc.stdout + proc.stderr),
         )
 

@@ -97,7 +97,7 @@ def _climb(source: Path, work: Path, log: Log, jobs: int) -> tuple[Path, list[di
     tried = "; ".join(f"{a['rung']}: {a['detail']}" for a in attempts)
     raise EngineBuildError(
         f"no build of llama-server passed its smoke test ({tried})",
-        hint="see the log tail; report the CPU (`tiankong doctor`) and set TIANKONG_LLAMA_SERVER to a working build",
+        hint="report the CPU (`tiankong doctor`) and set TIANKONG_LLAMA_SERVER to a working build",
         log_tail=last.log_tail if last else tail,
     )
 

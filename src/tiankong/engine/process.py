@@ -281,7 +281,7 @@ class EngineProcess(SupervisedProcess):
         elif diagnosis:
             message = f"{message}. {diagnosis}"
         self._transition(ProcessState.FAILED, message[:200])
-        raise EngineStartError(message, hint=REBUILD_HINT if name else f"see the log tail below or {self.log_path}",
+        raise EngineStartError(message, hint=REBUILD_HINT if name else f"see its log, {self.log_path}",
                                log_tail=self.log_tail())
 
     def _crash_loop(self) -> str:

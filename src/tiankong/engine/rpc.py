@@ -139,7 +139,7 @@ class RpcWorker(SupervisedProcess):
             time.sleep(0.1)
         self._terminate(proc)
         raise EngineStartError(f"{RPC_BINARY} did not listen on {self.endpoint} within {self.startup_timeout_s:.0f} s",
-                               hint="see the log tail", log_tail=self.log_tail())
+                               hint=f"see {self.log_path}", log_tail=self.log_tail())
 
 
 def run_rpc_worker(worker: RpcWorker, log: Callable[[str], None] = print) -> None:

@@ -23,6 +23,7 @@ import httpx
 from ..models.registry import installed_models
 from .cpu import cpu_features
 from .rungs import AMX_CPU_FLAGS
+from .spawn import SPAWNER, die_with_parent
 
 START_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 60.0
@@ -118,7 +119,10 @@ def smoke_test(binary: Path, model: tuple[str, Path] | None = None, timeout_s: f
             "-t", "2", "--embeddings", "--pooling", "mean", "-lv", "4"]  # -lv 4: the system_info line
     started = time.monotonic()
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # the spawner and the parent-death signal, as every supervised engine: a SIGTERM to `doctor` or `engine
+        # install` mid-test left this llama-server running, owned by init (found by a read-only sweep)
+        proc = SPAWNER.popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             preexec_fn=die_with_parent)
         try:
             problem = _exercise(proc, f"http://127.0.0.1:{port}", timeout_s)
         finally:

@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import math
 import os
 import signal
@@ -41,7 +40,7 @@ from typing import Literal, Self, TypeVar
 
 from ..errors import ConfigError, EngineError, EngineStartError
 from .files import open_private
-from .spawn import SPAWNER
+from .spawn import SPAWNER, die_with_parent
 
 
 class ProcessState(StrEnum):
@@ -117,11 +116,6 @@ class StateChange:
     old: ProcessState
     new: ProcessState
     reason: str = ""
-
-
-def die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class SupervisedProcess:
@@ -245,7 +239,8 @@ class SupervisedProcess:
             self._budget_spent = True
             within = "" if math.isinf(policy.window_s) else f" within {policy.window_s:.0f} s"
             raise EngineStartError(f"{self.display_name} restarted {policy.max_restarts} times{within}; giving up",
-                                   hint="see the log tail", log_tail=self.log_tail())
+                                   hint=f"see its log, {self.log_path}" if self.log_path else "its log tail says why",
+                                   log_tail=self.log_tail())
         self._restart_times.append(now)
         self.restarts += 1
 

@@ -6,6 +6,7 @@ from .pull import pull_model
 from .registry import (
     ModelRecord,
     add_model,
+    broken_models,
     list_models,
     model_path,
     reinstall_hint,
@@ -17,6 +18,6 @@ from .verify import VerifyReport, verify_model
 
 __all__ = [
     "CATALOG", "DEFAULT_MODEL", "TEST_MODEL", "CatalogEntry", "GGUFInfo", "ModelRecord", "VerifyReport",
-    "add_model", "list_models", "model_path", "pull_model", "read_gguf", "reinstall_hint", "remove_model", "resolve",
-    "resolve_installed", "verify_model",
+    "add_model", "broken_models", "list_models", "model_path", "pull_model", "read_gguf", "reinstall_hint",
+    "remove_model", "resolve", "resolve_installed", "verify_model",
 ]

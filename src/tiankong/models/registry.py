@@ -64,13 +64,33 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """The manifest of an installed model, or None when the folder holds no whole installed model (see
+    :func:`manifest_problem`)."""
     try:
         data = json.loads((directory / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or not (directory / MODEL_FILE).is_file():
-        return None
-    return data
+    return data if manifest_problem(directory, data) is None else None
+
+
+def manifest_problem(directory: Path, data: Any) -> str | None:
+    """What is wrong with a model folder whose manifest reads as ``data`` (None: a whole installed model). A key
+    missing or of another type stopped every command that lists models with an internal error; a model file cut
+    short (a full disk, a copy stopped) counted as installed, so `pull` skipped it and `doctor` blamed the engine."""
+    if not isinstance(data, dict):
+        return "its manifest.json is not an object"
+    for key in ("name", "family", "size", "quant", "sha256"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            return f"its manifest.json has no {key}"
+    size = data.get("bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return "its manifest.json has no byte count"
+    file = directory / MODEL_FILE
+    if not file.is_file():
+        return "its model file is gone" if file.is_symlink() else "it has no model file"
+    if not file.is_symlink() and file.stat().st_size != size:  # a --link'ed file is the user's (refreshed by --force)
+        return f"its model file has {file.stat().st_size} bytes, its manifest says {size}"
+    return None
 
 
 def write_manifest(directory: Path, data: dict[str, Any]) -> None:
@@ -134,24 +154,64 @@ def resolve(name: str) -> ModelRecord:
         raise ConfigError(
             f"model name {name!r} is ambiguous", hint=f"use one of: {', '.join(m.name for m in matches)}"
         )
-    if (folder := _dangling(name)) is not None:
-        raise InvalidModelFile(f"{name} was added with --link, and its file {os.readlink(folder / MODEL_FILE)} is gone",
-                               hint=f"add the file again (`tiankong models add FILE --force`) or remove the entry "
-                                    f"(`tiankong models rm {name}`)")
+    if (broken := _broken(name)) is not None:
+        folder, problem = broken
+        link = folder / MODEL_FILE
+        what = f"was added with --link, and its file {os.readlink(link)} is gone" \
+            if link.is_symlink() and not link.exists() else f"is damaged: {problem}"
+        raise InvalidModelFile(f"{name} {what}",
+                               hint=f"{reinstall_hint(name)}, or remove the entry (`tiankong models rm {name}`)")
     raise ModelNotFound(name, close_matches(name, records))
 
 
-def _dangling(name: str) -> Path | None:
-    """The folder of the model ``name`` whose file is a link to a file that is gone (``installed_models`` skips it)."""
+def broken_models() -> list[tuple[str, Path, str]]:
+    """``(name, folder, what is wrong)`` of every registry folder that is not a whole installed model (which
+    ``installed_models`` skips): a link whose file is gone, a damaged manifest, a model file cut short, a copy
+    stopped before its manifest was written. The name is the folder's (``family-size:quant``)."""
     root = paths.models_dir()
-    for manifest in sorted(root.glob(f"*/*/*/{MANIFEST}")) if root.is_dir() else []:
-        link = manifest.parent / MODEL_FILE
-        if link.is_symlink() and not link.exists():
-            try:
-                if json.loads(manifest.read_text()).get("name") == name:
-                    return manifest.parent
-            except (OSError, ValueError, AttributeError):
-                continue
+    found = []
+    for folder in sorted(root.glob("*/*/*")) if root.is_dir() else []:
+        if not folder.is_dir() or not ((folder / MANIFEST).exists() or (folder / MODEL_FILE).is_symlink()
+                                       or (folder / MODEL_FILE).exists()):
+            continue
+        try:
+            data: Any = json.loads((folder / MANIFEST).read_text())
+        except (OSError, ValueError):
+            data = None
+        problem = manifest_problem(folder, data) if data is not None else "it has no readable manifest.json"
+        if problem is not None:
+            found.append((f"{folder.parent.parent.name}-{folder.parent.name}:{folder.name}", folder, problem))
+    return found
+
+
+def broken_record(name: str) -> ModelRecord | None:
+    """The broken model ``name`` as far as its folder says (``installed`` false; what its manifest holds, or
+    nothing), for `models verify` to check and `models rm` to remove."""
+    found = _broken(name)
+    if found is None:
+        return None
+    folder = found[0]
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    size, sha = data.get("bytes"), data.get("sha256")
+    return ModelRecord(name=name, family=folder.parent.parent.name, size=folder.parent.name, quant=folder.name,
+                       installed=False, path=folder / MODEL_FILE,
+                       bytes=size if isinstance(size, int) and not isinstance(size, bool) else 0,
+                       sha256=sha if isinstance(sha, str) else "", source="broken", catalog=find_entry(name))
+
+
+def _broken(name: str) -> tuple[Path, str] | None:
+    """The folder of the broken model ``name`` (by its folder's name or its manifest's) and what is wrong."""
+    for folder_name, folder, problem in broken_models():
+        try:
+            named = json.loads((folder / MANIFEST).read_text()).get("name")
+        except (OSError, ValueError, AttributeError):
+            named = None
+        if name in (folder_name, named):
+            return folder, problem
     return None
 
 
@@ -224,7 +284,7 @@ def add_model(
             and (target / MODEL_FILE).resolve() == source:
         raise ConfigError(f"{source} is the installed file of {family}-{size}:{quant} itself",
                           hint="it is installed already; to import another copy give another --family/--size/--quant")
-    if (target / MODEL_FILE).exists() and not force:
+    if (target / MODEL_FILE).exists() and not force and read_manifest(target) is not None:  # a broken one: replaced
         raise ConfigError(f"model {family}-{size}:{quant} is already installed at {target}",
                           hint="pass --force to replace it, or --family/--size/--quant for another name")
     target.mkdir(parents=True, exist_ok=True)
@@ -248,10 +308,10 @@ def add_model(
 def remove_model(name: str) -> ModelRecord:
     """Remove the installed model ``name`` — its full name, or its name without the quant when one quant is
     installed; never a prefix match, which ``resolve`` allows for reading (``rm q`` removed the one model starting
-    with q). A model added with ``--link`` whose file is gone is removed by its name too."""
-    if (dangling := _dangling(name)) is not None:
-        gone = _record_from_manifest(dangling, json.loads((dangling / MANIFEST).read_text()))
-        _remove_folder(dangling)
+    with q). A broken model (``broken_models``: a link whose file is gone, a damaged manifest, a file cut short)
+    is removed by its name too."""
+    if (gone := broken_record(name)) is not None:
+        _remove_folder(gone.path.parent)
         return gone
     record = resolve_installed(name)
     if record.source == "path":

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TiankongError
+from ..errors import InvalidModelFile, ModelNotInstalled, TiankongError
 from .gguf_meta import read_gguf
-from .registry import resolve_installed, sha256_file
+from .registry import broken_record, resolve, resolve_installed, sha256_file
 
 
 @dataclass
@@ -38,7 +38,13 @@ class VerifyReport:
 
 def verify_model(name: str, *, generate: bool = True, llama_server: str | None = None) -> VerifyReport:
     """Run every check; stops at the first failure that makes later checks meaningless."""
-    record = resolve_installed(name)
+    try:
+        record = resolve_installed(name)
+    except (ModelNotInstalled, InvalidModelFile):  # a broken entry (a file cut short, a damaged manifest): checked
+        broken = broken_record(name) or broken_record(_full_name(name))
+        if broken is None or not broken.path.is_file():
+            raise
+        record = broken
     report = VerifyReport(record.name, str(record.path))
     expected_bytes = record.catalog.bytes if record.catalog else record.bytes
     expected_sha = record.catalog.sha256 if record.catalog else record.sha256
@@ -64,6 +70,14 @@ def verify_model(name: str, *, generate: bool = True, llama_server: str | None =
         else:
             _generation_check(report, record.path, llama_server)
     return report
+
+
+def _full_name(name: str) -> str:
+    """A catalog model's full name for a short one (``smollm2`` → ``smollm2-135m-instruct:q4_0``)."""
+    try:
+        return resolve(name).name
+    except TiankongError:
+        return name
 
 
 def _embedding_check(report: VerifyReport, path: Any, llama_server: str | None, dims: int) -> None:
