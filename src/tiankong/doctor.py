@@ -48,7 +48,9 @@ def diagnose() -> list[Finding]:
         findings.append(Finding("engine", True, f"{engine.path} (llama.cpp {engine.version}, {engine.source})"))
         findings.append(_smoke_finding(engine))
     except TiankongError as exc:
-        findings.append(Finding("engine", False, exc.message, f"run `tiankong engine install` or set {ENV_VAR}"))
+        fix = f"fix or unset {ENV_VAR}" if os.environ.get(ENV_VAR) else \
+            f"run `tiankong engine install` or set {ENV_VAR}"  # the variable wins over a build: its value is wrong
+        findings.append(Finding("engine", False, exc.message, fix))
     tools = [tool for tool in ("cmake", "c++", "make") if shutil.which(tool) is None]
     findings.append(Finding("build tools", not tools, "cmake, c++, make present" if not tools else
                             f"missing {', '.join(tools)}", "apt-get install build-essential cmake"))

@@ -18,7 +18,7 @@ def engine() -> None:
 @click.option("--rebuild", "--force", "force", is_flag=True, help="Rebuild even if a cached build exists.")
 @click.option("--amx", is_flag=True,
               help="Also build with AMX, smoke-test and llama-bench it against the no-AMX build; keep the faster.")
-@click.option("--jobs", type=int, default=None, help="Parallel compile jobs (default: all CPUs).")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: all CPUs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def install(force: bool, amx: bool, jobs: int | None, as_json: bool) -> None:
     """Build llama-server from the pinned llama.cpp source, smoke-tested, AMX off (cached per CPU and flags).

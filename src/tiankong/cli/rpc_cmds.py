@@ -13,8 +13,9 @@ from ..engine.rpc import RpcWorker, run_rpc_worker
 
 @click.command("rpc-worker")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (non-loopback: --allow-remote).")
-@click.option("--port", type=int, default=50052, show_default=True, help="TCP port (0: any free port).")
-@click.option("--threads", type=int, default=1, show_default=True, help="CPU threads of this worker.")
+@click.option("--port", type=click.IntRange(0, 65535), default=50052, show_default=True,
+              help="TCP port (0: any free port).")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="CPU threads of this worker.")
 @click.option("--cache", is_flag=True, help="Cache received tensors on local disk (ggml-rpc-server -c).")
 @click.option("--allow-remote", is_flag=True,
               help="Allow a non-loopback bind. The RPC protocol has no authentication: private networks only.")

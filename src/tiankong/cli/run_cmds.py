@@ -98,7 +98,7 @@ _common = [
                  "engine)."),
     click.option("--url", default=None, help="Use a running server instead (or TIANKONG_URL)."),
     click.option("--system", default=None, help="System prompt."),
-    click.option("--max-tokens", type=int, default=512, show_default=True),
+    click.option("--max-tokens", type=click.IntRange(1, 2**31 - 1), default=512, show_default=True),
     click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary."),
     API_KEY_OPTION,
 ]

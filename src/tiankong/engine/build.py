@@ -114,24 +114,26 @@ def _checked(path: Path, source: str) -> EngineBinary:
     if not path.is_file() or not os.access(path, os.X_OK):
         where = f"${ENV_VAR}" if source == "env" else "--llama-server"
         raise EngineNotFound(f"{where} points to {path}, which is not an executable file", hint="fix the path")
-    version, commit = read_version(path)
+    # a rebuild cannot help a binary the user named: it takes precedence over the managed build
+    fix = f"fix or unset ${ENV_VAR}" if source == "env" else "fix --llama-server"
+    version, commit = read_version(path, fix=f"{fix} (`tiankong engine install` builds one)")
     return EngineBinary(path=path, source=source, version=version, commit=commit)
 
 
-def read_version(binary: Path) -> tuple[str, str]:
-    """``(build number, commit)`` as printed by ``llama-server --version``."""
+def read_version(binary: Path, fix: str = "rebuild with `tiankong engine install --force`") -> tuple[str, str]:
+    """``(build number, commit)`` as printed by ``llama-server --version``; ``fix`` is what the error says to do."""
     try:
         proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineNotFound(
-            f"{binary} does not run: {exc}", hint="rebuild with `tiankong engine install --force`"
+            f"{binary} does not run: {exc}", hint=fix
         ) from None
     text = proc.stdout + proc.stderr
     match = re.search(r"version:\s*(\S+)\s*\((?:build\s+\d+,\s*)?(?:commit\s+)?([0-9a-f]+)\)", text)
     if proc.returncode != 0 or not match:
         raise EngineNotFound(
             f"{binary} --version failed (exit {proc.returncode})",
-            hint="this is not a working llama-server; rebuild with `tiankong engine install --force`",
+            hint=f"this is not a working llama-server; {fix}",
         )
     return match.group(1), match.group(2)
 

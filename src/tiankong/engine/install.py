@@ -52,7 +52,10 @@ def install_engine(force: bool = False, log: Log = print, jobs: int | None = Non
             log(f"the cached build failed its smoke test ({result.detail}); rebuilding")
     check_toolchain()
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _install_lock(target.parent / ".install.lock"):
+    with _install_lock(target.parent / ".install.lock", log):
+        if not force and not amx and (done := load_managed(target)) is not None and done.smoke.get("status") == "ok":
+            log(f"engine built by the install that ran meanwhile: {done.path}")  # not rebuilt over it
+            return done
         _remove_stale(target, log)
         with tempfile.TemporaryDirectory(prefix=f"{target.name}.tmp-", dir=target.parent) as tmp:
             work = Path(tmp)
@@ -187,10 +190,15 @@ def _remove_stale(target: Path, log: Log) -> None:
 
 
 @contextlib.contextmanager
-def _install_lock(path: Path) -> Iterator[None]:
-    """One build at a time per cache (a second `engine install` waits for the first)."""
+def _install_lock(path: Path, log: Log) -> Iterator[None]:
+    """One build at a time per cache (a second `engine install` waits for the first, and says so: it waited
+    without a word for the 6-9 minutes of a build)."""
     with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another `tiankong engine install` is building llama-server in this cache; waiting for it …")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -78,6 +78,15 @@ class RpcWorker(SupervisedProcess):
                                    "(allow_remote=True, CLI --allow-remote) on a private network you trust")
         if threads < 1:
             raise ConfigError(f"threads must be ≥ 1, not {threads}")
+        if host == "localhost":  # ggml-rpc-server takes an IPv4 address only ("Invalid host address: localhost")
+            host = "127.0.0.1"
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ConfigError(f"ggml-rpc-server binds an IPv4 address, not {host!r}",
+                              hint="give one, e.g. --host 127.0.0.1 (or this machine's private IPv4 address)") from None
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"port {port} is not a TCP port", hint="give 1-65535, or 0 for any free port")
         policy = policy or dataclasses.replace(RPC_RESTARTS, restart_on_crash=restart_on_crash,
                                                max_restarts=max_restarts)
         super().__init__(stop_grace_s=stop_grace_s, policy=policy)
