@@ -75,6 +75,28 @@ def check_output(path: str | Path, what: str = "--output") -> None:
         raise ConfigError(f"cannot write {what} {target}: permission denied", hint=f"choose a writable {what} path")
 
 
+def check_distinct(outputs: dict[str, str | Path | None], inputs: dict[str, str | Path | None]) -> None:
+    """No output is an input or another output (``what → path``; None: not given) — ``ConfigError`` naming both.
+    A report written over the run file it reads, or a Markdown table over the data, destroyed them without a word."""
+    from .errors import ConfigError
+
+    def same(a: Path, b: Path) -> bool:
+        try:
+            return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+        except OSError:
+            return False
+
+    seen: list[tuple[str, Path]] = [(what, Path(p)) for what, p in inputs.items() if p is not None]
+    for what, given in outputs.items():
+        if given is None:
+            continue
+        for other, path in seen:
+            if same(Path(given), path):
+                raise ConfigError(f"{what} {given} is also {other}: writing it would destroy that",
+                                  hint=f"give {what} another path")
+        seen.append((what, Path(given)))
+
+
 def check_folder(path: str | Path, what: str = "--out") -> Path:
     """An output folder can be made and written at ``path`` (checked before any work, as :func:`check_output`),
     without making it (a refused run leaves nothing behind): a file there, or a folder above it that cannot be

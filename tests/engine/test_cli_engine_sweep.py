@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, run_cli
+from tiankong.models import TEST_MODEL
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -24,6 +25,9 @@ from conftest import assert_one_line_error, run_cli
     (["engine", "rpc-worker", "--host", "::1"], "ipv4"),
     (["run", "--max-tokens", "0", "hi"], "--max-tokens"),
     (["chat", "--max-tokens", "-1"], "--max-tokens"),
+    # measured without the mode they shape (an n-gram-only bench with draft lengths, a draft bench with n-gram modes)
+    (["bench", "spec", "--target", TEST_MODEL, "--ngram", "--n-max", "4"], "--draft"),
+    (["bench", "spec", "--target", TEST_MODEL, "--draft", TEST_MODEL, "--ngram-types", "ngram-simple"], "--ngram"),
 ])
 def test_a_value_the_binary_cannot_use_is_refused_first(args: list[str], needle: str) -> None:
     proc = run_cli(*args, timeout=60)

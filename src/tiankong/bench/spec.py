@@ -114,6 +114,11 @@ def run_spec_bench(config: SpecBenchConfig, progress: Callable[[str], None] | No
 def _engine_config(config: SpecBenchConfig) -> tuple[EngineConfig, str, str | None]:
     if not config.draft and not config.ngram:
         raise ConfigError("nothing to compare", hint="pass --draft MODEL and/or --ngram")
+    # measured without the mode they shape, and not a word said (a sweep, 2026-12-07)
+    if "ngram_types" in config.model_fields_set and not config.ngram:
+        raise ConfigError("--ngram-types chooses the modes --ngram tries, and --ngram is off", hint="add --ngram")
+    if "n_max" in config.model_fields_set and not config.draft:
+        raise ConfigError("--n-max is the draft model's length, and there is no --draft", hint="add --draft MODEL")
     for name in config.ngram_types:
         if name not in NGRAM_SPEC_TYPES:
             raise ConfigError(f"unknown n-gram mode {name!r}", hint=f"use {', '.join(NGRAM_SPEC_TYPES)}")

@@ -28,9 +28,9 @@ def markdown_table(curve: Curve, steps: int = 10) -> str:
              "| ---: | ---: | ---: | ---: | ---: |"]
     for point in table_points(curve, steps):
         chance = random_accuracy(point.escalated, curve.always_small, curve.always_large)
-        share = point.accuracy / curve.always_large if curve.always_large else float("nan")
+        share = f"{point.accuracy / curve.always_large:.1%}" if curve.always_large else "n/a (large scores 0)"
         cells = [f"{point.threshold:.4f}", f"{point.escalated:.1%}", f"{point.accuracy:.3f}", f"{chance:.3f}",
-                 f"{share:.1%}"]
+                 share]
         if point == curve.chosen:
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")

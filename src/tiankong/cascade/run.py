@@ -63,15 +63,19 @@ class CascadeEval:
         return min(1.0, self.curve.chosen.threshold)
 
     @property
-    def command(self) -> str:
-        """The route command using the threshold explicitly (after ``--write`` it is route's default)."""
+    def command(self) -> str | None:
+        """The route command using the threshold explicitly (after ``--write`` it is route's default); None for
+        guard and extract, which route cannot run (it printed one that failed)."""
+        if self.task not in ("classify", "route"):
+            return None
         side = f"--decider {self.decider}" if self.decider else f"--model {self.small}"
         return f"tiankong route {side} --threshold {self.route_threshold:.6g} --routes ROUTES.json"
 
     def to_json(self, items: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {"task": self.task, "small": self.small, "large": self.large, "n": self.curve.n,
                                 "labels": self.labels, **self.curve.to_json(),
-                                "route": {"threshold": self.route_threshold, "command": self.command},
+                                "route": {"threshold": self.route_threshold, "command": self.command}
+                                if self.command else None, "threshold": self.route_threshold,
                                 "decider": self.decider, "large_decider": self.large_decider,
                                 "warnings": self.warnings}
         if items:

@@ -121,6 +121,9 @@ def decider_engine(decider: Decider, model: str | None) -> str | None:
     from ..deciders.runtime import engine_needs
 
     needs = engine_needs(decider)
+    if model is not None and not needs.engine:  # it was taken and never used, without a word
+        raise ConfigError(f"decider {decider.name} needs no engine, so no model runs it (got {model})",
+                          hint="leave out --small / --large for this side")
     return (model or needs.model or None) if needs.engine else None
 
 

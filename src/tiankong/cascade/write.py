@@ -51,6 +51,25 @@ def write_threshold(result: CascadeEval, data: str | Path, config: str | Path | 
     return f"wrote [route] threshold = {result.route_threshold:.6g} into {path}"
 
 
+def check_writable(decider: str | None, config: str | Path | None = None) -> None:
+    """Before either side runs: what ``--write`` will write is writable (the config file a valid config, the
+    decider a registered one) — found after the run, the error threw the curve away."""
+    from .. import paths
+    from ..config import load_config
+
+    if decider is not None:
+        from ..deciders.registry import load_decider
+
+        if load_decider(decider).source == "file":
+            raise ConfigError(f"{decider} is a decider file, not a registered decider: --write has no entry to "
+                              "write into", hint="name a registered decider (`tiankong deciders list`)")
+        return
+    path = Path(config) if config is not None else paths.config_file()
+    if path.exists():
+        load_config(path)
+    paths.check_output(path, "--config")
+
+
 def write_config_threshold(threshold: float, config: str | Path | None = None) -> Path:
     """Set ``[route] threshold`` in the config file (created when missing), keeping everything else."""
     import tomlkit

@@ -3,6 +3,8 @@ speculative-decoding A/B (JSON, CSV)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.console import Console
 from rich.table import Table
@@ -118,9 +120,9 @@ def ladder_cmd(model: str | None, url: str | None, slots: int, slot_ctx: int, th
 @bench.command("spec")
 @click.option("--target", required=True, help="Installed model (or .gguf path) to speed up.")
 @click.option("--draft", default=None, help="Draft model with the same tokenizer (installed name or .gguf path).")
-@click.option("--n-max", "n_max", default="4,8,16", show_default=True, help="Draft lengths (--spec-draft-n-max).")
+@click.option("--n-max", "n_max", default=None, help="Draft lengths (--spec-draft-n-max) [default: 4,8,16].")
 @click.option("--ngram", is_flag=True, help="Also try the n-gram modes (no draft model needed).")
-@click.option("--ngram-types", default=",".join(SPEC_NGRAM), show_default=True, help="N-gram modes for --ngram.")
+@click.option("--ngram-types", default=None, help=f"N-gram modes for --ngram [default: {','.join(SPEC_NGRAM)}].")
 @click.option("--prompts", "prompts_file", default=None,
               help="File with one prompt per line (or JSONL with 'prompt') [default: 3 built-in prompts].")
 @click.option("--gen-tokens", type=int, default=128, show_default=True, help="Tokens generated per prompt.")
@@ -134,10 +136,14 @@ def spec_cmd(target: str, draft: str | None, n_max: str, ngram: bool, ngram_type
              gen_tokens: int, repeats: int, threads: int | None, ctx: int, llama_server: str | None, out: str,
              as_json: bool) -> None:
     """Speculative decoding A/B: speedup and acceptance with and without a draft (and n-gram modes)."""
-    config = SpecBenchConfig(
-        target=target, draft=draft, n_max=parse_ints(n_max, "--n-max"), ngram=ngram,
-        ngram_types=[t.strip() for t in ngram_types.split(",") if t.strip()], prompts_file=prompts_file,
-        gen_tokens=gen_tokens, repeats=repeats, threads=threads, ctx=ctx, llama_server=llama_server)
+    given: dict[str, Any] = {}  # only what was typed: a list option given without the mode it shapes is refused
+    if n_max is not None:
+        given["n_max"] = parse_ints(n_max, "--n-max")
+    if ngram_types is not None:
+        given["ngram_types"] = [t.strip() for t in ngram_types.split(",") if t.strip()]
+    config = SpecBenchConfig(target=target, draft=draft, ngram=ngram, prompts_file=prompts_file,
+                             gen_tokens=gen_tokens, repeats=repeats, threads=threads, ctx=ctx,
+                             llama_server=llama_server, **given)
     report = spec_bench(config, out, progress=_progress)
     if as_json:
         emit_json(report.model_dump(mode="json"))

@@ -75,9 +75,15 @@ def eval_cmd(data: str, small: str | None, large: str | None, large_decider: str
         raise click.UsageError("--items adds every record's answers to --json: add --json")
     if plot_path and not plot_path.lower().endswith(".png"):
         raise click.UsageError(f"--plot {plot_path} must end in .png")
+    paths.check_distinct({"--plot": plot_path, "--markdown": markdown_path},
+                         {"--data": data, "--schema": schema_file, "--routes": routes_file, "--config": config_file})
     for path, what in ((plot_path, "--plot"), (markdown_path, "--markdown")):  # before both sides run, not after
         if path:
             paths.check_output(path, what)
+    if write:
+        from ..cascade.write import check_writable
+
+        check_writable(decider, config_file)
     result = cascade_eval(data, small, large, task=task, labels=parse_labels(label_list), target=target,
                           routes=routes_file, decider=decider, large_decider=large_decider, large_url=large_url,
                           schema=schema_file, llama_server=llama_server,
@@ -109,5 +115,8 @@ def eval_cmd(data: str, small: str | None, large: str | None, large_decider: str
         emit_json({**result.to_json(items=items), "written": written})
         return
     click.echo(text)
-    click.echo(f"use: {result.command}" if not written else f"route uses it by default now; explicitly: "
-               f"{result.command}")
+    if result.command is None:  # guard and extract: a threshold for the caller's own use, no route command
+        click.echo(f"threshold: {result.route_threshold:.6g} (escalate below it)")
+    else:
+        click.echo(f"use: {result.command}" if not written else f"route uses it by default now; explicitly: "
+                   f"{result.command}")

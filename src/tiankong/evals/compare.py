@@ -104,9 +104,13 @@ def compare_runs(runs: list[EvalRun], *, baseline: str | None = None, tolerance_
 def _pick_baseline(runs: list[EvalRun], baseline: str | None) -> EvalRun:
     if baseline is None:
         return runs[0]
-    for run in runs:
-        if baseline in (run.model.name, run.model.name.split(":")[0]):
-            return run
+    exact = [run for run in runs if run.model.name == baseline]
+    found = exact or [run for run in runs if run.model.name.split(":")[0] == baseline]
+    if len(found) > 1:  # two quants of one model (the quant A/B): the first in file order was taken
+        raise ConfigError(f"the baseline {baseline!r} names {len(found)} runs: "
+                          f"{', '.join(run.model.name for run in found)}", hint="pass the full name of one")
+    if found:
+        return found[0]
     names = ", ".join(run.model.name for run in runs)
     raise ConfigError(f"the baseline {baseline!r} is not among the runs ({names})", hint="pass one of those names")
 
@@ -120,6 +124,11 @@ def _check_same_set(runs: list[EvalRun]) -> None:
         if [i.id for i in run.items] != [i.id for i in first.items]:
             raise ConfigError(f"the runs are of different eval sets ({first.set_path} vs {run.set_path})",
                               hint="run every model on the same set (one `tiankong eval run` with several --model)")
+        if run.set_sha256 != first.set_sha256:  # the same ids, another version (a reference fixed since)
+            raise ConfigError(f"the runs of {first.model.name} and {run.model.name} are of different versions of "
+                              f"the eval set (sha256 {first.set_sha256[:12]}… vs {run.set_sha256[:12]}…)",
+                              hint="run every model again on the current set (cached answers are re-scored, "
+                                   "no engine work)")
 
 
 def classify_item(base: ItemResult, cand: ItemResult) -> tuple[str, float | None]:
@@ -131,7 +140,7 @@ def classify_item(base: ItemResult, cand: ItemResult) -> tuple[str, float | None
         return "improved", ratio
     if ratio is not None and not LENGTH_LOW <= ratio <= LENGTH_HIGH:
         return "length_anomaly", ratio
-    if base.correct and cand.score <= base.score - SCORE_DROP:
+    if base.correct and round(base.score - cand.score, 9) >= SCORE_DROP:  # 0.3 - 0.1 is 0.19999… in floats
         return "degraded", ratio
     return "equal", ratio
 

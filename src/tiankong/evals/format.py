@@ -19,7 +19,7 @@ from ..tasks.specs import TASK_SPECS, TaskSpec
 
 #: what an item can ask: every task a batch job runs (the ``batchable`` specs, ``tasks/specs.py``) and chat
 TASKS = (*(name for name, spec in TASK_SPECS.items() if spec.batchable), "chat")
-#: item keys of the flat layout (before ``args``), still read: a key the item's task does not take is ignored
+#: item keys of the flat layout (before ``args``), still read: a key the item's task does not take is refused
 LEGACY_KEYS = ("labels", "decider", "instructions", "words", "schema", "json_schema")
 #: the request (and so the cache key) of an item keeps these task arguments at its top level, as before ``args``
 _TOP_LEVEL = {"classify": ("labels", "instructions", "decider"), "extract": ("schema", "instructions"),
@@ -77,7 +77,10 @@ class EvalItem(BaseModel):
         for key in LEGACY_KEYS:
             if key in data and isinstance(args, dict):
                 value, name = data.pop(key), "schema" if key == "json_schema" else key
-                if value is not None and name in wire:  # a flat key the task does not take: ignored, as before
+                if value is not None and spec is not None and name not in wire:  # it was dropped without a word
+                    raise ValueError(f"{key}: task {data['task']} takes no {name} (leave it out, or give the task "
+                                     "it belongs to)")
+                if value is not None and name in wire:
                     args.setdefault(name, value)
         data["args"] = args
         return data

@@ -169,16 +169,18 @@ def write_report(comparison: Comparison, *, html_path: str | None = None, md_pat
     return written
 
 
-def check_report_paths(html_path: str | None, md_path: str | None) -> None:
-    """Before anything is read: each path writable, and not both the same file (the HTML overwrote the
-    Markdown, and both were reported written)."""
+def check_report_paths(html_path: str | None, md_path: str | None, runs: list[str] | None = None) -> None:
+    """Before anything is read: each path writable, not both the same file (the HTML overwrote the Markdown, and
+    both were reported written), and neither a run file it reads (`--md quant/q41.json` replaced that run)."""
     from pathlib import Path
 
     from ..errors import ConfigError
-    from ..paths import check_output
+    from ..paths import check_distinct, check_output
 
     if html_path and md_path and Path(html_path).resolve() == Path(md_path).resolve():
         raise ConfigError("--md and --html name the same file", hint="give each its own path", param="html")
+    files = [p for run in runs or [] for p in (sorted(Path(run).glob("*.json")) if Path(run).is_dir() else [run])]
+    check_distinct({"--md": md_path, "--html": html_path}, {f"the run file {f}": f for f in files})
     for path, what in ((md_path, "--md"), (html_path, "--html")):
         if path:
             check_output(path, what)
@@ -189,6 +191,6 @@ def report_files(paths: list[str], *, baseline: str | None = None, tolerance_poi
     """Compare run files and write the report(s): ``eval report``."""
     from .compare import compare_files
 
-    check_report_paths(html_path, md_path)
+    check_report_paths(html_path, md_path, paths)
     comparison = compare_files(paths, baseline=baseline, tolerance_points=tolerance_points)
     return comparison, write_report(comparison, html_path=html_path, md_path=md_path)

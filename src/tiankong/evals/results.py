@@ -135,10 +135,13 @@ def read_run(path: str | Path) -> EvalRun:
     if not isinstance(data, dict) or data.get("kind") != KIND:
         raise ConfigError(f"{file} is not an eval run", hint="give a file written by `tiankong eval run`")
     try:
-        return EvalRun.model_validate(data)
+        run = EvalRun.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"the eval run {file} is damaged: {exc.errors()[0]['msg']}",
                           hint="run `tiankong eval run` again") from None
+    if not run.items:  # compare divided by the item count (an internal error)
+        raise ConfigError(f"the eval run {file} has no items", hint="run `tiankong eval run` again")
+    return run
 
 
 def read_runs(paths: list[str | Path]) -> list[EvalRun]:
