@@ -61,3 +61,14 @@ def test_a_second_install_says_it_waits_for_the_first(tmp_path: Path) -> None:
         fcntl.flock(first, fcntl.LOCK_UN)
     thread.join(10)
     assert inside.is_set()
+
+
+def test_engine_info_keeps_the_design_contract() -> None:
+    """DESIGN.md: `engine info --json` has `path`, `version`, `rung`, `amx` (bool) and `smoke` ("ok" or the
+    failure); `smoke` was the whole result object."""
+    import json
+
+    proc = run_cli("engine", "info", "--json")
+    data = json.loads(proc.stdout)
+    assert {"path", "version", "rung", "amx", "smoke"} <= data.keys() and isinstance(data["amx"], bool)
+    assert data["smoke"] == "ok" and data["smoke_test"]["status"] == "ok"

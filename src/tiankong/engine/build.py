@@ -64,6 +64,10 @@ class EngineBinary:
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
+        # DESIGN.md's contract: `smoke` is "ok" or the failure (it was the result object); the object is `smoke_test`
+        status, detail = self.smoke.get("status"), self.smoke.get("detail")
+        data["smoke"] = "ok" if status == "ok" else f"{status}: {detail}" if status else "not run"
+        data["smoke_test"] = dict(self.smoke)
         data["path"] = str(self.path)
         data["build_dir"] = str(self.build_dir) if self.build_dir else None
         for name in TARGETS[1:]:
