@@ -154,6 +154,8 @@ def test_pull_recovers_from_torn_download_and_stale_partial(tmp_registry: Path) 
     target = tmp_registry / "data" / "models" / entry.family / entry.size / entry.quant
     target.mkdir(parents=True)
     (target / ".model.gguf.partial").write_bytes(os.urandom(1024))
+    (target / "tiankong-repack-killed").mkdir()  # a killed pull's temp folder (~190 MB for the test model): removed
+    (target / "tiankong-repack-killed" / "packed.bin").write_bytes(os.urandom(1024))
     assert not resolve(PLAIN).installed
     fed: list[tuple[int, int | None]] = []
     lines: list[str] = []
@@ -164,7 +166,28 @@ def test_pull_recovers_from_torn_download_and_stale_partial(tmp_registry: Path) 
     assert [done for done, _ in fed] == sorted(done for done, _ in fed) and fed[-1][0] == entry.bytes
     assert any(PLAIN in line for line in lines) and not any(" MB/s" in line for line in lines), lines
     assert verify_model(PLAIN, generate=False).ok
-    assert not (target / ".model.gguf.partial").exists()
+    assert not (target / ".model.gguf.partial").exists() and not (target / "tiankong-repack-killed").exists()
+
+
+def test_a_second_pull_of_one_model_waits_for_the_first(tmp_registry: Path) -> None:
+    """Two pulls of one model wrote the same ``.partial`` file; one could install what the other had cut."""
+    import fcntl
+    import threading
+
+    entry = find_entry(PLAIN)
+    assert entry is not None
+    target = tmp_registry / "data" / "models" / entry.family / entry.size / entry.quant
+    target.mkdir(parents=True)
+    said: list[str] = []
+    done: list[bool] = []
+    second = threading.Thread(target=lambda: done.append(pull_model(PLAIN, log=said.append).installed))
+    with (target / ".pull.lock").open("w") as first:
+        fcntl.flock(first, fcntl.LOCK_EX)  # the first pull, assembling
+        second.start()
+        second.join(2.0)
+        assert second.is_alive() and any("waiting" in line for line in said), said  # it waits, and says so
+    second.join(600)
+    assert done == [True] and verify_model(PLAIN, generate=False).ok
 
 
 def test_pull_killed_midway_then_rerun_completes(tmp_registry: Path) -> None:

