@@ -86,6 +86,10 @@ def _client(model: str | None, url: str | None, llama_server: str | None, embedd
     if url or os.environ.get("TIANKONG_URL"):
         from ..client import _shared
 
+        if llama_server:  # it starts a managed engine, and a running server answers: it was ignored
+            where = "--url" if url else "TIANKONG_URL"
+            raise click.UsageError(f"--llama-server starts a managed engine, and {where} names a running server: "
+                                   f"give one of them")
         _shared.MANAGE_HINT = "leave out --url (and TIANKONG_URL) and pass --model NAME to run a managed engine"
         return Client(url, model=model, api_key=cli_api_key())
     return Client(model=paths.default_model(model) or DEFAULT_MODEL, llama_server=llama_server, slots=1, ctx=4096,
