@@ -58,6 +58,10 @@ def test_a_model_for_an_engine_free_side_is_refused(tmp_path: Path, spam_decider
         cascade_eval(data, "no-such-model", None, decider=spam_decider, large_decider=spam_decider)
     with pytest.raises(ConfigError, match="needs no engine"):
         cascade_eval(data, None, "no-such-model", decider=spam_decider, large_decider=spam_decider)
+    said: list[str] = []
+    with pytest.raises(ConfigError, match="cannot reach"):  # before the small side, not after it
+        cascade_eval(data, None, "m", decider=spam_decider, large_url="http://127.0.0.1:9", log=said.append)
+    assert said == []
 
 
 def test_guard_and_extract_get_a_threshold_not_a_route_command(tmp_path: Path, spam_decider: str) -> None:
