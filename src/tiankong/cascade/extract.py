@@ -77,10 +77,10 @@ def grounded(answer: Any, text: str) -> float:
 
 def extract_answer(call: Callable[[], Any], text: str) -> Answer:
     """One side's extraction of ``text`` (``call`` returns its ``Structured``) as (canonical JSON, confidence)."""
-    from ..errors import RetriesExhausted
+    from ..errors import InputTooLong, OutputError
 
     try:
         data = call().data
-    except RetriesExhausted:
+    except (OutputError, InputTooLong):  # this record failed on this side (a cut answer too: it ended the run)
         return Answer(FAILED, 0.0)
     return Answer(canonical(data), grounded(data, text))

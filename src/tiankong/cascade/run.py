@@ -168,15 +168,19 @@ def load_routes(routes: str | Path | Sequence[Any]) -> list[Route]:
     return check_routes(routes)
 
 
-def _check_reachable(url: str) -> None:
+def _check_reachable(url: str, model: str | None) -> None:
     """Before the small side runs (minutes): an upstream that does not answer at all (any HTTP answer will do —
     a key it wants is the large side's own error, named there) was found only after the whole small side."""
-    import httpx
+    from ..api import Client
+    from ..errors import ServerError, TransportError
 
     try:
-        httpx.get(url.rstrip("/") + "/v1/models", timeout=10.0)
-    except httpx.HTTPError as exc:
-        raise ConfigError(f"cannot reach the large side's server {url} ({type(exc).__name__})",
+        with Client(url, model=model) as client:
+            client.models()
+    except ServerError:
+        pass
+    except TransportError as exc:
+        raise ConfigError(f"cannot reach the large side's server {url} ({exc.message})",
                           hint="start it, or leave out --large-url to run the large model here") from None
 
 
@@ -224,7 +228,7 @@ def cascade_eval(data: str | Path, small: str | None, large: str | None, *, task
     large_side = Side.of_decider(found_large, str(large_decider), large) if found_large is not None else \
         Side(large, url=large_url)
     if large_url is not None:
-        _check_reachable(large_url)
+        _check_reachable(large_url, large)
     answers: dict[str, list[Answer]] = {}  # by side name: the same side twice runs once
     for side in (small_side, large_side):
         if side.name in answers:

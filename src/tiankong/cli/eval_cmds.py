@@ -44,11 +44,12 @@ def init_cmd(path: str, force: bool) -> None:
 @click.argument("eval_set", metavar="SET")
 @click.option("--model", "models", multiple=True, required=True, help="Model to evaluate (repeat for several).")
 @click.option("--out", "out_dir", default="eval-runs", show_default=True, help="Folder for OUT/<model>.json.")
-@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 2), default=42, show_default=True,
+              help="Engine seed (-1, llama.cpp's random seed, would make the cache lie).")
 @click.option("--ctx", type=int, default=4096, show_default=True, help="Engine context (total).")
 @click.option("--slots", type=int, default=1, show_default=True,
               help="Parallel slots; more than 1 is faster but not bit-for-bit reproducible (docs/evals.md).")
-@click.option("--threads", type=int, default=None, help="Engine threads (default: all CPUs).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Engine threads (default: all CPUs).")
 @click.option("--llama-server", "llama_server", default=None, help="Use this llama-server binary.")
 @click.option("--cache-dir", default=None, help="Result cache (default: <user cache>/tiankong/evals).")
 @click.option("--retry-failed", is_flag=True, help="Run items that failed before again (else they stay failed).")

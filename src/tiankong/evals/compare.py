@@ -170,7 +170,8 @@ def paired_bootstrap(diffs: list[int], *, samples: int = BOOTSTRAP_SAMPLES, seed
     n = len(diffs)
     means = sorted(sum(rng.choices(diffs, k=n)) / n for _ in range(samples))
     tail = (1 - confidence) / 2
-    return means[int(tail * samples)], means[min(samples - 1, int((1 - tail) * samples))]
+    cut = int(tail * samples)  # as many dropped at each end (the upper bound was one sample further out)
+    return means[cut], means[samples - 1 - cut]
 
 
 def _row(run: EvalRun) -> ModelRow:
