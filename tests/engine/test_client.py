@@ -78,6 +78,46 @@ def test_embedded_engine_starts_and_stops_with_the_client() -> None:
     assert not pid_alive(pid)
 
 
+def test_a_dropped_client_stops_its_engine_when_collected() -> None:
+    """A client dropped without close() left its llama-server running until the interpreter exited."""
+    import gc
+
+    from conftest import wait_until
+
+    client = Client(model=TEST_MODEL, slots=1, ctx=1024)
+    assert client.engine is not None
+    pid = client.engine.pid
+    del client
+    gc.collect()
+    assert pid is not None and wait_until(lambda: not pid_alive(pid), timeout_s=30)
+
+    async def started() -> int | None:
+        dropped = AsyncClient(model=TEST_MODEL, slots=1, ctx=1024)
+        await dropped.tokenize("hi")
+        assert dropped.engine is not None
+        return dropped.engine.pid
+
+    async_pid = asyncio.run(started())
+    gc.collect()
+    assert async_pid is not None and wait_until(lambda: not pid_alive(async_pid), timeout_s=30)
+
+
+def test_engine_arguments_a_server_client_would_ignore_are_refused() -> None:
+    """`Client(url, slots=8)` (ctx, embeddings, llama_server) was taken without a word; `max_connections` was
+    AsyncClient's only, and 0 blocked every call for timeout_s."""
+    url = "http://127.0.0.1:9"
+    for given in ({"slots": 8}, {"ctx": 8192}, {"embeddings": True}, {"llama_server": "/x"}, {"adapters": ["a"]}):
+        for cls in (Client, AsyncClient):
+            with pytest.raises(ConfigError, match=f"{next(iter(given))}="):
+                cls(url, **given)  # type: ignore[arg-type]
+    for bad in (0, -1, "x"):
+        for cls in (Client, AsyncClient):
+            with pytest.raises(ConfigError, match="max_connections"):
+                cls(url, max_connections=bad)  # type: ignore[arg-type]
+    assert list(inspect.signature(Client).parameters) == [
+        name for name in inspect.signature(AsyncClient).parameters]
+
+
 def test_async_embedded_engine() -> None:
     async def main() -> int | None:
         async with AsyncClient(model=TEST_MODEL, slots=1, ctx=1024) as client:

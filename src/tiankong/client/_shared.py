@@ -154,6 +154,27 @@ def base_url(url: str | None) -> str | None:
     return value[:-3] if value.endswith("/v1") else value
 
 
+#: a client's engine arguments and their defaults (what an embedded engine starts with)
+ENGINE_ARGS: dict[str, Any] = {"ctx": 4096, "slots": 2, "llama_server": None, "adapters": None, "embeddings": False}
+
+
+def check_engine_args(url: str, given_url: str | None, **args: Any) -> None:
+    """A client that talks to a server (``url``) starts no engine: an engine argument given to it (``slots=8``,
+    ``embeddings=True``, ``llama_server=…``) was taken and ignored without a word (only ``adapters`` was refused)."""
+    ignored = [name for name, value in args.items() if value not in (ENGINE_ARGS[name], [], ())]
+    if ignored:
+        where = url if given_url else f"{url} (from TIANKONG_URL)"
+        raise ConfigError(f"{', '.join(f'{name}=' for name in ignored)} configure(s) an engine this client starts "
+                          f"(model=… without url), and it talks to the server at {where}",
+                          hint="leave them out, or start that server with them (engine config)", param=ignored[0])
+
+
+def check_max_connections(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # 0 blocked every call for timeout_s
+        raise ConfigError(f"max_connections must be a positive integer, got {value!r}", param="max_connections")
+    return value
+
+
 def check_client_args(model: Any, api_key: Any, timeout_s: Any, adapters: Any) -> None:
     """What a client's constructor takes, checked before it starts an engine (a bad one left it running)."""
     if model is not None and not isinstance(model, str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any, Self
 
@@ -39,20 +40,21 @@ class AsyncBaseClient:
     ) -> None:
         self.engine: EngineProcess | None = None
         self._closed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self.url = S.base_url(url)
         S.check_client_args(model, api_key, timeout_s, adapters)
         if self.url is None and not model:
             raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
-        if self.url is not None and adapters:
-            raise ConfigError("adapters= loads LoRA adapters into an embedded engine (model=… without url)",
-                              hint="start that server with the adapters (engine config lora = [...])")
+        if self.url is not None:
+            S.check_engine_args(self.url, url, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
+                                embeddings=embeddings)
         self.model = model
         self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server, "adapters": adapters,
                              "embeddings": embeddings}
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout_s = timeout_s
         self._transport = transport
-        self._limits = S.http_limits(max_connections)
+        self._limits = S.http_limits(S.check_max_connections(max_connections))
         self._http: httpx.AsyncClient | None = None
         self._start_lock = asyncio.Lock()
         self._engine_lock = threading.Lock()
@@ -120,6 +122,7 @@ class AsyncBaseClient:
             closed = self._closed
             if not closed:
                 self.engine = engine
+                self._finalizer = weakref.finalize(self, engine.stop)  # stopped when a dropped client is collected
         if closed:  # closed while it started: nobody holds it
             engine.stop()
             done.set_exception(S.closed_error())
@@ -348,6 +351,8 @@ class AsyncBaseClient:
         with self._engine_lock:  # an engine still starting is stopped by its start (_run_start)
             self._closed = True
             engine, self.engine = self.engine, None
+            if self._finalizer is not None:
+                self._finalizer.detach()
         if self._http is not None:
             if self._loop is asyncio.get_running_loop():  # else its connections died with their loop
                 await self._http.aclose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, Self
 
@@ -36,28 +37,34 @@ class BaseClient:
         ctx: int = 4096,
         slots: int = 2,
         llama_server: str | None = None,
+        max_connections: int = 64,
         adapters: list[str] | None = None,
         embeddings: bool = False,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.engine: EngineProcess | None = None
         self._closed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         resolved = S.base_url(url)
         S.check_client_args(model, api_key, timeout_s, adapters)
-        if resolved is not None and adapters:
-            raise ConfigError("adapters= loads LoRA adapters into an embedded engine (model=… without url)",
-                              hint="start that server with the adapters (engine config lora = [...])")
+        limits = S.http_limits(S.check_max_connections(max_connections))
+        if resolved is not None:
+            S.check_engine_args(resolved, url, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
+                                embeddings=embeddings)
         if resolved is None:
             if not model:
                 raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
             self.engine = start_embedded(model, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
                                          embeddings=embeddings)
+            # a client dropped without close() stops its engine when collected (it ran until the interpreter
+            # exited: the engine's watchdog thread holds the engine, not the client)
+            self._finalizer = weakref.finalize(self, self.engine.stop)
             resolved = self.engine.url
         self.url = resolved
         self.model = model
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         try:
-            self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=S.http_limits(),
+            self._http = httpx.Client(base_url=resolved, timeout=timeout_s, headers=headers, limits=limits,
                                       transport=transport)
         except BaseException:
             self.close()  # the engine started above has no other owner
@@ -280,6 +287,8 @@ class BaseClient:
 
     def close(self) -> None:
         self._closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if hasattr(self, "_http"):
             self._http.close()
         if self.engine is not None:

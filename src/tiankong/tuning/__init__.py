@@ -74,7 +74,10 @@ def tune_classify(data: str | Path, *, name: str, model: str | None = None, url:
         report = tune(examples, name=name, methods_wanted=methods, folds=folds, descriptions=descriptions, log=log,
                       register=save)
     else:
-        with Client(url, model=model, llama_server=llama_server, slots=2, ctx=8192, embeddings=True) as client:
+        # the engine's settings for one it starts; with url, llama_server is refused by the client, not ignored
+        engine: dict[str, Any] = {"llama_server": llama_server} if url else \
+            {"llama_server": llama_server, "slots": 2, "ctx": 8192, "embeddings": True}
+        with Client(url, model=model, **engine) as client:
             base = _base_model(client, model)
             adapter = AdapterCandidate(base["name"], llama_server=llama_server, log=log) \
                 if model is not None and "lora" in (methods or ()) else None
