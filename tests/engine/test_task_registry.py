@@ -147,8 +147,8 @@ def test_eval_items_take_args_and_old_flat_items_keep_their_cache_key() -> None:
     with pytest.raises(ValueError, match="word"):  # an unknown argument in args is refused, not dropped
         EvalItem.model_validate({"id": "5", "task": "summarize", "input": "x", "reference": "y",
                                  "args": {"word": 10}})
-    ignored = EvalItem.model_validate({"id": "6", "task": "redact", "input": "x", "reference": "y", "words": 5})
-    assert ignored.args == {}  # a flat key redact does not take: ignored, as before args
+    with pytest.raises(ValueError, match="redact takes no words"):  # a flat key redact does not take: refused
+        EvalItem.model_validate({"id": "6", "task": "redact", "input": "x", "reference": "y", "words": 5})
 
 
 #: the registered tasks with their own, explicit client method (the typed way; any task: ``client.task(NAME)``);

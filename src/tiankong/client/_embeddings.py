@@ -27,6 +27,15 @@ def per_token_refused(exc: ServerError) -> bool:
     return exc.status in (400, 500) and "pooling type 'none'" in exc.message.lower()
 
 
+def embeddings_off(exc: ServerError, embedded: bool) -> ServerError | ConfigError:
+    """The engine gives no embeddings (llama-server's 501 says "start it with --embeddings", a flag of its own):
+    for a client's embedded engine, what to pass to the client instead."""
+    if exc.status == 501 and embedded:
+        return ConfigError("this client's engine was started without embeddings",
+                           hint="create it with Client(model=…, embeddings=True)")
+    return exc
+
+
 def mean_pooled(rows: Any) -> tuple[list[list[float]], int]:
     """OpenAI-style vectors (mean over tokens, L2-normalised — what ``--pooling mean`` gives) and the token count."""
     import math

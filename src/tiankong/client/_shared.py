@@ -298,6 +298,15 @@ def text_arg(value: Any, name: str) -> str:
     return value
 
 
+def tokens_arg(value: Any) -> list[int]:
+    """``detokenize``'s argument: llama-server answered anything but a list of token ids with an HTTP 500."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                        for t in value):
+        raise ConfigError(f"tokens must be a list of token ids (non-negative integers), got {str(value)[:40]!r}",
+                          hint="pass what tokenize() returned", param="tokens")
+    return list(value)
+
+
 def completion_body(prompt: str, model: str | None, stream: bool, options: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"prompt": text_arg(prompt, "prompt"), "stream": stream, **options}
     if model:

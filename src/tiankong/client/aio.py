@@ -327,7 +327,7 @@ class AsyncBaseClient:
             data = await self._request("POST", "/v1/embeddings", E.embeddings_body(items, self.model))
         except ServerError as exc:
             if not E.per_token_refused(exc):
-                raise
+                raise E.embeddings_off(exc, self.engine is not None) from None
             return E.mean_pooled(await self._request("POST", "/embeddings", {"content": items}))[0]
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", str(self.url))]
 
@@ -336,7 +336,7 @@ class AsyncBaseClient:
         return [int(t) for t in A.answer_field(answer, "tokens", str(self.url))]
 
     async def detokenize(self, tokens: list[int]) -> str:
-        answer = await self._request("POST", "/detokenize", {"tokens": tokens})
+        answer = await self._request("POST", "/detokenize", {"tokens": S.tokens_arg(tokens)})
         return str(A.answer_field(answer, "content", str(self.url)))
 
     async def health(self) -> dict[str, Any]:

@@ -62,6 +62,9 @@ def check_response(status: int, text: str) -> None:
         page = snippet.startswith("<")  # HTML: not an engine's or a gateway's own words
         data, message = None, (f"a page that is not JSON ({snippet!r}) — is this URL a llama-server or tiankong "
                                "gateway?" if page else snippet) if snippet else "no body"
+    if status in (400, 413) and _error_field(data, "type") == InputTooLong.type and " — " in message:
+        said, _, hint = message.partition(" — ")  # a gateway's own InputTooLong: its words, not wrapped twice
+        raise InputTooLong(said, hint=hint)
     if status in (400, 413) and ("context size" in message or _error_field(data, "type") == InputTooLong.type):
         raise InputTooLong(f"the input is too long for the engine's context ({message})",
                            hint="shorten the text, use the compress task, or start the engine with a larger ctx "

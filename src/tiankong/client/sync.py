@@ -264,7 +264,7 @@ class BaseClient:
             data = self._request("POST", "/v1/embeddings", E.embeddings_body(items, self.model))
         except ServerError as exc:
             if not E.per_token_refused(exc):
-                raise
+                raise E.embeddings_off(exc, self.engine is not None) from None
             return E.mean_pooled(self._request("POST", "/embeddings", {"content": items}))[0]
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", self.url)]
 
@@ -274,7 +274,7 @@ class BaseClient:
         return [int(t) for t in tokens]
 
     def detokenize(self, tokens: list[int]) -> str:
-        return str(A.answer_field(self._request("POST", "/detokenize", {"tokens": tokens}), "content",
+        return str(A.answer_field(self._request("POST", "/detokenize", {"tokens": S.tokens_arg(tokens)}), "content",
                                   self.url))
 
     def health(self) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def _checked(path: Path, source: str) -> EngineBinary:
     # absolute: Path("./llama-server") is "llama-server", which a subprocess looks up on $PATH, not here
     path = path.expanduser().absolute()
     if not path.is_file() or not os.access(path, os.X_OK):
-        where = f"${ENV_VAR}" if source == "env" else "--llama-server"
+        where = f"${ENV_VAR}" if source == "env" else "--llama-server (llama_server=)"
         raise EngineNotFound(f"{where} points to {path}, which is not an executable file", hint="fix the path")
     # a rebuild cannot help a binary the user named: it takes precedence over the managed build
     fix = f"fix or unset ${ENV_VAR}" if source == "env" else "fix --llama-server"

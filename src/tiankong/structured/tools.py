@@ -114,9 +114,12 @@ class ToolCalls:
         return found
 
     def to_json(self) -> dict[str, Any]:
+        # finish_reason, counts and duplicates_dropped too: a client of the gateway made finish_reason up
+        # ("stop" for a reply cut at its length)
         return {"tool_calls": [c.to_openai() for c in self.calls], "content": self.content,
                 "decision": self.decision, "probabilities": self.probabilities, "attempts": self.attempts,
-                "usage": {"prompt_tokens": self.usage.prompt_tokens,
+                "finish_reason": self.finish_reason, "counts": self.counts,
+                "duplicates_dropped": self.duplicates_dropped, "usage": {"prompt_tokens": self.usage.prompt_tokens,
                           "completion_tokens": self.usage.completion_tokens,
                           "total_tokens": self.usage.total_tokens}}
 

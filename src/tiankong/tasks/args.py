@@ -56,6 +56,13 @@ class ClassifyArgs(TaskArgs):
                                          or self.calibrate is not None or self.instructions):
             raise ValueError("a decider answers on its own: examples, descriptions, instructions, multi_label and "
                              "calibrate apply to prompting only (leave them out, or leave out decider)")
+        # each was taken and did nothing (a read-only sweep, 2026-12-07)
+        if self.multi_label and (self.examples or self.instructions or self.calibrate):
+            raise ValueError("multi_label asks one yes/no question per label (with the descriptions): examples, "
+                             "instructions and calibrate apply to single-label prompting (leave them out)")
+        if self.threshold is not None and not self.multi_label and self.decider is None:
+            raise ValueError("threshold is multi_label's P(yes) or a decider's abstain level: a single-label answer "
+                             "with labels takes none (add multi_label, or leave it out)")
         return self
 
 

@@ -129,8 +129,8 @@ class TaskMethods:
         ``decider``: a tuned decider over the route names makes the local decision. ``threshold`` (default: the
         decider's tuned one, else ``[route] threshold`` of the config, else 0.6): escalate below it.
 
-        With ``upstream``, an escalated request is sent there (PII redacted first unless ``redact=False``) and
-        its answer is in ``decision.answer``; ``decision.sent_text`` is exactly what left the machine.
+        With ``upstream``, an escalated request is sent there (PII redacted first unless the upstream's ``redact``
+        is false) and its answer is in ``decision.answer``; ``decision.sent_text`` is exactly what left the machine.
         """
         decision: RouteDecision = self._task(ROUTE, text=text, routes=routes, threshold=threshold, redline=redline,
                                              escalate_target=escalate_target, decider=decider)

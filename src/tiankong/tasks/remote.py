@@ -134,7 +134,7 @@ def _summary(d: dict[str, Any]) -> Summary:
 
 def _tag(d: dict[str, Any]) -> Structured[Any]:
     return Structured(data=d["data"], raw=json.dumps(d["data"], ensure_ascii=False), attempts=d.get("attempts", 1),
-                      usage=Usage())
+                      usage=_usage(d), finish_reason=d.get("finish_reason"))
 
 
 def _ask(d: dict[str, Any]) -> Answers:
@@ -151,7 +151,8 @@ def _call(d: dict[str, Any]) -> ToolCalls:
              for c in d.get("tool_calls") or []]
     return ToolCalls(calls=calls, content=d.get("content"), probabilities=dict(d.get("probabilities") or {}),
                      attempts=d.get("attempts", 1), usage=_usage(d),
-                     finish_reason="tool_calls" if calls else "stop")
+                     finish_reason=d.get("finish_reason") or ("tool_calls" if calls else "stop"),
+                     counts=dict(d.get("counts") or {}), duplicates_dropped=int(d.get("duplicates_dropped") or 0))
 
 
 def _sql(d: dict[str, Any]) -> SqlQuery:

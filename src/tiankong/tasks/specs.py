@@ -71,12 +71,38 @@ def _dedupe(a: DedupeArgs, model: str | None) -> Flow[Dedupe]:
     return dedupe_flow(records, options)
 
 
+#: the roles a chat template knows (a `bogus` role or an empty conversation generated text from nothing, as 200)
+CONVERSATION_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _check_conversation(messages: list[Any]) -> None:
+    """A conversation for ``call``: objects with a known role, and a user message that says something."""
+    example = '[{"role": "user", "content": "What is the weather in Paris?"}]'
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in CONVERSATION_ROLES:
+            role = message.get("role") if isinstance(message, dict) else None
+            raise ConfigError(f"text[{i}] must be a message with a role ({', '.join(CONVERSATION_ROLES)}), "
+                              f"not {str(role if role is not None else message)[:40]!r}", hint=f"e.g. {example}")
+    if not any(m["role"] == "user" and _says_something(m.get("content")) for m in messages):
+        raise ConfigError("text has no user message with content", hint=f"pass the request, e.g. {example}")
+
+
+def _says_something(content: Any) -> bool:
+    if isinstance(content, str):
+        return bool(content.strip())
+    return isinstance(content, list) and any(isinstance(p, dict) and (p.get("type") != "text"
+                                                                       or str(p.get("text", "")).strip())
+                                             for p in content)
+
+
 def _call(a: CallArgs, model: str | None) -> Flow[ToolCalls]:
     tools = parse_tools(a.tools)
     mode, name = parse_tool_choice(a.tool_choice, tools)
     messages = [{"role": "user", "content": a.text}] if isinstance(a.text, str) else a.text
     if isinstance(a.text, str) and not a.text.strip():
         raise ConfigError("text is empty", hint="pass the request the tools should serve")
+    if isinstance(a.text, list):
+        _check_conversation(a.text)
     return call_flow(messages, tools, tool_choice=mode, function=name, parallel=a.parallel_tool_calls, model=model)
 
 
@@ -118,7 +144,10 @@ def _guard(a: GuardArgs, model: str | None) -> Flow[GuardVerdict]:
 
 
 def _tag_json(result: Structured[Any]) -> dict[str, Any]:
-    return {"data": result.data, "attempts": result.attempts}
+    # usage and finish_reason too: a client of the gateway got zeros and None where a local run has them
+    return {"data": result.data, "attempts": result.attempts, "finish_reason": result.finish_reason,
+            "usage": {"prompt_tokens": result.usage.prompt_tokens, "completion_tokens": result.usage.completion_tokens,
+                      "total_tokens": result.usage.total_tokens}}
 
 
 def _data(answer: dict[str, Any]) -> Any:

@@ -1,0 +1,103 @@
+"""What a second read-only sweep of the Python library found (2026-12-07): a tool call on an empty conversation
+answered from nothing, classify options taken and ignored, `detokenize` wrong types reaching the engine as a 500,
+a gateway's too-long error wrapped twice, and a call or tag through a gateway losing its finish reason and usage.
+``Client`` and ``AsyncClient`` over a scripted transport: no engine (any engine call fails the test)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tiankong import AsyncClient, Client
+from tiankong.errors import ConfigError, InputTooLong
+
+URL = "http://127.0.0.1:9"
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def sync_call(handler: Handler, method: str, *args: Any, **kwargs: Any) -> Any:
+    with Client(URL, transport=httpx.MockTransport(handler)) as client:
+        return getattr(client, method)(*args, **kwargs)
+
+
+def async_call(handler: Handler, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def run() -> Any:
+        async with AsyncClient(URL, transport=httpx.MockTransport(handler)) as client:
+            return await getattr(client, method)(*args, **kwargs)
+    return asyncio.run(run())
+
+
+BOTH = pytest.mark.parametrize("call", [sync_call, async_call], ids=["Client", "AsyncClient"])
+
+TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def no_engine(request: httpx.Request) -> httpx.Response:
+    if request.url.path in ("/health", "/props"):
+        return httpx.Response(200, json={"status": "ok"} if request.url.path == "/health" else {})
+    raise AssertionError(f"the engine was asked {request.url.path}")
+
+
+@BOTH
+@pytest.mark.parametrize("conversation", [[], [{"role": "bogus", "content": "hi"}], [{"foo": 1}],
+                                          [{"role": "user", "content": "  "}], [{"role": "system", "content": "x"}]])
+def test_a_call_needs_a_conversation_with_a_user_request(call: Any, conversation: list[Any]) -> None:
+    with pytest.raises(ConfigError, match="text"):
+        call(no_engine, "call", conversation, TOOLS)
+
+
+@BOTH
+@pytest.mark.parametrize("options, needle", [
+    ({"multi_label": True, "instructions": "Always answer negative."}, "multi_label"),
+    ({"multi_label": True, "examples": [{"text": "a", "label": "x"}, {"text": "b", "label": "y"}]}, "multi_label"),
+    ({"multi_label": True, "calibrate": True}, "multi_label"),
+    ({"threshold": 0.99}, "threshold"),
+])
+def test_classify_refuses_options_its_answer_would_ignore(call: Any, options: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        call(no_engine, "classify", "I love it", ["x", "y"], **options)
+
+
+@BOTH
+@pytest.mark.parametrize("tokens", ["abc", [1, -2], [1.5], [True], None])
+def test_detokenize_takes_token_ids_only(call: Any, tokens: Any) -> None:
+    with pytest.raises(ConfigError, match="token ids"):
+        call(no_engine, "detokenize", tokens)
+
+
+@BOTH
+def test_a_gateways_too_long_error_is_said_once(call: Any) -> None:
+    said = "the input is too long for the engine's context (request 9000 tokens, context 4096)"
+    hint = "shorten the text, use the compress task, or start the engine with a larger ctx per slot"
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        if request.url.path in ("/health", "/props"):
+            return no_engine(request)
+        return httpx.Response(413, json={"error": {"message": f"{said} — {hint}", "type": "context_length_exceeded"}})
+
+    with pytest.raises(InputTooLong) as raised:
+        call(gateway, "classify", "word " * 10, ["x", "y"])
+    assert raised.value.one_line().count("too long") == 1 and raised.value.one_line().count("shorten") == 1
+
+
+def test_a_call_and_a_tag_keep_their_finish_reason_and_usage_through_a_gateway() -> None:
+    from tiankong.client._shared import Usage
+    from tiankong.structured.flow import Structured
+    from tiankong.structured.tools import ToolCalls
+    from tiankong.tasks.remote import READERS
+    from tiankong.tasks.specs import TASK_SPECS
+
+    cut = ToolCalls(calls=[], content="Theft of the …", probabilities={"reply": 0.9}, attempts=1,
+                    usage=Usage(10, 512), finish_reason="length", counts={"1": 0.8})
+    back = READERS["call"](json.loads(json.dumps(cut.to_json())))
+    assert (back.finish_reason, back.counts, back.usage.completion_tokens) == ("length", {"1": 0.8}, 512)
+    tagged = Structured(data={"topic": "billing"}, raw="{}", attempts=1, usage=Usage(123, 30), finish_reason="stop")
+    wire = TASK_SPECS["tag"].to_json(tagged)
+    back_tag = READERS["tag"](json.loads(json.dumps(wire)))
+    assert (back_tag.usage.prompt_tokens, back_tag.usage.completion_tokens, back_tag.finish_reason) == (123, 30, "stop")
