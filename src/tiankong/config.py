@@ -363,6 +363,23 @@ def load_config(path: str | Path | None) -> TiankongConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{file} is not valid TOML: {exc}", hint="fix the syntax at the position shown") from None
     try:
-        return TiankongConfig.model_validate(data)
+        config = TiankongConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, str(file)), hint="see docs/config.md for every key") from None
+    _check_unread(data.get("engine"), config, file)
+    return config
+
+
+def _check_unread(engine: Any, config: TiankongConfig, file: Path) -> None:
+    """Keys the file sets to another value than the default that the engine would not read (they were accepted
+    and did nothing; a file listing every key at its default, as docs/config.md shows, still loads)."""
+    fields = EngineSettings.model_fields
+    keys = {key for key, value in engine.items() if key in fields
+            and value != fields[key].get_default(call_default_factory=True)} if isinstance(engine, dict) else set()
+    if "pooling" in keys and not config.engine.embeddings:
+        raise ConfigError(f"{file}: engine.pooling is read only with embeddings on",
+                          hint="add engine.embeddings = true, or leave pooling out")
+    auto = sorted(keys & {"spec_auto_n_max", "spec_auto_ngram"})
+    if auto and config.engine.spec != "auto":
+        raise ConfigError(f"{file}: engine.{auto[0]} is read only with spec = \"auto\"",
+                          hint="add engine.spec = \"auto\", or leave it out")

@@ -32,6 +32,9 @@ HASH = "sha256:" + "ab" * 32
     ('[engine]\nstartup_timeout_s = "90"', "engine.startup_timeout_s"),
     ('[server]\nport = "8081"', "server.port"),
     ('[engine]\nembeddings = "off"', "engine.embeddings"),
+    # read by nothing: accepted and ignored (a sweep, 2026-12-07); at their defaults they still load
+    ('[engine]\npooling = "mean"', "engine.pooling"),
+    ('[engine]\nspec_auto_ngram = ["ngram-mod"]', "engine.spec_auto_ngram"),
 ])
 def test_a_value_that_would_fail_late_is_refused_at_load(tmp_path: Path, toml: str, key: str) -> None:
     path = tmp_path / "tiankong.toml"
