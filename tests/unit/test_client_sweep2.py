@@ -101,3 +101,22 @@ def test_a_call_and_a_tag_keep_their_finish_reason_and_usage_through_a_gateway()
     wire = TASK_SPECS["tag"].to_json(tagged)
     back_tag = READERS["tag"](json.loads(json.dumps(wire)))
     assert (back_tag.usage.prompt_tokens, back_tag.usage.completion_tokens, back_tag.finish_reason) == (123, 30, "stop")
+
+
+def test_a_text_without_sentence_ends_is_cut_into_chunks_that_fit() -> None:
+    """`summarize` on a log or a transcript without full stops: one "sentence" of 60,000 tokens was one chunk, and
+    the engine answered 413 instead of the summary the docs promise for long texts."""
+    from tiankong.structured.drivers import run_sync
+    from tiankong.tasks.compress import chunk_text
+
+    text = "word " * 3000 + "and one sentence. Then another one."
+
+    def engine(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        assert path == "/tokenize" and body is not None
+        pieces = [piece for piece in body["content"].split(" ")]
+        return {"tokens": [{"id": i, "piece": piece + (" " if i < len(pieces) - 1 else "")}
+                           for i, piece in enumerate(pieces)]}
+
+    chunks, total = run_sync(chunk_text(text, 256), engine)
+    assert "".join(chunks) == text and total == len(text.split(" "))
+    assert len(chunks) >= 3000 // 256 and all(len(chunk.split()) <= 256 for chunk in chunks)

@@ -15,6 +15,7 @@ that fit ``budget_tokens`` are kept whole, in document order (``kept``: their in
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,25 +89,36 @@ def count_tokens(text: str) -> Flow[int]:
 
 
 def chunk_text(text: str, chunk_tokens: int) -> Flow[tuple[list[str], int]]:
-    """Chunks of whole sentences of at most ``chunk_tokens`` tokens (a longer sentence is its own chunk)."""
-    spans, costs, total = yield from sentence_costs(text)
+    """Chunks of whole sentences of at most ``chunk_tokens`` tokens; a longer sentence is cut at token boundaries
+    (a log or a transcript without full stops was one chunk, and too long for the engine: a 413, not a summary)."""
+    spans, costs, total = yield from sentence_costs(text, max_tokens=chunk_tokens)
     return _chunks(text, spans, costs, chunk_tokens), total
 
 
-def sentence_costs(text: str) -> Flow[tuple[list[tuple[int, int]], list[int], int]]:
-    """The text's sentence spans, the model's tokens in each, and the text's tokens (one ``/tokenize`` call)."""
+def sentence_costs(text: str, max_tokens: int | None = None) -> Flow[tuple[list[tuple[int, int]], list[int], int]]:
+    """The text's sentence spans, the model's tokens in each, and the text's tokens (one ``/tokenize`` call);
+    with ``max_tokens``, a longer sentence is cut into pieces of at most that many tokens."""
     (answer,) = yield [Call("POST", "/tokenize", {"content": text, "add_special": False, "with_pieces": True})]
     if isinstance(answer, Exception):
         raise answer
     starts = _token_char_starts(text, answer["tokens"])
     spans = _sentences(text)
-    costs, position = [], 0
-    for _, end in spans:  # spans are contiguous and ordered: one pass over the token starts
-        count = 0
+    costs, position, cut = [], 0, []
+    for start, end in spans:  # spans are contiguous and ordered: one pass over the token starts
+        first = position
         while position < len(starts) and starts[position] < end:
-            count, position = count + 1, position + 1
-        costs.append(count)
-    return spans, costs, len(starts)
+            position += 1
+        count = position - first
+        if max_tokens is None or count <= max_tokens:
+            cut.append((start, end))
+            costs.append(count)
+            continue
+        firsts = range(first, position, max_tokens)  # each piece's first token
+        bounds = [start, *(starts[i] for i in firsts[1:]), end]
+        for piece, (a, b) in enumerate(itertools.pairwise(bounds)):
+            cut.append((a, b))
+            costs.append(min(max_tokens, position - firsts[piece]))
+    return cut, costs, len(starts)
 
 
 def _chunks(text: str, spans: list[tuple[int, int]], costs: list[int], chunk_tokens: int) -> list[str]:
