@@ -73,7 +73,8 @@ class RouteArgs(TaskArgs):
                                     "the decider's tuned threshold, else [route] threshold of the config, else "
                                     "0.6).")
     redline: bool = Field(True, description="Escalate red-line requests (maths, reasoning, planning).")
-    escalate_target: str = Field("upstream", description="The target an escalated request goes to.")
+    escalate_target: str = Field("upstream", min_length=1, max_length=200,
+                                 description="The target an escalated request goes to.")
     decider: str | None = Field(None, max_length=200, description="A tuned decider over the route names makes "
                                 "the local decision.")
 
