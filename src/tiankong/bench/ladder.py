@@ -143,6 +143,13 @@ def run_ladder(config: LadderConfig, progress: Progress | None = None) -> Ladder
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.monotonic()
     if config.url:
+        fields = LadderConfig.model_fields
+        engine_only = [name for name in ("slots", "slot_ctx", "threads", "llama_server")
+                       if name in fields and getattr(config, name) != fields[name].default]
+        if engine_only:  # a server at --url runs as it was started: they were taken and ignored (as speed refuses)
+            flags = ", ".join("--" + name.replace("_", "-") for name in engine_only)
+            raise ConfigError(f"{flags} configure the managed engine, and --url measures a running server",
+                              hint="use --model NAME, or drop them to measure the server at --url as it runs")
         info = check_server(config.url, api_key=config.api_key)
         report = _climb(info, config, stamp, progress)
     else:
