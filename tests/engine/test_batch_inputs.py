@@ -122,3 +122,21 @@ def test_a_flag_of_another_task_is_refused_not_ignored(tmp_path: Path) -> None:
     job.write_text(f'input = "{src}"\noutput = "{out}"\ntask = "redact"\nno_model = true\n', encoding="utf-8")
     assert_one_line_error(run_cli("batch", "run", "--job", str(job)), "no_model", "use_model = false")
     assert not out.exists()
+
+
+def test_a_moved_input_resumes_its_job_and_another_file_does_not(tmp_path: Path) -> None:
+    """The job's identity is its input's path: moving the input made the same job "another job"."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": 1, "text": "x@y.com"}\n{"id": 2, "text": "plain"}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert run_cli(*redact("--input", str(src), "--output", str(out))).returncode == 0
+    moved = tmp_path / "archive" / "in.jsonl"
+    moved.parent.mkdir()
+    src.rename(moved)
+    again = run_cli(*redact("--input", str(moved), "--output", str(out)))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["processed"] == 0 and len(lines(out)) == 2  # resumed: nothing ran twice
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"id": 1, "text": "something else"}\n', encoding="utf-8")
+    moved.unlink()
+    assert_one_line_error(run_cli(*redact("--input", str(other), "--output", str(out))), "another job", "input")

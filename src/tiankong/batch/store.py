@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -113,6 +114,9 @@ class OutputPaths:
             before, now = stored[key], job.get(key)
             if key == "input" and before and now:
                 before, now = str(Path(before).resolve()), str(Path(now).resolve())
+                head = stored.get(INPUT_HEAD)
+                if before != now and not Path(before).exists() and head and head == input_head(now):
+                    continue  # the same input, moved (its old path is gone, its first 64 KiB the same)
             if before != now:
                 raise ConfigError(f"{self.output} holds the results of another job ({key}: {before!r}, not "
                                   f"{now!r})", hint=f"write to another --output, or remove {self.output} and its "
@@ -123,7 +127,22 @@ def stored_job(job: BatchJob, fmt: str) -> dict[str, Any]:
     """``OUT.job.json``: the job as run, its input and output as full paths (``batch status`` finds the input from
     any directory, and ``--job OUT.job.json`` runs the same job again from anywhere)."""
     return {**job.model_dump(mode="json", by_alias=True), "format": fmt,
-            "input": str(Path(job.input).resolve()), "output": str(Path(job.output).resolve())}
+            "input": str(Path(job.input).resolve()), "output": str(Path(job.output).resolve()),
+            INPUT_HEAD: input_head(job.input)}
+
+
+#: ``OUT.job.json``'s fingerprint of the input's first bytes (not a job key: ``load_job_file`` drops it)
+INPUT_HEAD = "input_head"
+
+
+def input_head(path: str | Path, size: int = 1 << 16) -> str | None:
+    """sha256 of the input file's first 64 KiB (None for a folder or an unreadable file): a moved input is
+    recognised by it, where its path no longer is."""
+    try:
+        with Path(path).open("rb") as handle:
+            return hashlib.sha256(handle.read(size)).hexdigest()
+    except OSError:
+        return None
 
 
 #: what makes two runs one job: the input, how its ids are read, and the task. The rest may change between runs —
