@@ -105,6 +105,10 @@ def check_examples(records: Iterable[dict[str, Any]], *, labels: Sequence[str] |
     texts: list[str] = []
     found: list[str] = []
     allowed = [str(x) for x in labels] if labels else None
+    if allowed is not None and len(set(allowed)) != len(allowed):  # a decider tuned on it answered wrong labels
+        twice = next(x for x in allowed if allowed.count(x) > 1)
+        raise ExamplesError(f"--labels names {twice!r} twice", hint="give each label once")
+    seen: dict[str, tuple[int, str]] = {}
     for number, row in enumerate(records, 1):
         where = f"record {number}" + (f" of {source}" if source else "")
         if not isinstance(row, dict) or "_invalid" in row:
@@ -118,6 +122,10 @@ def check_examples(records: Iterable[dict[str, Any]], *, labels: Sequence[str] |
         if allowed is not None and name not in allowed:
             raise ExamplesError(f"{where} has the label {name!r}, which is not one of {allowed}",
                                 hint="fix the record or add the label to --labels")
+        first = seen.setdefault(text.strip(), (number, name))
+        if first[1] != name:  # one text, two answers: no decider can learn both
+            raise ExamplesError(f"{where} has the text of record {first[0]} with another label ({name!r}, not "
+                                f"{first[1]!r})", hint="keep one label per text (fix or remove one of them)")
         texts.append(text)
         found.append(name)
     names = allowed or list(dict.fromkeys(found))

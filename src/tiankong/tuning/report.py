@@ -1,7 +1,9 @@
 """What ``tune`` reports and how it picks: scores per method, the CV report, and the one-standard-error rule.
 
-Selection rule (stated in every report; ``choose``): the best CV accuracy's standard error is
-``sqrt(acc (1 - acc) / n)`` over the n held-out answers; every method within one standard error of the best is as
+Selection rule (stated in every report; ``choose``): the best CV accuracy's standard error is the binomial one
+over the n held-out answers, Agresti–Coull adjusted (``p = (acc n + 2) / (n + 4)``, ``sqrt(p (1 - p) / (n + 4))``: the
+plain ``sqrt(acc (1 - acc) / n)`` is 0 at an accuracy of 1, so one answer of 24 chose); every method within one
+standard error of the best is as
 good as the data can tell, and among those the one that fits the fewest parameters to the examples wins
 (``SIMPLICITY``), then the lower CV log-loss, then fewer engine passes.
 """
@@ -132,8 +134,10 @@ def _score(method: str, size: int, probabilities: np.ndarray, y: np.ndarray, ms:
 
 
 def standard_error(accuracy: float, n: int) -> float:
-    """The binomial standard error of an accuracy measured on ``n`` held-out answers."""
-    return float(np.sqrt(max(accuracy * (1.0 - accuracy), 0.0) / max(n, 1)))
+    """The binomial standard error of an accuracy measured on ``n`` held-out answers (Agresti–Coull: two
+    successes and two failures added, so a perfect or a zero score has an error too)."""
+    p = (accuracy * n + 2.0) / (n + 4.0)
+    return float(np.sqrt(p * (1.0 - p) / (n + 4.0)))
 
 
 def choose(rows: Sequence[MethodScore], n: int) -> tuple[str, str]:

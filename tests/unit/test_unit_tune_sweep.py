@@ -1,0 +1,51 @@
+"""What a read-only sweep of `tune` found (2026-12-07): `--labels` naming a label twice registered a decider that
+answered the other label, copies of a text in the training folds of their own test fold scored 1.000 on randomly
+labelled data, and one text with two labels was taken without a word. Engine-free (tfidf)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiankong.tuning import tune_classify
+from tiankong.tuning.classify import cv_splits
+from tiankong.tuning.data import ExamplesError, check_examples
+
+WORDS = ["invoice", "crash", "login", "refund", "screen", "password", "export", "email", "payment", "update",
+         "printer", "network", "battery", "upload", "calendar"]
+
+
+def test_a_label_named_twice_is_refused() -> None:
+    rows = [{"text": f"text {i}", "label": "spam" if i % 2 else "ham"} for i in range(20)]
+    with pytest.raises(ExamplesError, match="'spam' twice"):
+        check_examples(rows, labels=["spam", "spam", "ham"])
+
+
+def test_one_text_with_two_labels_is_refused_naming_both_records() -> None:
+    rows = [{"text": f"text {i}", "label": "spam" if i % 2 else "ham"} for i in range(20)]
+    rows.append({"text": "text 3 ", "label": "ham"})  # record 4's text (spam), again, as ham
+    with pytest.raises(ExamplesError, match="record 21 .* record 4"):
+        check_examples(rows)
+
+
+def test_copies_of_a_text_stay_in_one_fold() -> None:
+    texts = [w for w in WORDS for _ in range(4)]
+    y = np.asarray([i % 2 for i, _ in enumerate(WORDS) for _ in range(4)])
+    for split in cv_splits(texts, y, 5, seed=0, repeats=2):
+        for train, test in split:
+            assert not {texts[i] for i in train} & {texts[i] for i in test}
+
+
+def test_random_labels_on_copied_texts_score_near_chance(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    labels = {word: rng.choice("ab") for word in WORDS}
+    data = tmp_path / "copies.jsonl"
+    data.write_text("".join(json.dumps({"text": f"the {w} thing", "label": labels[w]}) + "\n"
+                            for w in WORDS for _ in range(4)), encoding="utf-8")
+    report = tune_classify(data, name="copies", methods=["tfidf"], save=False, folds=3)
+    (row,) = [r for r in report.best_rows() if r.method == "tfidf"]
+    assert row.accuracy < 0.8, row.accuracy  # 1.000 when each text's copies were in its own training folds
