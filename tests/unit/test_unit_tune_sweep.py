@@ -49,3 +49,57 @@ def test_random_labels_on_copied_texts_score_near_chance(tmp_path: Path) -> None
     report = tune_classify(data, name="copies", methods=["tfidf"], save=False, folds=3)
     (row,) = [r for r in report.best_rows() if r.method == "tfidf"]
     assert row.accuracy < 0.8, row.accuracy  # 1.000 when each text's copies were in its own training folds
+
+
+def examples_file(path: Path) -> Path:
+    path.write_text("".join(json.dumps({"text": f"the {w} thing number {i}", "label": "spam" if i % 2 else "ham"})
+                            + "\n" for i, w in enumerate(WORDS * 2)), encoding="utf-8")
+    return path
+
+
+def test_a_builtin_name_is_taken_only_by_a_decider_that_decides_the_same(tmp_path: Path) -> None:
+    """A classify decider tuned as `guard` (or `rerank`) replaced the shipped one for every caller and broke the
+    default `tiankong guard` / `tiankong rerank`; refused before the CV."""
+    from tiankong.errors import ConfigError
+
+    data = examples_file(tmp_path / "spam.jsonl")
+    for name in ("guard", "rerank"):
+        with pytest.raises(ConfigError, match="built-in"):
+            tune_classify(data, name=name, methods=["tfidf"], save=True)
+
+
+def test_the_registry_and_rm_say_what_they_do(tmp_path: Path) -> None:
+    from tiankong import paths
+    from tiankong.deciders.registry import list_deciders, remove_decider
+    from tiankong.errors import ConfigError
+
+    tune_classify(examples_file(tmp_path / "spam.jsonl"), name="spam", methods=["tfidf"])
+    stray = paths.data_dir() / "deciders" / "Upper"  # a folder made by hand: `deciders list` stopped on it
+    stray.mkdir(parents=True)
+    (stray / "v1.json").write_text("{}", encoding="utf-8")
+    assert "spam" in {d.name for d in list_deciders()}
+    with pytest.raises(ConfigError, match="every version"):
+        remove_decider("spam@1")  # it suggested `rm spam`, which removes every version
+
+
+def test_tune_dedupe_reads_the_design_record_form(tmp_path: Path) -> None:
+    """DESIGN.md: records {"a", "b", "same"}; `same` was read as no label."""
+    from tiankong.tuning.dedupe import pair_rows
+
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"a": "x", "b": "y", "same": True}) + "\n" +
+                    json.dumps({"a": "x", "b": "z", "same": 0}) + "\n", encoding="utf-8")
+    assert [row["label"] for row in pair_rows(data)] == ["same", "different"]
+    data.write_text(json.dumps({"a": "x", "b": "y"}) + "\n", encoding="utf-8")
+    with pytest.raises(ExamplesError, match="no label"):
+        pair_rows(data)
+
+
+def test_tune_rerank_checks_its_name_first(tmp_path: Path) -> None:
+    from tiankong.errors import ConfigError
+    from tiankong.tuning.rerank import tune_rerank
+
+    said: list[str] = []
+    with pytest.raises(ConfigError, match="invalid decider name"):
+        tune_rerank(tmp_path / "does-not-matter.jsonl", name="../x", log=said.append)
+    assert said == []  # before any scoring

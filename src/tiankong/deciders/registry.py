@@ -138,9 +138,23 @@ def _versions(name: str) -> list[int]:
     return sorted(found)
 
 
+def check_replaces(name: str, task: str, labels: list[str]) -> None:
+    """A registered decider under a built-in's name replaces it for every caller (`tiankong guard`, `rerank`):
+    it must decide the same thing (a classify decider named guard broke the default guard, named rerank the default
+    rerank)."""
+    if name not in builtin_names():
+        return
+    shipped = _read(BUILTIN_DIR / f"{name}.json", "builtin")
+    if task != shipped.task or set(labels) != set(shipped.labels):
+        raise ConfigError(f"{name!r} is the built-in {shipped.task} decider over {shipped.labels}, and a decider "
+                          f"of that name replaces it for every caller: this one is a {task} decider over {labels}",
+                          hint="choose another --name")
+
+
 def save_decider(decider: Decider) -> Path:
     """Register ``decider`` as the next version of its name; returns the file written."""
     check_name(decider.name)
+    check_replaces(decider.name, decider.task, decider.labels)
     folder = deciders_dir() / decider.name
     folder.mkdir(parents=True, exist_ok=True)
     decider.version = (_versions(decider.name) or [0])[-1] + 1
@@ -181,7 +195,8 @@ def builtin_names() -> list[str]:
 
 
 def known_names() -> list[str]:
-    registered = sorted(p.name for p in deciders_dir().iterdir() if _versions(p.name)) \
+    # a folder whose name no decider can have (made by hand) is not one: `deciders list` stopped on it
+    registered = sorted(p.name for p in deciders_dir().iterdir() if _NAME.fullmatch(p.name) and _versions(p.name)) \
         if deciders_dir().is_dir() else []
     return sorted(set(registered) | set(builtin_names()))
 
@@ -250,6 +265,9 @@ def remove_decider(name: str) -> list[Path]:
     registry holds it under exactly the name and sha256 the decider recorded (never a model or adapter the user
     registered under a similar name), and kept while another decider's file names it or cannot be read. Returns
     every path removed: the version files, then the parts' files."""
+    if "@" in name:  # the suggestion was the bare name, which removes every version
+        raise ConfigError(f"rm removes every version of a decider; removing one version ({name}) is not supported",
+                          hint=f"`tiankong deciders rm {name.partition('@')[0]}` removes them all")
     versions = _versions(name) if _NAME.match(name) else []
     if not versions:
         if name in builtin_names():

@@ -103,7 +103,13 @@ def rerank_flow(query: str, documents: list[str], *, top_k: int | None = None, m
         elif bm is not None and (cosine is None or method == "bm25"):
             scores = fused_probabilities(chosen, bm, None) if method == "lr-fusion" and chosen else bm
         elif method == "lr-fusion" and chosen is not None and bm is not None:
-            scores = fused_probabilities(chosen, bm, cosine, found.part)
+            fitted = chosen.state.get("parts")
+            if fitted and found.part not in fitted:  # MiniLM's weights read e5's cosines (Chinese), without a word
+                found.notes.append(f"decider {chosen.ref} was tuned on {', '.join(fitted)} cosines, not "
+                                   f"{found.part}'s: BM25's weights alone ranked (tune it on such texts too)")
+                scores = fused_probabilities(chosen, bm, None)
+            else:
+                scores = fused_probabilities(chosen, bm, cosine, found.part)
         else:  # rrf
             assert bm is not None and cosine is not None
             scores = rrf([bm, cosine], retrieved=[bm25_retrieved(bm), None])

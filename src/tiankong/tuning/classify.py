@@ -27,7 +27,7 @@ from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
 from ..deciders import methods
 from ..deciders.features import MAX_CHARS, POOLINGS, embedding_flow, label_probability_flow, part_vector_flow
-from ..deciders.registry import Decider, check_name
+from ..deciders.registry import Decider, check_name, check_replaces
 from ..errors import ConfigError
 from ..models.catalog import DECIDER_EMBEDDING_MODEL, EMBEDDING_MODEL
 from ..structured.flow import Flow
@@ -198,6 +198,7 @@ def tune(examples: Examples, *, name: str, run: Runner | None = None, base_model
         raise ConfigError(f"no method can be scored: {'; '.join(f'{m} {why}' for m, why in skipped.items())}",
                           hint="add tfidf (needs no engine), or give an engine with --model")
     labels = examples.names
+    check_replaces(name, "classify", labels)  # before the CV, not after it
     if unknown := sorted(set(descriptions or {}) - set(labels)):  # a typo was dropped without a word
         raise ConfigError(f"descriptions name labels the examples do not have: {unknown}",
                           hint=f"labels: {', '.join(labels)}", param="descriptions")

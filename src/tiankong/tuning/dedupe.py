@@ -47,9 +47,14 @@ def pair_rows(path: str | Path) -> list[dict[str, str]]:
         a, b = row.get("a"), row.get("b")
         if not isinstance(a, str) or not a.strip() or not isinstance(b, str) or not b.strip():
             raise ExamplesError(f"{where} needs two non-empty texts a and b", hint='{"a": "…", "b": "…", "label": …}')
-        label = _label(row.get("label"))
+        # `same` (true/false, 1/0): DESIGN.md's record form {"a", "b", "same"}; `label` the classify one
+        given = row.get("label", row.get("same"))
+        if given is None:
+            raise ExamplesError(f"{where} has no label (nor same)", hint='add "same": true|false (or "label": '
+                                '"same"|"different") to each pair')
+        label = _label(given)
         if label is None:
-            raise ExamplesError(f"{where} has the label {row.get('label')!r}",
+            raise ExamplesError(f"{where} has the label {given!r}",
                                 hint=f"label each pair same ({', '.join(SAME)}) or different "
                                      f"({', '.join(DIFFERENT)})")
         rows.append({"text": pair_text(a, b), "label": label})

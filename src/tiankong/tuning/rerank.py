@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..deciders.registry import Decider, save_decider
+from ..deciders.registry import Decider, check_name, check_replaces, save_decider
 from ..deciders.rerank_fusion import (
     BM25_ONLY,
     FUSION_METHODS,
@@ -62,7 +62,7 @@ class RerankTuneReport:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "queries": self.queries, "pairs": self.pairs, "chosen": self.chosen,
                 "embedding_part": self.embedding or "used", "rows": self.rows,
-                "decider": self.decider.ref if self.decider else None}
+                "decider": self.decider.ref if self.decider and self.decider.version else None}  # a dry run: none
 
     def table(self) -> str:
         lines = [f"{self.queries} queries, {self.pairs} (query, passage) pairs; folds by query, seeds {list(SEEDS)}",
@@ -211,6 +211,7 @@ def fit_fusion(groups: list[Group]) -> dict[str, Any]:
         state["with_embedding"] = fit_weights(np.concatenate([fusion_features(g.bm25, g.cosine) for g, _ in read]),
                                               np.concatenate([y for _, y in read]))
     parts = {g.part for g, _ in read if g.part}
+    state["parts"] = sorted(parts)  # what the cosine weights were fitted on: another part's cosines are not read
     for part in sorted(parts) if len(parts) > 1 else []:
         own = [(g, y) for g, y in read if g.part == part]
         if len(own) >= MIN_QUERIES:  # every group has relevant and irrelevant passages (read_pairs)
@@ -263,6 +264,8 @@ def one_se_choice(rows: list[dict[str, Any]]) -> str:
 
 def tune_rerank(source: str | Path | Iterable[dict[str, Any]], *, name: str, folds: int = 5, save: bool = True,
                 method: str | None = None, log: Log = lambda _: None) -> RerankTuneReport:
+    check_name(name)  # before the parts score every pair (minutes), not at the save after them
+    check_replaces(name, "rerank", ["relevant", "irrelevant"])
     groups = read_pairs(source)
     log(f"{len(groups)} queries: scoring with BM25 and the embedding part …")
     missing = score_parts(groups, log)
