@@ -120,3 +120,42 @@ def test_a_text_without_sentence_ends_is_cut_into_chunks_that_fit() -> None:
     chunks, total = run_sync(chunk_text(text, 256), engine)
     assert "".join(chunks) == text and total == len(text.split(" "))
     assert len(chunks) >= 3000 // 256 and all(len(chunk.split()) <= 256 for chunk in chunks)
+
+
+def test_a_summary_keeps_its_word_limit_and_ends_cleanly() -> None:
+    """`summarize --words 5` gave 8 words ending "to final": only a character limit stopped the answer."""
+    from tiankong.tasks.compress import fit_words
+
+    cut = fit_words("The city council met on Tuesday to final", 5, "en", cut=True)
+    assert len(cut.rstrip("…").split()) <= 5 and cut.endswith("…") and "final" not in cut
+    assert fit_words("The council met. It voted to fund", 10, "en", cut=False) == "The council met. It voted to fund"
+    assert fit_words("The council met today. It voted to fund buses by", 8, "en", cut=True) == \
+        "The council met today."  # a sentence end in the second half: cut there
+    assert fit_words("市议会周二开会。决定增加公交预", 10, "zh", cut=True) == "市议会周二开会。"
+
+
+@pytest.mark.parametrize("text", ["电话：01062345678", "座机075586013388", "电话 86-10-62345678"])
+def test_a_compact_mainland_landline_after_a_phone_word_is_redacted(text: str) -> None:
+    from tiankong.tasks.pii_rules import detect_rules
+
+    assert [e for e in detect_rules(text) if e.type == "PHONE"], text
+
+
+def test_an_order_number_is_not_a_landline() -> None:
+    from tiankong.tasks.pii_rules import detect_rules
+
+    assert not [e for e in detect_rules("订单号01062345678已发货") if e.type == "PHONE"]
+
+
+def test_a_salt_without_the_hash_style_is_refused() -> None:
+    with pytest.raises(ConfigError, match="salt"):
+        sync_call(no_engine, "redact", "call 13800138000", use_model=False, salt="s1")
+
+
+def test_a_cut_candidate_is_said_in_every_rerank_mode() -> None:
+    from helpers.scripted import ScriptedEngine, scored
+
+    engine = ScriptedEngine().on("/completion", scored({"yes": 0.7, "no": 0.3}))
+    with Client(URL, transport=engine.transport()) as client:
+        result = client.rerank("cats", ["cats meow " * 400, "dogs"], mode="pointwise")
+    assert result.truncated == [0] and result.notes, result

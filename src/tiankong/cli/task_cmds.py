@@ -49,6 +49,9 @@ def read_text(text: str | None, file: str | None = None, *, file_option: bool = 
     if file:
         data = _read_bytes(file)
     elif text not in (None, "-"):
+        if any("\udc80" <= ch <= "\udcff" for ch in str(text)):  # bytes that were not UTF-8 (Python's escapes)
+            raise ConfigError("the text argument is not valid UTF-8",
+                              hint="convert it first, e.g. `iconv -f GBK -t UTF-8`")
         return str(text)
     elif sys.stdin is None or sys.stdin.isatty():  # a closed stdin (`<&-`) is None
         raise click.UsageError("give TEXT, --file, or pipe the text on stdin" if file_option else
@@ -59,6 +62,16 @@ def read_text(text: str | None, file: str | None = None, *, file_option: bool = 
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"the input is not valid UTF-8 (byte {exc.start})",
+                          hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
+
+
+def _decoded(data: bytes, path: str) -> str:
+    """A text file's text (a DDL file): strict UTF-8 (replacement characters made a table name that does not
+    exist), a byte-order mark not part of it."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not valid UTF-8 (byte {exc.start})",
                           hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
 
 
@@ -119,7 +132,7 @@ def _read(item: CliInput, value: Any) -> Any:
     if item.kind == "json":
         return read_json(value) if value else None
     if item.kind == "text_file":
-        return _read_bytes(value, item.path).decode("utf-8", "replace") if value else None
+        return _decoded(_read_bytes(value, item.path), value) if value else None
     if item.kind == "lines":
         return [line for line in read_text(None, value).splitlines() if line.strip()] if value else None
     if item.kind == "joined":

@@ -22,6 +22,7 @@ import click
 from ..deciders.registry import load_decider
 from ..errors import TiankongError
 from ..structured.drivers import run_sync
+from ..tasks.args import GuardArgs
 from ..tasks.specs import TaskSpec
 from .run_cmds import _client
 
@@ -104,6 +105,10 @@ def _classify(run: TaskRun) -> Any:
 
 def _route(run: TaskRun) -> Any:
     v = run.values
+    if not v["upstream_url"] and (given := [flag for flag, key in (("--upstream-key-env", "upstream_key_env"),
+                                                                  ("--upstream-model", "upstream_model"),
+                                                                  ("--no-redact", "no_redact")) if v[key]]):
+        raise click.UsageError(f"{', '.join(given)} describe(s) the upstream: add --upstream-url")
     upstream = ({"url": v["upstream_url"], "api_key_env": v["upstream_key_env"], "model": v["upstream_model"],
                  "redact": not v["no_redact"]} if v["upstream_url"] else None)
     with client_for(run.model, run.url, run.llama_server, run.args.get("decider")) as client:
@@ -115,6 +120,9 @@ def _redact(run: TaskRun) -> Any:
 
 
 def _guard(run: TaskRun) -> Any:
+    named = run.values.get("decider")  # (the option's default is the shipped guard)
+    if run.values["no_decider"] and named and named != GuardArgs.model_fields["decider"].default:
+        raise click.UsageError("--no-decider and --decider: give one of them")
     chosen = None if run.values["no_decider"] else run.args.get("decider")
     run.args["decider"] = chosen
     if chosen and not run.args.get("policies") and not run.args["use_model"] and not run.url \

@@ -113,6 +113,12 @@ class RedactArgs(TaskArgs):
     types: list[str] | None = Field(None, max_length=16, description="Only these entity types.")
     salt: str = Field("", max_length=256, description="Style hash: the HMAC key (one salt, stable tags).")
 
+    @model_validator(mode="after")
+    def _salt_hashes(self) -> RedactArgs:
+        if self.salt and self.style != "hash":  # taken and ignored: the placeholders were plain
+            raise ValueError("salt keys the hash style's tags: add style hash (--style hash), or leave salt out")
+        return self
+
 
 class GuardArgs(TaskArgs):
     text: str = TEXT

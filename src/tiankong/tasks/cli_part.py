@@ -115,7 +115,9 @@ def classify_line(r: Any) -> str:
 
 
 def route_line(r: Any) -> str:
-    return f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t{r.confidence:.3f}\t{r.reason}"
+    line = f"{r.route}\t{r.target}\t{'escalate' if r.escalated else 'local'}\t{r.confidence:.3f}\t{r.reason}"
+    answer = getattr(r, "answer", None)  # the upstream's answer (--upstream-url): it was only in --json
+    return f"{line}\n{answer}" if answer else line
 
 
 def rewrite_line(r: Any) -> str:

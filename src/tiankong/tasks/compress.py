@@ -300,6 +300,28 @@ def summarize_flow(text: str, *, words: int = 80, chunk_tokens: int = 1024,
               "required": ["summary"]}
     messages = [{"role": "system", "content": SUMMARIZE[lang].format(words=words)}, {"role": "user", "content": source}]
     result = yield from json_task(messages, schema, model)
-    summary = result.data["summary"].strip()
+    summary = fit_words(result.data["summary"].strip(), words, lang, cut=len(result.data["summary"]) >= limit)
     output_tokens = yield from count_tokens(summary)
     return Summary(summary, input_tokens, output_tokens, len(chunks))
+
+
+_SENTENCE_DONE = re.compile(r"[.!?](?=\s|$)|[。！？]")
+
+
+def fit_words(summary: str, words: int, lang: str, *, cut: bool) -> str:
+    """At most ``words`` words (English; Chinese by its character limit), ending at a sentence end when one is in
+    its second half, else at a word with "…": the grammar's character limit stopped it mid-word ("to final"), and
+    nothing counted the words (``--words 5`` gave 8). ``cut``: the answer reached the character limit."""
+    if lang != "zh":
+        spans = [m.end() for m in re.finditer(r"\S+", summary)]
+        if cut and len(spans) > 1:
+            spans.pop()  # the last word may be cut short
+        if len(spans) > words:
+            spans, cut = spans[:words], True
+        summary = summary[:spans[-1]] if spans else summary
+    if not cut:
+        return summary
+    ends = [m.end() for m in _SENTENCE_DONE.finditer(summary)]
+    if ends and ends[-1] >= len(summary) // 2:
+        return summary[:ends[-1]]
+    return summary.rstrip(" ,;:，；：、") + "…"

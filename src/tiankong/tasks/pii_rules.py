@@ -129,11 +129,15 @@ _EXTENSION = r"(?:\s?(?:x|ext\.?|#)\s?[0-9]{1,6})?"
 _NANP = re.compile(r"(?<![0-9A-Za-z+])(?:(?:\+1|001|1)[ .-]?)?(?:\([2-9][0-9]{2}\)[ ]?|[2-9][0-9]{2}[ .-])"
                    r"[2-9][0-9]{2}[ .-][0-9]{4}" + _EXTENSION + _R)
 _NANP_COMPACT = re.compile(_L + r"[2-9][0-9]{2}[2-9][0-9]{6}" + _R)
+#: a mainland landline written without a separator (01062345678, 075586013388) or after a bare 86 (86-10-62345678):
+#: only after a phone word in the same sentence, as the bare NANP number (a sweep found both leaking)
+_CN_LANDLINE_COMPACT = re.compile(r"(?<![0-9A-Za-z+])(?:" + _AREA + r"[2-9][0-9]{6,7}"
+                                  r"|86[ -]?(?:10|2[0-9]|[3-9][0-9]{2})[ -][2-9][0-9]{2,3}[ -]?[0-9]{4})" + _R)
 _INTERNATIONAL = re.compile(r"(?<![0-9A-Za-z+])\+(?>[1-9][0-9]{0,3}(?:[ -]?\(0\))?(?:[ -]?\(?[0-9]{1,5}\)?){1,5})"
                             + _EXTENSION + _R)
 _SENTENCE_END = re.compile(r"[。！？!?\n]|(?<!Mr)(?<!Mrs)(?<!Ms)(?<!Dr)(?<!Prof)(?<!St)(?<![A-Z])\.\s")  # not "Mrs. X"
 _PHONE_WORDS = re.compile(r"(?i)(?:phone|tel|call|mobile|cell|fax|contact|reach|sms|text|whatsapp"
-                          r"|电话|手机|联系|致电|拨打)")
+                          r"|电话|手机|座机|联系|致电|拨打)")
 
 
 def _phones(text: str) -> Iterator[Span]:
@@ -144,10 +148,11 @@ def _phones(text: str) -> Iterator[Span]:
         digits = sum(char.isdigit() for char in match.group().split("x")[0].split("ext")[0])
         if 8 <= digits <= 15:
             yield match.start(), match.end(), "PHONE", 0.9
-    for match in _NANP_COMPACT.finditer(text):  # bare 10 digits: only after a phone word in the same sentence
-        before = _SENTENCE_END.split(text[max(0, match.start() - 100):match.start()])[-1]
-        if _PHONE_WORDS.search(before):
-            yield match.start(), match.end(), "PHONE", 0.8
+    for pattern in (_NANP_COMPACT, _CN_LANDLINE_COMPACT):  # bare digits: only after a phone word in the sentence
+        for match in pattern.finditer(text):
+            before = _SENTENCE_END.split(text[max(0, match.start() - 100):match.start()])[-1]
+            if _PHONE_WORDS.search(before):
+                yield match.start(), match.end(), "PHONE", 0.8
 
 
 # --- cards, e-mail, URLs, IPs ------------------------------------------------------------------------------

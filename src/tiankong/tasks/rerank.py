@@ -85,6 +85,12 @@ def rerank_flow(query: str, documents: list[str], *, top_k: int | None = None, m
     if decider is not None and mode != "fusion":
         raise ConfigError("a rerank decider ranks in mode fusion", hint="leave mode out, or leave decider out")
     found = Found()
+    if mode in ("pointwise", "listwise"):  # the model reads each candidate cut to this: said, as fusion says its
+        read = MAX_DOC_CHARS if mode == "pointwise" else MAX_DOC_CHARS // 4
+        found.truncated = [i for i, doc in enumerate(docs) if len(doc) > read]
+        if found.truncated:
+            found.notes.append(f"{len(found.truncated)} candidate(s) longer than {read} characters were cut for "
+                               f"the model (mode {mode})")
     if mode == "pointwise":
         scores = yield from gather([yes_probability(_question(query, doc)) for doc in docs])
     elif mode == "listwise":
