@@ -27,6 +27,9 @@ from tiankong.models import TEST_MODEL
     (["chat", "--max-tokens", "-1"], "--max-tokens"),
     (["run", "--url", "http://127.0.0.1:9", "--llama-server", "/x", "hi"], "--llama-server"),  # it was ignored
     (["bench", "ladder", "--url", "http://127.0.0.1:9", "--slots", "4"], "--slots"),  # so was this
+    (["tune", "classify", "--data", "x.jsonl", "--name", "t", "--no-engine", "--model", TEST_MODEL], "--no-engine"),
+    (["tune", "classify", "--data", "x.jsonl", "--name", "t", "--url", "http://127.0.0.1:9", "--model", "m"], "--url"),
+    (["tune", "dedupe", "--data", "x.jsonl", "--name", "t", "--methods", ""], "--methods"),
     # measured without the mode they shape (an n-gram-only bench with draft lengths, a draft bench with n-gram modes)
     (["bench", "spec", "--target", TEST_MODEL, "--ngram", "--n-max", "4"], "--draft"),
     (["bench", "spec", "--target", TEST_MODEL, "--draft", TEST_MODEL, "--ngram-types", "ngram-simple"], "--ngram"),

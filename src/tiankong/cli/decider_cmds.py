@@ -41,6 +41,12 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
     """Tune a classify decider from labelled examples and print the CV table."""
     from ..models import DEFAULT_MODEL
 
+    # each was dropped without a word: the engine options with --no-engine, --model beside --url (the server's)
+    if no_engine and (given := [f for f, v in (("--model", model), ("--url", url), ("--llama-server", llama_server))
+                                if v]):
+        raise click.UsageError(f"--no-engine and {', '.join(given)}: give one of them")
+    if url and (model or llama_server):
+        raise click.UsageError("--url uses a running server (its model): leave out --model and --llama-server")
     chosen_model = None if (no_engine or url) else (model or DEFAULT_MODEL)
     if bad := [d for d in describe if "=" not in d or not d.split("=", 1)[1].strip()]:
         raise click.UsageError(f"--describe {bad[0]!r}: give LABEL=words (e.g. --describe 'spam=unwanted ads')")
@@ -105,6 +111,10 @@ def tune_dedupe_cmd(data: str, name: str, model: str | None, url: str | None, me
     """Learn which uncertain pairs are duplicates from labelled (a, b, same/different) pairs."""
     from ..tuning.dedupe import tune_dedupe
 
+    if methods is not None and not [x for x in methods.split(",") if x.strip()]:  # "" ran the defaults
+        raise click.UsageError("--methods is empty: name one or more methods, or leave it out for the defaults")
+    if url and model:
+        raise click.UsageError("--url uses a running server (its model): leave out --model")
     report = tune_dedupe(data, name=name, model=model, url=url, folds=folds, save=not dry_run,
                          methods=[x.strip() for x in methods.split(",") if x.strip()] if methods else None,
                          log=lambda msg: click.echo(msg, err=True))
