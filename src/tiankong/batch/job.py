@@ -248,7 +248,7 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
                           f"{exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"the job file {file} must hold an object of job keys")
-    data.pop("input_head", None)  # OUT.job.json's fingerprint of its input (batch/store.py), not a job key
+    data.pop("input_head", None)  # OUT.job.json's fingerprint of its input (batch/identity.py), not a job key
     for keys in (data, data.get("args")):
         if isinstance(keys, dict) and isinstance(keys.get("schema"), str):
             keys["schema"] = read_schema(file.parent / keys["schema"])

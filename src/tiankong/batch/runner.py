@@ -29,6 +29,7 @@ from ..errors import ConfigError, EngineError, TiankongError, TransportError
 from ..paths import check_output
 from . import openai_fmt
 from .engines import BatchEngines, unreachable
+from .identity import stored_job
 from .inputs import Item, Scan, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
 from .ray_exec import RayEngines
@@ -41,7 +42,6 @@ from .store import (
     compact_errors,
     put_in_order,
     repair,
-    stored_job,
     write_json,
     written_keys,
 )

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -45,13 +44,11 @@ import time
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
+from .identity import INPUT_HEAD, JOB_IDENTITY, input_head
 from .inputs import id_key
-
-if TYPE_CHECKING:
-    from .job import BatchJob
 
 CHUNK = 1 << 16
 FLUSH_AFTER_S = 0.25
@@ -121,34 +118,6 @@ class OutputPaths:
                 raise ConfigError(f"{self.output} holds the results of another job ({key}: {before!r}, not "
                                   f"{now!r})", hint=f"write to another --output, or remove {self.output} and its "
                                   f"{self.output.name}.* files to start again")
-
-
-def stored_job(job: BatchJob, fmt: str) -> dict[str, Any]:
-    """``OUT.job.json``: the job as run, its input and output as full paths (``batch status`` finds the input from
-    any directory, and ``--job OUT.job.json`` runs the same job again from anywhere)."""
-    return {**job.model_dump(mode="json", by_alias=True), "format": fmt,
-            "input": str(Path(job.input).resolve()), "output": str(Path(job.output).resolve()),
-            INPUT_HEAD: input_head(job.input)}
-
-
-#: ``OUT.job.json``'s fingerprint of the input's first bytes (not a job key: ``load_job_file`` drops it)
-INPUT_HEAD = "input_head"
-
-
-def input_head(path: str | Path, size: int = 1 << 16) -> str | None:
-    """sha256 of the input file's first 64 KiB (None for a folder or an unreadable file): a moved input is
-    recognised by it, where its path no longer is."""
-    try:
-        with Path(path).open("rb") as handle:
-            return hashlib.sha256(handle.read(size)).hexdigest()
-    except OSError:
-        return None
-
-
-#: what makes two runs one job: the input, how its ids are read, and the task. The rest may change between runs —
-#: engines, concurrency, ordering, and what fixes the failed records (the text field, template, arguments, budget:
-#: the documented "fix the job, then --retry-failed")
-JOB_IDENTITY = ("input", "format", "id_field", "kind", "task")
 
 
 def record_key(record: dict[str, Any]) -> str:

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .identity import stored_job
 from .inputs import detect_format
 from .job import BatchJob
 from .kinds import dedupe_options, kind_engine
 from .report import BatchReport, RunStats, build_report
-from .store import OutputLock, OutputPaths, stored_job, write_json
+from .store import OutputLock, OutputPaths, write_json
 
 if TYPE_CHECKING:
     from ..dedupe.core import DedupeOptions
