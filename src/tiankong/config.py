@@ -350,8 +350,10 @@ def _format_errors(exc: ValidationError, source: str) -> str:
     return f"{source}: " + "; ".join(problems)
 
 
-def load_config(path: str | Path | None) -> TiankongConfig:
-    """Read and validate a config file; ``None`` gives the defaults."""
+def load_config(path: str | Path | None, *, check_read: bool = True) -> TiankongConfig:
+    """Read and validate a config file; ``None`` gives the defaults. ``check_read``: refuse keys nothing would read
+    (:func:`check_keys_read`) — a caller that sets command-line overrides first (``serve --embeddings``) passes
+    false and checks after them."""
     if path is None:
         return TiankongConfig()
     from .jsonsafe import read_limited
@@ -366,16 +368,17 @@ def load_config(path: str | Path | None) -> TiankongConfig:
         config = TiankongConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, str(file)), hint="see docs/config.md for every key") from None
-    _check_unread(data.get("engine"), config, file)
+    if check_read:
+        check_keys_read(config, file)
     return config
 
 
-def _check_unread(engine: Any, config: TiankongConfig, file: Path) -> None:
-    """Keys the file sets to another value than the default that the engine would not read (they were accepted
-    and did nothing; a file listing every key at its default, as docs/config.md shows, still loads)."""
+def check_keys_read(config: TiankongConfig, file: str | Path) -> None:
+    """Keys set to another value than the default that the engine would not read (they were accepted and did
+    nothing; a file listing every key at its default, as docs/config.md shows, still loads)."""
     fields = EngineSettings.model_fields
-    keys = {key for key, value in engine.items() if key in fields
-            and value != fields[key].get_default(call_default_factory=True)} if isinstance(engine, dict) else set()
+    keys = {key for key in config.engine.model_fields_set if key in fields
+            and getattr(config.engine, key) != fields[key].get_default(call_default_factory=True)}
     if "pooling" in keys and not config.engine.embeddings:
         raise ConfigError(f"{file}: engine.pooling is read only with embeddings on",
                           hint="add engine.embeddings = true, or leave pooling out")

@@ -140,3 +140,19 @@ def test_a_moved_input_resumes_its_job_and_another_file_does_not(tmp_path: Path)
     other.write_text('{"id": 1, "text": "something else"}\n', encoding="utf-8")
     moved.unlink()
     assert_one_line_error(run_cli(*redact("--input", str(other), "--output", str(out))), "another job", "input")
+
+
+def test_a_stored_job_of_an_older_version_keeps_its_paths_as_typed(tmp_path: Path) -> None:
+    """An OUT.job.json written before paths were read beside the job file holds them as typed (relative to where
+    it ran): read from beside itself, `results/out.jsonl` became `results/results/out.jsonl` — a fresh output."""
+    from tiankong.batch import build_job
+
+    (tmp_path / "results").mkdir()
+    stored = tmp_path / "results" / "out.jsonl.job.json"
+    stored.write_text(json.dumps({"input": str(tmp_path / "in.jsonl"), "output": "results/out.jsonl",
+                                  "format": "jsonl", "task": "redact", "args": {"use_model": False}}),
+                      encoding="utf-8")
+    assert build_job(stored).output == "results/out.jsonl"
+    stored.write_text(json.dumps({"input": "in.jsonl", "output": "out.jsonl", "format": "jsonl", "task": "redact",
+                                  "args": {"use_model": False}, "input_head": None}), encoding="utf-8")
+    assert build_job(stored).output == str(tmp_path / "results" / "out.jsonl")  # this version's: beside itself

@@ -140,8 +140,7 @@ def test_the_large_model_at_a_url_is_reached_there(tmp_path: Path, monkeypatch: 
 
     data = labelled(tmp_path / "held_out.jsonl", HELD_OUT)
     reached: list[tuple[str | None, str | None]] = []
-    engine = ScriptedEngine().on("/completion", scored({"spam": 0.5, "ham": 0.5})) \
-        .on("/v1/models", lambda body: {"object": "list", "data": [{"id": "big-model"}]})
+    engine = ScriptedEngine().on("/completion", scored({"spam": 0.5, "ham": 0.5}))
 
     class Remote(Client):
         def __init__(self, url: str | None = None, **kwargs: Any) -> None:

@@ -248,11 +248,14 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
                           f"{exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"the job file {file} must hold an object of job keys")
-    data.pop("input_head", None)  # OUT.job.json's fingerprint of its input (batch/identity.py), not a job key
+    # OUT.job.json's fingerprint of its input (batch/identity.py), not a job key; a stored job written before it
+    # holds its paths as they were typed (relative to where it ran): they are kept as they are
+    head = data.pop("input_head", 0)
+    older_stored = file.name.endswith(".job.json") and "format" in data and head == 0
     for keys in (data, data.get("args")):
         if isinstance(keys, dict) and isinstance(keys.get("schema"), str):
             keys["schema"] = read_schema(file.parent / keys["schema"])
-    for key in ("input", "output"):
+    for key in ("input", "output") if not older_stored else ():
         if isinstance(data.get(key), str) and data[key]:
             data[key] = str(file.parent / Path(data[key]).expanduser())  # an absolute path stays as it is
     return data
@@ -296,8 +299,11 @@ def _check_task_flags(fields: dict[str, Any], given: set[str]) -> None:
     if stray:
         what = f"task {task}" if fields.get("kind", "records") == "records" and task else \
             f"a {fields.get('kind')} job" if fields.get("kind", "records") != "records" else "a job without a task"
+        kind = fields.get("kind", "records")
         raise ConfigError(f"{what} takes no {', '.join(_flag(name) for name in stray)}",
-                          hint="leave it out, or give the task it belongs to (tiankong batch run --help)")
+                          hint="leave it out, or give the task it belongs to (tiankong batch run --help)"
+                          if kind == "records" else f"a {kind} job's options go under [args] in a job file "
+                          "(docs/batch.md, Job kinds)")
 
 
 def _flag(key: str) -> str:

@@ -176,7 +176,7 @@ def _check_reachable(url: str, model: str | None) -> None:
 
     try:
         with Client(url, model=model) as client:
-            client.models()
+            client.health()  # any answer: a server is there (an upstream without /health answers 404)
     except ServerError:
         pass
     except TransportError as exc:

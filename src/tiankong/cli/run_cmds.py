@@ -37,15 +37,16 @@ def serve(model: str | None, host: str | None, port: int | None, slots: int | No
     # config.toml is read when there is one (errors name the file)
     if config_file is None and (os.environ.get("TIANKONG_CONFIG") or paths.config_file().is_file()):
         config_file = str(paths.config_file())
-    from ..config import check_api_key, load_config
+    from ..config import check_api_key, check_keys_read, load_config
     from ..gateway import serve as serve_gateway
 
-    config = load_config(config_file)
+    config = load_config(config_file, check_read=False)  # checked once the flags are on it (--embeddings)
     overrides = {"model": paths.default_model(model), "slots": slots, "ctx": ctx, "llama_server": llama_server,
                  "embeddings": embeddings}
     for key, value in overrides.items():
         if value is not None:
             setattr(config.engine, key, value)
+    check_keys_read(config, config_file or "the configuration")
     if host is not None:
         config.server.host = host
     if port is not None:

@@ -158,14 +158,13 @@ def base_url(url: str | None) -> str | None:
 ENGINE_ARGS: dict[str, Any] = {"ctx": 4096, "slots": 2, "llama_server": None, "adapters": None, "embeddings": False}
 
 
-def check_engine_args(url: str, given_url: str | None, **args: Any) -> None:
+def check_engine_args(url: str, **args: Any) -> None:
     """A client that talks to a server (``url``) starts no engine: an engine argument given to it (``slots=8``,
     ``embeddings=True``, ``llama_server=…``) was taken and ignored without a word (only ``adapters`` was refused)."""
     ignored = [name for name, value in args.items() if value not in (ENGINE_ARGS[name], [], ())]
     if ignored:
-        where = url if given_url else f"{url} (from TIANKONG_URL)"
         raise ConfigError(f"{', '.join(f'{name}=' for name in ignored)} configure(s) an engine this client starts "
-                          f"(model=… without url), and it talks to the server at {where}",
+                          f"(model=… without url), and it talks to the server at {url}",
                           hint="leave them out, or start that server with them (engine config)", param=ignored[0])
 
 

@@ -45,9 +45,11 @@ class AsyncBaseClient:
         S.check_client_args(model, api_key, timeout_s, adapters)
         if self.url is None and not model:
             raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")
-        if self.url is not None:
-            S.check_engine_args(self.url, url, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
+        if url is not None:  # given here (TIANKONG_URL is a default: callers that start engines pass their settings)
+            S.check_engine_args(url, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
                                 embeddings=embeddings)
+        elif self.url is not None and adapters:  # TIANKONG_URL's server: adapters cannot be loaded into it
+            S.check_engine_args(f"{self.url} (from TIANKONG_URL)", adapters=adapters)
         self.model = model
         self._engine_args = {"ctx": ctx, "slots": slots, "llama_server": llama_server, "adapters": adapters,
                              "embeddings": embeddings}

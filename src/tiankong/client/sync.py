@@ -48,9 +48,11 @@ class BaseClient:
         resolved = S.base_url(url)
         S.check_client_args(model, api_key, timeout_s, adapters)
         limits = S.http_limits(S.check_max_connections(max_connections))
-        if resolved is not None:
-            S.check_engine_args(resolved, url, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
+        if url is not None:  # given here (TIANKONG_URL is a default: callers that start engines pass their settings)
+            S.check_engine_args(url, ctx=ctx, slots=slots, llama_server=llama_server, adapters=adapters,
                                 embeddings=embeddings)
+        elif resolved is not None and adapters:  # TIANKONG_URL's server: adapters cannot be loaded into it
+            S.check_engine_args(f"{resolved} (from TIANKONG_URL)", adapters=adapters)
         if resolved is None:
             if not model:
                 raise ConfigError("no server to talk to", hint="pass url=…, set TIANKONG_URL, or pass model=…")

@@ -1,6 +1,6 @@
 """Scorers: how close an output is to the item's reference, as a score in [0, 1].
 
-* ``exact``       normalised text equality (case-folded, whitespace collapsed, trailing punctuation dropped).
+* ``exact``       normalised text equality (case-folded, whitespace collapsed, punctuation at either end dropped).
 * ``label``       the chosen label (classify, and every task whose default scorer is label) equals the
                   reference; for a free-text answer: the reference
                   occurs in it as a whole word and no other of the item's ``labels`` does.
