@@ -159,3 +159,13 @@ def test_a_cut_candidate_is_said_in_every_rerank_mode() -> None:
     with Client(URL, transport=engine.transport()) as client:
         result = client.rerank("cats", ["cats meow " * 400, "dogs"], mode="pointwise")
     assert result.truncated == [0] and result.notes, result
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient])
+def test_engine_settings_beside_tiankong_url_are_a_callers_defaults(cls: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cascade and tune start their engines with settings of their own; with TIANKONG_URL exported they talk to that
+    server, as before — refusing the settings the user never typed stopped them."""
+    monkeypatch.setenv("TIANKONG_URL", URL)
+    cls(model="m", slots=1, ctx=4096, transport=httpx.MockTransport(no_engine))
+    with pytest.raises(ConfigError, match="adapters"):
+        cls(model="m", adapters=["formal"])  # an adapter cannot be loaded into that server: still said

@@ -66,3 +66,16 @@ def test_a_long_time_to_live_is_not_a_wait(tmp_path: Path) -> None:
     path = tmp_path / "tiankong.toml"
     path.write_text("[batches]\nfile_ttl_s = 63072000\n", encoding="utf-8")
     assert load_config(path).batches.file_ttl_s == 63072000
+
+
+def test_a_key_read_once_a_command_line_flag_is_on_loads(tmp_path: Path) -> None:
+    """`serve --embeddings` with `pooling = "mean"` in the file: checked after the flag, not before it."""
+    from tiankong.config import check_keys_read
+
+    path = tmp_path / "tiankong.toml"
+    path.write_text('[engine]\npooling = "mean"\n', encoding="utf-8")
+    config = load_config(path, check_read=False)
+    with pytest.raises(ConfigError, match="engine.pooling"):
+        check_keys_read(config, path)
+    config.engine.embeddings = True  # what serve --embeddings sets
+    check_keys_read(config, path)
