@@ -77,8 +77,10 @@ def cv_splits(texts: Sequence[str], y: np.ndarray, folds: int, seed: int, repeat
     groups = np.unique([text.strip() for text in texts], return_inverse=True)[1]
     distinct = min(len(set(groups[y == label])) for label in np.unique(y))
     folds = max(2, min(folds, distinct))
-    splitter: Any = StratifiedGroupKFold if len(set(groups)) < len(texts) else StratifiedKFold
-    return [list(splitter(folds, shuffle=True, random_state=seed + r).split(np.zeros(len(y)), y, groups))
+    if len(set(groups)) == len(texts):  # StratifiedKFold warns about a groups argument it ignores
+        return [list(StratifiedKFold(folds, shuffle=True, random_state=seed + r).split(np.zeros(len(y)), y))
+                for r in range(repeats)]
+    return [list(StratifiedGroupKFold(folds, shuffle=True, random_state=seed + r).split(np.zeros(len(y)), y, groups))
             for r in range(repeats)]
 
 
