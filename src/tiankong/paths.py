@@ -6,8 +6,11 @@ platform convention (``XDG_DATA_HOME`` / ``XDG_CACHE_HOME`` on Linux).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import platformdirs
@@ -115,3 +118,19 @@ def check_folder(path: str | Path, what: str = "--out") -> Path:
         raise ConfigError(f"cannot write in {what} {existing}: permission denied",
                           hint=f"choose a writable {what} folder")
     return folder
+
+
+@contextlib.contextmanager
+def waiting_lock(path: Path, waiting: Callable[[], None]) -> Iterator[None]:
+    """An exclusive lock on the file ``path`` (made if missing) for the block; when another process holds it,
+    ``waiting()`` says so once and the lock is waited for (a second build or pull waited without a word)."""
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waiting()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

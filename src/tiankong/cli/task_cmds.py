@@ -58,20 +58,16 @@ def read_text(text: str | None, file: str | None = None, *, file_option: bool = 
                                "give TEXT or pipe it on stdin")
     else:
         data = sys.stdin.buffer.read()
-    try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the text
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"the input is not valid UTF-8 (byte {exc.start})",
-                          hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
+    return _decoded(data, "the input")
 
 
-def _decoded(data: bytes, path: str) -> str:
-    """A text file's text (a DDL file): strict UTF-8 (replacement characters made a table name that does not
-    exist), a byte-order mark not part of it."""
+def _decoded(data: bytes, what: str) -> str:
+    """Strict UTF-8 (a DDL file read with replacement characters named a table that does not exist); a
+    byte-order mark (Windows editors write one) is not part of the text."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path} is not valid UTF-8 (byte {exc.start})",
+        raise ConfigError(f"{what} is not valid UTF-8 (byte {exc.start})",
                           hint="convert it first, e.g. `iconv -f GBK -t UTF-8`") from None
 
 

@@ -15,7 +15,6 @@ Builds cached under an older key that were made with AMX are removed with a one-
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import EngineBuildError
+from ..paths import waiting_lock
 from .build import EngineBinary, check_toolchain, compile_rung, fetch_source, load_managed, managed_dir
 from .cpu import cpu_features
 from .rungs import Rung, amx_rung, has_amx, ladder
@@ -193,15 +193,8 @@ def _remove_stale(target: Path, log: Log) -> None:
 def _install_lock(path: Path, log: Log) -> Iterator[None]:
     """One build at a time per cache (a second `engine install` waits for the first, and says so: it waited
     without a word for the 6-9 minutes of a build)."""
-    with path.open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log("another `tiankong engine install` is building llama-server in this cache; waiting for it …")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with waiting_lock(path, lambda: log("another `tiankong engine install` is building llama-server in this cache; "
+                                        "waiting for it …")):
+        yield
 
 

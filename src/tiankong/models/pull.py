@@ -11,7 +11,6 @@ removed by the next one.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -59,12 +58,8 @@ def pull_model(name: str, *, force: bool = False, log: Log = print, keep_wheels:
 
 @contextlib.contextmanager
 def _pull_lock(target: Path, log: Log) -> Iterator[None]:
-    with (target / ".pull.lock").open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"another pull of this model is running ({target}); waiting for it …")
-            fcntl.flock(handle, fcntl.LOCK_EX)
+    with paths.waiting_lock(target / ".pull.lock",
+                            lambda: log(f"another pull of this model is running ({target}); waiting for it …")):
         yield
 
 
