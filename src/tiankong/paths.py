@@ -15,6 +15,8 @@ from pathlib import Path
 
 import platformdirs
 
+from .errors import ConfigError
+
 
 def data_dir() -> Path:
     override = os.environ.get("TIANKONG_DATA_DIR")
@@ -134,3 +136,32 @@ def waiting_lock(path: Path, waiting: Callable[[], None]) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def installation_secret(path: Path) -> bytes:
+    """This installation's random secret kept in ``path`` (made once, 0600, whole: written aside and linked in, so
+    a second process never reads a half-written one)."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".secret-")
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as out:  # mkstemp makes it 0600
+                out.write(os.urandom(32).hex())
+                out.flush()
+                os.fsync(out.fileno())
+            with contextlib.suppress(FileExistsError):  # another process linked its own first: take that one
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+        return installation_secret(path)
+    path.chmod(0o600)
+    try:
+        secret = bytes.fromhex(text)
+    except ValueError:
+        secret = b""
+    if len(secret) < 16:
+        raise ConfigError(f"{path} does not hold a secret", hint="remove it (what was made with it cannot be "
+                          "matched again)")
+    return secret

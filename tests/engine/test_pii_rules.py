@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib.util
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from tiankong.tasks.pii_rules import Entity, detect_rules, id_card_valid, luhn_valid, resolve_overlaps, shannon_entropy
+from tiankong.tasks.redact import redact_rules
 from tiankong.tasks.redaction import redact_text, restore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -302,13 +305,30 @@ def test_placeholder_already_in_text_is_skipped() -> None:
 
 
 def test_hash_is_deterministic_and_salted() -> None:
-    first, mapping = redact_text(TICKET, detect_rules(TICKET), "hash")
-    second, _ = redact_text(TICKET, detect_rules(TICKET), "hash")
+    first, mapping = redact_text(TICKET, detect_rules(TICKET), "hash", salt="salt")
+    second, _ = redact_text(TICKET, detect_rules(TICKET), "hash", salt="salt")
     salted, _ = redact_text(TICKET, detect_rules(TICKET), "hash", salt="pepper")
     assert first == second != salted
     assert first.count("[PHONE:") == 3 and len(set(mapping)) == 3
     assert all(len(tag) == len("[PHONE:") + 9 for tag in mapping if tag.startswith("[PHONE:"))
     assert restore(first, mapping) == TICKET
+
+
+def test_hash_without_a_salt_is_refused_and_redact_keys_it_with_the_installation_secret(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unkeyed tag is HMAC("", value): anyone reverses a phone number's tag by hashing all 10^10 numbers."""
+    with pytest.raises(ValueError, match="salt"):
+        redact_text(TICKET, detect_rules(TICKET), "hash")
+    monkeypatch.setenv("TIANKONG_DATA_DIR", str(tmp_path))
+    first = redact_rules(TICKET, style="hash")
+    phone = next(e.text for e in first.entities if e.type == "PHONE")
+    unkeyed = "[PHONE:" + hmac.new(b"", phone.encode(), hashlib.sha256).hexdigest()[:8] + "]"
+    assert unkeyed not in first.text and unkeyed not in first.mapping
+    key_file = tmp_path / "redact-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert redact_rules(TICKET, style="hash").text == first.text  # stable on this installation
+    key_file.unlink()
+    assert redact_rules(TICKET, style="hash").text != first.text  # the secret, not a constant, keys the tags
 
 
 def test_redact_model_entities_overlaps_dropped() -> None:

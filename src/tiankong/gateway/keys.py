@@ -10,15 +10,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
-import os
-import secrets
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..paths import installation_secret
 
 WINDOW_S = 60.0
 
@@ -34,20 +32,7 @@ def as_hash(key: str) -> str:
 
 def owner_salt(path: Path) -> bytes:
     """This installation's random salt for the owners kept on disk (made once, 0600)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        path.chmod(0o600)
-        salt = bytes.fromhex(path.read_text(encoding="ascii").strip())
-        if len(salt) >= 16:
-            return salt
-        raise ConfigError(f"{path} does not hold a salt", hint="remove it (the files and batches made with it "
-                          "become unreachable to their keys)") from None
-    with os.fdopen(fd, "w", encoding="ascii") as out:
-        out.write(secrets.token_hex(32))
-        out.flush()
-        os.fsync(out.fileno())
-    return owner_salt(path)
+    return installation_secret(path)
 
 
 def owner_id(salt: bytes, key_hash: str) -> str:

@@ -111,7 +111,8 @@ class RedactArgs(TaskArgs):
                                                           "replaced.")
     use_model: bool = Field(True, description="Also ask the model for names, addresses, organisations.")
     types: list[str] | None = Field(None, max_length=16, description="Only these entity types.")
-    salt: str = Field("", max_length=256, description="Style hash: the HMAC key (one salt, stable tags).")
+    salt: str = Field("", max_length=256, description="Style hash: the HMAC key (one salt, stable tags); "
+                      "none: this installation's own secret (`redact-key`, data dir).")
 
     @model_validator(mode="after")
     def _salt_hashes(self) -> RedactArgs:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..paths import data_dir, installation_secret
 from ..structured.combine import gather
 from ..structured.flow import Flow
 from .ask import Question, ask_flow
@@ -251,7 +252,8 @@ def _finish(text: str, entities: list[Entity], style: str, types: list[str] | No
     if types:
         wanted = {t.upper() for t in types}
         entities = [e for e in entities if e.type in wanted]
-    redacted, mapping = redact_text(text, entities, style, salt=salt)
+    key: str | bytes = salt or (installation_secret(data_dir() / "redact-key") if style == "hash" else "")
+    redacted, mapping = redact_text(text, entities, style, salt=key)
     return Redaction(redacted, entities, mapping, style)
 
 

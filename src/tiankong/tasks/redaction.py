@@ -4,7 +4,9 @@
 * ``placeholder`` — ``[PHONE_1]``, ``[PHONE_2]`` … numbered per type in order of appearance; the same value
   gets the same placeholder; ``mapping`` is placeholder → original, and ``restore`` puts the originals back.
 * ``hash``        — ``[PHONE:1a2b3c4d]``: the first 8 hex digits of HMAC-SHA256(salt, value); stable across
-  texts and runs for one salt; ``mapping`` is tag → original.
+  texts and runs for one salt; ``mapping`` is tag → original. A salt is required: unkeyed, a tag is a plain
+  hash that anyone reverses by hashing every phone number (10¹⁰ guesses) — ``redact`` passes the
+  installation's own secret when the caller gives none.
 
 Entities may come from rules or a model: spans are checked, sorted, and overlaps dropped (longer span wins).
 """
@@ -24,10 +26,12 @@ STYLES = ("mask", "placeholder", "hash")
 
 
 def redact_text(text: str, entities: Iterable[Entity], style: str = "placeholder", *,
-                salt: str = "") -> tuple[str, dict[str, str]]:
+                salt: str | bytes = "") -> tuple[str, dict[str, str]]:
     """The redacted text and the mapping replacement → original (empty for ``mask``)."""
     if style not in STYLES:
         raise ValueError(f"unknown redaction style {style!r}; use one of {', '.join(STYLES)}")
+    if style == "hash" and not salt:
+        raise ValueError("the hash style needs a salt (an unkeyed tag is reversed by hashing every candidate)")
     spans = resolve_overlaps(_checked(text, entities))
     names: dict[tuple[str, str], str] = {}
     counts: dict[str, int] = {}
@@ -78,6 +82,7 @@ def _placeholder(text: str, kind: str, counts: dict[str, int]) -> str:
             return name
 
 
-def _hash_tag(kind: str, value: str, salt: str) -> str:
-    digest = hmac.new(salt.encode(), value.encode(), hashlib.sha256).hexdigest()
+def _hash_tag(kind: str, value: str, salt: str | bytes) -> str:
+    key = salt.encode() if isinstance(salt, str) else salt
+    digest = hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
     return f"[{kind}:{digest[:8]}]"
