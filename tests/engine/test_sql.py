@@ -413,6 +413,12 @@ def test_the_database_connection_cannot_write(db: Path) -> None:
                           "ATTACH DATABASE ':memory:' AS other"):
             with pytest.raises(sqlite3.Error):
                 con.execute(statement)
+        # a pragma that sets (query_only = OFF lifts the read-only guard for the connection) is denied; the ones
+        # that describe the schema still run
+        for statement in ("PRAGMA query_only = OFF", "PRAGMA journal_mode = WAL", "PRAGMA writable_schema = ON"):
+            with pytest.raises(sqlite3.DatabaseError, match="not authorized"):
+                con.execute(statement)
+        assert [row[1] for row in con.execute("PRAGMA table_info(album)")][:1] == ["id"]
     with read_only(db) as con:
         assert con.execute("SELECT COUNT(*) FROM album").fetchone() == (4,)
 

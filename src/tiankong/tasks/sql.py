@@ -37,6 +37,9 @@ MAX_DEPTH = 64  # nested parentheses in the DDL (sqlglot's parser recurses on ea
 MAX_DDL_CHARS = 200_000
 MAX_ROWS = 1000
 READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+# the pragmas that only describe the schema (schema_from_db reads table_info); any other pragma, and one of these
+# with a value to set, is denied: `PRAGMA query_only = OFF` would lift the read-only guard for the connection
+READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
 SQL_PROMPT = ("You write one SQLite SELECT query that answers the user's question over this database. Use only "
               "these tables and columns; join tables on their id columns.\n{schema}")
 
@@ -183,12 +186,19 @@ def read_only(path: str | Path) -> Iterator[sqlite3.Connection]:
         db.execute("SELECT name FROM sqlite_master LIMIT 1")
     except sqlite3.DatabaseError as exc:
         raise ConfigError(f"{path} is not a readable SQLite database: {exc}") from None
-    db.set_authorizer(lambda action, *_: sqlite3.SQLITE_OK if action in READ_ACTIONS | {sqlite3.SQLITE_PRAGMA}
-                      else sqlite3.SQLITE_DENY)
+    db.set_authorizer(_reads_only)
     try:
         yield db
     finally:
         db.close()
+
+
+def _reads_only(action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
+    if action in READ_ACTIONS:
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in READ_PRAGMAS:
+        return sqlite3.SQLITE_OK  # its argument is the table or index described, never a value to set
+    return sqlite3.SQLITE_DENY
 
 
 def empty_copy(schema: DbSchema) -> sqlite3.Connection:
