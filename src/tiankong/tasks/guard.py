@@ -79,14 +79,16 @@ class GuardVerdict:
         return self.verdict
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"verdict": self.verdict, "score": round(self.score, 4), "reasons": self.reasons,
+        # the probabilities whole, as the library holds them: rounded, a score just under a threshold read
+        # above it when a caller compared it again (0.95775 → 0.9578 ≥ block_at 0.9578)
+        data: dict[str, Any] = {"verdict": self.verdict, "score": self.score, "reasons": self.reasons,
                                 "action": self.verdict, "heuristic_score": self.heuristic_score,
                                 "policies": self.policies}
         if self.decider is not None:
             data["decider"] = self.decider
-            data["decider_probability"] = round(float(self.decider_probability or 0.0), 4)
+            data["decider_probability"] = float(self.decider_probability or 0.0)
         if self.model_probability is not None:
-            data["model_probability"] = round(self.model_probability, 4)
+            data["model_probability"] = self.model_probability
         return data
 
 

@@ -78,7 +78,7 @@ class RouteDecision:
     threshold_from: str = "default"
 
     def to_json(self) -> dict[str, Any]:
-        return {"route": self.route, "target": self.target, "confidence": round(self.confidence, 4),
+        return {"route": self.route, "target": self.target, "confidence": self.confidence,
                 "escalated": self.escalated, "reason": self.reason, "scores": self.scores,
                 "category": self.category, "sent_text": self.sent_text, "answer": self.answer,
                 "redacted": self.redacted, "threshold": self.threshold, "threshold_from": self.threshold_from}
