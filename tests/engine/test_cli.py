@@ -7,10 +7,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from conftest import assert_one_line_error, run_cli
+from tiankong.cli.task_cmds import render
+from tiankong.client._shared import Usage
 from tiankong.engine import EngineProcess
 from tiankong.models import TEST_MODEL
+from tiankong.structured.tools import ToolCalls
+from tiankong.tasks.cli_part import calls_line
 
 
 def test_run_prompt_json_and_stdin(smol_engine: EngineProcess) -> None:
@@ -20,6 +25,23 @@ def test_run_prompt_json_and_stdin(smol_engine: EngineProcess) -> None:
     assert data["text"] and data["usage"]["completion_tokens"] > 0 and data["finish_reason"] in ("stop", "length")
     piped = run_cli("run", "--url", smol_engine.url, "--max-tokens", "8", "-", input="Name a fruit.")
     assert piped.returncode == 0 and piped.stdout.strip() == data["text"].strip()
+    # plain text cut at the limit says so on stderr (--json has finish_reason); a whole answer says nothing
+    cut = run_cli("run", "--url", smol_engine.url, "--max-tokens", "2", "Write a long story about the sea.")
+    assert cut.returncode == 0 and cut.stdout.strip() and "cut short" in cut.stderr and "--max-tokens" in cut.stderr
+    whole = run_cli("run", "--url", smol_engine.url, "--max-tokens", "64", "--json", "Say OK.")
+    if json.loads(whole.stdout)["finish_reason"] == "stop":
+        plain = run_cli("run", "--url", smol_engine.url, "--max-tokens", "64", "Say OK.")
+        assert plain.returncode == 0 and "cut short" not in plain.stderr
+
+
+def test_a_task_answer_cut_at_its_token_limit_warns_in_plain_output(capsys: pytest.CaptureFixture[str]) -> None:
+    """``call``'s reply in words stops at 512 tokens: plain output printed it as if whole."""
+    cut = ToolCalls([], "a reply that", {}, 1, Usage(10, 512), finish_reason="length")
+    render(cut, False, calls_line)
+    out, err = capsys.readouterr()
+    assert out.strip() == "a reply that" and "cut short" in err
+    render(ToolCalls([], "a reply.", {}, 1, Usage(10, 3), finish_reason="stop"), False, calls_line)
+    assert capsys.readouterr().err == ""
 
 
 def test_run_with_embedded_engine() -> None:

@@ -136,9 +136,14 @@ def run(prompt: str | None, model: str | None, url: str | None, system: str | No
                                  "completion_tokens": result.usage.completion_tokens},
                        "timings": result.timings})
             return
+        finish = None
         for chunk in client.stream_chat(prompt, system=system, max_tokens=max_tokens):
             click.echo(chunk.text, nl=False)
+            finish = chunk.finish_reason or finish
         click.echo()
+        if finish == "length":
+            click.echo(f"warning: the answer stopped at --max-tokens {max_tokens}: it is cut short; give a larger "
+                       "--max-tokens", err=True)
 
 
 @click.command()

@@ -88,8 +88,14 @@ def read_json(path: str) -> Any:
 def render(result: Any, as_json: bool, line: Callable[[Any], str]) -> None:
     if as_json:
         emit_json(result.to_json() if hasattr(result, "to_json") else result)
-    else:
-        click.echo(line(result))
+        return
+    click.echo(line(result))
+    if getattr(result, "finish_reason", None) == "length":  # --json carries it; plain text looked whole
+        click.echo(CUT_SHORT, err=True)
+
+
+CUT_SHORT = ("warning: the answer stopped at its token limit (finish_reason \"length\"): it is cut short; ask for "
+             "less, or split the input")
 
 
 # --- a command from a spec -----------------------------------------------------------------------------------
