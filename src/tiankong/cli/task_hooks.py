@@ -131,7 +131,10 @@ def _guard(run: TaskRun) -> Any:
     return None
 
 
-EXIT_BLOCKED = 1  # `tiankong guard` exit status when the verdict is block (flag and allow: 0)
+# `tiankong guard` exit status when the verdict is block (flag and allow: 0); not 1, every command's status for an
+# error (a missing decider, an unreachable engine), so a script tells "blocked" from "could not check" — both stop
+# `tiankong guard … && next-step`
+EXIT_BLOCKED = 3
 
 
 def _guard_after(run: TaskRun, result: Any) -> None:
