@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import paths
+from .config import load_config
 from .engine.build import ENV_VAR, EngineBinary, locate_engine, managed_dir
 from .engine.cpu import cpu_features, cpu_model
 from .engine.install import record_smoke
@@ -59,16 +60,44 @@ def diagnose() -> list[Finding]:
     mem = _mem_available_bytes()
     findings.append(Finding("memory", mem == 0 or mem > 1 << 30, f"{mem / 2**30:.1f} GiB available",
                             "free memory or use a smaller model / context"))
-    installed = {record.name: record for record in list_models() if record.installed}
-    for name in (DEFAULT_MODEL, TEST_MODEL):
-        findings.append(Finding(f"model {name}", name in installed,
-                                str(installed[name].path) if name in installed else "not installed",
-                                f"run `tiankong models pull {name}`"))
+    findings.extend(_model_findings())
     for label, directory in (("data dir", paths.data_dir()), ("cache dir", paths.cache_dir())):
         free = shutil.disk_usage(_existing_parent(directory)).free
         findings.append(Finding(label, free > 2 << 30, f"{directory} ({free / 2**30:.0f} GiB free)",
                                 "free disk space: models and the engine build need about 3 GiB"))
     findings.append(Finding("engine cache key", True, str(managed_dir())))
+    return findings
+
+
+def _model_findings() -> list[Finding]:
+    """The models this user's commands would load must be installed: TIANKONG_MODEL (else the built-in default)
+    and the models the config file gives ``serve``. The test model only ``make test`` needs: reported, never a
+    fix (a user of another model was told to fix the default model's absence, and doctor exited 1)."""
+    installed = {record.name: record for record in list_models() if record.installed}
+    wanted = {paths.default_model() or DEFAULT_MODEL: "the commands' model" + (
+        " (TIANKONG_MODEL)" if paths.default_model() else "")}
+    findings: list[Finding] = []
+    config = paths.config_file()
+    if config.is_file():
+        try:
+            settings = load_config(config)
+        except TiankongError as exc:
+            findings.append(Finding("config", False, exc.message, exc.hint or "see docs/config.md"))
+        else:
+            findings.append(Finding("config", True, str(config)))
+            for name in [settings.engine.model, *(m.model for m in settings.pool.models if m.model)]:
+                wanted.setdefault(name, f"serve's model ({config.name})")
+    for name, why in wanted.items():
+        if name.endswith(".gguf"):  # a path: the user's own file, not a registry entry
+            findings.append(Finding(f"model {name}", os.path.isfile(name), f"a GGUF file; {why}",
+                                    "give the path of an existing .gguf file"))
+            continue
+        findings.append(Finding(f"model {name}", name in installed,
+                                f"{installed[name].path}; {why}" if name in installed else f"not installed; {why}",
+                                f"run `tiankong models pull {name}`"))
+    if TEST_MODEL not in wanted:
+        findings.append(Finding(f"model {TEST_MODEL}", True, str(installed[TEST_MODEL].path)
+                                if TEST_MODEL in installed else "not installed (only `make test` uses it)"))
     return findings
 
 

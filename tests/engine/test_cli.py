@@ -13,7 +13,7 @@ from conftest import assert_one_line_error, run_cli
 from tiankong.cli.task_cmds import render
 from tiankong.client._shared import Usage
 from tiankong.engine import EngineProcess
-from tiankong.models import TEST_MODEL
+from tiankong.models import DEFAULT_MODEL, TEST_MODEL
 from tiankong.structured.tools import ToolCalls
 from tiankong.tasks.cli_part import calls_line
 
@@ -97,6 +97,28 @@ def test_doctor_reports_engine_and_models() -> None:
     assert proc.returncode == (0 if all(f["ok"] for f in findings.values()) else 1)  # ≠ 0: something to fix
     assert findings["engine"]["ok"] and findings[f"model {TEST_MODEL}"]["ok"]
     assert {"python", "cpu", "memory", "data dir", "cache dir"} <= set(findings)
+
+
+def test_doctor_asks_for_the_models_the_user_runs_not_the_default(tmp_path: Path) -> None:
+    """A user of another model (TIANKONG_MODEL, or serve's config) was told to pull the default model and doctor
+    exited 1; the test model is only ``make test``'s."""
+    def findings(env: dict[str, str]) -> tuple[int, dict[str, dict]]:  # type: ignore[type-arg]
+        proc = run_cli("doctor", "--json", env=env)
+        return proc.returncode, {f["topic"]: f for f in json.loads(proc.stdout)}
+
+    _, other = findings({"TIANKONG_MODEL": TEST_MODEL})
+    assert other[f"model {TEST_MODEL}"]["ok"] and f"model {DEFAULT_MODEL}" not in other
+    config = tmp_path / "config.toml"
+    config.write_text('[engine]\nmodel = "no-such-model:q4_0"\n')
+    code, served = findings({"TIANKONG_MODEL": TEST_MODEL, "TIANKONG_CONFIG": str(config)})
+    assert code == 1 and served["config"]["ok"] and not served["model no-such-model:q4_0"]["ok"]
+    assert "serve" in served["model no-such-model:q4_0"]["detail"]
+    config.write_text('[engine]\nmodle = "x"\n')
+    code, broken = findings({"TIANKONG_MODEL": TEST_MODEL, "TIANKONG_CONFIG": str(config)})
+    assert code == 1 and not broken["config"]["ok"] and "modle" in broken["config"]["detail"]
+    code, empty = findings({"TIANKONG_DATA_DIR": str(tmp_path / "data")})
+    assert code == 1 and not empty[f"model {DEFAULT_MODEL}"]["ok"]
+    assert empty[f"model {TEST_MODEL}"]["ok"] and "make test" in empty[f"model {TEST_MODEL}"]["detail"]
 
 
 def test_a_terminated_doctor_takes_its_smoke_engine_with_it() -> None:
