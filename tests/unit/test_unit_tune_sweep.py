@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tiankong import paths
 from tiankong.tuning import tune_classify
 from tiankong.tuning.classify import cv_splits
 from tiankong.tuning.data import ExamplesError, check_examples
@@ -103,3 +106,24 @@ def test_tune_rerank_checks_its_name_first(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="invalid decider name"):
         tune_rerank(tmp_path / "does-not-matter.jsonl", name="../x", log=said.append)
     assert said == []  # before any scoring
+
+
+def test_tunes_of_one_name_at_once_take_distinct_versions() -> None:
+    """Two tunes of one name at the same time took the same number, and the second's file replaced the first's."""
+    from tiankong.deciders.registry import Decider, load_decider, save_decider
+
+    start = threading.Barrier(8)
+
+    def save(i: int) -> int:
+        decider = Decider(name="mail", method="tfidf", labels=["a", "b"], state={"i": i})
+        start.wait()
+        save_decider(decider)
+        return decider.version
+
+    with ThreadPoolExecutor(8) as pool:
+        versions = list(pool.map(save, range(8)))
+    assert sorted(versions) == list(range(1, 9))
+    # each version holds its own decider, whole; no half-written file is left beside them
+    assert sorted(load_decider(f"mail@{v}").state["i"] for v in versions) == list(range(8))
+    assert sorted(p.name for p in (paths.data_dir() / "deciders" / "mail").iterdir()) == sorted(
+        f"v{v}.json" for v in range(1, 9))

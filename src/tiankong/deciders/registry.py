@@ -16,6 +16,7 @@ import difflib
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -157,13 +158,27 @@ def save_decider(decider: Decider) -> Path:
     check_replaces(decider.name, decider.task, decider.labels)
     folder = deciders_dir() / decider.name
     folder.mkdir(parents=True, exist_ok=True)
-    decider.version = (_versions(decider.name) or [0])[-1] + 1
     decider.created = decider.created or datetime.now(UTC).isoformat(timespec="seconds")
-    target = folder / f"v{decider.version}.json"
-    partial = target.with_suffix(".json.partial")
-    partial.write_text(json.dumps(decider.to_json(), ensure_ascii=False), encoding="utf-8")
-    os.replace(partial, target)  # never a half-written decider under its name
-    return target
+    # written aside under a name of its own, then linked in as the next free version: two tunes of one name at
+    # once took the same number, and the second's file replaced the first's (a link fails on a taken name)
+    version = (_versions(decider.name) or [0])[-1] + 1
+    fd, partial = tempfile.mkstemp(dir=folder, prefix=".v", suffix=".json.partial")
+    try:
+        while True:
+            decider.version = version
+            with open(fd, "w", encoding="utf-8", closefd=False) as out:
+                out.seek(0)
+                out.truncate()
+                out.write(json.dumps(decider.to_json(), ensure_ascii=False))
+            target = folder / f"v{version}.json"
+            try:
+                os.link(partial, target)  # never a half-written decider under its name
+                return target
+            except FileExistsError:
+                version += 1
+    finally:
+        os.close(fd)
+        os.unlink(partial)
 
 
 _LOADED: dict[tuple[str, int, int], Decider] = {}
