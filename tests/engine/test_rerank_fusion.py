@@ -209,6 +209,9 @@ def test_tune_rerank_registers_an_artifact_that_reloads_to_the_same_ranking(clie
     cli = run_cli("tune", "rerank", "--data", str(data), "--name", "helpdesk-cli", "--json")
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)["decider"] == "helpdesk-cli@1"
+    shown = run_cli("deciders", "show", "helpdesk-cli")  # its CV rows, as a classify decider's (none were shown)
+    assert shown.returncode == 0 and all(f"{m} " in shown.stdout for m in ("bm25", "embedding", "rrf", "lr-fusion"))
+    assert shown.stdout.count("nDCG@10") == 4 and shown.stdout.count("← chosen") == 1
     ranked = run_cli("rerank", query, *[a for d in docs for a in ("-d", d)], "--decider", "helpdesk-cli",
                      "--url", client.url, "--json")
     assert ranked.returncode == 0, ranked.stderr

@@ -172,6 +172,11 @@ def show_cmd(name: str, as_json: bool) -> None:
     for row in found.cv.get("results", []):
         click.echo(f"  {row['method']:<11} {row['size']:>5} acc {row['accuracy']:.3f}  F1 {row['macro_f1']:.3f}  "
                    f"ECE {row['ece']:.3f}")
+    for row in found.cv.get("rows", []):  # a rerank decider's rows (its folds are queries): nDCG@10 ± its SE
+        chosen = "  ← chosen" if row.get("method") == found.method else ""
+        click.echo(f"  {row['method']:<11} nDCG@10 {row['ndcg@10']:.3f} ± {row['se']:.3f}{chosen}")
+    if found.task == "rerank" and found.cv.get("rule"):
+        click.echo(f"chosen by: {found.cv['rule']} ({found.cv.get('folds')} folds of queries)")
 
 
 @deciders.command("rm")
