@@ -127,3 +127,29 @@ def test_tunes_of_one_name_at_once_take_distinct_versions() -> None:
     assert sorted(load_decider(f"mail@{v}").state["i"] for v in versions) == list(range(8))
     assert sorted(p.name for p in (paths.data_dir() / "deciders" / "mail").iterdir()) == sorted(
         f"v{v}.json" for v in range(1, 9))
+
+
+def test_a_tfidf_decider_says_when_the_text_is_in_a_script_its_examples_never_had(tmp_path: Path) -> None:
+    """An English TF-IDF decider answered Chinese text with its prior and no word of it."""
+    from tiankong.structured.drivers import run_sync
+    from tiankong.tasks.classify import decide_flow
+
+    english = tune_classify(examples_file(tmp_path / "en.jsonl"), name="en-spam", methods=["tfidf"]).decider
+    assert english is not None and english.method == "tfidf"
+
+    def warning(text: str) -> str | None:
+        return run_sync(decide_flow(english, text), lambda *a: None).warning
+
+    assert warning("the red thing number 4") is None
+    assert warning("12345 !!!") is None  # no letters: nothing to say
+    said = warning("我的账户被重复扣费了，请退款。")
+    assert said is not None and "Chinese" in said and "en-spam@1" in said
+    assert warning("我的账户 the red thing number 4 and more words") is None  # mostly Latin letters: seen
+    chinese = tmp_path / "zh.jsonl"
+    chinese.write_text("".join(json.dumps({"text": f"第{i}号{w}", "label": "spam" if i % 2 else "ham"},
+                                          ensure_ascii=False) + "\n" for i, w in enumerate(["红色", "绿色", "蓝色",
+                                                                                            "黄色"] * 5)),
+                       encoding="utf-8")
+    zh = tune_classify(chinese, name="zh-spam", methods=["tfidf"]).decider
+    assert zh is not None
+    assert run_sync(decide_flow(zh, "please refund the charge"), lambda *a: None).warning is not None

@@ -105,6 +105,31 @@ def _vectorizer(params: dict[str, Any], state: dict[str, Any]) -> TfidfVectorize
     return vectorizer
 
 
+def _script(char: str) -> str | None:
+    if "\u4e00" <= char <= "\u9fff" or "\u3400" <= char <= "\u4dbf":
+        return "Chinese"
+    if char.isascii() and char.isalpha():
+        return "Latin"
+    return None
+
+
+def unseen_script(state: dict[str, Any], text: str) -> str | None:
+    """The script (Chinese, Latin) most of ``text``'s letters are in when the TF-IDF decider's character
+    vocabulary holds none of it: its examples had no such text, so its answer is the prior alone (an English
+    decider answered Chinese tickets with its majority label and no word of it)."""
+    counts: dict[str, int] = {}
+    for char in text:
+        if (script := _script(char)) is not None:
+            counts[script] = counts.get(script, 0) + 1
+    if not counts:
+        return None
+    script, count = max(counts.items(), key=lambda kv: kv[1])
+    if count * 2 <= sum(counts.values()):
+        return None
+    seen = {_script(c) for gram in state["char"]["vocabulary"] for c in gram}
+    return None if script in seen else script
+
+
 def rule_columns(texts: list[str]) -> Any:
     """One 0/1 column per injection heuristic (``rules.RULES``)."""
     return sp.csr_matrix([[1.0 if pattern.search(t) else 0.0 for _, _, pattern in RULES] for t in texts])

@@ -219,12 +219,16 @@ def decide_flow(decider: Decider, text: str, *, threshold: float | None = None) 
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ConfigError("threshold must be between 0 and 1")
     threshold = decider_threshold(decider) if threshold is None else threshold
-    from ..deciders.runtime import scores_flow  # numpy and scikit-learn: only when a decider answers
+    from ..deciders import methods  # numpy and scikit-learn: only when a decider answers
+    from ..deciders.runtime import scores_flow
 
     rows = yield from scores_flow(decider, [text])
     scores = {label: round(float(p), 6) for label, p in zip(decider.labels, rows[0], strict=True)}
     ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
     best, margin = ranked[0][0], ranked[0][1] - ranked[1][1]
     abstained = threshold is not None and ranked[0][1] < threshold
+    unseen = methods.unseen_script(decider.state, text) if decider.method in ("tfidf", "tfidf-rules") else None
+    warning = (f"decider {decider.ref} saw no {unseen} text among its examples: this answer is its prior alone; "
+               f"tune it with {unseen} examples too" if unseen else None)
     return Classification(best, [] if abstained else [best], dict(ranked), margin, False, True,
-                          decider=decider.ref, method=decider.method, abstained=abstained)
+                          decider=decider.ref, method=decider.method, abstained=abstained, warning=warning)
