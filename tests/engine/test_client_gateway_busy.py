@@ -246,6 +246,9 @@ def test_client_sends_each_task_as_one_gateway_call(gateway: str) -> None:
     extracted = results["extract"]  # read back whole: the data and its evidence
     assert isinstance(extracted.data["name"], str) and extracted.attempts >= 1 and extracted.usage.total_tokens > 0
     assert extracted.path in ("fast_forward", "grammar")
+    query = results["sql"].structured  # sql's evidence and usage too (a gateway's client had none)
+    assert query is not None and query.usage.total_tokens > 0 and query.path in ("fast_forward", "grammar")
+    assert query.decoded_tokens > 0 and query.finish_reason in ("stop", "length")
 
 
 def test_async_clients_at_once_get_answers_not_429(gateway: str) -> None:

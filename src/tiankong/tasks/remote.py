@@ -156,8 +156,17 @@ def _call(d: dict[str, Any]) -> ToolCalls:
 
 
 def _sql(d: dict[str, Any]) -> SqlQuery:
+    evidence = d.get("evidence") or {}
+    structured = Structured(data=d["sql"], raw=d["sql"], attempts=d.get("attempts", 1), usage=_usage(d),
+                            finish_reason=d.get("finish_reason"), path=evidence.get("path", "grammar"),
+                            decoded_tokens=int(evidence.get("decoded_tokens") or 0),
+                            forced_tokens=int(evidence.get("fast_forwarded_tokens") or 0),
+                            fallback_reason=evidence.get("fallback_reason", ""),
+                            schema_in_prompt=evidence.get("schema_in_prompt", ""),
+                            simplified=bool(evidence.get("simplified"))) if "evidence" in d else None
     return SqlQuery(sql=d["sql"], tables=list(d["tables"]), columns=list(d["columns"]),
-                    dialect=d.get("dialect", "sqlite"), rows=d.get("rows"), attempts=d.get("attempts", 1))
+                    dialect=d.get("dialect", "sqlite"), rows=d.get("rows"), attempts=d.get("attempts", 1),
+                    structured=structured)
 
 
 READERS: dict[str, Callable[[dict[str, Any]], Any]] = {

@@ -87,6 +87,11 @@ class SqlQuery:
                                "dialect": self.dialect, "attempts": self.attempts}
         if self.rows is not None:
             out["rows"] = self.rows
+        if self.structured is not None:  # what a local run holds: a gateway's client had none of it
+            usage = self.structured.usage
+            out |= {"finish_reason": self.structured.finish_reason, "evidence": self.structured.evidence(),
+                    "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                              "total_tokens": usage.total_tokens}}
         return out
 
 
