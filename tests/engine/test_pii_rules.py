@@ -84,6 +84,12 @@ def test_id_card_negatives() -> None:
 def test_us_ssn() -> None:
     assert found("SSN on file: 123-45-6789.") == [("ID_CARD", "123-45-6789")]
     assert found("codes 000-12-3456, 666-12-3456, 923-45-6789, 123-00-6789, 123-45-0000") == []
+    # without dashes, after an SSN keyword (a bare 9-digit number is an order, a tracking code …)
+    assert only("SSN 123456789 on the form", "ID_CARD") == ["123456789"]
+    assert only("Social Security No.: 123 45 6789", "ID_CARD") == ["123 45 6789"]
+    assert only("my social security number is 219099999.", "ID_CARD") == ["219099999"]
+    assert only("order 123456789 shipped", "ID_CARD") == []
+    assert only("SSN 923456789 or 000456789", "ID_CARD") == []  # never issued
 
 
 def test_passports() -> None:
@@ -93,6 +99,13 @@ def test_passports() -> None:
     assert only("passport: S82597919", "PASSPORT") == ["S82597919"]
     assert only("order 232860129 shipped", "PASSPORT") == []  # no keyword, not a CN pattern
     assert only("乘坐G1234次列车，车厢E12", "PASSPORT") == []
+    # the mainland's travel permits: 港澳通行证 (C + 8), the old W-numbers, 回乡证, 台胞证 — after their names
+    assert only("港澳通行证号码：C12345678，请核对。", "PASSPORT") == ["C12345678"]
+    assert only("往来港澳通行证 CA1234567 已过期", "PASSPORT") == ["CA1234567"]
+    assert only("回乡证H12345678", "PASSPORT") == ["H12345678"]
+    assert only("台胞证号码 12345678", "PASSPORT") == ["12345678"]
+    assert only("Home Return Permit no. M87654321", "PASSPORT") == ["M87654321"]
+    assert only("工单 C12345678 已关闭", "PASSPORT") == []  # no permit named
 
 
 # --- phones ------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Types: ID_CARD (China resident ID with GB 11643 checksum and date of birth; US SSN), PHONE (CN mobile and
 landline, NANP, ``+``-international), BANK_CARD (Luhn + issuer prefix), EMAIL, IP_ADDRESS (v4/v6 checked by
 ``ipaddress``), URL, SECRET (known token formats, PEM private keys, ``key=value`` assignments with an entropy
-floor), PASSPORT (CN E/G numbers, or any passport-shaped number after a passport keyword).
+floor), PASSPORT (CN E/G numbers, or any passport-shaped number after a passport keyword or the name of a
+mainland travel permit: 港澳通行证, 回乡证, 台胞证). A US SSN without dashes counts only after an SSN keyword.
 
 Offsets are character offsets into the original string. Full-width ASCII (``１３８``, ``：``) is read as ASCII,
 which keeps offsets. Boundaries are lookarounds on ASCII letters/digits, so CJK neighbours need no spaces.
@@ -95,7 +96,13 @@ _ID_CARD = re.compile(_L + r"[1-9][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])(
                       r"[0-9Xx]" + _R)
 _SSN = re.compile(r"(?<![0-9A-Za-z-])(?!000|666|9)[0-9]{3}-(?!00)[0-9]{2}-(?!0000)[0-9]{4}(?![0-9A-Za-z]|-[0-9])")
 _PASSPORT_CN = re.compile(_L + r"(?:[EG][0-9]{8}|E[A-HJ-NP-Z][0-9]{7})" + _R)
-_PASSPORT_KEYWORD = re.compile(r"(?i)passport|护照")
+# a passport, and the mainland's travel permits (港澳通行证 C/W-numbers, 回乡证 H/M-numbers, 台胞证): their numbers
+# have no checksum and look like order codes, so only after their names
+_PASSPORT_KEYWORD = re.compile(r"(?i)passport|护照|通行证|回乡证|台胞证|home[- ]return permit|exit[- ]entry permit")
+# a US SSN without its dashes (nine digits, or 3-2-4 spaced) only after an SSN keyword; never-issued areas and
+# all-zero groups are not SSNs
+_SSN_KEYWORD = re.compile(r"(?i)\bSSN\b|social security (?:number|no\b\.?)|社会安全号")
+_SSN_NEAR = re.compile(r"(?<![0-9A-Za-z-])(?!000|666|9)[0-9]{3}( ?)(?!00)[0-9]{2}\1(?!0000)[0-9]{4}(?![0-9A-Za-z])")
 _PASSPORT_NEAR = re.compile(_L + r"[A-Z]{0,2}[0-9]{6,9}" + _R)
 
 
@@ -105,6 +112,10 @@ def _id_cards(text: str) -> Iterator[Span]:
             yield match.start(), match.end(), "ID_CARD", 1.0
     for match in _SSN.finditer(text):
         yield match.start(), match.end(), "ID_CARD", 0.9
+    for word in _SSN_KEYWORD.finditer(text):
+        near = _SSN_NEAR.search(text, word.end())
+        if near and near.start() - word.end() <= 24:
+            yield near.start(), near.end(), "ID_CARD", 0.9
 
 
 def _passports(text: str) -> Iterator[Span]:
