@@ -61,6 +61,15 @@ def test_assembled_answers_equal_llama_servers_own(smol_engine: EngineProcess) -
         assert result.usage.completion_tokens == line_own["usage"]["completion_tokens"]
         short = client.chat(CHAT["messages"], max_tokens=24)  # sent as it is (budget <= MIN_TOKENS)
         assert short.text == chat_own["choices"][0]["message"]["content"]
+    # a list of prompts over the gateway with a long budget: one choice per prompt, each llama-server's own (they
+    # had been interleaved into one choice of both prompts' tokens)
+    prompts = {**PROMPT, "prompt": ["The capital of France is", "My favourite colour is"],
+               "max_tokens": MIN_TOKENS + 1, "stop": ["."]}
+    both_own = own_answer(smol_engine, "/v1/completions", prompts)
+    with serve_app(state_for(smol_engine)) as url:
+        both_gw = httpx.post(f"{url}/v1/completions", json=prompts, timeout=300).json()
+    assert len(both_gw["choices"]) == 2
+    assert [c["text"] for c in both_gw["choices"]] == [c["text"] for c in both_own["choices"]]
 
 
 def test_prompt_progress_events_carry_no_tokens(smol_engine: EngineProcess) -> None:
@@ -94,6 +103,8 @@ def test_which_requests_are_assembled() -> None:
     assert not assembles("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 3}, 0)
     assert not assembles("/v1/completions", {**PROMPT, "n_probs": 5}, 0)
     assert not assembles("/v1/chat/completions", {**CHAT, "n": 2}, 0)
+    assert not assembles("/v1/completions", {**PROMPT, "prompt": ["a", "b"]}, 0)  # one choice per prompt
+    assert assembles("/v1/completions", {**PROMPT, "prompt": [1, 2, 3]}, 0)  # one prompt's tokens
     assert not assembles("/v1/embeddings", {"input": "x"}, 0)
     body = streamed_body({**CHAT, "stream_options": {"foo": 1}})
     assert body["stream"] is True and body["stream_options"] == {"foo": 1, "include_usage": True}

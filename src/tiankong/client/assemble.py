@@ -14,7 +14,8 @@ returns:
 * ``finish_reason``, ``usage``, ``timings``, ``id``, ``created``, ``model``, ``system_fingerprint`` from the
   chunks (usage via ``stream_options.include_usage``).
 
-Requests whose exact non-streamed semantics matter are not rewritten (:func:`assembles`): ``n`` > 1, log
+Requests whose exact non-streamed semantics matter are not rewritten (:func:`assembles`): ``n`` > 1 and a list
+of several completion prompts (one choice each: their streams interleave), log
 probabilities (a stream keeps the probabilities of a trimmed stop word), and llama.cpp's own options that
 change the answer's shape (``response_fields``, ``verbose``). Nor are short ones: a request whose token budget
 is at most ``min_tokens`` (default 256) goes as it is — abandoning it wastes at most that many tokens, while
@@ -56,12 +57,18 @@ def assembles(path: str, body: dict[str, Any], min_tokens: int = MIN_TOKENS) -> 
     """Whether a non-streamed request on ``path`` is sent to the engine as a stream and assembled here."""
     if path not in ASSEMBLED_PATHS or body.get("stream"):
         return False
-    if body.get("n") not in (None, 1):
-        return False
+    if body.get("n") not in (None, 1) or several_prompts(body.get("prompt")):
+        return False  # several choices: a stream interleaves them (by index), one choice is assembled
     budget = token_budget(body)
     if budget is not None and 0 < budget <= min_tokens:  # -1 / 0 / none: unlimited
         return False
     return not any(body.get(key) for key in _KEEP_PLAIN)
+
+
+def several_prompts(prompt: Any) -> bool:
+    """A completions ``prompt`` that is a list of prompts (strings, or token lists), not one prompt's tokens."""
+    return isinstance(prompt, list) and len(prompt) > 1 and not all(
+        isinstance(item, int) and not isinstance(item, bool) for item in prompt)
 
 
 def streamed_body(body: dict[str, Any]) -> dict[str, Any]:
