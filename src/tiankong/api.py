@@ -30,6 +30,7 @@ from .structured.extract_flow import extract_flow as _extract_flow
 from .structured.flow import Flow
 from .structured.prompts import (
     GENERATE_JSON,
+    GENERATE_JSON_OBJECT,
     choose_indexed_messages,
     choose_messages,
     language,
@@ -61,7 +62,11 @@ def _generate_flow(client_model: str | None, prompt: str | list[dict[str, Any]],
         lang = language(str(messages[-1].get("content", "")))
         line, form = schema_prompt(plan.schema, lang)
         lean = list(messages)  # the caller's own messages: what tiankong adds is the system line
-        messages = [{"role": "system", "content": GENERATE_JSON[lang].format(schema=line)}, *messages]
+        if plan.schema == {"type": "object"}:  # json_object: nothing to show but "an object" (the model copied it)
+            instruction, form = GENERATE_JSON_OBJECT[lang], "object"
+        else:
+            instruction = GENERATE_JSON[lang].format(schema=line)
+        messages = [{"role": "system", "content": instruction}, *messages]
         return _noting(constrained_flow(messages, constraint, model=client_model, max_tokens=max_tokens,
                                         max_attempts=max_attempts, options=sampling, fast_forward=fast_forward,
                                         pin=SlotPin(leases) if leases is not None else None, lean=lean), form)

@@ -311,3 +311,13 @@ def test_a_json_object_request_with_a_schema_in_its_system_prompt_is_held_to_tha
     assert request_schema(body) == (schema, True)
     body["messages"][0]["content"] = "Answer in JSON. {not json"
     assert request_schema(body) == ({"type": "object"}, False)
+
+
+def test_a_json_object_request_is_not_shown_the_placeholder_schema(client: Client) -> None:
+    """``response_format: json_object`` is held to ``{"type": "object"}``; shown that schema in the prompt, the
+    135M model answered with a copy of it (``{"type":"object"}``) on every prompt tried."""
+    messages = [{"role": "system", "content": "Reply in JSON with keys name and age."},
+                {"role": "user", "content": "Alice is 30 years old."}]
+    result = client.generate(messages, schema={"type": "object"}, max_tokens=40)
+    assert result.schema_in_prompt == "object" and isinstance(result.data, dict)
+    assert result.data != {"type": "object"}

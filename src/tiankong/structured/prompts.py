@@ -78,6 +78,12 @@ GENERATE_JSON = {
     "en": "Answer with JSON that matches this JSON Schema. Output only the JSON.\n{schema}",
     "zh": "请用符合以下 JSON Schema 的 JSON 回答，只输出 JSON。\n{schema}",
 }
+#: a schema that says no more than "an object" (``response_format: json_object``): shown whole, small models copied
+#: it as their answer (``{"type":"object"}``), so the line asks for an object and the caller's messages say which
+GENERATE_JSON_OBJECT = {
+    "en": "Answer with a JSON object. Output only the JSON.",
+    "zh": "请用一个 JSON 对象回答，只输出 JSON。",
+}
 #: how the schema is shown in the prompt: whole, as a filled-in example of its shape, or its top-level keys
 SCHEMA_LINE = {
     "schema": {"en": "Schema: {text}", "zh": "Schema：{text}"},
