@@ -388,3 +388,28 @@ def test_models_retrieve(gateway: str) -> None:
     assert sdk.models.retrieve(TEST_MODEL).id == TEST_MODEL
     with pytest.raises(openai.NotFoundError, match="not served here"):
         sdk.models.retrieve("gpt-4")
+
+
+# --- fields a validated answer does not apply: a 400 naming them, never dropped without a word --------------------
+
+
+def test_fields_a_validated_answer_does_not_apply_are_refused(gateway: str) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    structured = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16,
+                  "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    tools = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 16, "tools": [
+        {"type": "function", "function": {"name": "weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]}
+    for base in (structured, tools):
+        for extra, field in (({"logprobs": True, "top_logprobs": 3}, "logprobs"), ({"stop": ["Paris"]}, "stop"),
+                             ({"presence_penalty": 0.5}, "presence_penalty"),
+                             ({"temperature": 0.7, "top_p": 0.1}, "top_p")):
+            error = error_of(post(gateway, CHAT, {**base, **extra}))
+            assert error["param"] == field and field in error["message"], (extra, error)
+        # the neutral values a client sends by default, and truncation at temperature 0 (greedy), still answer
+        fine = post(gateway, CHAT, {**base, "stop": None, "logprobs": False, "presence_penalty": 0, "top_p": 0.9})
+        assert fine.status_code == 200, fine.text
+    # a response_format that is a string was answered as plain text
+    text = post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                                "response_format": "json_object"})
+    assert error_of(text)["param"] == "response_format"

@@ -110,6 +110,9 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
         "prediction": ("predicted outputs are not served", lambda v: v is None),
         "store": ("answers are not stored here", lambda v: v in (None, False)),
         "web_search_options": ("web search is not served", lambda v: v is None),
+        "response_format": ('must be an object: {"type": "json_object"}, {"type": "json_schema", "json_schema": '
+                            '{"schema": …}} or {"type": "text"} (a string was answered as plain text)',
+                            lambda v: v is None or isinstance(v, dict)),
     },
     "/v1/completions": {
         "n": ("one choice per request is served: send n requests instead", lambda v: v in (None, 1)),

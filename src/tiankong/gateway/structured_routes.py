@@ -118,9 +118,50 @@ def schema_from_response_format(response_format: dict[str, Any]) -> Any:
     return schema
 
 
+#: fields a validated answer (response_format, tools) does not apply, with why: a 400 naming them when they would
+#: change the answer — they were dropped without a word (the contract: honoured, passed on, or a 400 naming it)
+NOT_APPLIED = {
+    "logprobs": "log probabilities are not returned with response_format or tools (the answer is validated and "
+                "may be a retry's): ask without logprobs",
+    "top_logprobs": "log probabilities are not returned with response_format or tools: ask without top_logprobs",
+    "stop": "stop is not applied with response_format or tools (the grammar decides where the answer ends): leave "
+            "it out",
+    "logit_bias": "logit_bias is not applied with response_format or tools: leave it out",
+    "presence_penalty": "penalties are not applied with response_format or tools: leave presence_penalty out",
+    "frequency_penalty": "penalties are not applied with response_format or tools: leave frequency_penalty out",
+    "repeat_penalty": "penalties are not applied with response_format or tools: leave repeat_penalty out",
+}
+_NEUTRAL: dict[str, tuple[Any, ...]] = {"logprobs": (None, False), "top_logprobs": (None, 0), "stop": (None, [], ""),
+                                        "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
+                                        "frequency_penalty": (None, 0, 0.0), "repeat_penalty": (None, 1, 1.0)}
+#: truncation of the sampled distribution: nothing to apply to greedy answers (temperature 0, the default), refused
+#: with a temperature above 0
+TRUNCATION = ("top_p", "top_k", "min_p", "typical_p")
+
+
+def check_applied(body: dict[str, Any]) -> None:
+    """A 400 for a field of ``body`` the validated answer would not apply (:data:`NOT_APPLIED`)."""
+    for name, why in NOT_APPLIED.items():
+        if name in body and body[name] not in _NEUTRAL[name]:
+            raise _not_applied(why, name)
+    temperature = body.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0:
+        for name in TRUNCATION:
+            if body.get(name) is not None:
+                raise _not_applied(f"{name} is not applied to answers sampled under response_format or tools: "
+                                   "leave it out (at temperature 0, greedy, it changes nothing)", name)
+
+
+def _not_applied(message: str, param: str) -> ConfigError:
+    error = ConfigError(message, hint="see docs/structured.md#fields-a-validated-answer-does-not-apply")
+    error.param = param
+    return error
+
+
 def _sampling(body: dict[str, Any]) -> dict[str, Any]:
-    """The request's ``temperature`` and ``seed`` (tiankong's defaults: 0 and a fixed seed). ``stop`` is not
-    applied: the schema's grammar decides where the answer ends."""
+    """The request's ``temperature`` and ``seed`` (tiankong's defaults: 0 and a fixed seed); the fields that
+    would change the answer and are not applied are refused first (:func:`check_applied`)."""
+    check_applied(body)
     sampling: dict[str, Any] = {}
     temperature = body.get("temperature")
     if temperature is not None:
