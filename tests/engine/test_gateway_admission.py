@@ -258,6 +258,15 @@ def test_metrics_parse_and_count_requests(gateway: str) -> None:
                   "tiankong_engine_rss_bytes", "tiankong_engine_restarts_total", "tiankong_engine_up"):
         assert gauge in samples, gauge
     assert total(samples, "tiankong_engine_rss_bytes") > 10_000_000
+    # a stream without stream_options.include_usage (the SDK's default) counts its tokens too (from the engine's
+    # timings): the counters had stayed still while the dashboard counted them
+    before = (total(samples, "tiankong_completion_tokens_total"), total(samples, "tiankong_prompt_tokens_total"))
+    plain = httpx.post(f"{gateway}/v1/chat/completions", json={**LONG, "max_tokens": 8, "stream": True},
+                       timeout=120)
+    assert plain.status_code == 200 and '"usage"' not in plain.text.split("data: [DONE]")[0].rsplit("data:", 2)[-2]
+    after = metrics(gateway)
+    assert total(after, "tiankong_completion_tokens_total") > before[0]
+    assert total(after, "tiankong_prompt_tokens_total") > before[1]
     assert total(samples, "tiankong_engine_slots") == 2
 
 

@@ -163,10 +163,12 @@ class GatewayMetrics:
         ttft = call_ttft(call)
         if ttft is not None:
             self.ttft.labels(call.route).observe(ttft)
-        usage = call.usage or {}
-        for counter, key in ((self.prompt_tokens, "prompt_tokens"), (self.completion_tokens, "completion_tokens")):
-            if isinstance(usage.get(key), int) and usage[key] > 0:
-                counter.labels(call.model).inc(usage[key])
+        # usage, else llama-server's timings (a stream without stream_options.include_usage has no usage: its
+        # tokens went uncounted here while the dashboard counted them)
+        prompt = _count(call.usage, "prompt_tokens") or _count(timings, "prompt_n") + _count(timings, "cache_n")
+        for counter, tokens in ((self.prompt_tokens, prompt), (self.completion_tokens, call_tokens(call))):
+            if tokens:
+                counter.labels(call.model).inc(tokens)
         for histogram, key, count in ((self.gen_rate, "predicted_per_second", "predicted_n"),
                                       (self.prompt_rate, "prompt_per_second", "prompt_n")):
             rate = timings.get(key)
@@ -192,11 +194,12 @@ def call_ttft(call: RequestRecord) -> float | None:
 
 def call_tokens(call: RequestRecord) -> int:
     """Completion tokens from ``usage``, else from llama-server's ``timings.predicted_n``."""
-    for source, key in ((call.usage, "completion_tokens"), (call.timings, "predicted_n")):
-        value = (source or {}).get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    return 0
+    return _count(call.usage, "completion_tokens") or _count(call.timings, "predicted_n")
+
+
+def _count(source: dict[str, Any] | None, key: str) -> int:
+    value = (source or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class EngineCollector(Collector):
