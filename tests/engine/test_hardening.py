@@ -413,3 +413,19 @@ def test_fields_a_validated_answer_does_not_apply_are_refused(gateway: str) -> N
     text = post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
                                 "response_format": "json_object"})
     assert error_of(text)["param"] == "response_format"
+
+
+def test_model_fields_and_ids_and_the_embeddings_off_code(gateway: str) -> None:
+    """A non-string model was answered by the default model; GET /v1/models/ (no id) answered the first model;
+    embeddings off answered `invalid_request_error` where docs/gateway.md says `not_supported`."""
+    for path, body in ((CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+                       ("/v1/completions", {"prompt": "hi", "max_tokens": 2})):
+        error = error_of(post(gateway, path, {**body, "model": 5}))
+        assert error["code"] == "invalid_model" and error["param"] == "model", error
+        missing = error_of(post(gateway, path, {**body, "model": "no-such-model"}), 404)
+        assert missing["code"] == "model_not_found" and missing["param"] == "model", missing
+    empty = httpx.get(f"{gateway}/v1/models/", timeout=30)
+    assert empty.status_code == 404, empty.text
+    assert httpx.get(f"{gateway}/v1/models/{TEST_MODEL}", timeout=30).status_code == 200
+    off = error_of(post(gateway, "/v1/embeddings", {"input": "hello"}))
+    assert off["code"] == "not_supported" and "--embeddings" in off["message"], off

@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from ..client import validate_messages
-from ..errors import TiankongError
+from ..errors import ConfigError, TiankongError
 from ..lora.selection import AdapterTables, adapter_group
 from ..tasks.specs import SPECS
 from .admission import Lane
@@ -299,10 +299,13 @@ class Gateway:
     async def model(self, request: Request) -> Response:  # the openai SDK's models.retrieve
         if (refusal := self.guard.refusal(request)) is not None:
             return refusal
-        try:  # the names chat accepts (pool.resolve: a name without its ":quant" too)
-            entry = self.state.router.pool.resolve(request.path_params["model"])
+        name = request.path_params["model"]
+        try:  # the names chat accepts (pool.resolve: a name without its ":quant" too; "" is no name here)
+            if not name.strip():
+                raise ConfigError("no model id given: GET /v1/models lists them")
+            entry = self.state.router.pool.resolve(name)
         except TiankongError as exc:
-            return error_response(404, exc.one_line(), "invalid_request_error", "model_not_found")
+            return error_response(404, exc.one_line(), "invalid_request_error", "model_not_found", param="model")
         return JSONResponse(model_card(entry.name))
 
     async def metrics_route(self, request: Request) -> Response:

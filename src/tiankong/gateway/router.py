@@ -9,6 +9,7 @@ pool's fallback entry (degradation L3) has a lane of its own, outside the served
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -73,13 +74,16 @@ class ModelRouter:
         """The replica for this request (started on demand), or the error response. ``fallback``: the degradation
         policy sends it to the pool's fallback (marked ``degraded`` in metrics)."""
         model = body.get("model")
+        if model is not None and not isinstance(model, str):  # it was answered by the default model
+            return error_response(400, f"model must be a string, got {json.dumps(model)[:40]}",
+                                  "invalid_request_error", "invalid_model", param="model")
         try:
             entry, replica = await self.pool.acquire(model if isinstance(model, str) and model else None,
                                                      fallback=fallback)
         except PoolFull as exc:
             return error_response(503, exc.one_line(), "engine_error", "pool_full", headers={"Retry-After": "5"})
         except ConfigError as exc:
-            return error_response(404, exc.one_line(), "invalid_request_error", "model_not_found")
+            return error_response(404, exc.one_line(), "invalid_request_error", "model_not_found", param="model")
         except EngineError as exc:
             return engine_unavailable(exc.one_line())
         lane = self.lane(replica)

@@ -21,6 +21,7 @@ from ..deciders.registry import names_only
 from ..errors import ConfigError, ServerError
 from ..tasks.bodies import task_answer
 from ..tasks.route import configured_threshold
+from .responses import error_response
 
 
 async def run_task(client: AsyncClient, task: str, body: dict[str, Any],
@@ -53,10 +54,10 @@ async def embeddings_answer(client: AsyncClient, body: dict[str, Any]) -> JSONRe
         answer = await openai_embeddings(client._request, {"input": items, "model": body.get("model")}, items,
                                          body.get("model"))
     except ServerError as exc:
-        if exc.status == 501:
-            raise ConfigError("embeddings are off on this engine",
-                              hint="start the gateway with `tiankong serve --embeddings` "
-                                   "(or engine.embeddings = true in the config)") from None
+        if exc.status == 501:  # `not_supported`, as any engine's 501 (docs/gateway.md): served nowhere here
+            return error_response(400, "embeddings are off on this engine — start the gateway with `tiankong serve "
+                                  "--embeddings` (or engine.embeddings = true in the config)",
+                                  "invalid_request_error", "not_supported")
         raise
     return JSONResponse(as_base64(answer) if encoding == "base64" else answer)
 
