@@ -156,3 +156,24 @@ def test_a_stored_job_of_an_older_version_keeps_its_paths_as_typed(tmp_path: Pat
     stored.write_text(json.dumps({"input": "in.jsonl", "output": "out.jsonl", "format": "jsonl", "task": "redact",
                                   "args": {"use_model": False}, "input_head": None}), encoding="utf-8")
     assert build_job(stored).output == str(tmp_path / "results" / "out.jsonl")  # this version's: beside itself
+
+
+def test_a_line_number_standing_in_for_an_id_never_takes_another_records_id(tmp_path: Path) -> None:
+    """Line 2 had no id (its line number, 2, stands in) and line 8 had the id 2: with --dedupe the second was
+    dropped as a duplicate — a real record lost without a word — and without it the valid input was refused as
+    holding duplicates. Now refused either way, naming both lines and the fix."""
+    source = tmp_path / "mixed.jsonl"
+    rows = [{"id": 1, "text": "a"}, {"text": "no id here, call 13800138000"}, *[
+        {"id": i, "text": f"t{i}"} for i in (3, 4, 5, 6, 7)], {"id": 2, "text": "int id two"}]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    for extra in ((), ("--dedupe",)):
+        proc = run_cli(*redact("--input", str(source), "--output", str(tmp_path / f"o{len(extra)}.jsonl"), *extra))
+        assert_one_line_error(proc, "line 2 (no id)", "line 8", "give every record an id")
+    # ids that are strings never meet a line number; real duplicates are still kept once under --dedupe
+    strings = tmp_path / "strings.jsonl"
+    strings.write_text("".join(json.dumps(r) + "\n" for r in [{"id": "2", "text": "x"}, {"text": "y"},
+                                                                {"id": "2", "text": "z"}]), encoding="utf-8")
+    out = tmp_path / "s.jsonl"
+    proc = run_cli(*redact("--input", str(strings), "--output", str(out), "--dedupe"))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(json.dumps(r["id"]) for r in lines(out)) == ['"2"', "2"]

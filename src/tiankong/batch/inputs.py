@@ -31,6 +31,8 @@ class Item:
     id: Any = None
     data: dict[str, Any] | None = None
     error: str | None = None
+    #: the record has no id: its line number stands in (and must not be another record's id)
+    line_id: bool = False
 
     @property
     def key(self) -> str:
@@ -82,7 +84,7 @@ def _record_item(line: int, data: Any, id_field: str) -> Item:
     if not isinstance(data, dict):
         return Item(line, error=f"line {line}: not a JSON object")
     if id_field not in data:
-        return Item(line, id=line, data=data)
+        return Item(line, id=line, data=data, line_id=True)
     value = data[id_field]
     if value is None:  # an explicit null is a mistake, not "no id": the line number would silently stand in
         return Item(line, error=f"line {line}: {id_field} is null; give a string or an integer, or leave it out")
@@ -175,6 +177,8 @@ class Scan:
     malformed: int = 0
     duplicates: int = 0
     duplicate_examples: list[str] = field(default_factory=list)
+    #: a record without an id whose line number is another record's id: "line 2 (no id) and line 8 (id 2)"
+    line_clashes: list[str] = field(default_factory=list)
     missing: dict[str, int] = field(default_factory=dict)
     fields_seen: list[str] = field(default_factory=list)
     #: the keys (``line:N``) of the lines that are not records now: an error logged for another line is stale
@@ -192,7 +196,7 @@ class Scan:
 
 def prescan(items: Iterator[Item], required: list[str]) -> Scan:
     """Counts records, duplicate ids and missing fields. Memory: the set of ids (O(n) keys, no records)."""
-    scan, seen = Scan(), set[str]()
+    scan, seen, by_line = Scan(), set[str](), set[str]()
     first_line: dict[str, int] = {}
     for item in items:
         scan.total += 1
@@ -206,6 +210,12 @@ def prescan(items: Iterator[Item], required: list[str]) -> Scan:
             if name not in item.data:
                 scan.missing[name] = scan.missing.get(name, 0) + 1
         key = item.key
+        if key in seen and (item.line_id != (key in by_line)) and len(scan.line_clashes) < MAX_LISTED:
+            first = first_line.get(key, "?")
+            lines = (item.line, first) if item.line_id else (first, item.line)
+            scan.line_clashes.append(f"line {lines[0]} (no id) and line {lines[1]} (id {key})")
+        if item.line_id:
+            by_line.add(key)
         if key in seen:
             scan.duplicates += 1
             if len(scan.duplicate_examples) < MAX_LISTED:
@@ -221,6 +231,10 @@ def check_scan(scan: Scan, job: BatchJob) -> None:
     """Refuse before starting: empty input, duplicate ids (without ``dedupe``), a field no record has."""
     if scan.total == 0:
         raise ConfigError(f"the input {job.input} has no records (empty input)", hint="nothing to do")
+    if scan.line_clashes:  # not duplicates: --dedupe dropped one of two different records without a word
+        raise ConfigError(f"a record without an id takes its line number as its id, and another record has that "
+                          f"id: {', '.join(scan.line_clashes)}",
+                          hint="give every record an id (or none), or use ids that are not line numbers")
     if scan.duplicates and not job.dedupe:
         raise ConfigError(f"the input has {scan.duplicates} duplicate id(s): {', '.join(scan.duplicate_examples)}",
                           hint="make the ids unique, or pass --dedupe (dedupe = true) to keep the first of each")
