@@ -117,7 +117,8 @@ def check_batch_input(path: Path, max_requests: int) -> BatchInput:
                 raise InvalidFile(f"the file holds more than {max_requests} requests; at most {max_requests} per "
                                   "batch (split it, or raise batches.max_requests)")
             try:
-                data = jsonsafe.loads(raw.decode("utf-8"))
+                # a byte-order mark opens the file (as `batch run` reads it), not the first request
+                data = jsonsafe.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
                 urls.add(check_line(data))
             except UnicodeDecodeError:
                 problems.append((number, "not UTF-8"))

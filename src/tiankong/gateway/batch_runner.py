@@ -33,11 +33,12 @@ import httpx
 from ..batch.batches import UNFINISHED, BatchState, BatchStore
 from ..batch.engines import BatchEngines
 from ..batch.files import FileNotFound, FileStore
+from ..batch.inputs import read_items
 from ..batch.job import make_job
 from ..batch.openai_fmt import error_line
 from ..batch.report import RunStats
 from ..batch.runner import arun
-from ..batch.store import Appender, iter_lines, record_key, repair, written_keys
+from ..batch.store import Appender, repair, written_keys
 from ..batch.tasks import MeteredClient
 from ..errors import TiankongError
 from .fair_queue import KeyTurns
@@ -280,9 +281,11 @@ class BatchRunner:
         done = written_keys(paths.output) | written_keys(paths.errors)
         errors = Appender(paths.errors, 64)
         try:
-            for number, data in enumerate(iter_lines(source), start=1):
-                if record_key(data) not in done:
-                    line = error_line(data.get("custom_id"), number, "the batch expired before this request ran")
+            # read as the run reads it (blank lines skipped, a byte-order mark, the file's own line numbers): a
+            # blank line had failed the expiry itself and left the unanswered lines without error lines
+            for item in read_items(source, "openai"):
+                if item.data is not None and item.key not in done:
+                    line = error_line(item.id, item.line, "the batch expired before this request ran")
                     line["error"] = {"code": "batch_expired", "message": "this request could not be executed "
                                      "before the completion window expired"}
                     errors.add(line)
