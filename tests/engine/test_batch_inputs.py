@@ -177,3 +177,19 @@ def test_a_line_number_standing_in_for_an_id_never_takes_another_records_id(tmp_
     proc = run_cli(*redact("--input", str(strings), "--output", str(out), "--dedupe"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(json.dumps(r["id"]) for r in lines(out)) == ['"2"', "2"]
+
+
+def test_status_counts_a_folder_input(tmp_path: Path) -> None:
+    """`batch status` printed `?` ("the job's input … is not there") for a folder that was there, and refused it
+    as --input; `batch report` counted it."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"n{i}.txt").write_text(f"note {i}: mail a{i}@b.cn", encoding="utf-8")
+    out = tmp_path / "f.jsonl"
+    assert run_cli(*redact("--input", str(folder), "--output", str(out))).returncode == 0
+    for extra in ((), ("--input", str(folder))):
+        proc = run_cli("batch", "status", str(out), "--json", *extra)
+        assert proc.returncode == 0, proc.stderr
+        status = json.loads(proc.stdout)
+        assert (status["total"], status["done"], status["pending"], status["complete"]) == (3, 3, 0, True), status

@@ -174,12 +174,12 @@ def status(output: str | Path, input: str | None = None) -> BatchStatus:
         raise ConfigError(f"{output} does not exist", hint="start it with `tiankong batch run`")
     done = written_keys(paths.output, strict=False)
     failed = len(written_keys(paths.errors, strict=False) - done)
-    if input is not None and not Path(input).is_file():
+    if input is not None and not Path(input).exists():
         raise ConfigError(f"the input {input} is not there", hint="check the --input path")
     spec = _saved_job(paths.job)
     source = input or spec.get("input")
     total, note = None, None
-    if source and Path(source).is_file():
+    if source and Path(source).exists():
         fmt = detect_format(source, str(spec.get("format", "auto")) if not input else "auto")
         items = read_items(source, fmt, str(spec.get("id_field", "id")), str(spec.get("text_field", "text")))
         total = prescan(items, []).unique
