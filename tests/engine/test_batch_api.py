@@ -160,10 +160,20 @@ def test_task_lines_and_the_cli_against_a_gateway(smol_engine: EngineProcess, tm
         assert json.loads(status.stdout)["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
         missing = run_cli("batch", "status", "batch_0000", "--url", url)
         assert_one_line_error(missing, "404", "no batch")
-    answers = {line["custom_id"]: line["response"]["body"] for line in lines_of(out.read_text())}
-    assert set(answers) == {"t0", "t1", "t2"} and all(a["label"] in ("billing", "bug") for a in answers.values())
-    errors = lines_of((tmp_path / "out.jsonl.errors.jsonl").read_text())
-    assert [(e["custom_id"], e["line"], e["response"]["status_code"]) for e in errors] == [("bad", 4, 400)]
+        answers = {line["custom_id"]: line["response"]["body"] for line in lines_of(out.read_text())}
+        assert set(answers) == {"t0", "t1", "t2"} and all(a["label"] in ("billing", "bug") for a in answers.values())
+        errors = lines_of((tmp_path / "out.jsonl.errors.jsonl").read_text())
+        assert [(e["custom_id"], e["line"], e["response"]["status_code"]) for e in errors] == [("bad", 4, 400)]
+        # a batch without errors fetched to the same output: the first batch's error file beside it was left, and
+        # read as this batch's (`batch status OUT` counted its failures)
+        clean = tmp_path / "clean.jsonl"
+        clean.write_bytes(jsonl(lines[:1]))
+        second = json.loads(run_cli("batch", "submit", "--input", str(clean), "--url", url, "--wait",
+                                    "--json").stdout)
+        assert second["error_file_id"] is None
+        again = run_cli("batch", "fetch", second["id"], "--url", url, "--output", str(out))
+        assert again.returncode == 0 and "removed" in again.stdout, again.stderr
+        assert not (tmp_path / "out.jsonl.errors.jsonl").exists() and len(lines_of(out.read_text())) == 1
 
     # the same file runs locally on the engine (tiankong batch run reads the same lines)
     local = run_cli("batch", "run", "--input", str(source), "--output", str(tmp_path / "local.jsonl"),

@@ -92,6 +92,9 @@ class BatchService:
         for key, target in (("output_file_id", out), ("error_file_id", err)):
             file_id = batch.get(key)
             if not file_id:
+                if key == "error_file_id" and target.is_file():
+                    target.unlink()  # an earlier fetch's errors: beside this output they read as this batch's
+                    written["removed"] = str(target)
                 continue
             self._download(file_id, target)
             written[key.removesuffix("_id")] = str(target)

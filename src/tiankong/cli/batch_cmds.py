@@ -173,8 +173,9 @@ def fetch_cmd(batch_id: str, url: str, output: str, errors: str | None, as_json:
         counts = written.get("request_counts") or {}
         errors_part = f", {counts.get('failed', 0)} errors → {written['error_file']}" \
             if written.get("error_file") else ""
+        removed = f" (removed {written['removed']}: an earlier fetch's errors)" if written.get("removed") else ""
         click.echo(f"{batch_id} ({written['status']}): {counts.get('completed', 0)} lines → "
-                   f"{written.get('output_file')}{errors_part}")
+                   f"{written.get('output_file')}{errors_part}{removed}")
 
 
 @batch.command("cancel")
