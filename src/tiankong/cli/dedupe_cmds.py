@@ -67,10 +67,12 @@ def dedupe(input_path: str, output: str, field: str, id_field: str, near: float,
                 click.echo(f"    {part}: {_line(own)}")
     uncertain = report["uncertain"]
     if uncertain.get("pairs"):
+        joined = uncertain.get("already_joined", 0)
         click.echo(f"  uncertain: {uncertain['pairs']} pairs" + (
             f", decided by {uncertain['decider']}: {uncertain['decided_same']} same, "
             f"{uncertain['decided_different']} different" if "decider" in uncertain else
-            " left apart (give --decider NAME to decide them)"))
+            f", {uncertain['left']} left apart (give --decider NAME to decide them)") +
+            (f", {joined} already in one cluster" if joined else ""))
     if pairs_out is not None:
         click.echo(f"  {report['pairs_written']} uncertain pairs in {pairs_out}: label them same/different, then "
                    f"`tiankong tune dedupe --data {pairs_out} --name NAME` and `--decider NAME`")

@@ -14,6 +14,7 @@ record (input order), ties of the kept rule broken by input order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -275,7 +276,8 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
         report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": shingle, **stats}
     if "semantic" in options.stages:
         report["stages"]["semantic"] = yield from _semantic_stage(texts, groups, options, apply, report["notes"])
-    report["uncertain"] = yield from decide_band(uncertain, [r.text for r in records], decider, link, report)
+    report["uncertain"] = yield from decide_band(uncertain, [r.text for r in records], decider, link,
+                                                 lambda a, b: forest.find(a) == forest.find(b), report)
     return _assign(records, forest, evidence, options.keep, report)
 
 
@@ -344,6 +346,10 @@ def _assign(records: Sequence[Record], forest: _Forest, evidence: list[list[Evid
     return Dedupe(out, report)
 
 
+#: a text that is a number (``--keep field:NAME`` compares it as one): no inf, no nan, no thousands separators
+_NUMERIC = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
 def _kept(records: Sequence[Record], group: list[int], rule: str) -> int:
     """The index of the kept record of a cluster (``group`` in input order); ties go to the first."""
     if rule == "first":
@@ -359,6 +365,8 @@ def _kept(records: Sequence[Record], group: list[int], rule: str) -> int:
         v = records[i].fields.get(name)
         if v is None or v == "":
             return (0, 0, -i)
+        if isinstance(v, str) and _NUMERIC.fullmatch(v.strip()):  # a CSV cell is text: "100" is a hundred, above "9"
+            v = int(v) if v.strip().lstrip("+-").isdigit() else float(v)
         return (2, v, -i) if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, str(v), -i)
 
     try:

@@ -104,7 +104,10 @@ def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _jsonl_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    for line, content in enumerate(text.splitlines(), 1):
+    """Lines end at "\n" (or "\r\n") only: U+2028, U+2029 and U+0085, which ``json.dumps(..., ensure_ascii=False)``
+    writes inside strings as they are, are characters of the line (``str.splitlines`` breaks at them)."""
+    for line, content in enumerate(text.split("\n"), 1):
+        content = content.removesuffix("\r")
         if not content.strip():
             continue
         try:

@@ -9,6 +9,7 @@ A value the model proposes for a field is kept only when every part of it is evi
   the default region's;
 - an amount: its digits (possibly before a 万/k/m multiplier) appear in the raw digits, and its currency is named
   (a code, or a symbol or word only it has), or is the default (which a shared symbol such as ``$`` must allow);
+  never from a bound or a share (``<100 USD``, ``~12``, ``12+``, ``50%``);
 - a unit value: a number and a unit in the raw text convert to it;
 - any text (address levels, names): every word of it appears in the raw text (Chinese: every level as a substring).
 """
@@ -21,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from .base import clean
-from .money import CURRENCY_WORDS, SHARED_CURRENCY, parse_number
+from .money import BOUND, CURRENCY_WORDS, SHARED_CURRENCY, parse_number
 from .rules import COUNTRIES, UNITS
 
 _ZH_DIGIT = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8,
@@ -134,6 +135,8 @@ def amount_derivable(value: Any, raw: str, currency: str | None) -> bool:
             value.get("amount"), bool):
         return False
     plain = _plain(raw)
+    if BOUND.search(plain):
+        return False  # "<100 USD", "50%": no exact amount to derive
     digits = re.sub(r"\D", "", plain)
     amount = Decimal(str(value["amount"]))
     named = [factor for words, factor in _MULTIPLIER_WORDS if any(re.search(rf"(?<![a-z]){w}(?![a-z])", plain)

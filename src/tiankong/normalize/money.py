@@ -1,6 +1,8 @@
 """Amounts: the one number in a text and its currency (ISO 4217) — a code, a symbol or a name, or the default
 currency where a symbol several currencies share (``$``, ``¥``, ``dollars``) allows it. Fail closed: two numbers,
-words the table does not know, two currencies, or more digits than a JSON number keeps give ``None``."""
+words the table does not know, two currencies, a bound or a share (``<100``, ``~12``, ``12+``, ``50%``), a sign the
+number does not carry (``- 5``), or more digits than a JSON number keeps give ``None``. A number may start at its
+decimal point (``$.99`` is 0.99), and one in parentheses is an accounting negative (``(USD 12.50)`` is -12.5)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,13 @@ CURRENCY_WORDS = {
     "a$": "AUD", "aud": "AUD", "c$": "CAD", "cad": "CAD", "chf": "CHF", "inr": "INR", "₹": "INR", "krw": "KRW",
     "₩": "KRW", "sgd": "SGD", "s$": "SGD", "$": None,
 }
-_NUMBER = re.compile(r"[-+]?\d[\d,.' ]*\d|[-+]?\d")
+#: a number starts at a digit or at the decimal point before one (``.99``), its sign written against it
+_NUMBER = re.compile(r"[-+]?(?:\d|\.\d)(?:[\d,.' ]*\d)?")
+#: a bound, an approximation or a share (``<100``, ``~12``, ``12+``, ``50%``): the text gives no exact amount
+BOUND = re.compile(r"[<>≤≥≦≧≪≫≮≯~〜≈≃∼±%‰‱]|\d\s*\+")
+#: what the rule refuses left beside the number: a bound's sign, or a sign away from the number (``12.50-``,
+#: ``USD - 5``, ``12+``) — never read as the bare number
+_NOT_EXACT = re.compile(r"[<>≤≥≦≧≪≫≮≯~〜≈≃∼±%‰‱+\-]")
 _MULTIPLIER = {"k": Decimal(1000), "m": Decimal(1_000_000), "万": Decimal(10_000), "亿": Decimal(100_000_000),
                "千": Decimal(1000), "百万": Decimal(1_000_000)}
 
@@ -68,14 +76,27 @@ def parse_number(token: str, *, decimal_comma: bool = False) -> Decimal | None:
 
 def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = False) -> Resolved | None:
     """``{"amount", "currency"}``: one number and at most one currency in the text (``currency``: the default)."""
-    text = clean(raw)
-    numbers = _NUMBER.findall(text)
+    text = clean(raw).replace("\u2212", "-")  # the minus sign (U+2212) is a minus
+    numbers = list(_NUMBER.finditer(text))
     if len(numbers) != 1:
         return None
-    value = parse_number(numbers[0], decimal_comma=decimal_comma)
+    token, before, after = numbers[0][0], text[:numbers[0].start()], text[numbers[0].end():]
+    if token.lstrip("+-").startswith(".") and before[-1:].isalpha():
+        return None  # "USD.5", "Rs.500": a separator or a decimal point, the text does not say which
+    value = parse_number(token, decimal_comma=decimal_comma)
     if value is None:
         return None
-    rest = text.replace(numbers[0], " ", 1).lower()
+    signed = token[0] in "+-"
+    if before.lstrip()[:1] in ("+", "-"):  # -$5, -USD 5: the sign of the whole amount
+        if signed:
+            return None
+        value, signed = (-value if before.lstrip()[0] == "-" else value), True
+        before = before.lstrip()[1:]
+    if before.count("(") > before.count(")") and ")" in after:  # (USD 12.50), (12.50) USD: an accounting negative
+        if signed:
+            return None  # (-12.50): two negatives, or one written twice
+        value = -value
+    rest = f"{before} {after}".lower()
     for word, factor in sorted(_MULTIPLIER.items(), key=lambda item: -len(item[0])):
         if re.search(rf"(?<![a-z]){re.escape(word)}(?![a-z])", rest):
             value *= factor
@@ -91,6 +112,8 @@ def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = 
             rest = re.sub(pattern, " ", rest)
     if re.search(r"[a-z\u4e00-\u9fff]", rest):
         return None  # words left over that the table does not know
+    if _NOT_EXACT.search(rest):
+        return None  # a bound, an approximation or a share: not this amount
     codes = {c for c in found if c is not None}
     if len(codes) > 1:
         return None
@@ -101,5 +124,3 @@ def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = 
     if not math.isfinite(number) or Decimal(repr(number)) != value:
         return None  # more digits than a JSON number keeps (99999999999999999999.99 would be written as 1e+20)
     return Resolved({"amount": number, "currency": code}, "amount:table")
-
-

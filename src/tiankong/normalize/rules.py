@@ -34,7 +34,7 @@ KINDS = ("date", "datetime", "time", "phone", "amount", "unit", "address", "name
 # --- dates and times ---------------------------------------------------------------------------------------------
 
 _ZH_DATE = re.compile(r"^(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]?(.*)$")
-_ZH_TIME = re.compile(r"^\s*(上午|下午|晚上|早上)?\s*(\d{1,2})\s*[点时:]\s*(?:(\d{1,2})\s*分?)?\s*"
+_ZH_TIME = re.compile(r"^\s*(上午|下午|晚上|早上|中午|凌晨)?\s*(\d{1,2})\s*[点时:]\s*(?:(\d{1,2})\s*分?)?\s*"
                       r"(?:(\d{1,2})\s*秒)?\s*$")
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _D1 = dt.datetime(2001, 1, 1, 0, 0, 0)
@@ -51,7 +51,8 @@ _NUMERIC_DMY = re.compile(r"^(\d{1,2})[-/.](\d{1,2})[-/.](\d{2}|\d{4})\b")
 def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime] | None:
     """The text parsed with two defaults; None when dateutil had to guess: an order the text does not follow
     (2021-03-05 is year-month-day whatever ``dayfirst`` says; 21-03-05 has no month 21), or a time zone it does not
-    know (PST, CST: dropped with a warning, or read as this machine's own zone when the names match)."""
+    know (PST, CST: dropped with a warning, or read as this machine's own zone when the names match), or an offset
+    of a day or more (+24:00, GMT+25: no such offset, and Python refuses it when the value is written)."""
     import warnings
 
     from dateutil import parser, tz
@@ -64,6 +65,7 @@ def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime]
             warnings.simplefilter("error", parser.UnknownTimezoneWarning)
             a = parser.parse(text, default=_D1, dayfirst=dayfirst, fuzzy=False)
             b = parser.parse(text, default=_D2, dayfirst=dayfirst, fuzzy=False)
+            a.utcoffset()  # an offset of a day or more (+24:00, GMT+25) is parsed, and raises only when read
     except (ValueError, OverflowError, parser.ParserError, parser.UnknownTimezoneWarning):
         return None
     if isinstance(a.tzinfo, tz.tzlocal):  # a zone name that happens to be this machine's
@@ -80,7 +82,43 @@ def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime]
     return a, b
 
 
-def _zh_datetime(text: str) -> tuple[dt.date, dt.time | None] | None:
+def _zh_clock(clock: re.Match[str]) -> tuple[dt.time, int] | None:
+    """A Chinese clock time and the days it moves its date on: 晚上12点 is midnight at the day's end (00:00, one
+    day on), 凌晨12点 midnight at its start; 下午3点 is 15:00. None when the period and the hour leave it open:
+    上午/早上/下午12点 (midnight to some readers, noon to others), 晚上1-5点 (after midnight, the next day?), or a
+    period the hour contradicts (上午15点)."""
+    period, hour = clock[1], int(clock[2])
+    day = 0
+    if period in ("上午", "早上", "凌晨"):
+        if hour == 12 and period == "凌晨":
+            hour = 0
+        elif hour >= 12:
+            return None
+    elif period == "中午":
+        if hour in (1, 2, 3):
+            hour += 12
+        elif hour not in (11, 12, 13, 14, 15):
+            return None
+    elif period == "下午":
+        if 1 <= hour < 12:
+            hour += 12
+        elif hour < 13:
+            return None
+    elif period == "晚上":
+        if hour == 12 or hour == 24:
+            hour, day = 0, 1
+        elif 6 <= hour < 12:
+            hour += 12
+        elif hour < 18:
+            return None
+    try:
+        return dt.time(hour, int(clock[3] or 0), int(clock[4] or 0)), day
+    except ValueError:
+        return None
+
+
+def _zh_datetime(text: str) -> tuple[dt.date, dt.time | None, int] | None:
+    """The date, the clock time (if any) and the days the clock moves the date on (晚上12点: 1)."""
     match = _ZH_DATE.match(text)
     if not match:
         return None
@@ -90,22 +128,18 @@ def _zh_datetime(text: str) -> tuple[dt.date, dt.time | None] | None:
         return None
     rest = match[4].strip()
     if not rest:
-        return day, None
+        return day, None, 0
     clock = _ZH_TIME.match(rest)
-    if not clock:
-        return None
-    hour = int(clock[2]) + (12 if clock[1] in ("下午", "晚上") and int(clock[2]) < 12 else 0)
-    try:
-        return day, dt.time(hour, int(clock[3] or 0), int(clock[4] or 0))
-    except ValueError:
-        return None
+    read = _zh_clock(clock) if clock else None
+    return None if read is None else (day, read[0], read[1])
 
 
 def norm_date(raw: str, *, dayfirst: bool = False) -> Resolved | None:
     text = clean(raw)
     zh = _zh_datetime(text)
     if zh is not None:
-        return Resolved(zh[0].isoformat(), "date:zh")
+        # 3月5日晚上12点 is the midnight that starts 3月6日: which day a date field means, the text leaves open
+        return None if zh[2] else Resolved(zh[0].isoformat(), "date:zh")
     if re.fullmatch(r"\d{8}", text):  # 20210305
         try:
             return Resolved(dt.date(int(text[:4]), int(text[4:6]), int(text[6:])).isoformat(), "date:compact")
@@ -123,7 +157,8 @@ def norm_datetime(raw: str, *, dayfirst: bool = False) -> Resolved | None:
     if zh is not None:
         if zh[1] is None:
             return None
-        return Resolved(dt.datetime.combine(zh[0], zh[1]).isoformat(), "datetime:zh")
+        value = dt.datetime.combine(zh[0], zh[1]) + dt.timedelta(days=zh[2])
+        return Resolved(value.isoformat(), "datetime:zh")
     both = _both_defaults(text, dayfirst)
     if both is None:
         return None
@@ -138,11 +173,8 @@ def norm_time(raw: str, **_: Any) -> Resolved | None:
     text = clean(raw)
     clock = _ZH_TIME.match(text)
     if clock and (clock[1] or re.search(r"[点时]", text)):
-        hour = int(clock[2]) + (12 if clock[1] in ("下午", "晚上") and int(clock[2]) < 12 else 0)
-        try:
-            return Resolved(dt.time(hour, int(clock[3] or 0), int(clock[4] or 0)).isoformat(), "time:zh")
-        except ValueError:
-            return None
+        read = _zh_clock(clock)
+        return None if read is None else Resolved(read[0].isoformat(), "time:zh")
     both = _both_defaults(text, False)
     if both is None or both[0].hour != both[1].hour or both[0].date() != _D1.date():
         return None  # no hour, or a date in a time field
@@ -285,6 +317,13 @@ def _en_address(text: str) -> Resolved | None:
 # --- names -------------------------------------------------------------------------------------------------------
 
 
+#: generation numerals kept in capitals after a name (JOHN SMITH III → John Smith III); VI (a given name too: Vi),
+#: XI, LI, DI (surnames: Xi, Li, Di) are left out
+_NUMERALS = frozenset({"ii", "iii", "iv", "vii", "viii", "ix"})
+#: what ends a name after the given names: moved after the surname when ``Last, First`` is reordered
+_SUFFIXES = _NUMERALS | {"jr", "sr", "vi"}
+
+
 def _title_part(part: str) -> str:
     if part.lower().startswith("mc"):
         return "Mc" + part[2:3].upper() + part[3:].lower()
@@ -293,10 +332,17 @@ def _title_part(part: str) -> str:
 
 def _title(text: str) -> str:
     """The case of an all-caps or all-lowercase name: each part after a space, hyphen or apostrophe capitalised
-    (ANNE-MARIE → Anne-Marie, O'BRIEN → O'Brien); a name in mixed case is the writer's and kept."""
+    (ANNE-MARIE → Anne-Marie, O'BRIEN → O'Brien), a generation numeral after the first word in capitals
+    (ELIZABETH II → Elizabeth II); a name in mixed case is the writer's and kept."""
     if text.isupper() or text.islower():
-        return "".join(_title_part(p) for p in re.split(r"([ \-'])", text))
+        first, *others = text.split(" ")
+        return " ".join([_title_word(first)] + [w.upper() if w.lower() in _NUMERALS else _title_word(w)
+                                                for w in others])
     return text
+
+
+def _title_word(word: str) -> str:
+    return "".join(_title_part(p) for p in re.split(r"([\-'])", word))
 
 
 def norm_name(raw: str, **_: Any) -> Resolved | None:
@@ -311,7 +357,11 @@ def norm_name(raw: str, **_: Any) -> Resolved | None:
         last, first = (p.strip() for p in text.split(","))
         if not last or not first:
             return None
-        text = f"{first} {last}"
+        *given, end = first.split(" ")
+        suffix = given and end.lower().rstrip(".") in _SUFFIXES  # SMITH, JOHN III → John Smith III
+        text = f"{' '.join(given)} {last} {end}" if suffix else f"{first} {last}"
+    if (text.isupper() or text.islower()) and "vi" in text.lower().split(" ")[1:]:
+        return None  # LOUIS VI or TRAN THI VI: a numeral or a name, the case no longer says
     return Resolved(_title(text), "name:latin")
 
 
