@@ -396,6 +396,18 @@ def test_train_without_torch_names_the_extra(lora_home: Path) -> None:
     assert_one_line_error(proc, "pip install -e '.[lora]'")
 
 
+def test_train_refuses_what_cannot_train_before_loading_the_base(lora_home: Path) -> None:
+    """An embedding part as --base failed after the minutes-long load as an internal error; a target the blocks do
+    not have, after the load; --layers 999 on a 30-block model was taken."""
+    from tiankong.models.catalog import EMBEDDING_MODEL
+
+    base = ("lora", "train", "--data", str(ACK_DATA), "--name", "never")
+    assert_one_line_error(run_cli(*base, "--base", EMBEDDING_MODEL), "not a chat model", "bert")
+    assert_one_line_error(run_cli(*base, "--base", TEST_MODEL, "--targets", "nosuch_proj"), "nosuch_proj", "q_proj")
+    assert_one_line_error(run_cli(*base, "--base", TEST_MODEL, "--layers", "999"), "999", "30 blocks")
+    assert not (lora_home / "never").exists()
+
+
 @pytest.mark.skipif(not HAS_TORCH, reason="training needs the [lora] extra: pip install -e '.[lora]'")
 def test_train_converts_and_registers(lora_home: Path) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -22,6 +22,7 @@ from ..models import resolve_installed
 from .base import load_base
 from .convert import convert_adapter, write_base_config
 from .data import Example, load_examples, split
+from .meta import read_header
 from .registry import AdapterRecord, add_adapter, check_name, lora_dir
 
 Log = Callable[[str], None]
@@ -187,6 +188,7 @@ def train_adapters(base: str, datasets: list[list[Example]], out_dir: Path, sett
     if not s.targets:
         raise ConfigError("no target modules", hint="e.g. --targets q_proj,v_proj")
     record = resolve_installed(base)
+    check_base(record, s)  # before torch and the minutes-long load: what cannot train fails now
     torch = _require()
     if s.threads:
         torch.set_num_threads(s.threads)
@@ -240,6 +242,29 @@ def train_adapter(base: str, data: str | Path, name: str, settings: TrainSetting
 def training_record(trained: Trained, data: str) -> dict[str, Any]:
     s = trained.settings
     return {**asdict(trained.report), "settings": {**asdict(s), "targets": list(s.targets)}, "data": data}
+
+
+#: the architectures tiankong trains on (transformers reads their GGUF, llama.cpp converts their adapters; the ones
+#: tested), and the projections their blocks have
+TRAINABLE = ("llama", "qwen2", "gemma3")
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def check_base(record: Any, s: TrainSettings) -> None:
+    """Refuse before loading: a model that is not a chat model of a trainable architecture, a target its blocks do
+    not have, more layers than it has (an embedding part failed after the load as an internal error; a wrong target
+    after it; --layers 999 on 30 blocks was taken)."""
+    values = read_header(record.path, "model").values
+    arch = str(values.get("general.architecture", "unknown"))
+    if (record.catalog is not None and record.catalog.kind != "chat") or arch not in TRAINABLE:
+        raise ConfigError(f"{record.name} ({arch}) is not a chat model LoRA trains on here",
+                          hint=f"use a chat model of architecture {', '.join(TRAINABLE)} (`tiankong models list`)")
+    unknown = [t for t in s.targets if t not in PROJECTIONS]
+    if unknown:
+        raise ConfigError(f"{arch} blocks have no {', '.join(unknown)}", hint=f"targets: {', '.join(PROJECTIONS)}")
+    blocks = values.get(f"{arch}.block_count")
+    if s.layers is not None and isinstance(blocks, int) and not 1 <= s.layers <= blocks:
+        raise ConfigError(f"--layers {s.layers}: {record.name} has {blocks} blocks", hint=f"give 1 to {blocks}")
 
 
 def _wrap(model: Any, s: TrainSettings, n_layers: int) -> Any:
