@@ -60,6 +60,10 @@ class LiveCounts:
     saved: float = 0.0
 
 
+#: how long a stopping gateway waits for the running batch to write what it answered
+STOP_WAIT_S = 10.0
+
+
 class _Progress:
     def __init__(self, runner: BatchRunner, batch_id: str, total: int) -> None:
         self.runner, self.batch_id = runner, batch_id
@@ -244,6 +248,9 @@ class BatchRunner:
                     work.cancel()
         except asyncio.CancelledError:  # the gateway stops, or the window ended: the run stops with it
             work.cancel()
+            # and is waited for: its way out writes the answered lines it holds (a clean stop had left lines it
+            # counted unwritten, answered again at the next start)
+            await asyncio.wait({work}, timeout=STOP_WAIT_S)
             raise
         await work
 
