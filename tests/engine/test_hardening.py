@@ -429,3 +429,19 @@ def test_model_fields_and_ids_and_the_embeddings_off_code(gateway: str) -> None:
     assert httpx.get(f"{gateway}/v1/models/{TEST_MODEL}", timeout=30).status_code == 200
     off = error_of(post(gateway, "/v1/embeddings", {"input": "hello"}))
     assert off["code"] == "not_supported" and "--embeddings" in off["message"], off
+
+
+def test_chat_roles_are_checked_and_developer_reads_as_system(gateway: str) -> None:
+    """An unknown role was answered (a template renders it as text, or drops it); OpenAI's `developer` reached
+    SmolLM2's template as itself, which has no such role."""
+    chat = {"messages": [{"role": "wizard", "content": "Speak in riddles."}, {"role": "user", "content": "hi"}],
+            "max_tokens": 2}
+    error = error_of(post(gateway, CHAT, chat))
+    assert "wizard" in error["message"] and "developer" in error["message"]
+    usage = {}
+    for role in ("developer", "system"):
+        answer = post(gateway, CHAT, {**chat, "messages": [{"role": role, "content": "Speak in riddles."},
+                                                            {"role": "user", "content": "hi"}]})
+        assert answer.status_code == 200, answer.text
+        usage[role] = answer.json()["usage"]["prompt_tokens"]
+    assert usage["developer"] == usage["system"], usage

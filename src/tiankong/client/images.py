@@ -99,6 +99,10 @@ def validate_image_url(url: object, where: str = "image_url.url", *,
     return mime, len(data)
 
 
+#: the chat roles OpenAI's API takes (``developer``: its newer name of ``system``; ``function``: the legacy tool role)
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
 def validate_messages(messages: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> None:
     """Check every message is an object with a role, and every ``image_url`` content part of a chat request."""
     if not isinstance(messages, list) or not messages:  # an empty list would generate from an empty prompt
@@ -108,6 +112,9 @@ def validate_messages(messages: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> Non
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise InvalidMessages(f"messages[{i}] must be an object with a string role, not {str(message)[:40]!r}",
                                   hint='e.g. {"role": "user", "content": "hi"}')
+        if message["role"] not in ROLES:  # a template renders an unknown role as text, or drops it
+            raise InvalidMessages(f"messages[{i}].role {message['role'][:40]!r} is not a chat role",
+                                  hint=f"use one of {', '.join(ROLES)}")
         content = message.get("content")
         if not isinstance(content, list):
             continue
