@@ -409,10 +409,14 @@ def test_fields_a_validated_answer_does_not_apply_are_refused(gateway: str) -> N
         # the neutral values a client sends by default, and truncation at temperature 0 (greedy), still answer
         fine = post(gateway, CHAT, {**base, "stop": None, "logprobs": False, "presence_penalty": 0, "top_p": 0.9})
         assert fine.status_code == 200, fine.text
-    # a response_format that is a string was answered as plain text
+    # a response_format that is a string was answered as plain text; a stream flag that is not a boolean was read
+    # by its truth ("false" streamed)
     text = post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
                                 "response_format": "json_object"})
     assert error_of(text)["param"] == "response_format"
+    for path, body in ((CHAT, {"messages": [{"role": "user", "content": "hi"}]}),
+                       ("/v1/completions", {"prompt": "hi"})):
+        assert error_of(post(gateway, path, {**body, "max_tokens": 300, "stream": "false"}))["param"] == "stream"
 
 
 def test_model_fields_and_ids_and_the_embeddings_off_code(gateway: str) -> None:

@@ -110,6 +110,8 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
         "prediction": ("predicted outputs are not served", lambda v: v is None),
         "store": ("answers are not stored here", lambda v: v in (None, False)),
         "web_search_options": ("web search is not served", lambda v: v is None),
+        "stream": ("must be true or false (a string or a number was read by its truth: \"false\" streamed)",
+                   lambda v: v is None or isinstance(v, bool)),
         "response_format": ('must be an object: {"type": "json_object"}, {"type": "json_schema", "json_schema": '
                             '{"schema": …}} or {"type": "text"} (a string was answered as plain text)',
                             lambda v: v is None or isinstance(v, dict)),
@@ -119,6 +121,8 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
         "best_of": ("best_of is not served: send several requests and pick", lambda v: v in (None, 1)),
         "echo": ("echo is not served", lambda v: v in (None, False)),
         "suffix": ("suffix (insertion) is not served on /v1/completions", lambda v: v in (None, "")),
+        "stream": ("must be true or false (a string or a number was read by its truth: \"false\" streamed)",
+                   lambda v: v is None or isinstance(v, bool)),
     },
 }
 
