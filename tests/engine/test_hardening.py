@@ -449,3 +449,11 @@ def test_chat_roles_are_checked_and_developer_reads_as_system(gateway: str) -> N
         assert answer.status_code == 200, answer.text
         usage[role] = answer.json()["usage"]["prompt_tokens"]
     assert usage["developer"] == usage["system"], usage
+
+
+def test_a_chat_longer_than_the_context_is_openais_context_length_exceeded(gateway: str) -> None:
+    """The engine's own refusal came back as a bare invalid_request_error; clients look for OpenAI's code
+    ``context_length_exceeded`` to shorten the conversation and retry."""
+    long_chat = {"messages": [{"role": "user", "content": "word " * 6000}], "max_tokens": 2}
+    error = error_of(post(gateway, CHAT, long_chat, timeout=120))
+    assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error", error

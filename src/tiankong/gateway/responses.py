@@ -52,11 +52,16 @@ def rpm_exceeded(retry_after_s: int, rpm: int) -> JSONResponse:
 def upstream_error(status: int, content: bytes) -> JSONResponse:
     """llama-server's own error answer, re-shaped (its 4xx stay 4xx, 501 becomes 400 ``not_supported``, its
     other 5xx become engine errors)."""
+    kind = None
     try:
         err = json.loads(content).get("error", {})
         message = err.get("message") if isinstance(err, dict) else str(err)
+        kind = err.get("type") if isinstance(err, dict) else None
     except (ValueError, AttributeError):
         message = content.decode("utf-8", "replace")[:300]
+    if kind == "exceed_context_size_error":  # OpenAI's code, which clients check to shorten and retry
+        return error_response(400, message or "the request does not fit the context", "invalid_request_error",
+                              "context_length_exceeded")
     if status == 501:  # e.g. embeddings from an engine started without --embeddings: the request can't be served
         return error_response(400, message or "not supported by this engine", "invalid_request_error", "not_supported")
     if status >= 500 and "mmproj" in (message or ""):  # a text-only engine was sent an image: the request's fault
