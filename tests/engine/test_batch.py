@@ -313,6 +313,15 @@ def test_openai_batch_format(tmp_path: Path, url: str) -> None:
     (error,) = read_lines(tmp_path / "out.jsonl.errors.jsonl")
     assert error["custom_id"] == "r3" and error["response"]["status_code"] == 400 and error["error"]["message"]
 
+    # a request line without custom_id fails alone (the gateway's upload refuses it): it had run under its line
+    # number as its custom_id, an id no request named
+    nameless = write_jsonl(tmp_path / "nameless.jsonl", [requests[0], {k: v for k, v in requests[0].items()
+                                                                        if k != "custom_id"}])
+    report = run(make_job(input=str(nameless), output=str(tmp_path / "n.jsonl"), url=[url]))
+    assert (report.processed, report.failed) == (1, 1)
+    (missing,) = read_lines(tmp_path / "n.jsonl.errors.jsonl")
+    assert missing["custom_id"] is None and missing["line"] == 2 and "custom_id" in missing["error"]["message"]
+
 
 def test_extract_with_schema_file_and_job_file(tmp_path: Path, url: str) -> None:
     schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}}, "required": ["city"]}

@@ -73,7 +73,10 @@ def read_items(input: str | Path, fmt: str, id_field: str = "id", text_field: st
         return _folder(path, text_field)
     if fmt == "csv":
         return _csv(path, id_field)
-    return _jsonl(path, "custom_id" if fmt == "openai" else id_field)
+    if fmt == "openai":  # a request line names itself: without custom_id its answer could not be matched
+        return (Item(i.line, error=f"line {i.line}: custom_id is missing (each request line names itself)")
+                if i.line_id else i for i in _jsonl(path, "custom_id"))
+    return _jsonl(path, id_field)
 
 
 def job_items(job: BatchJob, fmt: str) -> Iterator[Item]:
