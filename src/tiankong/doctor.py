@@ -16,7 +16,7 @@ from .engine.cpu import cpu_features, cpu_model
 from .engine.install import record_smoke
 from .engine.smoke import crash_diagnosis, smoke_test
 from .errors import TiankongError
-from .models import DEFAULT_MODEL, TEST_MODEL, list_models
+from .models import DEFAULT_MODEL, TEST_MODEL, list_models, resolve_installed
 
 
 @dataclass
@@ -88,13 +88,13 @@ def _model_findings() -> list[Finding]:
             for name in [settings.engine.model, *(m.model for m in settings.pool.models if m.model)]:
                 wanted.setdefault(name, f"serve's model ({config.name})")
     for name, why in wanted.items():
-        if name.endswith(".gguf"):  # a path: the user's own file, not a registry entry
-            findings.append(Finding(f"model {name}", os.path.isfile(name), f"a GGUF file; {why}",
-                                    "give the path of an existing .gguf file"))
-            continue
-        findings.append(Finding(f"model {name}", name in installed,
-                                f"{installed[name].path}; {why}" if name in installed else f"not installed; {why}",
-                                f"run `tiankong models pull {name}`"))
+        try:  # as the commands read it: a name without its ":quant", a unique prefix, a .gguf path (~ too)
+            record = resolve_installed(name)
+        except TiankongError as exc:
+            findings.append(Finding(f"model {name}", False, f"{exc.message}; {why}",
+                                    exc.hint or f"run `tiankong models pull {name}`"))
+        else:
+            findings.append(Finding(f"model {name}", True, f"{record.path}; {why}"))
     if TEST_MODEL not in wanted:
         findings.append(Finding(f"model {TEST_MODEL}", True, str(installed[TEST_MODEL].path)
                                 if TEST_MODEL in installed else "not installed (only `make test` uses it)"))

@@ -108,6 +108,8 @@ def test_doctor_asks_for_the_models_the_user_runs_not_the_default(tmp_path: Path
 
     _, other = findings({"TIANKONG_MODEL": TEST_MODEL})
     assert other[f"model {TEST_MODEL}"]["ok"] and f"model {DEFAULT_MODEL}" not in other
+    short = TEST_MODEL.split(":")[0]  # as the commands read it: the name without its quant
+    assert findings({"TIANKONG_MODEL": short})[1][f"model {short}"]["ok"]
     config = tmp_path / "config.toml"
     config.write_text('[engine]\nmodel = "no-such-model:q4_0"\n')
     code, served = findings({"TIANKONG_MODEL": TEST_MODEL, "TIANKONG_CONFIG": str(config)})

@@ -409,6 +409,8 @@ def test_fields_a_validated_answer_does_not_apply_are_refused(gateway: str) -> N
         # the neutral values a client sends by default, and truncation at temperature 0 (greedy), still answer
         fine = post(gateway, CHAT, {**base, "stop": None, "logprobs": False, "presence_penalty": 0, "top_p": 0.9})
         assert fine.status_code == 200, fine.text
+        neutral = post(gateway, CHAT, {**base, "temperature": 0.7, "top_p": 1, "top_k": 0, "min_p": 0})
+        assert neutral.status_code == 200, neutral.text  # what some clients send by default
     # a response_format that is a string was answered as plain text; a stream flag that is not a boolean was read
     # by its truth ("false" streamed)
     text = post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 
+from tiankong.errors import ConfigError
 from tiankong.tasks.pii_rules import Entity, detect_rules, id_card_valid, luhn_valid, resolve_overlaps, shannon_entropy
 from tiankong.tasks.redact import redact_rules
 from tiankong.tasks.redaction import redact_text, restore
@@ -106,6 +107,10 @@ def test_passports() -> None:
     assert only("台胞证号码 12345678", "PASSPORT") == ["12345678"]
     assert only("Home Return Permit no. M87654321", "PASSPORT") == ["M87654321"]
     assert only("工单 C12345678 已关闭", "PASSPORT") == []  # no permit named
+    # a bare 通行证 is any pass, and an eight-digit date after a passport word is its validity
+    for text in ("停车通行证有效期至20251231", "网易通行证登录失败，错误码 10086001",
+                 "游戏通行证第5赛季，订单号 20240315", "passport valid until 20301231"):
+        assert only(text, "PASSPORT") == [], text
 
 
 # --- phones ------------------------------------------------------------------------------------------------
@@ -342,6 +347,13 @@ def test_hash_without_a_salt_is_refused_and_redact_keys_it_with_the_installation
     assert redact_rules(TICKET, style="hash").text == first.text  # stable on this installation
     key_file.unlink()
     assert redact_rules(TICKET, style="hash").text != first.text  # the secret, not a constant, keys the tags
+    # a data dir the key cannot be kept in: one line naming --salt, not an OSError
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TIANKONG_DATA_DIR", str(blocker / "data"))
+    with pytest.raises(ConfigError, match="--salt"):
+        redact_rules(TICKET, style="hash")
+    assert redact_rules(TICKET, style="hash", salt="s").text.count("[PHONE:") == 3
 
 
 def test_redact_model_entities_overlaps_dropped() -> None:

@@ -34,6 +34,8 @@ def _amount(raw: str, currency: str | None = None) -> tuple[float, str] | None:
     ("\u22125 USD", None, (-5.0, "USD")),  # the minus sign U+2212
     # what was read right stays so
     ("$12.50 (USD)", None, (12.5, "USD")), ("-12 USD", None, (-12.0, "USD")), ("USD 1,234.56", None, (1234.56, "USD")),
+    # ",-" / ".-": no cents, not a minus (German, Nordic and Swiss prices; refused by the first sign rule)
+    ("49,- €", None, (49.0, "EUR")), ("EUR 12,-", None, (12.0, "EUR")), ("CHF 5.-", None, (5.0, "CHF")),
 ])
 def test_an_amount_keeps_its_decimal_point_and_its_sign(raw: str, currency: str | None,
                                                          want: tuple[float, str]) -> None:
@@ -118,6 +120,7 @@ def test_a_date_at_the_midnight_ending_it_is_flagged_and_a_year_rolls_over() -> 
     ("MARTIN LUTHER KING JR", "Martin Luther King Jr"), ("WANG LI", "Wang Li"), ("IVAN DRAGO", "Ivan Drago"),
     ("John Smith Iii", "John Smith Iii"),  # mixed case is the writer's
     ("LOUIS VI", None),  # a numeral, or Vi the name: the case no longer says
+    ("Nguyen, Thi Vi", "Thi Vi Nguyen"), ("Smith, Louis VI", "Louis Smith VI"),  # Vi the given name; VI a numeral
 ])
 def test_a_generation_numeral_stays_in_capitals(raw: str, want: str | None) -> None:
     resolved = R.norm_name(raw)

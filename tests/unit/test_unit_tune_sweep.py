@@ -127,6 +127,9 @@ def test_tunes_of_one_name_at_once_take_distinct_versions() -> None:
     assert sorted(load_decider(f"mail@{v}").state["i"] for v in versions) == list(range(8))
     assert sorted(p.name for p in (paths.data_dir() / "deciders" / "mail").iterdir()) == sorted(
         f"v{v}.json" for v in range(1, 9))
+    # readable by a gateway run as another user, as the files written before were
+    assert all((paths.data_dir() / "deciders" / "mail" / f"v{v}.json").stat().st_mode & 0o777 == 0o644
+               for v in range(1, 9))
 
 
 def test_a_tfidf_decider_says_when_the_text_is_in_a_script_its_examples_never_had(tmp_path: Path) -> None:

@@ -99,8 +99,9 @@ def validate_image_url(url: object, where: str = "image_url.url", *,
     return mime, len(data)
 
 
-#: the chat roles OpenAI's API takes (``developer``: its newer name of ``system``; ``function``: the legacy tool role)
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+#: the chat roles OpenAI's API takes (``developer``: its newer name of ``system``; ``function``: the legacy tool
+#: role), and Llama 3's tool role ``ipython``
+ROLES = ("system", "developer", "user", "assistant", "tool", "function", "ipython")
 
 
 def validate_messages(messages: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> None:

@@ -126,8 +126,22 @@ def unseen_script(state: dict[str, Any], text: str) -> str | None:
     script, count = max(counts.items(), key=lambda kv: kv[1])
     if count * 2 <= sum(counts.values()):
         return None
-    seen = {_script(c) for gram in state["char"]["vocabulary"] for c in gram}
-    return None if script in seen else script
+    return None if script in _scripts_of(state["char"]["vocabulary"]) else script
+
+
+#: the scripts of a vocabulary, by the vocabulary's identity (a 30,000-gram vocabulary took 18 ms a call)
+_SCRIPTS: dict[int, tuple[dict[str, int], frozenset[str | None]]] = {}
+
+
+def _scripts_of(vocabulary: dict[str, int]) -> frozenset[str | None]:
+    known = _SCRIPTS.get(id(vocabulary))
+    if known is not None and known[0] is vocabulary:
+        return known[1]
+    scripts = frozenset(_script(c) for gram in vocabulary for c in gram)
+    if len(_SCRIPTS) >= 64:
+        _SCRIPTS.clear()
+    _SCRIPTS[id(vocabulary)] = (vocabulary, scripts)
+    return scripts
 
 
 def rule_columns(texts: list[str]) -> Any:

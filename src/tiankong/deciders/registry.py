@@ -163,6 +163,7 @@ def save_decider(decider: Decider) -> Path:
     # once took the same number, and the second's file replaced the first's (a link fails on a taken name)
     version = (_versions(decider.name) or [0])[-1] + 1
     fd, partial = tempfile.mkstemp(dir=folder, prefix=".v", suffix=".json.partial")
+    os.fchmod(fd, 0o644)  # mkstemp's 0600 would keep a gateway run as another user from reading it, as before
     try:
         while True:
             decider.version = version

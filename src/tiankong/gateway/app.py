@@ -194,9 +194,9 @@ class Gateway:
         try:
             if path == CHAT:
                 validate_messages(body.get("messages"))  # objects with roles; images: data URL, bytes
-                if not pipe.upstream.replica.remote:  # OpenAI's newer name of system, which local templates lack
-                    body["messages"] = [{**m, "role": "system"} if m["role"] == "developer" else m
-                                        for m in body["messages"]]
+                first = body["messages"][0]  # OpenAI's newer name of the opening system message, which local
+                if first["role"] == "developer" and not pipe.upstream.replica.remote:  # templates lack
+                    body["messages"] = [{**first, "role": "system"}, *body["messages"][1:]]
             body = await self.lora_tables.rewrite(pipe.upstream.http, pipe.upstream.replica.url(),
                                                   pipe.upstream.replica.pid(), body, structured=path == CHAT and
                                                   (wants_structured(body) or wants_tools(body)))

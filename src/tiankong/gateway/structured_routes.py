@@ -134,9 +134,10 @@ NOT_APPLIED = {
 _NEUTRAL: dict[str, tuple[Any, ...]] = {"logprobs": (None, False), "top_logprobs": (None, 0), "stop": (None, [], ""),
                                         "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
                                         "frequency_penalty": (None, 0, 0.0), "repeat_penalty": (None, 1, 1.0)}
-#: truncation of the sampled distribution: nothing to apply to greedy answers (temperature 0, the default), refused
-#: with a temperature above 0
-TRUNCATION = ("top_p", "top_k", "min_p", "typical_p")
+#: truncation of the sampled distribution, with the value that truncates nothing: nothing to apply to greedy
+#: answers (temperature 0, the default); another value with a temperature above 0 is refused
+TRUNCATION: dict[str, tuple[Any, ...]] = {"top_p": (None, 1, 1.0), "top_k": (None, 0), "min_p": (None, 0, 0.0),
+                                          "typical_p": (None, 1, 1.0)}
 
 
 def check_applied(body: dict[str, Any]) -> None:
@@ -146,10 +147,11 @@ def check_applied(body: dict[str, Any]) -> None:
             raise _not_applied(why, name)
     temperature = body.get("temperature")
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature > 0:
-        for name in TRUNCATION:
-            if body.get(name) is not None:
-                raise _not_applied(f"{name} is not applied to answers sampled under response_format or tools: "
-                                   "leave it out (at temperature 0, greedy, it changes nothing)", name)
+        for name, neutral in TRUNCATION.items():
+            if body.get(name) not in neutral:
+                raise _not_applied(f"{name} is not applied to answers sampled under response_format or tools "
+                                   f"(temperature {temperature}: the request's, or the gateway's default): leave it "
+                                   "out, or ask at temperature 0", name)
 
 
 def _not_applied(message: str, param: str) -> ConfigError:

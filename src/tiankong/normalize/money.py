@@ -1,8 +1,10 @@
 """Amounts: the one number in a text and its currency (ISO 4217) — a code, a symbol or a name, or the default
 currency where a symbol several currencies share (``$``, ``¥``, ``dollars``) allows it. Fail closed: two numbers,
-words the table does not know, two currencies, a bound or a share (``<100``, ``~12``, ``12+``, ``50%``), a sign the
-number does not carry (``- 5``), or more digits than a JSON number keeps give ``None``. A number may start at its
-decimal point (``$.99`` is 0.99), and one in parentheses is an accounting negative (``(USD 12.50)`` is -12.5)."""
+words the table does not know, two currencies, a bound or a share (``<100``, ``~12``, ``12+``, ``50%``), a sign
+after the number or after its currency (``12.50-``, ``USD - 5``; a sign before it all, ``- 5 USD``, is the amount's),
+or more digits than a JSON number keeps give ``None``. A number may start at its
+decimal point (``$.99`` is 0.99), one in parentheses is an accounting negative (``(USD 12.50)`` is -12.5), and
+``,-`` after it means no cents (``49,- €`` is 49)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,8 @@ CURRENCY_WORDS = {
 _NUMBER = re.compile(r"[-+]?(?:\d|\.\d)(?:[\d,.' ]*\d)?")
 #: a bound, an approximation or a share (``<100``, ``~12``, ``12+``, ``50%``): the text gives no exact amount
 BOUND = re.compile(r"[<>≤≥≦≧≪≫≮≯~〜≈≃∼±%‰‱]|\d\s*\+")
+#: ",-" or ".-" after the digits: no cents (``49,- €``), not a minus
+_WHOLE = re.compile(r"(\d)[,.]-(?![\d-])")
 #: what the rule refuses left beside the number: a bound's sign, or a sign away from the number (``12.50-``,
 #: ``USD - 5``, ``12+``) — never read as the bare number
 _NOT_EXACT = re.compile(r"[<>≤≥≦≧≪≫≮≯~〜≈≃∼±%‰‱+\-]")
@@ -77,6 +81,7 @@ def parse_number(token: str, *, decimal_comma: bool = False) -> Decimal | None:
 def norm_amount(raw: str, *, currency: str | None = None, decimal_comma: bool = False) -> Resolved | None:
     """``{"amount", "currency"}``: one number and at most one currency in the text (``currency``: the default)."""
     text = clean(raw).replace("\u2212", "-")  # the minus sign (U+2212) is a minus
+    text = _WHOLE.sub(r"\1", text)  # 49,- € / CHF 5.-: a whole amount (German, Nordic, Swiss prices), no sign
     numbers = list(_NUMBER.finditer(text))
     if len(numbers) != 1:
         return None

@@ -321,7 +321,7 @@ def _en_address(text: str) -> Resolved | None:
 #: XI, LI, DI (surnames: Xi, Li, Di) are left out
 _NUMERALS = frozenset({"ii", "iii", "iv", "vii", "viii", "ix"})
 #: what ends a name after the given names: moved after the surname when ``Last, First`` is reordered
-_SUFFIXES = _NUMERALS | {"jr", "sr", "vi"}
+_SUFFIXES = _NUMERALS | {"jr", "sr"}
 
 
 def _title_part(part: str) -> str:
@@ -358,7 +358,9 @@ def norm_name(raw: str, **_: Any) -> Resolved | None:
         if not last or not first:
             return None
         *given, end = first.split(" ")
-        suffix = given and end.lower().rstrip(".") in _SUFFIXES  # SMITH, JOHN III → John Smith III
+        # SMITH, JOHN III → John Smith III; VI only where the case says numeral ("Smith, Louis VI"), not the
+        # given name Vi ("Nguyen, Thi Vi"; all capitals: flagged below)
+        suffix = given and (end.lower().rstrip(".") in _SUFFIXES or (end == "VI" and not first.isupper()))
         text = f"{' '.join(given)} {last} {end}" if suffix else f"{first} {last}"
     if (text.isupper() or text.islower()) and "vi" in text.lower().split(" ")[1:]:
         return None  # LOUIS VI or TRAN THI VI: a numeral or a name, the case no longer says

@@ -96,9 +96,12 @@ _ID_CARD = re.compile(_L + r"[1-9][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])(
                       r"[0-9Xx]" + _R)
 _SSN = re.compile(r"(?<![0-9A-Za-z-])(?!000|666|9)[0-9]{3}-(?!00)[0-9]{2}-(?!0000)[0-9]{4}(?![0-9A-Za-z]|-[0-9])")
 _PASSPORT_CN = re.compile(_L + r"(?:[EG][0-9]{8}|E[A-HJ-NP-Z][0-9]{7})" + _R)
-# a passport, and the mainland's travel permits (港澳通行证 C/W-numbers, 回乡证 H/M-numbers, 台胞证): their numbers
-# have no checksum and look like order codes, so only after their names
-_PASSPORT_KEYWORD = re.compile(r"(?i)passport|护照|通行证|回乡证|台胞证|home[- ]return permit|exit[- ]entry permit")
+# a passport, and the mainland's travel permits by their own names (港澳通行证 C/W-numbers, 台湾通行证,
+# 回乡证 H/M-numbers, 台胞证 — a bare 通行证 is any pass: a parking permit, a game's season pass): their numbers
+# have no checksum and look like order codes, so only after those names
+_PASSPORT_KEYWORD = re.compile(r"(?i)passport|护照|港澳通行证|台湾通行证|回乡证|台胞证|home[- ]return permit")
+#: an eight-digit date (20251231) after a passport word is its validity, not its number
+_DATE_8 = re.compile(r"(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])")
 # a US SSN without its dashes (nine digits, or 3-2-4 spaced) only after an SSN keyword; never-issued areas and
 # all-zero groups are not SSNs
 _SSN_KEYWORD = re.compile(r"(?i)\bSSN\b|social security (?:number|no\b\.?)|社会安全号")
@@ -123,7 +126,8 @@ def _passports(text: str) -> Iterator[Span]:
         yield match.start(), match.end(), "PASSPORT", 0.9
     for word in _PASSPORT_KEYWORD.finditer(text):
         found = _PASSPORT_NEAR.search(text, word.end())
-        if found and found.start() - word.end() <= 32 and 7 <= len(found.group()) <= 9:
+        if found and found.start() - word.end() <= 32 and 7 <= len(found.group()) <= 9 \
+                and not _DATE_8.fullmatch(found.group()):
             yield found.start(), found.end(), "PASSPORT", 1.0
 
 

@@ -252,9 +252,19 @@ def _finish(text: str, entities: list[Entity], style: str, types: list[str] | No
     if types:
         wanted = {t.upper() for t in types}
         entities = [e for e in entities if e.type in wanted]
-    key: str | bytes = salt or (installation_secret(data_dir() / "redact-key") if style == "hash" else "")
+    key: str | bytes = salt or (_installation_key() if style == "hash" else "")
     redacted, mapping = redact_text(text, entities, style, salt=key)
     return Redaction(redacted, entities, mapping, style)
+
+
+def _installation_key() -> bytes:
+    """The hash style's key when the caller gives no salt: this installation's secret (``redact-key``)."""
+    path = data_dir() / "redact-key"
+    try:
+        return installation_secret(path)
+    except OSError as exc:  # a read-only or foreign data dir
+        raise ConfigError(f"cannot keep the hash style's key in {path}: {exc.strerror}",
+                          hint="give --salt (salt=…), or a data dir this user can write (TIANKONG_DATA_DIR)") from None
 
 
 def _chunks(text: str) -> list[str]:
