@@ -83,7 +83,7 @@ def _choose_flow(text: str, choices: list[str], instructions: str | None,
         raise ConfigError(f"threshold must be a probability from 0 to 1, not {threshold!r}",
                           hint="labels scoring at least it are listed in Decision.labels; leave it out for the top one")
     labels = [str(c) for c in choices] if isinstance(choices, (list, tuple)) else []
-    if len(labels) < 2 or len(set(labels)) != len(labels) or not all(label.strip() for label in labels):
+    if len(labels) < 2 or len({x.strip() for x in labels}) != len(labels) or not all(x.strip() for x in labels):
         raise ConfigError("choices must be at least two distinct, non-empty labels", hint='e.g. ["spam", "ham"]')
     indexed = choose_indexed_messages(text, labels, instructions, descriptions)
     return choose_flow(choose_messages(text, labels, instructions, descriptions), labels, indexed)

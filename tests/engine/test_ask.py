@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import pytest
 
-from conftest import TEST_MODEL, run_cli, serve_app
+from conftest import TEST_MODEL, assert_one_line_error, run_cli, serve_app
 from tiankong import Answers, Client
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
 from tiankong.errors import ConfigError
@@ -133,3 +133,32 @@ def test_ask_over_http_and_the_cli(smol_engine: EngineProcess) -> None:
     assert proc.returncode == 0, proc.stderr
     answers = json.loads(proc.stdout)["answers"]
     assert [a["id"] for a in answers] == ["q1", "q2"] and all(0 <= a["probability"] <= 1 for a in answers)
+
+
+def test_choice_labels_split_into_byte_pieces_are_asked_by_number(client: Client) -> None:
+    """Chinese labels that classify answered (by number) were refused by ask as "split into partial UTF-8 tokens"."""
+    labels = ["logistics team", "billing team", "物流部"]
+    answer = client.ask(TEXT, [{"id": "team", "type": "choice", "question": "Which team should handle it?",
+                                "labels": labels}]).answers[0]
+    assert answer.label in labels and set(answer.scores or {}) == set(labels)
+    assert abs(sum((answer.scores or {}).values()) - 1) < 1e-6
+
+
+@pytest.mark.parametrize(("questions", "fragment"), [
+    ([{"id": "a", "type": "choice", "question": "x?", "labels": ["a", " a "]}], "two distinct"),
+    ([{"id": "a", "type": "yes_no", "question": "x?"},
+      {"id": "b", "type": "extract", "question": "y?", "schema": {"type": "objekt"}}], "questions[1]"),
+])
+def test_question_errors_name_the_question_and_the_field(client: Client, questions: list, fragment: str) -> None:
+    """Labels equal once trimmed were two labels; a bad schema in the second question did not say which."""
+    with pytest.raises(ConfigError) as err:
+        client.ask(TEXT, questions)
+    assert fragment in str(err.value) and err.value.param == "questions"
+
+
+def test_a_questions_file_holding_one_object_is_one_clear_line(tmp_path: Path) -> None:
+    """The object's keys were read as three questions ("questions.0: …; questions.1: …")."""
+    single = tmp_path / "q.json"
+    single.write_text(json.dumps({"id": "a", "type": "yes_no", "question": "q?"}))
+    assert_one_line_error(run_cli("ask", "--questions", str(single), "--url", "http://127.0.0.1:9", "some text"),
+                          "must hold a JSON list")

@@ -321,3 +321,14 @@ def test_cli_bad_input_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped
     assert_one_line_error(run_cli("redact", "--no-model", "--file", str(bad)), "UTF-8")
     assert_one_line_error(run_cli("redact", "--no-model", "   "), "empty")
     assert_one_line_error(run_cli("classify", "x", "-l", "only", "--url", "http://127.0.0.1:9"), "two")
+
+
+def test_labels_equal_once_trimmed_are_one_label_and_errors_name_their_field(http: TestClient) -> None:
+    """`["a", " a "]` were two labels over HTTP and in the library (the CLI trims them); several 400s carried
+    `param: null` where the field was known."""
+    for body, param in (({"text": "hi", "labels": ["a", " a "]}, "labels"),
+                        ({"text": "hi", "labels": ["a", ""]}, "labels"),
+                        ({"text": "hi", "labels": ["a", "b"], "examples": [{"text": "x", "label": "c"}]}, "examples"),
+                        ({"text": "hi", "labels": ["a", "b"], "descriptions": {"c": "x"}}, "descriptions")):
+        answer = http.post("/v1/tasks/classify", json=body)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == param, (body, answer.text)

@@ -129,10 +129,19 @@ def _param(spec: TaskSpec[Any, Any], item: CliInput) -> Callable[[Any], Any]:
     return click.option(*item.decls, item.name, **kwargs)
 
 
+#: the JSON files that hold a list (``--questions``, ``--tools``)
+LIST_FILES = ("questions", "tools")
+
+
 def _read(item: CliInput, value: Any) -> Any:
     """What one input gives its field (None: nothing given; the field keeps its default)."""
     if item.kind == "json":
-        return read_json(value) if value else None
+        data = read_json(value) if value else None
+        if item.field in LIST_FILES and data is not None and not isinstance(data, list):
+            # one object was read as a list of its keys ("questions.0: … questions.1: …")
+            raise ConfigError(f"{item.decls[0]} {value} must hold a JSON list, not a {type(data).__name__}",
+                              hint=item.help or "wrap the object in [ … ]")
+        return data
     if item.kind == "text_file":
         return _decoded(_read_bytes(value, item.path), value) if value else None
     if item.kind == "lines":

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TiankongError
 from ..structured.constraints import schema_constraint
 from ..structured.flow import Flow, choose_flow, constrained_flow
-from ..structured.prompts import language, schema_prompt
+from ..structured.prompts import CHOOSE_INDEXED, language, schema_prompt
 from ..structured.slots import SlotPin
 
 QuestionType = Literal["choice", "yes_no", "score", "extract"]
@@ -97,33 +97,41 @@ class Answers:
                           "total_tokens": self.prompt_tokens + self.completion_tokens}}
 
 
+def _question_error(message: str, hint: str | None = None) -> ConfigError:
+    return ConfigError(message, hint=hint, param="questions")
+
+
 def check_questions(questions: list[Question], limit: int = MAX_QUESTIONS) -> list[Question]:
     """Refuse what cannot be answered before the engine is asked (one ``ConfigError`` naming the question)."""
     if not questions:
-        raise ConfigError("questions is empty", hint='give at least one {"id", "type", "question"}')
+        raise _question_error("questions is empty", 'give at least one {"id", "type", "question"}')
     if len(questions) > limit:
-        raise ConfigError(f"at most {limit} questions per text (got {len(questions)})",
-                          hint="split the questions into several requests")
+        raise _question_error(f"at most {limit} questions per text (got {len(questions)})",
+                              "split the questions into several requests")
     seen: set[str] = set()
     for index, q in enumerate(questions):
         where = f"questions[{index}]"
         if q.id in seen:
-            raise ConfigError(f"{where}: the id {q.id!r} is used twice", hint="give every question its own id")
+            raise _question_error(f"{where}: the id {q.id!r} is used twice", "give every question its own id")
         seen.add(q.id)
         if not q.question.strip():
-            raise ConfigError(f"{where}: the question is empty")
+            raise _question_error(f"{where}: the question is empty")
         if q.type == "choice":
             labels = q.labels or []
-            if len(labels) < 2 or len(set(labels)) != len(labels) or not all(x.strip() for x in labels):
-                raise ConfigError(f"{where}: a choice needs at least two distinct, non-empty labels",
-                                  hint='e.g. "labels": ["billing", "bug", "other"]')
+            if len(labels) < 2 or len({x.strip() for x in labels}) != len(labels) or not all(x.strip() for x in labels):
+                raise _question_error(f"{where}: a choice needs at least two distinct, non-empty labels",
+                                      'e.g. "labels": ["billing", "bug", "other"]')
         elif q.labels is not None:
-            raise ConfigError(f"{where}: labels apply to a choice question only")
+            raise _question_error(f"{where}: labels apply to a choice question only")
         if q.type == "extract":
             if not isinstance(q.schema, dict):
-                raise ConfigError(f"{where}: an extract question needs a JSON Schema object in 'schema'")
+                raise _question_error(f"{where}: an extract question needs a JSON Schema object in 'schema'")
+            try:  # before the engine reads the text for the questions before it, and naming the question
+                schema_constraint(q.schema)
+            except TiankongError as exc:
+                raise _question_error(f"{where}: {exc.message}", exc.hint) from None
         elif q.schema is not None:
-            raise ConfigError(f"{where}: schema applies to an extract question only")
+            raise _question_error(f"{where}: schema applies to an extract question only")
     return questions
 
 
@@ -137,6 +145,16 @@ def question_messages(text: str, q: Question) -> list[dict[str, Any]]:
         how = how.format(schema=schema_prompt(q.schema or {}, lang)[0])
     return [{"role": "system", "content": SYSTEM[lang]},
             {"role": "user", "content": TEXT[lang].format(text=text, question=q.question, how=how)}]
+
+
+def _indexed_messages(text: str, q: Question) -> tuple[list[dict[str, Any]], list[str]]:
+    """The choice question with numbered options, and their numbers as the labels."""
+    lang = language(text)
+    numbers = [str(i) for i in range(1, len(q.labels or []) + 1)]
+    options = "\n".join(f"{n}. {label}" for n, label in zip(numbers, q.labels or [], strict=True))
+    how = CHOOSE_INDEXED[lang].format(options=options)
+    return [{"role": "system", "content": SYSTEM[lang]},
+            {"role": "user", "content": TEXT[lang].format(text=text, question=q.question, how=how)}], numbers
 
 
 def ask_flow(text: str, questions: list[Question], *, model: str | None = None,
@@ -159,7 +177,9 @@ def ask_flow(text: str, questions: list[Question], *, model: str | None = None,
             answers.append(Answer(q.id, q.type, data=result.data))
             continue
         labels = ["yes", "no"] if q.type == "yes_no" else SCORE_LABELS if q.type == "score" else list(q.labels or [])
-        scores = yield from choose_flow(messages, labels, pin=pin, known=known)
+        # choice labels the tokenizer splits into byte pieces are asked by number, as classify asks them
+        indexed = _indexed_messages(text, q) if q.type == "choice" else None
+        scores = yield from choose_flow(messages, labels, indexed, pin=pin, known=known)
         label = max(labels, key=lambda x: scores[x])
         completion += 1
         answer = Answer(q.id, q.type, label=label, scores={x: scores[x] for x in labels})

@@ -71,8 +71,9 @@ def require_text(text: Any, what: str = "text") -> str:
 
 def check_labels(labels: Any) -> list[str]:
     names = [str(c) for c in labels] if isinstance(labels, (list, tuple)) else []
-    if len(names) < 2 or len(set(names)) != len(names) or not all(n.strip() for n in names):
-        raise ConfigError("labels must be at least two distinct, non-empty strings", hint='e.g. ["spam", "ham"]')
+    if len(names) < 2 or len({n.strip() for n in names}) != len(names) or not all(n.strip() for n in names):
+        raise ConfigError("labels must be at least two distinct, non-empty strings (\"a\" and \" a \" are one "
+                          "label)", hint='e.g. ["spam", "ham"]', param="labels")
     return names
 
 
@@ -80,7 +81,7 @@ def decider_labels(own: list[str], given: list[str] | None, ref: str) -> list[st
     """A decider brings its labels; labels given as well must be the same set."""
     if given and sorted(map(str, given)) != sorted(own):
         raise ConfigError(f"decider {ref} decides between {own}, not {list(given)}",
-                          hint="leave labels out when you pass a decider")
+                          hint="leave labels out when you pass a decider", param="labels")
     return own
 
 
@@ -88,9 +89,10 @@ def check_examples(examples: Any, labels: list[str]) -> list[tuple[str, str]]:
     pairs = []
     for i, ex in enumerate(examples or []):
         if not isinstance(ex, dict) or not isinstance(ex.get("text"), str) or "label" not in ex:
-            raise ConfigError(f"examples[{i}] must be an object {{text, label}}")
+            raise ConfigError(f"examples[{i}] must be an object {{text, label}}", param="examples")
         if ex["label"] not in labels:
-            raise ConfigError(f"examples[{i}] has unknown label {ex['label']!r}", hint=f"labels are {labels}")
+            raise ConfigError(f"examples[{i}] has unknown label {ex['label']!r}", hint=f"labels are {labels}",
+                              param="examples")
         pairs.append((ex["text"], str(ex["label"])))
     return pairs
 
@@ -99,10 +101,11 @@ def check_descriptions(descriptions: Any, labels: list[str]) -> dict[str, str] |
     if not descriptions:
         return None
     if not isinstance(descriptions, dict):
-        raise ConfigError("descriptions must map labels to descriptions")
+        raise ConfigError("descriptions must map labels to descriptions", param="descriptions")
     unknown = [k for k in descriptions if k not in labels]
     if unknown:
-        raise ConfigError(f"descriptions name unknown labels {unknown}", hint=f"labels are {labels}")
+        raise ConfigError(f"descriptions name unknown labels {unknown}", hint=f"labels are {labels}",
+                          param="descriptions")
     return {str(k): str(v) for k, v in descriptions.items()}
 
 
