@@ -192,6 +192,11 @@ def test_summarize_and_tag(client: Client) -> None:
     assert summary.summary and summary.input_tokens > 0 and summary.output_tokens > 0
     tags = client.tag("The payment service timed out after 3000 ms during checkout on Friday.")
     assert 1 <= len(tags.data["keywords"]) <= 8 and tags.data["language"] in ("zh", "en", "other")
+    # the language is the text's, as tiankong reads it, not the model's guess (SmolLM2 wrote "zh" for English)
+    for text, lang in (("The payment service timed out after 3000 ms during checkout on Friday.", "en"),
+                       ("支付服务在周五结账时超时，工程师增加了重试。", "zh"),
+                       ("Der Zahlungsdienst ist am Freitag beim Bezahlen nicht erreichbar gewesen.", "other")):
+        assert client.tag(text, max_keywords=2).data["language"] == lang, text
     custom = client.tag("Invoice 42 from Acme, due 2026-12-01", schema={
         "type": "object", "properties": {"vendor": {"type": "string", "maxLength": 40}}, "required": ["vendor"]})
     assert isinstance(custom.data["vendor"], str)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..structured.constraints import schema_constraint
 from ..structured.flow import Flow, Structured, constrained_flow
-from ..structured.prompts import compact, language
+from ..structured.prompts import compact, english, language
 from .classify import require_text
 from .compress import compress_flow
 from .generate import ANTI_LOOP, string_list
@@ -15,18 +15,27 @@ from .prompts import TAG
 MAX_TAG_CHARS = 6000
 
 
-def default_tag_schema(max_keywords: int = 8) -> dict[str, Any]:
+def default_tag_schema(max_keywords: int = 8, lang: str | None = None) -> dict[str, Any]:
+    """The default schema; ``lang``: the text's language as tiankong reads it, written for the model (the 135M
+    model wrote "zh" for a long English text)."""
     return {"type": "object", "properties": {
         "keywords": string_list(max_keywords, 40, 1),
         "topic": {"type": "string", "minLength": 1, "maxLength": 60},
-        "language": {"enum": ["zh", "en", "other"]},
+        "language": {"const": lang} if lang else {"enum": ["zh", "en", "other"]},
     }, "required": ["keywords", "topic", "language"]}
+
+
+def text_language(text: str) -> str:
+    """zh, en or other, as the default schema's ``language`` says."""
+    lang = language(text)
+    return lang if lang == "zh" or english(text) else "other"
 
 
 def tag_flow(text: str, *, schema: Any = None, max_keywords: int = 8,
              model: str | None = None) -> Flow[Structured[Any]]:
     require_text(text)
-    constraint, plan = schema_constraint(schema if schema is not None else default_tag_schema(max_keywords))
+    constraint, plan = schema_constraint(schema if schema is not None else
+                                         default_tag_schema(max_keywords, text_language(text)))
     lang = language(text)
     system = TAG[lang] + ("\nSchema: " if lang == "en" else "\nSchema：") + compact(plan.schema)
     source = text
