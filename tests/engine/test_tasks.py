@@ -337,3 +337,17 @@ def test_labels_equal_once_trimmed_are_one_label_and_errors_name_their_field(htt
                         ({"text": "hi", "labels": ["a", "b"], "descriptions": {"c": "x"}}, "descriptions")):
         answer = http.post("/v1/tasks/classify", json=body)
         assert answer.status_code == 400 and answer.json()["error"]["param"] == param, (body, answer.text)
+
+
+def test_a_person_span_does_not_take_the_words_that_address_the_person(client: Client) -> None:
+    """docs/tasks.md's first example: the model listed "Call Alice" as a person, and the verb went into
+    [PERSON_1] (`[PERSON_1] at [PHONE_1]`)."""
+    redacted = client.redact("Call Alice at 138-0013-8000")
+    assert redacted.text.startswith("Call ") and "138-0013-8000" not in redacted.text
+    assert all(not e.text.lower().startswith("call") for e in redacted.entities), redacted.entities
+    from tiankong.tasks.pii_rules import Entity
+    from tiankong.tasks.redact import without_lead_words
+    text = "Dear Bob Smith, thanks. Hi Carol"
+    spans = [Entity(0, 14, "PERSON", text[:14], "model", 0.8), Entity(24, 32, "PERSON", text[24:], "model", 0.8),
+             Entity(24, 26, "PERSON", "Hi", "model", 0.8)]
+    assert [e.text for e in without_lead_words(text, spans)] == ["Bob Smith", "Carol"]

@@ -16,6 +16,7 @@ redaction fails safe. Measured per type and language in ``benchmarks/redact_reca
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,8 +248,33 @@ def _check(text: str, style: str, types: list[str] | None) -> list[Entity]:
     return detect_rules(text)
 
 
+#: words an English person span may begin with that address or name the person and are not part of the name:
+#: the model listed "Call Alice" as a person, and the verb went into [PERSON_1]
+LEAD_WORDS = frozenset(("call", "contact", "email", "e-mail", "mail", "ask", "tell", "text", "phone", "ring",
+                        "message", "ping", "cc", "attn", "dear", "hi", "hello", "hey", "thanks", "thank", "please",
+                        "meet", "to", "from", "with", "by", "and"))
+_LEAD = re.compile(r"([A-Za-z-]+)(?:[,:]?\s+|[,:]?$)")
+
+
+def without_lead_words(text: str, entities: list[Entity]) -> list[Entity]:
+    """A person span in Latin letters loses the addressing words it starts with ("Call Alice" → "Alice"); one that
+    is nothing else is dropped."""
+    out = []
+    for e in entities:
+        start = e.start
+        while e.type == "PERSON" and e.text.isascii() and (lead := _LEAD.match(text, start, e.end)) \
+                and lead.group(1).casefold() in LEAD_WORDS:
+            start = lead.end()
+        if start == e.start:
+            out.append(e)
+        elif text[start:e.end].strip():
+            out.append(dataclasses.replace(e, start=start, text=text[start:e.end]))
+    return out
+
+
 def _finish(text: str, entities: list[Entity], style: str, types: list[str] | None, salt: str) -> Redaction:
     entities = drop_code_identifiers(text, entities)  # every path: the name rules, the model's, the taggers'
+    entities = without_lead_words(text, entities)
     if types:
         wanted = {t.upper() for t in types}
         entities = [e for e in entities if e.type in wanted]
