@@ -146,7 +146,10 @@ def test_a_bad_constructor_argument_is_a_config_error_before_any_engine_starts(k
 
 @pytest.mark.parametrize("messages, needle", [("hi", None), ({"role": "user"}, "got dict"),
                                               ([{"content": "x"}], r"messages\[0\]"),
-                                              ([{"role": "user", "content": "a"}, 5], r"messages\[1\]")])
+                                              ([{"role": "user", "content": "a"}, 5], r"messages\[1\]"),
+                                              # content missing or not text: refused here, not by the server
+                                              ([{"role": "user"}], r"messages\[0\] \(user\) has no content"),
+                                              ([{"role": "user", "content": 5}], r"messages\[0\]\.content")])
 def test_a_malformed_conversation_is_invalid_messages_naming_the_index(messages: Any, needle: str | None) -> None:
     from tiankong.client._shared import as_messages
     from tiankong.client.images import InvalidMessages

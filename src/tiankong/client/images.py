@@ -117,6 +117,12 @@ def validate_messages(messages: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> Non
             raise InvalidMessages(f"messages[{i}].role {message['role'][:40]!r} is not a chat role",
                                   hint=f"use one of {', '.join(ROLES)}")
         content = message.get("content")
+        if content is None and message["role"] != "assistant":  # an assistant turn may hold tool_calls alone
+            raise InvalidMessages(f"messages[{i}] ({message['role']}) has no content",
+                                  hint='give it "content": a string, or a list of content parts')
+        if content is not None and not isinstance(content, (str, list)):
+            raise InvalidMessages(f"messages[{i}].content must be a string or a list of content parts, not "
+                                  f"{type(content).__name__}", hint='e.g. {"role": "user", "content": "hi"}')
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
