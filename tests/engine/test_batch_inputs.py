@@ -193,3 +193,13 @@ def test_status_counts_a_folder_input(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
         status = json.loads(proc.stdout)
         assert (status["total"], status["done"], status["pending"], status["complete"]) == (3, 3, 0, True), status
+
+
+def test_a_missing_file_is_one_line_that_names_the_fix(tmp_path: Path) -> None:
+    """"the input nothere.jsonl does not exist", "cannot read X: No such file or directory": what, not what to do."""
+    missing = str(tmp_path / "nothere.jsonl")
+    assert_one_line_error(run_cli(*redact("--input", missing, "--output", str(tmp_path / "o.jsonl"))),
+                          "does not exist", "check the --input path")
+    assert_one_line_error(run_cli("redact", "--no-model", "--file", missing), "cannot read", "check the path")
+    assert_one_line_error(run_cli("tune", "classify", "--data", missing, "--name", "x", "--no-engine"),
+                          "check the --data path")

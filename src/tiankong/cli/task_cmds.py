@@ -75,7 +75,8 @@ def _read_bytes(path: str, what: str | None = None) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read {what + ' ' if what else ''}{path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read {what + ' ' if what else ''}{path}: {exc.strerror}",
+                          hint="check the path") from None
 
 
 def read_json(path: str) -> Any:

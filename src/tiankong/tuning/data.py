@@ -74,7 +74,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     try:
         raw = file.read_bytes().decode("utf-8-sig")
     except OSError as exc:
-        raise ExamplesError(f"cannot read {file}: {exc.strerror}") from None
+        raise ExamplesError(f"cannot read {file}: {exc.strerror}", hint="check the --data path") from None
     except UnicodeDecodeError as exc:
         raise ExamplesError(f"{file} is not UTF-8 (byte {exc.start})", hint="convert it with iconv first") from None
     if file.suffix.lower() == ".csv":
