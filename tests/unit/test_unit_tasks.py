@@ -286,3 +286,12 @@ def test_every_registered_task_has_a_flow_test_here() -> None:
     here = {name for name in globals() if name.startswith("test_")}
     missing = [task for task in SPECS if not any(name.startswith(f"test_{task}_") for name in here)]
     assert not missing, f"tasks without a unit test of their flow in {__file__}: {missing}"
+
+
+def test_the_sentiment_aspect_instruction_follows_the_texts_language() -> None:
+    """It was English for Chinese text, where every other prompt follows the text's language."""
+    from tiankong.tasks.sentiment import aspect_instruction
+
+    zh = aspect_instruction("这家餐厅的服务很好，但是菜太贵了。", "价格")
+    assert "价格" in zh and not any(w in zh for w in ("Judge", "sentiment"))
+    assert aspect_instruction("Great service, but the food is overpriced.", "price").startswith("Judge")

@@ -14,11 +14,14 @@ from typing import Any
 from pydantic import Field
 
 from ..structured.flow import Flow
+from ..structured.prompts import language
 from .args import TEXT, TaskArgs
 from .classify import classify_flow
 from .cli_part import scores
 
 LABELS = ("positive", "negative", "neutral")
+ASPECT = {"en": "Judge the sentiment towards {aspect} only, not the text as a whole.",
+          "zh": "只判断文本对“{aspect}”的情感，不要判断整段文本的情感。"}
 DESCRIPTIONS = {"positive": "favourable: pleased, praising, recommending",
                 "negative": "unfavourable: unhappy, critical, complaining",
                 "neutral": "no opinion either way: factual, or evenly mixed"}
@@ -57,10 +60,15 @@ class Sentiment:
                    float(data["polarity"]), data.get("aspect"))
 
 
+def aspect_instruction(text: str, aspect: str) -> str:
+    """The aspect's instruction in the text's language, as every prompt (it was English for Chinese text)."""
+    return ASPECT[language(text)].format(aspect=aspect)
+
+
 def sentiment_flow(text: str, *, neutral: bool = True, aspect: str | None = None) -> Flow[Sentiment]:
     """The sentiment of ``text`` (towards ``aspect``, when given)."""
     labels = list(LABELS if neutral else LABELS[:2])
-    instructions = f"Judge the sentiment towards {aspect} only, not the text as a whole." if aspect else None
+    instructions = aspect_instruction(text, aspect) if aspect else None
     found = yield from classify_flow(text, labels, descriptions={k: DESCRIPTIONS[k] for k in labels},
                                      instructions=instructions)
     polarity = round(found.scores["positive"] - found.scores["negative"], 6)
