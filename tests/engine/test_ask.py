@@ -13,7 +13,7 @@ import pytest
 from conftest import TEST_MODEL, assert_one_line_error, run_cli, serve_app
 from tiankong import Answers, Client
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
-from tiankong.errors import ConfigError
+from tiankong.errors import ConfigError, InvalidSchema
 from tiankong.gateway import GatewayState
 
 TEXT = ("Hello support, this is Maria Gomez from Lyon. I was charged twice for my March subscription "
@@ -154,6 +154,8 @@ def test_question_errors_name_the_question_and_the_field(client: Client, questio
     with pytest.raises(ConfigError) as err:
         client.ask(TEXT, questions)
     assert fragment in str(err.value) and err.value.param == "questions"
+    if "schema" in questions[-1]:  # the schema's own error class (its HTTP type invalid_schema), named
+        assert isinstance(err.value, InvalidSchema), type(err.value)
 
 
 def test_a_questions_file_holding_one_object_is_one_clear_line(tmp_path: Path) -> None:

@@ -199,7 +199,7 @@ def test_a_missing_file_is_one_line_that_names_the_fix(tmp_path: Path) -> None:
     """"the input nothere.jsonl does not exist", "cannot read X: No such file or directory": what, not what to do."""
     missing = str(tmp_path / "nothere.jsonl")
     assert_one_line_error(run_cli(*redact("--input", missing, "--output", str(tmp_path / "o.jsonl"))),
-                          "does not exist", "check the --input path")
+                          "does not exist", "check the input")
     assert_one_line_error(run_cli("redact", "--no-model", "--file", missing), "cannot read", "check the path")
     assert_one_line_error(run_cli("tune", "classify", "--data", missing, "--name", "x", "--no-engine"),
                           "check the --data path")

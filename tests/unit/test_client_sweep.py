@@ -149,13 +149,20 @@ def test_a_bad_constructor_argument_is_a_config_error_before_any_engine_starts(k
                                               ([{"role": "user", "content": "a"}, 5], r"messages\[1\]"),
                                               # content missing or not text: refused here, not by the server
                                               ([{"role": "user"}], r"messages\[0\] \(user\) has no content"),
-                                              ([{"role": "user", "content": 5}], r"messages\[0\]\.content")])
+                                              ([{"role": "user", "content": 5}], r"messages\[0\]\.content"),
+                                              # a tool's result may be null or an object, an assistant turn empty
+                                              ([{"role": "user", "content": "a"}, {"role": "assistant"},
+                                                {"role": "function", "name": "w", "content": None},
+                                                {"role": "tool", "tool_call_id": "1", "content": {"t": 1}}], "ok")])
 def test_a_malformed_conversation_is_invalid_messages_naming_the_index(messages: Any, needle: str | None) -> None:
     from tiankong.client._shared import as_messages
     from tiankong.client.images import InvalidMessages
 
     if needle is None:
         assert as_messages(messages) == [{"role": "user", "content": "hi"}]
+        return
+    if needle == "ok":
+        assert as_messages(messages) == messages
         return
     with pytest.raises(InvalidMessages, match=needle):
         as_messages(messages)

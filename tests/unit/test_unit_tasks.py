@@ -295,3 +295,17 @@ def test_the_sentiment_aspect_instruction_follows_the_texts_language() -> None:
     zh = aspect_instruction("这家餐厅的服务很好，但是菜太贵了。", "价格")
     assert "价格" in zh and not any(w in zh for w in ("Judge", "sentiment"))
     assert aspect_instruction("Great service, but the food is overpriced.", "price").startswith("Judge")
+
+
+@pytest.mark.parametrize(("text", "lang"), [
+    ("支付服务在周五结账时超时", "zh"), ("The payment service timed out", "en"),
+    ("東京は日本の首都です。", "other"), ("Привет, как дела?", "other"), ("감사합니다", "other"),
+    ("12345 678", "other"),
+    ("Der Zahlungsdienst ist nicht erreichbar gewesen.", None),  # Latin letters, not English: the model's choice
+])
+def test_tag_reads_the_language_where_the_letters_settle_it(text: str, lang: str | None) -> None:
+    from tiankong.tasks.tag import default_tag_schema, text_language
+
+    assert text_language(text) == lang
+    field = default_tag_schema(8, text_language(text))["properties"]["language"]
+    assert field == ({"const": lang} if lang else {"enum": ["zh", "en", "other"]})

@@ -39,6 +39,9 @@ class Item:
         return id_key(self.id, self.line)
 
 
+CHECK_INPUT = "check the input's path (--input, or the job's input)"
+
+
 def id_key(value: Any, line: int | None) -> str:
     """The comparable form of an id (its JSON text); ``line:N`` for a line without a usable id."""
     if value is None:
@@ -49,7 +52,7 @@ def id_key(value: Any, line: int | None) -> str:
 def detect_format(input: str | Path, fmt: str = "auto") -> str:
     path = Path(input)
     if not path.exists():
-        raise ConfigError(f"the input {path} does not exist", hint="check the --input path")
+        raise ConfigError(f"the input {path} does not exist", hint=CHECK_INPUT)
     if fmt == "folder" and not path.is_dir():
         raise ConfigError(f"--format folder reads a directory, and {path} is a file",
                           hint="give the folder of text files, or the file's own format (jsonl, csv, openai)")
@@ -101,7 +104,7 @@ def _jsonl(path: Path, id_field: str) -> Iterator[Item]:
     try:
         handle = path.open("rb")
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}", hint="check the --input path") from None
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", hint=CHECK_INPUT) from None
     with handle:
         for number, raw in enumerate(handle, start=1):
             if not raw.strip():
@@ -123,7 +126,7 @@ def _csv(path: Path, id_field: str) -> Iterator[Item]:
     try:
         handle = path.open(encoding="utf-8-sig", errors="surrogateescape", newline="")
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}", hint="check the --input path") from None
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", hint=CHECK_INPUT) from None
     with handle:
         # strict: a quote left open would otherwise swallow every later line into one cell, without a word
         reader = csv.DictReader(handle, delimiter="\t" if path.suffix.lower() == ".tsv" else ",", strict=True)

@@ -117,10 +117,11 @@ def validate_messages(messages: Any, *, max_bytes: int = MAX_IMAGE_BYTES) -> Non
             raise InvalidMessages(f"messages[{i}].role {message['role'][:40]!r} is not a chat role",
                                   hint=f"use one of {', '.join(ROLES)}")
         content = message.get("content")
-        if content is None and message["role"] != "assistant":  # an assistant turn may hold tool_calls alone
-            raise InvalidMessages(f"messages[{i}] ({message['role']}) has no content",
-                                  hint='give it "content": a string, or a list of content parts')
-        if content is not None and not isinstance(content, (str, list)):
+        if content is None and message["role"] in ("system", "developer", "user"):  # an assistant turn may hold
+            raise InvalidMessages(f"messages[{i}] ({message['role']}) has no content",  # tool_calls alone, a tool
+                                  hint='give it "content": a string, or a list of content parts')  # result be null
+        tool = message["role"] in ("tool", "function", "ipython")  # a tool's result may be an object (read as JSON)
+        if content is not None and not isinstance(content, (str, list, dict) if tool else (str, list)):
             raise InvalidMessages(f"messages[{i}].content must be a string or a list of content parts, not "
                                   f"{type(content).__name__}", hint='e.g. {"role": "user", "content": "hi"}')
         if not isinstance(content, list):

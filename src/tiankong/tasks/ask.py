@@ -128,8 +128,10 @@ def check_questions(questions: list[Question], limit: int = MAX_QUESTIONS) -> li
                 raise _question_error(f"{where}: an extract question needs a JSON Schema object in 'schema'")
             try:  # before the engine reads the text for the questions before it, and naming the question
                 schema_constraint(q.schema)
-            except TiankongError as exc:
-                raise _question_error(f"{where}: {exc.message}", exc.hint) from None
+            except TiankongError as exc:  # its own class (invalid_schema, schema_not_supported), named
+                exc.message, exc.param = f"{where}: {exc.message}", "questions"
+                exc.args = (exc.message if not exc.hint else f"{exc.message} — {exc.hint}",)
+                raise
         elif q.schema is not None:
             raise _question_error(f"{where}: schema applies to an extract question only")
     return questions
@@ -152,7 +154,7 @@ def _indexed_messages(text: str, q: Question) -> tuple[list[dict[str, Any]], lis
     lang = language(text)
     numbers = [str(i) for i in range(1, len(q.labels or []) + 1)]
     options = "\n".join(f"{n}. {label}" for n, label in zip(numbers, q.labels or [], strict=True))
-    how = CHOOSE_INDEXED[lang].format(options=options)
+    how = " " + CHOOSE_INDEXED[lang].format(options=options)  # as HOW's lines, after the question
     return [{"role": "system", "content": SYSTEM[lang]},
             {"role": "user", "content": TEXT[lang].format(text=text, question=q.question, how=how)}], numbers
 

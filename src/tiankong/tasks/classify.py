@@ -72,8 +72,10 @@ def require_text(text: Any, what: str = "text") -> str:
 def check_labels(labels: Any) -> list[str]:
     names = [str(c) for c in labels] if isinstance(labels, (list, tuple)) else []
     if len(names) < 2 or len({n.strip() for n in names}) != len(names) or not all(n.strip() for n in names):
-        raise ConfigError("labels must be at least two distinct, non-empty strings (\"a\" and \" a \" are one "
-                          "label)", hint='e.g. ["spam", "ham"]', param="labels")
+        trimmed = len(set(names)) == len(names) and all(n.strip() for n in names)  # only spaces told them apart
+        raise ConfigError("labels must be at least two distinct, non-empty strings" +
+                          (" (labels equal once trimmed, as \"a\" and \" a \", are one label)" if trimmed else ""),
+                          hint='e.g. ["spam", "ham"]', param="labels")
     return names
 
 

@@ -250,25 +250,23 @@ def _check(text: str, style: str, types: list[str] | None) -> list[Entity]:
 
 #: words an English person span may begin with that address or name the person and are not part of the name:
 #: the model listed "Call Alice" as a person, and the verb went into [PERSON_1]
-LEAD_WORDS = frozenset(("call", "contact", "email", "e-mail", "mail", "ask", "tell", "text", "phone", "ring",
-                        "message", "ping", "cc", "attn", "dear", "hi", "hello", "hey", "thanks", "thank", "please",
-                        "meet", "to", "from", "with", "by", "and"))
+#: (not words that are also names: Ping, To Lam, Ring Lardner kept whole)
+LEAD_WORDS = frozenset(("call", "contact", "email", "e-mail", "ask", "tell", "phone", "cc", "attn", "dear", "hi",
+                        "hello", "hey", "thanks", "thank", "please", "meet"))
 _LEAD = re.compile(r"([A-Za-z-]+)(?:[,:]?\s+|[,:]?$)")
 
 
 def without_lead_words(text: str, entities: list[Entity]) -> list[Entity]:
-    """A person span in Latin letters loses the addressing words it starts with ("Call Alice" → "Alice"); one that
-    is nothing else is dropped."""
+    """A person span in ASCII letters loses the addressing words it starts with ("Call Alice" → "Alice"); one that
+    is nothing else is kept whole (fail safe: a word redacted too many, never a name left)."""
     out = []
     for e in entities:
         start = e.start
         while e.type == "PERSON" and e.text.isascii() and (lead := _LEAD.match(text, start, e.end)) \
                 and lead.group(1).casefold() in LEAD_WORDS:
             start = lead.end()
-        if start == e.start:
-            out.append(e)
-        elif text[start:e.end].strip():
-            out.append(dataclasses.replace(e, start=start, text=text[start:e.end]))
+        rest = text[start:e.end]
+        out.append(dataclasses.replace(e, start=start, text=rest) if start != e.start and rest.strip() else e)
     return out
 
 

@@ -107,15 +107,16 @@ class RouteStats:
 
 def check_routes(routes: Any) -> list[Route]:
     if not isinstance(routes, (list, tuple)) or len(routes) < 2:
-        raise ConfigError("routes must be a list of at least two {name, description, target} objects")
+        raise ConfigError("routes must be a list of at least two {name, description, target} objects",
+                          param="routes")
     try:
         parsed = [r if isinstance(r, Route) else Route.model_validate(r) for r in routes]
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid route: {problems}", hint="a route is {name, description, target} with "
-                          "target task:<name>, tool:<name> or upstream:<name>") from None
-    if len({r.name for r in parsed}) != len(parsed):
-        raise ConfigError("route names must be unique")
+                          "target task:<name>, tool:<name> or upstream:<name>", param="routes") from None
+    if len({r.name.strip() for r in parsed}) != len(parsed):  # "billing" and "billing " are one label
+        raise ConfigError("route names must be unique (once trimmed)", param="routes")
     return parsed
 
 

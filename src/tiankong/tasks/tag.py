@@ -25,10 +25,26 @@ def default_tag_schema(max_keywords: int = 8, lang: str | None = None) -> dict[s
     }, "required": ["keywords", "topic", "language"]}
 
 
-def text_language(text: str) -> str:
-    """zh, en or other, as the default schema's ``language`` says."""
-    lang = language(text)
-    return lang if lang == "zh" or english(text) else "other"
+def text_language(text: str) -> str | None:
+    """zh, en or other, as the default schema's ``language`` says, where the letters settle it: Han without kana is
+    zh (Japanese writes kanji too), Latin that ``english`` reads as English is en, kana, Hangul, Cyrillic or no
+    letters at all are other; None (the model chooses) for Latin letters ``english`` does not read as English
+    (French, or "The café in São Paulo")."""
+    counts = {"han": 0, "kana": 0, "latin": 0, "other": 0}
+    for char in text:
+        if "\u4e00" <= char <= "\u9fff" or "\u3400" <= char <= "\u4dbf":
+            counts["han"] += 1
+        elif "\u3040" <= char <= "\u30ff":
+            counts["kana"] += 1
+        elif char.isalpha():
+            counts["latin" if char.isascii() or "\u00c0" <= char <= "\u024f" else "other"] += 1
+    if not any(counts.values()):
+        return "other"
+    if counts["han"] and not counts["kana"] and counts["han"] >= max(counts["latin"], counts["other"]):
+        return "zh"
+    if counts["latin"] > counts["han"] + counts["kana"] + counts["other"]:
+        return "en" if english(text) else None  # Latin letters, not read as English: the model's choice
+    return "other"
 
 
 def tag_flow(text: str, *, schema: Any = None, max_keywords: int = 8,
