@@ -203,3 +203,20 @@ def test_a_missing_file_is_one_line_that_names_the_fix(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("redact", "--no-model", "--file", missing), "cannot read", "check the path")
     assert_one_line_error(run_cli("tune", "classify", "--data", missing, "--name", "x", "--no-engine"),
                           "check the --data path")
+
+
+def test_a_rerun_with_other_arguments_says_the_done_lines_keep_their_answers(tmp_path: Path) -> None:
+    """A decider job re-run with other labels printed "done 5/5 · 0 processed" and changed nothing, without a word."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "text": f"mail a{i}@b.cn"}) + "\n" for i in range(3)),
+                      encoding="utf-8")
+    out = tmp_path / "o.jsonl"
+    first = run_cli(*redact("--input", str(source), "--output", str(out)))
+    assert first.returncode == 0 and "note:" not in first.stderr, first.stderr
+    again = run_cli(*redact("--input", str(source), "--output", str(out), "--max-tokens", "128"))
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert report["skipped_done"] == 3 and len(report["notes"]) == 1 and "max_tokens" in report["notes"][0]
+    assert "note: max_tokens changed" in again.stderr and "another --output" in again.stderr
+    same = run_cli(*redact("--input", str(source), "--output", str(out), "--max-tokens", "128"))
+    assert "note:" not in same.stderr  # the job file now holds the new settings: nothing changed since

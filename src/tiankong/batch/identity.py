@@ -39,3 +39,12 @@ def input_head(path: str | Path, size: int = 1 << 16) -> str | None:
 #: engines, concurrency, ordering, and what fixes the failed records (the text field, template, arguments, budget:
 #: the documented "fix the job, then --retry-failed")
 JOB_IDENTITY = ("input", "format", "id_field", "kind", "task")
+
+
+#: what shapes an answer without making another job: a run that changes one of them answers only the lines not done
+ANSWER_KEYS = ("text_field", "args", "template", "system", "max_tokens", "model")
+
+
+def changed_settings(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The answer-shaping settings (``ANSWER_KEYS``) ``now`` gives otherwise than the stored job ``before``."""
+    return [key for key in ANSWER_KEYS if key in before and before.get(key) != now.get(key)]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..errors import ConfigError
 from .inputs import detect_format, prescan, read_items
@@ -54,6 +54,8 @@ class BatchReport(BaseModel):
     errors_file: str | None = None
     #: a Ray run: per node (actor) its CPUs, slots, items processed and failed, items/s
     nodes: list[dict[str, Any]] | None = None
+    #: what the run wants the user to know (answer-shaping settings changed since the done lines were written)
+    notes: list[str] = Field(default_factory=list)
     #: the run was asked for input order; ``reordered``: it rewrote OUT into it (False: already in order)
     keep_order: bool = False
     reordered: bool = False

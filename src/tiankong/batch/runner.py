@@ -20,6 +20,7 @@ by holding results back): the writing, and so the exactly-once rules, stay those
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..errors import ConfigError, EngineError, TiankongError, TransportError
 from ..paths import check_output
 from . import openai_fmt
 from .engines import BatchEngines, unreachable
-from .identity import stored_job
+from .identity import changed_settings, stored_job
 from .inputs import Item, Scan, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
 from .ray_exec import RayEngines
@@ -102,6 +103,7 @@ async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, scan: Scan, p
     paths.ordering.unlink(missing_ok=True)  # a copy a killed run was putting in order: OUT is still whole
     writer = OutputWriter(paths.output, job.fsync_every)
     failed_before = written_keys(paths.errors) - writer.written.keys()
+    changed = changed_settings(_read_job(paths.job), stored) if writer.written else []
     write_json(paths.job, stored)
     batch = _Batch(job, fmt, paths, writer, failed_before, progress)
     pool: BatchEngines | RayEngines
@@ -127,8 +129,20 @@ async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, scan: Scan, p
                           total=total, done=len(batch.done), failed=failed, repaired=repaired,
                           concurrency=concurrency, nodes=pool.describe() if isinstance(pool, RayEngines) else None,
                           keep_order=job.keep_order, reordered=reordered)
+    if changed and batch.stats.skipped_done:  # a re-run with new labels printed "done 5/5" and changed nothing
+        report.notes.append(f"{', '.join(changed)} changed since the done lines were written: those "
+                            f"{batch.stats.skipped_done} keep their answers; write to another --output to answer "
+                            "every line with the new settings")
     write_json(paths.report, report.model_dump(mode="json"))
     return report
+
+
+def _read_job(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def count_input(job: BatchJob) -> int:

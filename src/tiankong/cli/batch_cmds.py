@@ -78,6 +78,8 @@ def run_cmd(job_file: str | None, input_path: str | None, output: str | None, fm
         emit_json(report.model_dump(mode="json"))
     else:
         click.echo(report.summary())
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
     if report.failed:
         click.echo(f"error: {report.failed} item(s) failed, see {report.errors_file} "
                    "(fix the cause and re-run with --retry-failed)", err=True)
