@@ -112,7 +112,8 @@ def _jsonl(path: Path, id_field: str) -> Iterator[Item]:
             try:  # a byte-order mark (Windows tools write one) opens the file, not the record
                 data = jsonsafe.loads(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as exc:
-                yield Item(number, error=f"line {number}: not valid UTF-8 (byte {exc.start})")
+                yield Item(number, error=f"line {number}: not valid UTF-8 (byte {exc.start}; convert the file: "
+                                         "iconv -f GBK -t UTF-8, or the encoding it is in)")
                 continue
             except ValueError as exc:
                 yield Item(number, error=f"line {number}: not valid JSON ({exc})")
