@@ -220,3 +220,14 @@ def test_a_rerun_with_other_arguments_says_the_done_lines_keep_their_answers(tmp
     assert "note: max_tokens changed" in again.stderr and "another --output" in again.stderr
     same = run_cli(*redact("--input", str(source), "--output", str(out), "--max-tokens", "128"))
     assert "note:" not in same.stderr  # the job file now holds the new settings: nothing changed since
+
+
+def test_a_jsonl_line_that_is_not_utf8_fails_with_the_fix(tmp_path: Path) -> None:
+    """A CSV row said "convert the file: iconv …"; a JSONL line said only "not valid UTF-8"."""
+    source = tmp_path / "in.jsonl"
+    source.write_bytes(b'{"id": 1, "text": "ok"}\n' + '{"id": 2, "text": "退款"}\n'.encode("gbk"))
+    out = tmp_path / "o.jsonl"
+    proc = run_cli(*redact("--input", str(source), "--output", str(out)))
+    assert proc.returncode == 3, proc.stderr
+    (error,) = lines(tmp_path / "o.jsonl.errors.jsonl")
+    assert error["line"] == 2 and "iconv" in error["error"]["message"]
