@@ -404,3 +404,14 @@ def test_benchmark_set_is_deterministic_and_scored() -> None:
     assert table["ALL"]["f1"] == 1.0
     empty = bench.score(records, [{"id": r["id"], "entities": []} for r in records], ["EMAIL"])
     assert empty["EMAIL"]["recall"] == 0.0
+
+
+@pytest.mark.parametrize("text, phone", [
+    ("手机：138–0013–8000。", "138–0013–8000"), ("手机：138—0013—8000。", "138—0013—8000"),
+    ("手机：138\u00a00013\u00a08000。", "138\u00a00013\u00a08000"), ("电话：0755–26881234。", "0755–26881234"),
+    ("call +1 415\u2013555\u20132671 today", "+1 415\u2013555\u20132671"),
+])
+def test_phones_written_with_dashes_and_spaces_of_word_processors_are_found(text: str, phone: str) -> None:
+    """En and em dashes, no-break spaces between the digit groups: the number went out unredacted (and `route`
+    sent it upstream in the clear)."""
+    assert only(text, "PHONE") == [phone]

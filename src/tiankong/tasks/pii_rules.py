@@ -47,7 +47,11 @@ class Entity:
 
 
 Span = tuple[int, int, str, float] | tuple[int, int, str, float, bool]  # (…, validated)
-_FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20}
+# full-width ASCII, and the dashes and spaces word processors put between digit groups (en and em dash, the
+# non-breaking hyphen, the minus sign; no-break, thin and narrow no-break spaces): 138–0013–8000 went out unredacted
+_FULLWIDTH = {**{cp: cp - 0xFEE0 for cp in range(0xFF01, 0xFF5F)}, 0x3000: 0x20,
+              **dict.fromkeys((0x2010, 0x2011, 0x2012, 0x2013, 0x2014, 0x2212), 0x2D),
+              **dict.fromkeys((0x00A0, 0x2007, 0x2009, 0x202F), 0x20)}
 _L = r"(?<![0-9A-Za-z])"  # left boundary: no ASCII letter/digit before
 _R = r"(?![0-9A-Za-z])"  # right boundary: no ASCII letter/digit after
 
