@@ -415,3 +415,9 @@ def test_phones_written_with_dashes_and_spaces_of_word_processors_are_found(text
     """En and em dashes, no-break spaces between the digit groups: the number went out unredacted (and `route`
     sent it upstream in the clear)."""
     assert only(text, "PHONE") == [phone]
+
+
+def test_an_id_after_its_keyword_stays_an_id_when_it_happens_to_pass_luhn() -> None:
+    """310104198512123456 (a bad checksum) passes Luhn: typed BANK_CARD, `types=["ID_CARD"]` left it in the clear."""
+    assert [(e.type, e.validated) for e in detect_rules("身份证号是310104198512123456。")] == [("ID_CARD", False)]
+    assert only("卡号 6222020200112233445 ", "BANK_CARD") == ["6222020200112233445"]

@@ -347,7 +347,9 @@ def _near_misses(text: str) -> Iterator[Span]:
         for match in pattern.finditer(text):
             digits = re.sub(r"[ -]", "", match.group("value"))
             valid = id_card_valid(digits) if kind == "ID_CARD" else luhn_valid(digits)
-            yield match.start("value"), match.end("value"), kind, 1.0 if valid else 0.6, valid
+            # after 身份证 / ID card, the keyword says what the number is: a mistyped ID that happens to pass Luhn
+            # stays an ID (typed BANK_CARD, `types=["ID_CARD"]` left it in the clear)
+            yield match.start("value"), match.end("value"), kind, 1.0 if valid or kind == "ID_CARD" else 0.6, valid
 
 
 # --- entry point -------------------------------------------------------------------------------------------
