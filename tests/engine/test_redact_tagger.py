@@ -287,3 +287,12 @@ def test_a_chinese_place_veto_needs_lac_and_spares_a_surname_and_given_name(monk
     assert ("PERSON", "香港") not in confirmed(text, ["香港"])
     monkeypatch.setattr(pii_tagger, "_lac", lambda: None)
     assert ("PERSON", "香港") in confirmed(text, ["香港"])
+
+
+def test_lac_spans_leave_the_line_breaks_around_a_word() -> None:
+    """LAC's words keep the line breaks around them ('李晓梅\\n', '\\n\\n晓梅'): the redacted e-mail lost its lines
+    ("收件人：[PERSON_1]主题：报价单")."""
+    text = "收件人：李晓梅\n主题：报价单\n\n晓梅\n谢谢"
+    names = read(text).names
+    assert names and all(e.text == e.text.strip() == text[e.start:e.end] for e in names), names
+    assert all("\n" not in text[e.start:e.end] for e in read(text).names)

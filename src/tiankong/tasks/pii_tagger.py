@@ -129,17 +129,22 @@ def _read(text: str) -> Reading:
         reading.lac = True
         for start, piece in _pieces(text):
             at = start
-            for word, tag in lac.run(piece):
-                end = at + len(word)
+            for raw, tag in lac.run(piece):
+                after = at + len(raw)
+                # LAC's words keep the line breaks and spaces around them ('\n\n晓梅'): a span takes the word alone,
+                # or the redacted text lost its line breaks ("收件人：[PERSON_1]主题：…")
+                word = raw.strip()
+                begin = at + len(raw) - len(raw.lstrip())
+                end = begin + len(word)
                 if _CJK.search(word):
-                    reading.words.append((at, end))
+                    reading.words.append((begin, end))
                     if tag not in LAC_NAMES:
-                        reading.others.append((at, end, tag))
+                        reading.others.append((begin, end, tag))
                     elif tag == "PER" and len(word) >= 2:
-                        reading.names.append(Entity(at, end, "PERSON", word, source="tagger", score=TAGGER_SCORE))
+                        reading.names.append(Entity(begin, end, "PERSON", word, source="tagger", score=TAGGER_SCORE))
                     else:
-                        reading.proper.append((at, end))
-                at = end
+                        reading.proper.append((begin, end))
+                at = after
     nlp = _spacy() if _LATIN_WORD.search(text) else None
     if nlp is not None:
         starts, pieces = zip(*_pieces(text), strict=True)
