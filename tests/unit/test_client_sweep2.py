@@ -132,6 +132,9 @@ def test_a_summary_keeps_its_word_limit_and_ends_cleanly() -> None:
     assert fit_words("The council met today. It voted to fund buses by", 8, "en", cut=True) == \
         "The council met today."  # a sentence end in the second half: cut there
     assert fit_words("市议会周二开会。决定增加公交预", 10, "zh", cut=True) == "市议会周二开会。"
+    # Chinese: the "…" counts among the 2-per-word characters (`--words 5` gave 11 characters)
+    long_cut = fit_words("2022年10月18日市议会召开会议", 5, "zh", cut=True)
+    assert long_cut.endswith("…") and len(long_cut) <= 10, long_cut
 
 
 @pytest.mark.parametrize("text", ["电话：01062345678", "座机075586013388", "电话 86-10-62345678"])

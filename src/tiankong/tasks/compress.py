@@ -324,4 +324,7 @@ def fit_words(summary: str, words: int, lang: str, *, cut: bool) -> str:
     ends = [m.end() for m in _SENTENCE_DONE.finditer(summary)]
     if ends and ends[-1] >= len(summary) // 2:
         return summary[:ends[-1]]
-    return summary.rstrip(" ,;:，；：、") + "…"
+    body = summary.rstrip(" ,;:，；：、")
+    if lang == "zh":  # the "…" is a character of the limit (two per word): 10 characters came back as 11
+        body = body[:max(0, 2 * words - 1)].rstrip(" ,;:，；：、")
+    return body + "…"
