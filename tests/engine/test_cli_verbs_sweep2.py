@@ -40,3 +40,13 @@ def test_options_that_would_do_nothing_are_refused(tmp_path: Path) -> None:
     proc = run_cli("guard", "--no-decider", "--decider", "nonexistent", "hello there")
     assert proc.returncode == 2 and "--no-decider" in proc.stderr, proc.stderr
     assert_one_line_error(run_cli("redact", "--no-model", "--salt", "s1", "call 13800138000"), "salt", "hash")
+
+
+def test_labels_typed_with_a_chinese_input_methods_commas_are_split() -> None:
+    """`--labels 退款，物流查询，产品故障` (the full-width comma Chinese input methods type) was one label, refused as
+    "at least two distinct labels"."""
+    from tiankong.cli import parse_labels
+
+    assert parse_labels("退款，物流查询、产品故障, 账户问题") == ["退款", "物流查询", "产品故障", "账户问题"]
+    proc = run_cli("classify", "--labels", "退款，物流", "--url", "http://127.0.0.1:9", "退款两周了还没到账")
+    assert "two distinct" not in proc.stderr and "cannot reach" in proc.stderr, proc.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from typing import Any
 
@@ -79,8 +80,17 @@ def quiet_stdout() -> None:
 
 def parse_labels(joined: str | None, repeated: tuple[str, ...] = ()) -> list[str] | None:
     """Labels as ``classify`` takes them: ``--labels a,b`` and/or ``-l a -l b`` (None: none given)."""
-    names = [*repeated, *(x.strip() for x in (joined or "").split(",") if x.strip())]
+    names = [*repeated, *split_list(joined)]
     return names or None
+
+
+#: what separates a --labels list: the comma, and the full-width comma and 顿号 Chinese input methods type
+_SEPARATORS = re.compile(r"[,，、]")
+
+
+def split_list(joined: str | None) -> list[str]:
+    """``a,b`` (``退款，物流、故障`` too) as its stripped, non-empty items."""
+    return [x.strip() for x in _SEPARATORS.split(joined or "") if x.strip()]
 
 
 def emit_json(data: Any) -> None:

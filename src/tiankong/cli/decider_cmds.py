@@ -8,7 +8,7 @@ import click
 
 from ..deciders import list_deciders, load_decider, remove_decider
 from ..tuning import tune_classify
-from . import emit_json, emit_table
+from . import emit_json, emit_table, split_list
 
 
 @click.group()
@@ -63,7 +63,7 @@ def tune_classify_cmd(data: str, name: str, model: str | None, url: str | None, 
             raise click.UsageError(f"--no-engine with --methods {','.join(engine_methods)}, which need a chat engine: "
                                    f"leave out --no-engine, or name only {', '.join(ENGINE_FREE)}")
     report = tune_classify(data, name=name, model=chosen_model, url=None if no_engine else url,
-                           labels=[x.strip() for x in labels.split(",") if x.strip()] if labels else None,
+                           labels=split_list(labels) if labels else None,
                            methods=wanted,
                            folds=folds, descriptions=dict(d.split("=", 1) for d in describe) or None,
                            save=not dry_run, llama_server=llama_server,

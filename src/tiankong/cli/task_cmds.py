@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..models import DEFAULT_MODEL
 from ..tasks.cli_part import CliInput
 from ..tasks.specs import SPECS, TaskSpec
-from . import emit_json
+from . import emit_json, split_list
 from .run_cmds import API_KEY_OPTION
 from .spec_options import spec_option
 
@@ -148,7 +148,7 @@ def _read(item: CliInput, value: Any) -> Any:
     if item.kind == "lines":
         return [line for line in read_text(None, value).splitlines() if line.strip()] if value else None
     if item.kind == "joined":
-        return [x.strip() for x in (value or "").split(",") if x.strip()]
+        return split_list(value)
     if item.kind == "pairs":
         return dict(d.split("=", 1) for d in value if "=" in d)
     if item.kind == "repeat":

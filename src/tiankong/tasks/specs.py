@@ -171,8 +171,8 @@ CLASSIFY: TaskSpec[ClassifyArgs, Classification] = TaskSpec(
     answer_text=_field("label"), scorer="label", cli=CliPart(
         "Classify TEXT into one (or, with --multi-label, several) of the labels, with probabilities.", (
             TEXT_ARG,
-            CliInput("joined", "labels", ("--labels",), dest="label_list", help="Comma-separated labels, e.g. "
-                     "spam,ham."),
+            CliInput("joined", "labels", ("--labels",), dest="label_list", help="Comma-separated labels (the "
+                     "full-width ， and 、 separate too), e.g. spam,ham."),
             c.repeat("labels", "-l", "--label", dest="labels", help="A label (repeat; or use --labels a,b).",
                      convert=c.prepend),
             c.option("decider", "--decider", help="Answer with this tuned decider (`tiankong deciders list`)."),
