@@ -203,3 +203,10 @@ def test_the_band_counts_add_up_with_a_decider_and_a_joined_pair_is_not_sent(tmp
     # the joined pair (r0, r2) has no band evidence: it was not decided
     by_id = {a.id: a for a in result.records}
     assert all(e.decided_by is None for e in by_id["r2"].evidence if e.other == "r0")
+
+
+@pytest.mark.parametrize("raw", ["13800138000；13900139000", "13800138000;13900139000", "+1 (415) 555-2671 x99"])
+def test_a_second_number_or_an_extension_is_flagged_not_dropped(raw: str) -> None:
+    """phonenumbers reads ";" as RFC 3966 parameters (the second number vanished) and E.164 has no extension."""
+    assert R.norm_phone(raw, region="CN") is None
+    assert R.norm_phone("13800138000", region="CN").value == "+8613800138000"  # type: ignore[union-attr]

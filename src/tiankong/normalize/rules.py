@@ -192,12 +192,14 @@ def norm_phone(raw: str, *, region: str | None = None) -> Resolved | None:
 
     text = clean(raw)
     text = re.sub(r"^(tel|phone|ph|mobile|手机|电话)\s*[:：.]?\s*", "", text, flags=re.IGNORECASE)
+    if re.search(r"[;；]", text):  # phonenumbers reads ";" as RFC 3966 parameters: a second number was dropped
+        return None
     try:
         number = phonenumbers.parse(text, region)
     except phonenumbers.NumberParseException:
         return None
-    if not phonenumbers.is_valid_number(number):
-        return None
+    if not phonenumbers.is_valid_number(number) or number.extension:
+        return None  # an extension (x99) has no place in E.164: left and flagged, not dropped
     return Resolved(phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164), "phone:phonenumbers")
 
 
