@@ -172,3 +172,23 @@ def test_engine_settings_beside_tiankong_url_are_a_callers_defaults(cls: Any, mo
     cls(model="m", slots=1, ctx=4096, transport=httpx.MockTransport(no_engine))
     with pytest.raises(ConfigError, match="adapters"):
         cls(model="m", adapters=["formal"])  # an adapter cannot be loaded into that server: still said
+
+
+def test_an_upstreams_error_keeps_its_type_code_param_and_retry_after() -> None:
+    """A remote pool model's 429 came back without Retry-After, typed invalid_request_error; its 400 lost the code
+    and the field (`unsupported_field`, `param: n`): a client could not back off or tell what was wrong."""
+    import httpx
+
+    from tiankong.gateway.responses import upstream_error
+
+    busy = json.dumps({"error": {"message": "queue full", "type": "rate_limit_exceeded", "code": "queue_full"}})
+    answer = upstream_error(429, busy.encode(), httpx.Headers({"Retry-After": "2"}))
+    body = json.loads(answer.body)["error"]
+    assert answer.status_code == 429 and answer.headers["retry-after"] == "2"
+    assert (body["type"], body["code"]) == ("rate_limit_exceeded", "queue_full")
+    field = json.dumps({"error": {"message": "n: one choice", "type": "invalid_request_error",
+                                  "code": "unsupported_field", "param": "n"}})
+    body = json.loads(upstream_error(400, field.encode()).body)["error"]
+    assert (body["code"], body["param"]) == ("unsupported_field", "n")
+    own = json.dumps({"error": {"code": 400, "message": "bad", "type": "invalid_request_error"}})  # llama-server's
+    assert json.loads(upstream_error(400, own.encode()).body)["error"]["code"] == "invalid_request_error"

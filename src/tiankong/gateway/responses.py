@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from starlette.responses import JSONResponse
 
@@ -49,16 +51,18 @@ def rpm_exceeded(retry_after_s: int, rpm: int) -> JSONResponse:
                           "rate_limit_exceeded", "rpm_exceeded", headers={"Retry-After": str(retry_after_s)})
 
 
-def upstream_error(status: int, content: bytes) -> JSONResponse:
-    """llama-server's own error answer, re-shaped (its 4xx stay 4xx, 501 becomes 400 ``not_supported``, its
-    other 5xx become engine errors)."""
-    kind = None
+def upstream_error(status: int, content: bytes, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    """An engine's or a remote upstream's error answer, re-shaped (its 4xx stay 4xx with their OpenAI type, code
+    and param — a tiankong or OpenAI upstream's ``queue_full``, ``unsupported_field``/``n`` —, a 429 keeps its
+    ``Retry-After``; 501 becomes 400 ``not_supported``, other 5xx become engine errors)."""
+    err: dict[str, Any] = {}
     try:
-        err = json.loads(content).get("error", {})
-        message = err.get("message") if isinstance(err, dict) else str(err)
-        kind = err.get("type") if isinstance(err, dict) else None
+        found = json.loads(content).get("error", {})
+        err = found if isinstance(found, dict) else {"message": str(found)}
+        message = err.get("message")
     except (ValueError, AttributeError):
         message = content.decode("utf-8", "replace")[:300]
+    kind = err.get("type")
     if kind == "exceed_context_size_error":  # OpenAI's code, which clients check to shorten and retry
         return error_response(400, message or "the request does not fit the context", "invalid_request_error",
                               "context_length_exceeded")
@@ -71,7 +75,14 @@ def upstream_error(status: int, content: bytes) -> JSONResponse:
         log.warning("engine answered HTTP %d: %s", status, (message or "")[:300])
         return error_response(status, f"the engine could not answer this request (HTTP {status}); the gateway's "
                               "log has its message", "engine_error")
-    return error_response(status, message or f"engine answered HTTP {status}", "invalid_request_error")
+    type_ = kind if isinstance(kind, str) and kind else ("rate_limit_exceeded" if status == 429
+                                                          else "invalid_request_error")
+    code, param = err.get("code"), err.get("param")
+    retry = (headers or {}).get("retry-after") if status == 429 else None
+    return error_response(status, message or f"engine answered HTTP {status}", type_,
+                          code if isinstance(code, str) and code else type_,
+                          headers={"Retry-After": retry} if retry else None,
+                          param=param if isinstance(param, str) else None)
 
 
 def tiankong_error_response(exc: TiankongError) -> JSONResponse:

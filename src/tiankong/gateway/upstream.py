@@ -126,7 +126,7 @@ class Upstream:
         if isinstance(upstream, Response):
             return upstream
         if upstream.status_code >= 400:
-            return upstream_error(upstream.status_code, upstream.content)
+            return upstream_error(upstream.status_code, upstream.content, upstream.headers)
         with contextlib.suppress(ValueError):
             call.note_answer(json.loads(upstream.content))
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
@@ -145,7 +145,7 @@ class Upstream:
                 return error_response(504, "the engine did not answer in time", "timeout_error", "engine_timeout")
             try:
                 if upstream.status_code >= 400:
-                    return upstream_error(upstream.status_code, await upstream.aread())
+                    return upstream_error(upstream.status_code, await upstream.aread(), upstream.headers)
                 assembler = StreamAssembler(chat=path.endswith("/chat/completions"))
                 async for chunk in upstream.aiter_raw():
                     assembler.feed(chunk)
@@ -170,7 +170,7 @@ class Upstream:
         inspector = SSEInspector(call.first_token)
         try:
             if upstream.status_code >= 400:
-                yield upstream_error(upstream.status_code, await upstream.aread())
+                yield upstream_error(upstream.status_code, await upstream.aread(), upstream.headers)
                 return
             async for chunk in upstream.aiter_raw():
                 inspector.feed(chunk)
