@@ -459,3 +459,20 @@ def test_a_chat_longer_than_the_context_is_openais_context_length_exceeded(gatew
     long_chat = {"messages": [{"role": "user", "content": "word " * 6000}], "max_tokens": 2}
     error = error_of(post(gateway, CHAT, long_chat, timeout=120))
     assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error", error
+
+
+def test_a_down_remote_upstream_is_503_engine_unavailable_on_task_routes_too() -> None:
+    """The chat route said 503 engine_unavailable with Retry-After; a task route said 502 upstream_error, no
+    Retry-After, with the library's advice ("pass model= to manage an engine") sent to an HTTP client."""
+    from starlette.testclient import TestClient
+
+    from tiankong.gateway import create_app
+
+    state = GatewayState(upstream_url="http://127.0.0.1:9", model_name="m", engine_retry_wait_s=0)
+    with TestClient(create_app(state), base_url="http://127.0.0.1") as http:
+        for path, body in (("/v1/tasks/classify", {"text": "refund please", "labels": ["billing", "bug"]}),
+                           (CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})):
+            answer = http.post(path, json=body)
+            assert answer.status_code == 503 and answer.headers.get("retry-after"), (path, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == "engine_unavailable" and "model=" not in error["message"], (path, error)

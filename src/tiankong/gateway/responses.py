@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from ..errors import ServerError, TiankongError
+from ..errors import ServerError, TiankongError, TransportError
 
 log = logging.getLogger("tiankong.gateway")
 
@@ -92,4 +92,8 @@ def tiankong_error_response(exc: TiankongError) -> JSONResponse:
 def error_for(exc: TiankongError) -> JSONResponse:
     if isinstance(exc, ServerError) and 400 <= exc.status < 500:
         return error_response(400, exc.one_line(), "invalid_request_error", "upstream_rejected")
+    if type(exc) is TransportError:  # connect_error's: not a server's answer, nor an error event of a stream
+        # no connection, no answer in time: a down remote upstream is what a down engine is on the OpenAI routes
+        # (503 engine_unavailable, Retry-After), not a 502 carrying the library's advice ("pass model= …")
+        return engine_unavailable(exc.message)
     return tiankong_error_response(exc)
