@@ -235,6 +235,21 @@ def test_a_failing_quality_model_leaves_the_draft_final_with_a_warning(
         assert answer.json()["tiankong"]["final"] == "draft" and content(answer)  # never an empty answer
 
 
+def test_a_draft_that_cannot_be_routed_is_replaced_all_the_same(engines: tuple[EngineProcess, EngineProcess],
+                                                                engine_binary: EngineBinary,
+                                                                smol_path: Path) -> None:
+    """A draft model whose engine could not take the request (stopped, the pool full) failed the whole opt-in with
+    its 503, where cascade.md says a failed draft is replaced all the same (draft_tokens 0, a warning)."""
+    _, quality = engines
+    stopped = engine(engine_binary, smol_path, "draft")  # never started
+    with serve_app(cascade_state(stopped, Replica("quality#0", quality))) as url:
+        answer = chat(url, {**CHAT, "tiankong": {"draft": True}})
+        assert content(answer) and "draft model failed" in answer.json()["tiankong"]["warning"]
+        events = sse_events(url, {**CHAT, "tiankong": {"draft": True}})
+        assert events[-1][1] == "[DONE]" and streamed_text(events)
+        assert any("draft model failed" in data for _, data in events), events
+
+
 def slots_busy(engine: EngineProcess) -> int:
     slots = httpx.get(f"{engine.url}/slots", timeout=30).json()
     return sum(1 for slot in slots if slot.get("is_processing"))

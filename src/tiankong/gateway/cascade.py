@@ -35,43 +35,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..config import CascadeSettings
-from ..engine.pool import EnginePool
-from ..errors import ConfigError, TiankongError
+from .cascade_request import check_cascade, draft_option, draft_refused, shape_chat
 from .metrics import LATENCY_BUCKETS, RequestRecord
 from .pipeline import CLIENT_GONE, Pipeline, until_disconnect
 from .responses import deadline_exceeded, error_response
 from .router import ModelRouter
 from .streaming import DeferredSSE, Item, _has_content
 
+__all__ = ["CascadeMetrics", "check_cascade", "draft_option", "draft_refused", "draft_then_replace", "shape_chat"]
+
 CHAT = "/v1/chat/completions"
 DONE = b"data: [DONE]"
-
-
-def draft_option(body: dict[str, Any]) -> bool | JSONResponse:
-    """Pop the request's ``tiankong`` object; whether it asks for a draft, or the 400 for a malformed one."""
-    if "tiankong" not in body:
-        return False
-    option = body.pop("tiankong")
-    if not isinstance(option, dict) or set(option) - {"draft"} or not isinstance(option.get("draft", False), bool):
-        return error_response(400, 'tiankong must be an object {"draft": true|false}', "invalid_request_error",
-                              "invalid_value", param="tiankong")
-    return bool(option.get("draft", False))
-
-
-def draft_refused(body: dict[str, Any], configured: bool) -> JSONResponse | None:
-    """The 400 for a draft the gateway cannot give: none configured, several choices, tools or a schema."""
-    def refuse(message: str, param: str) -> JSONResponse:
-        return error_response(400, message, "invalid_request_error", "unsupported_field", param=param)
-
-    if not configured:
-        return refuse("tiankong.draft: this gateway has no draft model; set [cascade] draft_model and quality_model "
-                      "in its config, or leave tiankong.draft out", "tiankong")
-    if body.get("n") not in (None, 1):
-        return refuse("tiankong.draft gives one draft and one answer: leave n out (or 1)", "n")
-    for name in ("tools", "response_format", "json_schema", "grammar", "lora"):
-        if body.get(name) not in (None, {"type": "text"}):
-            return refuse(f"tiankong.draft is for plain chat: leave {name} out", name)
-    return None
 
 
 class CascadeMetrics:
@@ -150,9 +124,11 @@ class DraftThenReplace:
     """One opted-in chat request: the draft's part and the quality model's part (see the module docstring)."""
 
     def __init__(self, draft: Part, quality: Part, metrics: CascadeMetrics, call: RequestRecord,
-                 after_draft: bool = False) -> None:
+                 after_draft: bool = False, draft_failure: Response | None = None) -> None:
         self.draft, self.quality, self.metrics, self.call = draft, quality, metrics, call
         self.after_draft = after_draft  # [cascade] quality_starts = "draft_end"
+        #: the draft could not even be routed (its engine not loadable, the pool full): replaced all the same
+        self.draft_failure = draft_failure
         self.started = time.perf_counter()
 
     # --- streamed ----------------------------------------------------------------------------------------
@@ -175,7 +151,10 @@ class DraftThenReplace:
         draft, quality = self.draft, self.quality
         held: list[bytes] = []  # quality events before its first token
         replaced = draft_done = quality_done = False
-        start(draft, "draft")
+        if self.draft_failure is not None:
+            queue.put_nowait((draft, self.draft_failure))
+        else:
+            start(draft, "draft")
         try:
             while not (quality_done and (replaced or draft_done)):
                 part, event = await queue.get()
@@ -270,20 +249,12 @@ class DraftThenReplace:
     async def answer(self) -> Response:
         """Both answers: the draft's first; the quality request sent once the draft holds its engine slot."""
         draft, quality = self.draft, self.quality
-        admitted = asyncio.Event()
-        draft_task = asyncio.ensure_future(draft.pipe.slotted(draft.call, lambda: draft.pipe.upstream.forward(
-            draft.call, CHAT, draft.body), admitted.set))
-        waiter = asyncio.ensure_future(admitted.wait())
-        try:
-            await asyncio.wait({draft_task} if self.after_draft else {draft_task, waiter},
-                               return_when=asyncio.FIRST_COMPLETED)
+        if self.draft_failure is not None:
             quality_answer = await quality.pipe.slotted(quality.call, lambda: quality.pipe.upstream.forward(
                 quality.call, CHAT, quality.body))
-            draft_answer = await draft_task
-        finally:
-            waiter.cancel()
-            draft_task.cancel()
-            await asyncio.gather(draft_task, waiter, return_exceptions=True)
+            draft_answer: Response = self.draft_failure
+        else:
+            quality_answer, draft_answer = await self._both()
         draft_data = _json(draft_answer)
         quality_data = _json(quality_answer)
         if quality_data is None:
@@ -306,6 +277,25 @@ class DraftThenReplace:
         self.call.usage = quality.call.usage
         quality_data["tiankong"] = extension
         return JSONResponse(quality_data)
+
+    async def _both(self) -> tuple[Response, Response]:
+        """The quality answer and the draft's, the quality request sent once the draft holds its engine slot."""
+        draft, quality = self.draft, self.quality
+        admitted = asyncio.Event()
+        draft_task = asyncio.ensure_future(draft.pipe.slotted(draft.call, lambda: draft.pipe.upstream.forward(
+            draft.call, CHAT, draft.body), admitted.set))
+        waiter = asyncio.ensure_future(admitted.wait())
+        try:
+            await asyncio.wait({draft_task} if self.after_draft else {draft_task, waiter},
+                               return_when=asyncio.FIRST_COMPLETED)
+            quality_answer = await quality.pipe.slotted(quality.call, lambda: quality.pipe.upstream.forward(
+                quality.call, CHAT, quality.body))
+            draft_answer = await draft_task
+        finally:
+            waiter.cancel()
+            draft_task.cancel()
+            await asyncio.gather(draft_task, waiter, return_exceptions=True)
+        return quality_answer, draft_answer
 
 
 def _json(response: Response) -> dict[str, Any] | None:
@@ -345,42 +335,6 @@ async def run_answered(request: Request, job: DraftThenReplace, pipe: Pipeline) 
 # --- the gateway's side ----------------------------------------------------------------------------------------
 
 
-def shape_chat(body: dict[str, Any], call: RequestRecord, cascade: CascadeSettings | None,
-               pool: EnginePool) -> JSONResponse | None:
-    """A chat body before routing: its ``tiankong`` option popped and checked (``call.draft``), and with a
-    cascade configured, no model → the quality model. The 400 for a draft that cannot be given."""
-    wants = draft_option(body)
-    if isinstance(wants, JSONResponse):
-        return wants
-    if wants and (refused := draft_refused(body, cascade is not None)) is not None:
-        return refused
-    if cascade is None:
-        return None
-    model = body.get("model")
-    if not model:
-        body["model"] = model = cascade.quality_model
-    if wants:
-        with contextlib.suppress(TiankongError):  # an unknown model: the router's 404
-            if pool.resolve(str(model)) is not pool.resolve(cascade.quality_model):
-                return error_response(400, f"tiankong.draft answers with the quality model "
-                                      f"{cascade.quality_model!r} ([cascade]); leave model out or name it",
-                                      "invalid_request_error", "invalid_value", param="model")
-        call.draft = True
-    return None
-
-
-def check_cascade(cascade: CascadeSettings | None, pool: EnginePool) -> None:
-    """Both cascade models are served by the pool (a ConfigError at start-up otherwise)."""
-    if cascade is None:
-        return
-    for what, name in (("draft_model", cascade.draft_model), ("quality_model", cascade.quality_model)):
-        try:
-            pool.resolve(name)
-        except TiankongError:
-            raise ConfigError(f"[cascade] {what} = {name!r} is not a model of the pool; models: "
-                              f"{', '.join(pool.names())}", hint="name a [[pool.models]] entry") from None
-
-
 async def draft_then_replace(request: Request, router: ModelRouter, pipe_for: Callable[[RequestRecord], Pipeline],
                              metrics: CascadeMetrics, cascade: CascadeSettings,
                              prepared: tuple[RequestRecord, Pipeline, dict[str, Any]]) -> Response:
@@ -389,11 +343,11 @@ async def draft_then_replace(request: Request, router: ModelRouter, pipe_for: Ca
     draft_call = RequestRecord(CHAT, key=call.key)
     draft_body = {**body, "model": cascade.draft_model}
     routed = await router.route(draft_body, draft_call)
-    if isinstance(routed, Response):
-        return pipe.done(call, routed)
+    failed = routed if isinstance(routed, Response) else None  # the quality answer all the same, with a warning
     quality_call = RequestRecord(CHAT, model=call.model, engine=call.engine, key=call.key, group=call.group)
-    job = DraftThenReplace(Part(pipe_for(draft_call), draft_call, draft_body), Part(pipe, quality_call, body),
-                           metrics, call, after_draft=cascade.quality_starts == "draft_end")
+    job = DraftThenReplace(Part(pipe if failed else pipe_for(draft_call), draft_call, draft_body),
+                           Part(pipe, quality_call, body), metrics, call,
+                           after_draft=cascade.quality_starts == "draft_end", draft_failure=failed)
     if body.get("stream"):
         return run_streamed(job, pipe)
     return await run_answered(request, job, pipe)
