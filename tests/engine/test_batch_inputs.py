@@ -231,3 +231,5 @@ def test_a_jsonl_line_that_is_not_utf8_fails_with_the_fix(tmp_path: Path) -> Non
     assert proc.returncode == 3, proc.stderr
     (error,) = lines(tmp_path / "o.jsonl.errors.jsonl")
     assert error["line"] == 2 and "iconv" in error["error"]["message"]
+    # and on the console: every row of a GBK file failed with "see the errors file" alone
+    assert "the first: line 2" in proc.stderr and "iconv" in proc.stderr, proc.stderr

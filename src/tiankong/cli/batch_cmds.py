@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -81,9 +82,21 @@ def run_cmd(job_file: str | None, input_path: str | None, output: str | None, fm
     for note in report.notes:
         click.echo(f"note: {note}", err=True)
     if report.failed:
+        first = _first_error(report.errors_file)  # a GBK file failed every row, the iconv hint only in the file
         click.echo(f"error: {report.failed} item(s) failed, see {report.errors_file} "
-                   "(fix the cause and re-run with --retry-failed)", err=True)
+                   f"(fix the cause and re-run with --retry-failed){first}", err=True)
         sys.exit(EXIT_ITEMS_FAILED)
+
+
+def _first_error(path: str | None) -> str:
+    """"; the first: <its message>" from the error file, or "" when it cannot be read."""
+    try:
+        with open(path or "", encoding="utf-8") as handle:
+            error = json.loads(handle.readline()).get("error")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    message = error.get("message") if isinstance(error, dict) else error
+    return f"; the first: {' '.join(str(message).split())[:200]}" if message else ""
 
 
 @batch.command("status")
