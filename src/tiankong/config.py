@@ -5,6 +5,7 @@ Durations are float seconds named ``*_s``. Errors name the key path and what is 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tomllib
@@ -156,6 +157,19 @@ class ServerSettings(_Strict):
         for index, key in enumerate(keys):
             check_api_key(key, f"api_keys[{index}]")
         return keys
+
+    @model_validator(mode="after")
+    def _one_entry_per_key(self) -> ServerSettings:
+        """A key listed twice (plain or hashed, in api_keys or keys): the last entry's name and rpm applied, and
+        nothing said which."""
+        seen: dict[str, str] = {}
+        for where, key in [*((f"api_keys[{i}]", k) for i, k in enumerate(self.api_keys)),
+                           *((f"keys[{i}] ({k.name})", k.key) for i, k in enumerate(self.keys))]:
+            digest = key if key.startswith("sha256:") else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+            if digest.lower() in seen:
+                raise ValueError(f"{where} is the same key as {seen[digest.lower()]}: list each key once")
+            seen[digest.lower()] = where
+        return self
 
 
 MIN_KEY_CHARS = 8

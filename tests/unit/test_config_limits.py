@@ -4,6 +4,7 @@ llama-server. Each is refused at load, naming its key."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,16 @@ def test_a_key_read_once_a_command_line_flag_is_on_loads(tmp_path: Path) -> None
         check_keys_read(config, path)
     config.engine.embeddings = True  # what serve --embeddings sets
     check_keys_read(config, path)
+
+
+@pytest.mark.parametrize("toml, fragment", [
+    ('[server]\napi_keys = ["alpha-key-1", "alpha-key-1"]\n', "api_keys[1] is the same key as api_keys[0]"),
+    ('[server]\napi_keys = ["alpha-key-1"]\n[[server.keys]]\nkey = "alpha-key-1"\nname = "a"\n',
+     "keys[0] (a) is the same key as api_keys[0]"),
+])
+def test_a_key_listed_twice_is_refused(tmp_path: Path, toml: str, fragment: str) -> None:
+    """The last entry's name and rpm applied, and nothing said which."""
+    path = tmp_path / "config.toml"
+    path.write_text(toml, encoding="utf-8")
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        load_config(path)

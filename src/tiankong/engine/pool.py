@@ -174,7 +174,9 @@ class EnginePool:
                  fallback: PoolEntry | None = None) -> None:
         names = [n for e in entries for n in e.names()]
         if len(names) != len(set(names)):
-            raise ConfigError("model names and aliases in the pool must be unique", hint="rename the duplicates")
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ConfigError(f"model names and aliases in the pool must be unique: {', '.join(twice)} more than once",
+                              hint="rename the duplicates")
         if not entries:
             raise ConfigError("the engine pool needs at least one model")
         self.entries = entries
