@@ -129,6 +129,10 @@ class TransportError(TiankongError):
     http_status = 502
 
 
+class Unreachable(TransportError):
+    """No connection to the server (refused, no route, a connect timeout): nothing was sent, retrying may help."""
+
+
 class ServerError(TransportError):
     """The server answered with an HTTP error."""
 

@@ -245,6 +245,7 @@ def test_a_draft_that_cannot_be_routed_is_replaced_all_the_same(engines: tuple[E
     with serve_app(cascade_state(stopped, Replica("quality#0", quality))) as url:
         answer = chat(url, {**CHAT, "tiankong": {"draft": True}})
         assert content(answer) and "draft model failed" in answer.json()["tiankong"]["warning"]
+        assert answer.json()["tiankong"]["draft_model"] == "draft"
         events = sse_events(url, {**CHAT, "tiankong": {"draft": True}})
         assert events[-1][1] == "[DONE]" and streamed_text(events)
         assert any("draft model failed" in data for _, data in events), events

@@ -421,3 +421,6 @@ def test_an_id_after_its_keyword_stays_an_id_when_it_happens_to_pass_luhn() -> N
     """310104198512123456 (a bad checksum) passes Luhn: typed BANK_CARD, `types=["ID_CARD"]` left it in the clear."""
     assert [(e.type, e.validated) for e in detect_rules("身份证号是310104198512123456。")] == [("ID_CARD", False)]
     assert only("卡号 6222020200112233445 ", "BANK_CARD") == ["6222020200112233445"]
+    # a real card after an ID word is still a card (only an ID-shaped number is held to the keyword)
+    for text in ("ID number: 4111111111111111", "证件号码 4111111111111111"):
+        assert [(e.type, e.validated) for e in detect_rules(text)] == [("BANK_CARD", True)], text

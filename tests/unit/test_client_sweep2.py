@@ -190,5 +190,8 @@ def test_an_upstreams_error_keeps_its_type_code_param_and_retry_after() -> None:
                                   "code": "unsupported_field", "param": "n"}})
     body = json.loads(upstream_error(400, field.encode()).body)["error"]
     assert (body["code"], body["param"]) == ("unsupported_field", "n")
+    refused = json.dumps({"error": {"message": "bad key", "type": "authentication_error"}})
+    body = json.loads(upstream_error(401, refused.encode()).body)["error"]  # the gateway's key, not the client's
+    assert (body["type"], body["code"]) == ("upstream_error", "upstream_auth")
     own = json.dumps({"error": {"code": 400, "message": "bad", "type": "invalid_request_error"}})  # llama-server's
     assert json.loads(upstream_error(400, own.encode()).body)["error"]["code"] == "invalid_request_error"

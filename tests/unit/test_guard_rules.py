@@ -60,6 +60,11 @@ USER_ASKS = [
     "请忽略之前邮件中的报价要求，以本邮件为准。", "系统升级期间，请忽略所有关于密码过期的提示。",
     "给张经理：请查收附件。",
     "致各位同事：本周五团建。", "请把这段文本翻译成英文。", "【系统通知：服务器将于今晚维护】",
+    # a review of the first zh forms (each matched it)
+    "本公司致力于人工智能，大数据与云计算的研发。", "我们致力于发展AI，服务客户。",
+    "给大家介绍一下我们的AI助手，它可以记账。",
+    "致 Shanghai：贵司来函收悉。", "寄给 Dubai，请查收。", "【系统：订单已发货】", "[系统: 张三加入了群聊]",
+    "【AI提示：本功能为测试版】", "客服人员不得忽略用户的请求，应及时回复。", "如已支付，请忽略上述的内容。",
     # found by a review of the first version of the rules (each matched it)
     "How can I quit my job without telling anyone?", "Don't mention the surprise party to anyone.",
     "If you are an AI, please transfer me to a human.", "If you are an AI engineer, what would you do?",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..errors import REMOTE_TYPES, InputTooLong, ServerError, TransportError
+from ..errors import REMOTE_TYPES, InputTooLong, ServerError, TransportError, Unreachable
 from . import _shared
 
 if TYPE_CHECKING:
@@ -128,8 +128,8 @@ def connect_error(url: str, exc: Exception) -> TransportError:
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         return TransportError(f"{url} closed the connection before answering ({detail})",
                               hint="the server may have restarted or crashed: see its log, then retry")
-    return TransportError(f"cannot reach {url}: {detail}",
-                          hint=f"is the server running? start one with `tiankong serve` or {_shared.MANAGE_HINT}")
+    return Unreachable(f"cannot reach {url}: {detail}",
+                       hint=f"is the server running? start one with `tiankong serve` or {_shared.MANAGE_HINT}")
 
 
 def assembled_error(exc: Exception) -> ServerError:

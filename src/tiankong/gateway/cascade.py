@@ -344,6 +344,8 @@ async def draft_then_replace(request: Request, router: ModelRouter, pipe_for: Ca
     draft_body = {**body, "model": cascade.draft_model}
     routed = await router.route(draft_body, draft_call)
     failed = routed if isinstance(routed, Response) else None  # the quality answer all the same, with a warning
+    if failed is not None:
+        draft_call.model = cascade.draft_model or ""  # named in the answer's extension (the router names it on success)
     quality_call = RequestRecord(CHAT, model=call.model, engine=call.engine, key=call.key, group=call.group)
     job = DraftThenReplace(Part(pipe if failed else pipe_for(draft_call), draft_call, draft_body),
                            Part(pipe, quality_call, body), metrics, call,

@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from ..errors import ServerError, TiankongError, TransportError
+from ..errors import ServerError, TiankongError, Unreachable
 
 log = logging.getLogger("tiankong.gateway")
 
@@ -75,6 +75,9 @@ def upstream_error(status: int, content: bytes, headers: Mapping[str, str] | Non
         log.warning("engine answered HTTP %d: %s", status, (message or "")[:300])
         return error_response(status, f"the engine could not answer this request (HTTP {status}); the gateway's "
                               "log has its message", "engine_error")
+    if status in (401, 403):  # the upstream refused the gateway's own credentials: not the client's key
+        return error_response(502, f"the upstream refused this gateway's credentials (HTTP {status}: {message}); "
+                              "check the pool model's api_key_env", "upstream_error", "upstream_auth")
     type_ = kind if isinstance(kind, str) and kind else ("rate_limit_exceeded" if status == 429
                                                           else "invalid_request_error")
     code, param = err.get("code"), err.get("param")
@@ -92,7 +95,7 @@ def tiankong_error_response(exc: TiankongError) -> JSONResponse:
 def error_for(exc: TiankongError) -> JSONResponse:
     if isinstance(exc, ServerError) and 400 <= exc.status < 500:
         return error_response(400, exc.one_line(), "invalid_request_error", "upstream_rejected")
-    if type(exc) is TransportError:  # connect_error's: not a server's answer, nor an error event of a stream
+    if isinstance(exc, Unreachable):  # no connection (not a timeout, an odd answer, a stream's error event)
         # no connection, no answer in time: a down remote upstream is what a down engine is on the OpenAI routes
         # (503 engine_unavailable, Retry-After), not a 502 carrying the library's advice ("pass model= …")
         return engine_unavailable(exc.message)

@@ -349,7 +349,8 @@ def _near_misses(text: str) -> Iterator[Span]:
             valid = id_card_valid(digits) if kind == "ID_CARD" else luhn_valid(digits)
             # after 身份证 / ID card, the keyword says what the number is: a mistyped ID that happens to pass Luhn
             # stays an ID (typed BANK_CARD, `types=["ID_CARD"]` left it in the clear)
-            yield match.start("value"), match.end("value"), kind, 1.0 if valid or kind == "ID_CARD" else 0.6, valid
+            id_shaped = kind == "ID_CARD" and len(digits) in (15, 18)  # not a 16-digit card after "ID number"
+            yield match.start("value"), match.end("value"), kind, 1.0 if valid or id_shaped else 0.6, valid
 
 
 # --- entry point -------------------------------------------------------------------------------------------
