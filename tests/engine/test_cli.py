@@ -121,6 +121,10 @@ def test_doctor_asks_for_the_models_the_user_runs_not_the_default(tmp_path: Path
     code, empty = findings({"TIANKONG_DATA_DIR": str(tmp_path / "data")})
     assert code == 1 and not empty[f"model {DEFAULT_MODEL}"]["ok"]
     assert empty[f"model {TEST_MODEL}"]["ok"] and "make test" in empty[f"model {TEST_MODEL}"]["detail"]
+    # that doctor had no model to smoke-test the build with: the build's recorded result stands (it was replaced
+    # by "skipped", and `engine info` then said so — a fresh clone's CI run failed on it)
+    info = json.loads(run_cli("engine", "info", "--json").stdout)
+    assert info["smoke"] == "ok", info["smoke"]
 
 
 def test_a_terminated_doctor_takes_its_smoke_engine_with_it() -> None:

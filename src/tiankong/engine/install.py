@@ -163,6 +163,9 @@ def record_smoke(binary: EngineBinary) -> SmokeResult:
     if binary.build_dir is not None:
         manifest_path = binary.build_dir / "build.json"
         manifest = json.loads(manifest_path.read_text())
+        earlier = manifest.get("smoke")
+        if result.status == "skipped" and isinstance(earlier, dict) and earlier.get("status") not in (None, "skipped"):
+            return result  # no model here to try it with (another data dir): the build's own result stands
         manifest["smoke"] = result.to_json()
         tmp = manifest_path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(manifest, indent=2))
