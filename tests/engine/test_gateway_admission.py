@@ -364,11 +364,14 @@ def test_engine_killed_under_load_fails_only_in_flight_and_comes_back(engine_bin
     engine.start()
     try:
         with serve_app(state_for(engine, queue_size=8, engine_retry_wait_s=60)) as url:
-            body = {**LONG, "max_tokens": 32}
+            # 256 tokens each: on a fast CPU six 32-token answers came and went between two /slots probes (a fresh
+            # clone's run never saw the engine busy); the engine is killed as soon as it is seen busy
+            body = {**LONG, "max_tokens": 256}
             with ThreadPoolExecutor(6) as pool:
                 plain = [pool.submit(post, url, body) for _ in range(4)]
                 streams = [pool.submit(post, url, {**body, "stream": True}) for _ in range(2)]
-                assert wait_until(lambda: idle(engine) is False, 60)
+                seen_busy = wait_until(lambda: idle(engine) is False, 60, step_s=0.02)
+                assert seen_busy, [f.result().status_code for f in plain if f.done()]
                 first_pid = engine.pid
                 assert first_pid is not None
                 os.kill(first_pid, signal.SIGKILL)
