@@ -178,7 +178,7 @@ def status(output: str | Path, input: str | None = None) -> BatchStatus:
     failed = len(written_keys(paths.errors, strict=False) - done)
     if input is not None and not Path(input).exists():
         raise ConfigError(f"the input {input} is not there", hint="check the --input path")
-    spec = _saved_job(paths.job)
+    spec = saved_job(paths.job)
     source = input or spec.get("input")
     total, note = None, None
     if source and Path(source).exists():
@@ -194,7 +194,8 @@ def status(output: str | Path, input: str | None = None) -> BatchStatus:
                        pending=pending, complete=None if total is None else len(done) >= total, note=note)
 
 
-def _saved_job(path: Path) -> dict[str, Any]:
+def saved_job(path: Path) -> dict[str, Any]:
+    """``OUT.job.json`` as written ({} when it is missing or unreadable)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):

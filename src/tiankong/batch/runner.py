@@ -20,7 +20,6 @@ by holding results back): the writing, and so the exactly-once rules, stay those
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from .identity import changed_settings, stored_job
 from .inputs import Item, Scan, check_scan, detect_format, job_items, prescan
 from .job import BatchJob
 from .ray_exec import RayEngines
-from .report import BatchReport, RunStats, build_report
+from .report import BatchReport, RunStats, build_report, saved_job
 from .store import (
     Appender,
     OutputLock,
@@ -103,7 +102,7 @@ async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, scan: Scan, p
     paths.ordering.unlink(missing_ok=True)  # a copy a killed run was putting in order: OUT is still whole
     writer = OutputWriter(paths.output, job.fsync_every)
     failed_before = written_keys(paths.errors) - writer.written.keys()
-    changed = changed_settings(_read_job(paths.job), stored) if writer.written else []
+    changed = changed_settings(saved_job(paths.job), stored) if writer.written else []
     write_json(paths.job, stored)
     batch = _Batch(job, fmt, paths, writer, failed_before, progress)
     pool: BatchEngines | RayEngines
@@ -135,14 +134,6 @@ async def _locked_run(job: BatchJob, fmt: str, paths: OutputPaths, scan: Scan, p
                             "every line with the new settings")
     write_json(paths.report, report.model_dump(mode="json"))
     return report
-
-
-def _read_job(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def count_input(job: BatchJob) -> int:
