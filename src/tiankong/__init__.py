@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         TiankongError,
         TransportError,
         TruncatedOutput,
+        Unreachable,
     )
     from .lora.convert import ConversionError
     from .lora.meta import InvalidAdapter
@@ -157,6 +158,7 @@ _EXPORTS = {
     "TaskSpec": ".tasks.specs",
     "TiankongError": ".errors",
     "TransportError": ".errors",
+    "Unreachable": ".errors",
     "TruncatedOutput": ".errors",
     "TuneReport": ".tuning",
     "UnsafePattern": ".structured.regex_safety",
@@ -202,6 +204,6 @@ __all__ = [  # every public name (a test holds it to _EXPORTS)
     "RetriesExhausted", "Rewrite", "Route", "RouteDecision", "SPECS",
     "SchemaNotSupported", "ServerError", "SqlQuery", "StreamChunk", "StreamFailed", "Structured", "Summary", "TaskSpec",
     "TiankongError", "Tool", "ToolCall", "ToolCalls",
-    "TransportError", "TruncatedOutput", "TuneReport", "UnsafePattern", "UnscorableLabels",
+    "TransportError", "TruncatedOutput", "TuneReport", "Unreachable", "UnsafePattern", "UnscorableLabels",
     "Usage", "VocabMismatch", "__version__", "tune_classify",
 ]

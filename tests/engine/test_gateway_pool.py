@@ -263,7 +263,9 @@ def test_remote_upstream_gets_its_api_key_from_the_environment(engine_binary: En
                                   timeout=60)
             assert streamed.status_code == 200 and "data: [DONE]" in streamed.text
             refused = post(url, {**SHORT, "model": "nokey"})  # same server, no key configured
-            assert refused.status_code == 401 and "error" in refused.json()
+            # the upstream refused the gateway's credentials, not the client's key: 502 upstream_auth naming the fix
+            assert refused.status_code == 502 and refused.json()["error"]["code"] == "upstream_auth", refused.text
+            assert "api_key_env" in refused.json()["error"]["message"]
     finally:
         keyed.stop()
 
