@@ -160,15 +160,14 @@ class ServerSettings(_Strict):
 
     @model_validator(mode="after")
     def _one_entry_per_key(self) -> ServerSettings:
-        """A key listed twice (plain or hashed, in api_keys or keys): the last entry's name and rpm applied, and
-        nothing said which."""
+        """A key listed twice (plain or hashed): which entry's name and rpm applied was never said."""
         seen: dict[str, str] = {}
         for where, key in [*((f"api_keys[{i}]", k) for i, k in enumerate(self.api_keys)),
                            *((f"keys[{i}] ({k.name})", k.key) for i, k in enumerate(self.keys))]:
-            digest = key if key.startswith("sha256:") else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
-            if digest.lower() in seen:
-                raise ValueError(f"{where} is the same key as {seen[digest.lower()]}: list each key once")
-            seen[digest.lower()] = where
+            digest = key.lower() if key.startswith("sha256:") else "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+            if digest in seen:
+                raise ValueError(f"{where} is the same key as {seen[digest]}: list each key once")
+            seen[digest] = where
         return self
 
 

@@ -173,8 +173,7 @@ class EnginePool:
                  clock: Callable[[], float] = time.monotonic, load: Callable[[Replica], int] = _no_load,
                  fallback: PoolEntry | None = None) -> None:
         names = [n for e in entries for n in e.names()]
-        if len(names) != len(set(names)):
-            twice = sorted({n for n in names if names.count(n) > 1})
+        if twice := sorted({n for n in names if names.count(n) > 1}):
             raise ConfigError(f"model names and aliases in the pool must be unique: {', '.join(twice)} more than once",
                               hint="rename the duplicates")
         if not entries:
