@@ -69,7 +69,7 @@ MUTANTS = (
            "if host and not is_loopback_host(_host_name(host)):", "if False:",
            (GUARANTEES, "-k", "host")),
     Mutant("redaction-fail-safe", "a near-miss ID/card number after its keyword is redacted",
-           'yield match.start("value"), match.end("value"), kind, 1.0 if valid else 0.6, valid',
+           'yield match.start("value"), match.end("value"), kind, 1.0 if valid or id_shaped else 0.6, valid',
            'if valid:\n                yield match.start("value"), match.end("value"), kind, 1.0, valid',
            (GUARANTEES, "-k", "near_miss")),
     Mutant("fast-forward-counts", "fast-forward counts the forced tokens it did not decode",
