@@ -2,10 +2,11 @@
 
 * **Entries** are served models (a name and aliases); each has **replicas**: local engines
   (:class:`EngineProcess`, supervised, with the state machine of ``engine/supervised.py``) or remote
-  OpenAI-compatible upstreams (always ready; they never count against ``max_loaded``).
+  OpenAI-compatible upstreams (never counted against ``max_loaded``; their reachability is learned from the
+  requests sent to them: ``engine/replica.py``).
 * **Routing**: a request's ``model`` matches an entry's name or alias (``name`` or a ``name:tag`` prefix); among
   the entry's loaded replicas the one with the smallest ``load`` (the caller's measure of outstanding work: the
-  gateway passes in-flight + queued) gets it.
+  gateway passes in-flight + queued) gets it — one not marked unreachable first.
 * **On-demand start** (``on_demand=True``, the ``[pool]`` models): a stopped entry is started at its first request
   (in a thread; concurrent requests wait for the same start). The single ``[engine]`` is started by ``serve``
   and supervised (restart on crash) instead: ``on_demand=False``.
@@ -28,7 +29,6 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..config import key_from_env
@@ -36,6 +36,7 @@ from ..errors import ConfigError, EngineError
 from ..models import resolve_installed
 from .launcher import launch
 from .process import EngineProcess, EngineState, port_in_use
+from .replica import REPROBE_S, PoolEntry, Replica
 from .rpc import is_loopback
 from .settings import engine_config
 from .spec import spec_from_timings
@@ -46,122 +47,15 @@ if TYPE_CHECKING:
     from ..config import DegradationSettings, EngineKeys, TiankongConfig
 
 #: the engine layer's public API for the gateway (it imports nothing else from ``tiankong.engine``)
-__all__ = ["EnginePool", "EngineProcess", "EngineState", "PoolEntry", "PoolFull", "ProcessState", "Replica",
-           "StateChange", "WedgeWatch", "engine_key", "engine_pool", "fallback_entry", "is_loopback", "port_in_use",
-           "spec_from_timings"]
+__all__ = ["REPROBE_S", "EnginePool", "EngineProcess", "EngineState", "PoolEntry", "PoolFull", "ProcessState",
+           "Replica", "StateChange", "WedgeWatch", "engine_key", "engine_pool", "fallback_entry", "is_loopback",
+           "port_in_use", "spec_from_timings"]
 
 
 class PoolFull(EngineError):
     """Every loaded model is busy and the pool may not start another."""
 
     http_status = 503
-
-
-@dataclass
-class Replica:
-    """One engine of an entry: a local ``EngineProcess`` or a remote upstream at ``remote_url``."""
-
-    name: str
-    engine: EngineProcess | None = None
-    remote_url: str | None = None
-    api_key: str | None = field(default=None, repr=False)  # sent as Bearer (a remote's, or the engine's own)
-    max_in_flight: int | None = None  # remote: requests sent at once (local: the engine's slots)
-    #: a URL tiankong does not run that is still a llama-server (``GatewayState(upstream_url=…)``): sent the
-    #: engine's own requests, not a model name
-    llama_server: bool = False
-
-    def __post_init__(self) -> None:
-        if (self.engine is None) == (self.remote_url is None):
-            raise ConfigError("a replica is a local engine or a remote url, not both or neither")
-        if self.engine is not None and self.api_key is None:
-            self.api_key = self.engine.config.api_key
-
-    @property
-    def local(self) -> bool:
-        return self.engine is not None
-
-    @property
-    def remote(self) -> bool:
-        """A remote OpenAI-compatible upstream (sent the model's name), not an engine tiankong talks to."""
-        return self.engine is None and not self.llama_server
-
-    @property
-    def slots(self) -> int:
-        if self.engine is not None:
-            return self.engine.config.slots
-        return self.max_in_flight or 4
-
-    def url(self) -> str:
-        return self.engine.url if self.engine is not None else str(self.remote_url)
-
-    def auth_headers(self) -> dict[str, str]:
-        """``Authorization: Bearer`` with the replica's key (a remote's, or the engine's own); never logged."""
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-    def state(self) -> ProcessState:
-        """The engine's state (a remote upstream is always ``READY``); a ``StrEnum``: its JSON is the name."""
-        return self.engine.state if self.engine is not None else ProcessState.READY
-
-    def ready(self) -> bool:
-        return self.state() is ProcessState.READY
-
-    def loaded(self) -> bool:
-        return self.engine is None or self.engine.state in (EngineState.READY, EngineState.STARTING)
-
-    def pid(self) -> int | None:
-        return self.engine.pid if self.engine is not None else None
-
-    def restarts(self) -> int:
-        return self.engine.restarts if self.engine is not None else 0
-
-    def next_retry_s(self) -> float | None:
-        return self.engine.next_retry_s if self.engine is not None else None
-
-    def crash_loop(self) -> str:
-        """Why the engine is no longer restarted ('' while it is): the same start-up crash twice in a row."""
-        return self.engine.crash_loop if self.engine is not None else ""
-
-    def recycles(self) -> bool:
-        return self.engine is not None and bool(self.engine.restart_after_requests)
-
-    def count_request(self) -> bool:
-        return self.engine.count_request() if self.engine is not None else False
-
-    def recycle(self) -> None:
-        if self.engine is not None:
-            self.engine.recycle()
-
-
-@dataclass
-class PoolEntry:
-    """One served model: its name, aliases and replicas."""
-
-    name: str
-    replicas: list[Replica]
-    aliases: list[str] = field(default_factory=list)
-    idle_ttl_s: float | None = None  # None: stays loaded once started
-    on_demand: bool = True  # started at its first request (False: started and supervised by its owner)
-    last_used: float = 0.0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
-
-    def names(self) -> list[str]:
-        return [self.name, *self.aliases]
-
-    def matches(self, model: str) -> bool:
-        return any(model == n or n.startswith(model + ":") for n in self.names())
-
-    def has_local(self) -> bool:
-        return any(r.local for r in self.replicas)
-
-    def loaded(self) -> bool:
-        return any(r.local and r.loaded() for r in self.replicas)
-
-    def available(self) -> bool:
-        """Can serve now or after an on-demand start: some replica is ready, or it may be started and none of
-        its replicas has failed."""
-        if any(r.state() is ProcessState.READY for r in self.replicas):
-            return True
-        return self.on_demand and not all(r.state() is ProcessState.FAILED for r in self.replicas)
 
 
 def _no_load(_: Replica) -> int:
@@ -217,9 +111,10 @@ class EnginePool:
         return [e for e in self.entries if e.has_local() and e.loaded()]
 
     def pick(self, entry: PoolEntry) -> Replica:
-        """The loaded replica with the least load (the first one on a tie)."""
+        """The loaded replica with the least load (the first one on a tie); one marked unreachable only when every
+        one is (the gateway's probe, ``ModelRouter.reprobe``, brings a marked one back)."""
         candidates = [r for r in entry.replicas if r.loaded()] or entry.replicas
-        return min(candidates, key=self.load)
+        return min(candidates, key=lambda r: (bool(r.unreachable), self.load(r)))
 
     def idle(self, entry: PoolEntry) -> bool:
         return all(self.load(r) == 0 for r in entry.replicas)
@@ -331,8 +226,7 @@ class EnginePool:
     def describe(self) -> list[dict[str, object]]:
         return [{"model": e.name, "aliases": e.aliases, "loaded": e.loaded() or not e.has_local(),
                  "idle_ttl_s": e.idle_ttl_s,
-                 "replicas": [{"name": r.name, "state": r.state().value, "local": r.local, "outstanding": self.load(r)}
-                              for r in e.replicas]} for e in self.entries]
+                 "replicas": [{**r.health(), "outstanding": self.load(r)} for r in e.replicas]} for e in self.entries]
 
 
 # --- config → engines ------------------------------------------------------------------------------------

@@ -117,7 +117,8 @@ class Gateway:
         self.pipes["p"] = self.pipes[state.engine.name] = self.pipeline(state.engine)
         background = [asyncio.ensure_future(sample_forever(self.metrics, state.engines,
                                                            tick=policy.update if policy else None)),
-                      asyncio.ensure_future(state.router.pool.reap_forever())]
+                      asyncio.ensure_future(state.router.pool.reap_forever()),
+                      asyncio.ensure_future(state.router.reprobe_forever())]
         if self.batch_api is not None:
             background.append(asyncio.ensure_future(self.batch_api.runner.forever()))
             background.append(asyncio.ensure_future(self.batch_api.sweep_forever()))
@@ -292,7 +293,7 @@ class Gateway:
         return self.policy.describe() if self.policy is not None else {"level": 0, "enabled": False}
 
     async def health(self, _: Request) -> Response:
-        return self.state.router.health(self.degradation())
+        return await self.state.router.health(self.degradation())
 
     async def models(self, request: Request) -> Response:
         if (refusal := self.guard.refusal(request)) is not None:

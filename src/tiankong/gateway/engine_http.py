@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-from ..errors import TransportError
+from ..errors import TransportError, Unreachable
 
 HEAD_LIMIT = 64 * 1024
 
@@ -32,6 +32,10 @@ class EngineHTTPError(TransportError):
 
 class EngineTimeout(EngineHTTPError):
     """The engine did not answer in time."""
+
+
+class EngineUnreachable(EngineHTTPError, Unreachable):
+    """No connection to the engine could be made (refused, no route, a connect timeout): nothing was sent."""
 
 
 class _Conn:
@@ -178,7 +182,8 @@ class ConnectionPool:
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(*key, limit=HEAD_LIMIT), 10.0)
         except (OSError, TimeoutError) as exc:
-            raise EngineHTTPError(f"cannot connect to the engine at {key[0]}:{key[1]} ({type(exc).__name__})") from None
+            raise EngineUnreachable(f"cannot connect to the engine at {key[0]}:{key[1]} ({type(exc).__name__})") \
+                from None
         return _Conn(reader, writer), False
 
     def release(self, key: tuple[str, int], conn: _Conn) -> None:

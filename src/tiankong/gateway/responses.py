@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from starlette.responses import JSONResponse
 
+from ..engine.pool import REPROBE_S
 from ..errors import ServerError, TiankongError, Unreachable
 
 log = logging.getLogger("tiankong.gateway")
@@ -33,6 +35,13 @@ def sse_error(message: str, type_: str, code: str) -> bytes:
 def engine_unavailable(why: str) -> JSONResponse:
     return error_response(503, f"the engine is unavailable ({why}); retry shortly", "engine_error",
                           "engine_unavailable", headers={"Retry-After": "2"})
+
+
+def upstream_unreachable(name: str, error: str) -> JSONResponse:
+    """A remote upstream no connection could be made to (``engine/replica.py``): 503 at once, retried later."""
+    return error_response(503, f"the upstream {name} cannot be reached ({error}); it is tried again within "
+                          f"{REPROBE_S:g} s", "engine_error", "engine_unavailable",
+                          headers={"Retry-After": str(math.ceil(REPROBE_S))})
 
 
 def deadline_exceeded(timeout_s: float, where: str) -> JSONResponse:

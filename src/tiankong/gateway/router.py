@@ -9,16 +9,21 @@ pool's fallback entry (degradation L3) has a lane of its own, outside the served
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import httpx
 from starlette.responses import JSONResponse
 
-from ..engine.pool import EnginePool, PoolFull, ProcessState, Replica
+from ..engine.pool import REPROBE_S, EnginePool, PoolFull, ProcessState, Replica
 from ..errors import ConfigError, EngineError
 from .admission import Admission, Lane
 from .metrics import RequestRecord
 from .responses import engine_unavailable, error_response
+
+#: how long ``/health`` waits for a server marked unreachable to answer its probe
+REPROBE_TIMEOUT_S = 1.0
 
 
 class ModelRouter:
@@ -96,16 +101,42 @@ class ModelRouter:
         call.engine = lane.name
         return lane
 
-    def health(self, degradation: dict[str, Any]) -> JSONResponse:
-        """Up while some model can serve (ready, or startable on demand and not failed); the first engine's
-        state, load and next restart attempt; every model's replicas."""
+    async def health(self, degradation: dict[str, Any]) -> JSONResponse:
+        """Up while some model can serve (ready, or startable on demand and not failed; a server tiankong does not
+        run counts while it is reachable — one marked unreachable is tried again first, ``reprobe``); the first
+        engine's state, load and next restart attempt; every model's replicas."""
+        await self.reprobe()
         first, replica = self.first, self.pool.entries[0].replicas[0]
         status = replica.state()
         retry = replica.next_retry_s() if status is not ProcessState.READY else None
         up = self.pool.available()
         crash = {"crash_loop": replica.crash_loop()} if replica.crash_loop() else {}
-        return JSONResponse({"status": "ok" if up else "unavailable", "engine": status.value, **crash,
+        return JSONResponse({"status": "ok" if up else "unavailable",
+                             "engine": "unreachable" if replica.unreachable else status.value, **crash,
                              "model": self.pool.entries[0].name, "in_flight": first.admission.in_flight,
                              "queued": first.admission.waiting, "degradation": degradation,
                              "pool": self.pool.describe(), **({"next_retry_s": retry} if retry is not None else {})},
                             status_code=200 if up else 503)
+
+    async def reprobe(self) -> None:
+        """Try each server tiankong does not run that is marked unreachable and was not tried in the last
+        ``REPROBE_S`` (no user request is spent on it, and a load balancer that took this gateway out of rotation
+        sends none that could): any HTTP answer marks it reachable, no connection marks it again. At most
+        ``REPROBE_TIMEOUT_S`` each."""
+        due = [lane.replica for lane in self.engines() if lane.replica.unreachable and not lane.replica.open_circuit()]
+        if not due:
+            return
+        async with httpx.AsyncClient(timeout=REPROBE_TIMEOUT_S) as http:
+            for r in due:
+                try:
+                    await http.get(r.url() + ("/health" if r.llama_server else "/v1/models"), headers=r.auth_headers())
+                except httpx.HTTPError as exc:
+                    r.mark_unreachable(f"{type(exc).__name__}: {exc}".rstrip(": "))
+                else:
+                    r.mark_reachable()
+
+    async def reprobe_forever(self) -> None:
+        """``reprobe`` every ``REPROBE_S`` until cancelled (nothing is sent while no replica is marked)."""
+        while True:
+            await asyncio.sleep(REPROBE_S)
+            await self.reprobe()

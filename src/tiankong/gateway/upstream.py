@@ -23,12 +23,12 @@ from starlette.responses import JSONResponse, Response
 from ..api import AsyncClient
 from ..client._shared import http_limits
 from ..client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
-from ..errors import OutputError, ServerError, TiankongError, TransportError
+from ..errors import OutputError, ServerError, TiankongError, TransportError, Unreachable
 from .admission import Lane
 from .cache_isolation import IsolatingTransport, isolated
 from .engine_http import ConnectionPool, EngineHTTPError, EngineResponse, EngineTimeout
 from .metrics import RequestRecord
-from .responses import engine_unavailable, error_for, error_response, upstream_error
+from .responses import engine_unavailable, error_for, error_response, upstream_error, upstream_unreachable
 from .streaming import Item, SSEInspector
 
 T = TypeVar("T")
@@ -81,6 +81,7 @@ class Upstream:
                 try:
                     if (await self.http.get(self.replica.url() + "/health", timeout=1.0,
                                             headers=self.replica.auth_headers())).status_code == 200:
+                        self.replica.mark_reachable()
                         return True
                 except httpx.HTTPError:
                     pass
@@ -91,18 +92,33 @@ class Upstream:
                       unavailable: Callable[[TransportError], Response]) -> T | Response:
         """The one retry policy: ``work`` once more when the engine failed under it (a ``TransportError`` that
         is not an HTTP answer: crash, wedge restart, closed connection) and is ready again within
-        ``retry_wait_s``; otherwise ``unavailable(error)``. Nothing has reached the client when ``work`` raises."""
-        if not self.replica.ready() and not await self.wait_for_engine():  # (re)starting: wait, bounded
-            return engine_unavailable(f"engine {self.replica.state().value}")
+        ``retry_wait_s``; otherwise ``unavailable(error)``. Nothing has reached the client when ``work`` raises.
+
+        A server tiankong does not run is marked unreachable when no connection can be made and reachable on any
+        answer (``engine/replica.py``); a remote OpenAI-compatible upstream is not restarting under us, so its
+        refusal is answered at once (503 with ``Retry-After``), not after ``retry_wait_s`` of polling."""
+        replica = self.replica
+        if replica.remote and replica.open_circuit():
+            return upstream_unreachable(replica.name, replica.unreachable)
+        if not replica.ready() and not await self.wait_for_engine():  # (re)starting: wait, bounded
+            return engine_unavailable(f"engine {replica.state().value}")
         for attempt in (0, 1):
             try:
-                return await work()
+                result = await work()
             except ServerError:
+                replica.mark_reachable()
                 raise  # the engine answered: not a failure of the engine
             except TransportError as exc:
+                if isinstance(exc, Unreachable):
+                    replica.mark_unreachable(exc.one_line())
+                    if replica.remote:
+                        return upstream_unreachable(replica.name, replica.unreachable)
                 if attempt == 1 or not await self.wait_for_engine():
                     return unavailable(exc)
                 call.retried = True
+            else:
+                replica.mark_reachable()
+                return result
         raise AssertionError("unreachable")
 
     async def send(self, call: RequestRecord, path: str, body: dict[str, Any],
