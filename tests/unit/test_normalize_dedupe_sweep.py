@@ -97,6 +97,10 @@ def test_an_offset_of_a_day_or_more_is_flagged_and_the_run_goes_on(tmp_path: Pat
     ("下午3点15分", "15:15:00", "2021-03-05T15:15:00"), ("上午9点", "09:00:00", "2021-03-05T09:00:00"),
     ("上午12点", None, None), ("下午12点", None, None), ("早上12点", None, None),  # noon or midnight: not said
     ("晚上1点", None, None), ("上午15点", None, None),  # after midnight (which day?); a contradiction
+    ("3点", None, None), ("12点半", None, None), ("3点15分", None, None),  # no period: 03:00 or 15:00 (said as 3点)
+    ("15点", "15:00:00", "2021-03-05T15:00:00"), ("0点", "00:00:00", "2021-03-05T00:00:00"),  # a 24-hour figure
+    ("3:00", "03:00:00", "2021-03-05T03:00:00"),  # a written clock reads as one
+    ("下午3点半", "15:30:00", "2021-03-05T15:30:00"), ("15点半", "15:30:00", "2021-03-05T15:30:00"),  # half past
 ])
 def test_a_chinese_clock_at_twelve_is_midnight_noon_or_flagged(raw: str, time: str | None,
                                                                 datetime: str | None) -> None:

@@ -34,7 +34,7 @@ KINDS = ("date", "datetime", "time", "phone", "amount", "unit", "address", "name
 # --- dates and times ---------------------------------------------------------------------------------------------
 
 _ZH_DATE = re.compile(r"^(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]?(.*)$")
-_ZH_TIME = re.compile(r"^\s*(上午|下午|晚上|早上|中午|凌晨)?\s*(\d{1,2})\s*[点时:]\s*(?:(\d{1,2})\s*分?)?\s*"
+_ZH_TIME = re.compile(r"^\s*(上午|下午|晚上|早上|中午|凌晨)?\s*(\d{1,2})\s*[点时:]\s*(?:(\d{1,2}|半)\s*分?)?\s*"
                       r"(?:(\d{1,2})\s*秒)?\s*$")
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _D1 = dt.datetime(2001, 1, 1, 0, 0, 0)
@@ -85,10 +85,13 @@ def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime]
 def _zh_clock(clock: re.Match[str]) -> tuple[dt.time, int] | None:
     """A Chinese clock time and the days it moves its date on: 晚上12点 is midnight at the day's end (00:00, one
     day on), 凌晨12点 midnight at its start; 下午3点 is 15:00. None when the period and the hour leave it open:
-    上午/早上/下午12点 (midnight to some readers, noon to others), 晚上1-5点 (after midnight, the next day?), or a
-    period the hour contradicts (上午15点)."""
+    上午/早上/下午12点 (midnight to some readers, noon to others), 晚上1-5点 (after midnight, the next day?), a
+    period the hour contradicts (上午15点), or 1-12点 with no period: spoken Chinese counts hours in twelves, so
+    "3点开会" is 15:00 to most readers and 03:00 only to a clock (0点, 15点 and a written 3:00 are read as given)."""
     period, hour = clock[1], int(clock[2])
     day = 0
+    if period is None and 1 <= hour <= 12 and re.search(r"[点时]", clock[0]):
+        return None
     if period in ("上午", "早上", "凌晨"):
         if hour == 12 and period == "凌晨":
             hour = 0
@@ -112,7 +115,7 @@ def _zh_clock(clock: re.Match[str]) -> tuple[dt.time, int] | None:
         elif hour < 18:
             return None
     try:
-        return dt.time(hour, int(clock[3] or 0), int(clock[4] or 0)), day
+        return dt.time(hour, 30 if clock[3] == "半" else int(clock[3] or 0), int(clock[4] or 0)), day
     except ValueError:
         return None
 
