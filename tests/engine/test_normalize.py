@@ -82,6 +82,9 @@ def test_phones_fail_closed() -> None:
     assert R.norm_phone("138-0013-8000") is None  # national number, no default region: no guess
     assert R.norm_phone("12345", region="US") is None  # not a valid number
     assert R.norm_phone("call me", region="US") is None
+    # China's 400/800 service numbers are valid but cannot be dialled from abroad: +86 400… would be no number
+    assert R.norm_phone("400-810-8888", region="CN") is None and R.norm_phone("800-820-8820", region="CN") is None
+    assert R.norm_phone("1-800-555-0199", region="US").value == "+18005550199"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("raw", "kwargs", "want"), [

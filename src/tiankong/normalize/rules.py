@@ -203,6 +203,8 @@ def norm_phone(raw: str, *, region: str | None = None) -> Resolved | None:
         return None
     if not phonenumbers.is_valid_number(number) or number.extension:
         return None  # an extension (x99) has no place in E.164: left and flagged, not dropped
+    if not phonenumbers.can_be_internationally_dialled(number):
+        return None  # China's 400/800 service numbers: +86 400… is a number nobody can dial; left as written
     return Resolved(phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164), "phone:phonenumbers")
 
 
