@@ -82,11 +82,20 @@ class RunStats:
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: results and error lines this run has fsynced (``processed``/``failed`` count lines still in the writer's
+    #: group too, which a kill -9 loses and the next run answers again)
+    durable_results: int = 0
+    durable_errors: int = 0
     started: float = field(default_factory=time.monotonic)
     started_at: str = field(default_factory=_now)
     latencies: list[float] = field(default_factory=list)
     _seen_latencies: int = 0
     _rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def durable_counts(self) -> tuple[int, int]:
+        """(completed, failed) as the output files hold them now: what a resumed run starts from, so counts shown
+        from these (the Batch API's ``request_counts``) never go back after a kill."""
+        return self.skipped_done + self.durable_results, self.skipped_failed + self.durable_errors
 
     def add_latency(self, seconds: float) -> None:
         self._seen_latencies += 1

@@ -227,9 +227,11 @@ class _Batch:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(0.1)
-            for appender in (self.out, self.err):
-                if appender.due():
-                    appender.flush()
+            due = [appender for appender in (self.out, self.err) if appender.due()]
+            for appender in due:
+                appender.flush()
+            if due:
+                self._tick()  # the durable counts moved
 
     def close(self) -> None:
         try:
@@ -317,6 +319,7 @@ class _Batch:
     def _tick(self) -> None:
         if self.progress:
             s = self.stats
+            s.durable_results, s.durable_errors = self.out.appender.written, self.err.written
             self.progress.update(s, s.skipped_done + s.skipped_failed + s.processed + s.failed)
 
 

@@ -74,8 +74,7 @@ class _Progress:
 
     def update(self, stats: RunStats, completed: int) -> None:
         counts = self.counts
-        counts.completed = stats.skipped_done + stats.processed
-        counts.failed = stats.failed + stats.skipped_failed
+        counts.completed, counts.failed = stats.durable_counts()  # what a kill -9 keeps: never shown going back
         if time.monotonic() - counts.saved >= SAVE_EVERY_S:
             counts.saved = time.monotonic()
             self.runner.store.update(self.batch_id, request_counts=self.runner.counts_of(self.batch_id))
