@@ -233,3 +233,33 @@ def test_a_jsonl_line_that_is_not_utf8_fails_with_the_fix(tmp_path: Path) -> Non
     assert error["line"] == 2 and "iconv" in error["error"]["message"]
     # and on the console: every row of a GBK file failed with "see the errors file" alone
     assert "the first: line 2" in proc.stderr and "iconv" in proc.stderr, proc.stderr
+
+
+def test_a_hash_redaction_resumed_under_another_key_says_its_tags_differ(tmp_path: Path) -> None:
+    """`style = "hash"` without a salt tags with this installation's key: the same job resumed on another machine
+    (or after the key was replaced) tagged its new lines with another key than the done ones, without a word."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": i, "text": f"mail a{i}@b.cn"}) + "\n" for i in range(3)),
+                      encoding="utf-8")
+    job = tmp_path / "job.toml"
+    job.write_text('input = "in.jsonl"\noutput = "o.jsonl"\ntask = "redact"\n[args]\nstyle = "hash"\n'
+                   'use_model = false\n', encoding="utf-8")
+    here, there = ({"TIANKONG_DATA_DIR": str(tmp_path / name)} for name in ("here", "there"))
+    args = ("batch", "run", "--job", str(job), "--json", "--no-progress")
+    first = run_cli(*args, env=here)
+    assert first.returncode == 0 and "note:" not in first.stderr, first.stderr
+    stored = json.loads((tmp_path / "o.jsonl.job.json").read_text(encoding="utf-8"))
+    key = (tmp_path / "here" / "redact-key").read_bytes()
+    assert len(stored["redact_key"]) == 16 and stored["redact_key"] not in key.hex()  # a fingerprint, not the key
+    same = run_cli(*args, env=here)
+    assert same.returncode == 0 and "note:" not in same.stderr, same.stderr
+    moved = run_cli(*args, env=there)
+    assert moved.returncode == 0, moved.stderr
+    assert "note: redact_key changed" in moved.stderr and "another --output" in moved.stderr
+    # a salt is in the job's own args (a changed salt is a changed args); the stored job runs again as it is
+    job.write_text(job.read_text(encoding="utf-8").replace('"o.jsonl"', '"s.jsonl"') + 'salt = "k"\n',
+                   encoding="utf-8")
+    assert run_cli(*args, env=there).returncode == 0
+    assert "redact_key" not in json.loads((tmp_path / "s.jsonl.job.json").read_text(encoding="utf-8"))
+    again = run_cli("batch", "run", "--job", str(tmp_path / "o.jsonl.job.json"), "--no-progress", env=there)
+    assert again.returncode == 0 and "note:" not in again.stderr, again.stderr

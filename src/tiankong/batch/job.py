@@ -251,6 +251,7 @@ def load_job_file(path: str | Path) -> dict[str, Any]:
     # OUT.job.json's fingerprint of its input (batch/identity.py), not a job key; a stored job written before it
     # holds its paths as they were typed (relative to where it ran): they are kept as they are
     head = data.pop("input_head", 0)
+    data.pop("redact_key", None)  # its redaction key's fingerprint (batch/identity.py): not a job key either
     older_stored = file.name.endswith(".job.json") and "format" in data and head == 0
     for keys in (data, data.get("args")):
         if isinstance(keys, dict) and isinstance(keys.get("schema"), str):

@@ -17,6 +17,7 @@ redaction fails safe. Measured per type and language in ``benchmarks/redact_reca
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -279,6 +280,12 @@ def _finish(text: str, entities: list[Entity], style: str, types: list[str] | No
     key: str | bytes = salt or (_installation_key() if style == "hash" else "")
     redacted, mapping = redact_text(text, entities, style, salt=key)
     return Redaction(redacted, entities, mapping, style)
+
+
+def installation_key_id() -> str:
+    """A one-way fingerprint of ``_installation_key`` (16 hex digits; the key cannot be had from it): a batch
+    records it, so a resumed run that would tag with another key says so."""
+    return hashlib.sha256(b"tiankong redact-key id\0" + _installation_key()).hexdigest()[:16]
 
 
 def _installation_key() -> bytes:
