@@ -48,3 +48,26 @@ def test_the_counts_shown_never_run_ahead_of_the_output_files(tmp_path: Path) ->
     again = Recorder(out, tmp_path / "out.errors.jsonl")
     run(job, progress=again)
     assert again.seen and again.seen[0][0] <= 108 and max(done for done, *_ in again.seen) == 108
+
+
+def test_a_batch_api_batch_resumed_starts_from_its_record_counts(tmp_path: Path) -> None:
+    """Each turn of a Batch API batch (and the run after a restart) counted from 0 again while it skipped its done
+    lines: ``request_counts.completed`` dropped from 50 to 0 and climbed back, and the low value was saved."""
+    from types import SimpleNamespace
+
+    from tiankong.batch.batches import BatchStore
+    from tiankong.gateway.batch_runner import BatchRunner, _Progress
+
+    store = BatchStore(tmp_path / "batches")
+    batch = store.create(owner="", endpoint="/v1/chat/completions", input_file_id="file-x", completion_window="24h",
+                         metadata=None, total=100)
+    store.update(batch["id"], request_counts={"total": 100, "completed": 50, "failed": 2})
+    runner = SimpleNamespace(store=store, live={})  # what _Progress reads of its runner
+    runner.counts_of = lambda batch_id: BatchRunner.counts_of(runner, batch_id)  # type: ignore[arg-type]
+    progress = _Progress(runner, batch["id"], 100)  # type: ignore[arg-type]
+    assert runner.counts_of(batch["id"]) == {"total": 100, "completed": 50, "failed": 2}
+    progress.update(RunStats(total=100, skipped_done=3), 3)  # the resumed run has skipped 3 done lines so far
+    assert runner.counts_of(batch["id"]) == {"total": 100, "completed": 50, "failed": 2}
+    assert store.get(batch["id"], None)["request_counts"]["completed"] == 50  # the saved value did not drop
+    progress.update(RunStats(total=100, skipped_done=50, durable_results=4), 54)
+    assert runner.counts_of(batch["id"])["completed"] == 54

@@ -5,6 +5,7 @@ user request spent on it. No engine is needed: the upstreams are stand-in HTTP s
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import ThreadingHTTPServer
 
@@ -80,3 +81,19 @@ def test_a_model_whose_only_upstream_is_down_is_unavailable_until_the_probe_find
             server.server_close()
             thread.join(timeout=10)
 
+
+
+def test_an_upstream_that_connects_but_answers_slowly_is_reachable_again() -> None:
+    """The probe re-marked an upstream on any failure, also a read timeout after connecting (a hosted API's slow
+    /v1/models): one that had refused a connection once stayed out of rotation for good."""
+    port = free_port()
+    pool = EnginePool([PoolEntry("m", [Replica("m@far", remote_url=f"http://127.0.0.1:{port}", max_in_flight=2)])])
+    state = GatewayState(upstream_url="", model_name="m", pool=pool, engine_retry_wait_s=60)
+    with serve_app(state) as url:
+        assert chat(url).status_code == 503
+        far = pool.entries[0].replicas[0]
+        assert far.unreachable
+        with socket.socket() as silent:  # the kernel accepts connections to it; nothing ever answers
+            silent.bind(("127.0.0.1", port))
+            silent.listen(8)
+            assert wait_until(lambda: not far.unreachable, 6 * REPROBE_S)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tiankong import AsyncClient, Client
-from tiankong.errors import ConfigError, ServerError, TransportError, TruncatedOutput
+from tiankong.errors import ConfigError, ServerError, TransportError, TruncatedOutput, Unreachable
 
 URL = "http://127.0.0.1:9"
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -173,14 +173,17 @@ def test_a_malformed_conversation_is_invalid_messages_naming_the_index(messages:
     (httpx.ConnectError("refused"), "is the server running"),
     (httpx.ReadTimeout("slow"), "did not answer in time"),
     (httpx.RemoteProtocolError("peer closed connection mid-body"), "closed the connection"),
+    (httpx.DecodingError("bad gzip"), "exchange with"),  # it connected: not "is it running?" (nor Unreachable,
+    (httpx.CloseError("odd close"), "exchange with"),    # which marks a gateway's remote upstream as down)
 ])
 def test_a_failed_exchange_says_where_it_failed(call: Callable[..., Any], failure: Exception, needle: str) -> None:
     # every failure used to say "cannot reach … is the server running?", also when it had answered half a body
     def fail(request: httpx.Request) -> httpx.Response:
         raise failure
 
-    with pytest.raises(TransportError, match=needle):
+    with pytest.raises(TransportError, match=needle) as raised:
         call(fail, "models")
+    assert isinstance(raised.value, Unreachable) == isinstance(failure, httpx.ConnectError)
 
 
 def test_an_async_client_serves_a_second_event_loop() -> None:

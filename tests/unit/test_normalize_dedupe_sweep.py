@@ -99,7 +99,8 @@ def test_an_offset_of_a_day_or_more_is_flagged_and_the_run_goes_on(tmp_path: Pat
     ("晚上1点", None, None), ("上午15点", None, None),  # after midnight (which day?); a contradiction
     ("3点", None, None), ("12点半", None, None), ("3点15分", None, None),  # no period: 03:00 or 15:00 (said as 3点)
     ("15点", "15:00:00", "2021-03-05T15:00:00"), ("0点", "00:00:00", "2021-03-05T00:00:00"),  # a 24-hour figure
-    ("3:00", "03:00:00", "2021-03-05T03:00:00"),  # a written clock reads as one
+    ("3:00", "03:00:00", "2021-03-05T03:00:00"), ("8时30分", "08:30:00", "2021-03-05T08:30:00"),  # a written clock,
+    # the formal 24-hour 时
     ("下午3点半", "15:30:00", "2021-03-05T15:30:00"), ("15点半", "15:30:00", "2021-03-05T15:30:00"),  # half past
 ])
 def test_a_chinese_clock_at_twelve_is_midnight_noon_or_flagged(raw: str, time: str | None,
@@ -113,6 +114,10 @@ def test_a_date_at_the_midnight_ending_it_is_flagged_and_a_year_rolls_over() -> 
     assert R.norm_date("2021年3月5日晚上12点") is None  # the 5th or the 6th: the text leaves it open
     assert R.norm_date("2021年3月5日晚上8点").value == "2021-03-05"  # type: ignore[union-attr]
     assert R.norm_datetime("2021年12月31日晚上12点").value == "2022-01-01T00:00:00"  # type: ignore[union-attr]
+    # a bare 3点 leaves the hour open, not the day: a date field keeps its date (12点 might end the day: flagged)
+    assert R.norm_date("2021年3月5日3点").value == "2021-03-05"  # type: ignore[union-attr]
+    assert R.norm_date("2021年3月5日 10点半").value == "2021-03-05"  # type: ignore[union-attr]
+    assert R.norm_date("2021年3月5日12点") is None and R.norm_datetime("2021年3月5日3点") is None
 
 
 # --- 7. Roman numerals and suffixes in names -------------------------------------------------------------------

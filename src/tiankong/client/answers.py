@@ -128,8 +128,12 @@ def connect_error(url: str, exc: Exception) -> TransportError:
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         return TransportError(f"{url} closed the connection before answering ({detail})",
                               hint="the server may have restarted or crashed: see its log, then retry")
-    return Unreachable(f"cannot reach {url}: {detail}",
-                       hint=f"is the server running? start one with `tiankong serve` or {_shared.MANAGE_HINT}")
+    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError, httpx.UnsupportedProtocol)):
+        return Unreachable(f"cannot reach {url}: {detail}",
+                           hint=f"is the server running? start one with `tiankong serve` or {_shared.MANAGE_HINT}")
+    # connected, then the exchange failed (an undecodable body, a connection closed oddly): not "is it running?"
+    return TransportError(f"the exchange with {url} failed ({detail})",
+                          hint="retry; if it keeps failing, see the server's log")
 
 
 def assembled_error(exc: Exception) -> ServerError:

@@ -6,10 +6,11 @@ reverse proxy's ``max_fails``/``fail_timeout``): a connection that cannot be mad
 *unreachable* (the error and when); any answer — even an HTTP error — marks it reachable again. While marked, the
 pool routes the model's requests to its other replicas; when every one is marked, a request for a remote upstream
 is answered 503 at once (``open_circuit``: for ``REPROBE_S`` after the mark) instead of waiting, and then tries it
-again. The gateway probes each marked replica every ``REPROBE_S`` (and at ``/health``) so one comes back with no
-user request spent on it. ``/health`` counts a marked replica as down — a model whose replicas are all marked is
-not available — and ``pool`` shows each one's ``reachable`` and ``last_error``. (A local engine's health is its
-supervised process state, ``engine/supervised.py``; the marks do not apply to it.)
+again. The gateway probes each marked replica every ``REPROBE_S`` (``ModelRouter.reprobe_forever``; only a
+connection that cannot be made keeps the mark) so one comes back with no user request spent on it. ``/health``
+counts a marked replica as down — a model whose replicas are all marked is not available — and ``pool`` shows each
+one's ``reachable`` and ``last_error``. (A local engine's health is its supervised process state,
+``engine/supervised.py``; the marks do not apply to it.)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .process import EngineProcess, EngineState
 from .supervised import ProcessState
 
 #: seconds between the gateway's probes of a replica marked unreachable; a request for a remote upstream marked
-#: less than this ago is answered 503 at once
+#: less than this ago (by a request or a probe) is answered 503 at once
 REPROBE_S = 5.0
 
 @dataclass

@@ -293,7 +293,7 @@ class Gateway:
         return self.policy.describe() if self.policy is not None else {"level": 0, "enabled": False}
 
     async def health(self, _: Request) -> Response:
-        return await self.state.router.health(self.degradation())
+        return self.state.router.health(self.degradation())
 
     async def models(self, request: Request) -> Response:
         if (refusal := self.guard.refusal(request)) is not None:

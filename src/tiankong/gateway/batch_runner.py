@@ -67,14 +67,19 @@ STOP_WAIT_S = 10.0
 class _Progress:
     def __init__(self, runner: BatchRunner, batch_id: str, total: int) -> None:
         self.runner, self.batch_id = runner, batch_id
-        self.counts = runner.live[batch_id] = LiveCounts(total)
+        # a later turn (or the run after a restart) starts from the counts its record holds: its own count starts
+        # at 0 and climbs while it skips the done lines, which showed `completed` dropping to 0 and back
+        before = runner.store.get(batch_id, None)["request_counts"]
+        self.counts = runner.live[batch_id] = LiveCounts(total, int(before.get("completed", 0)),
+                                                         int(before.get("failed", 0)))
 
     def start(self, total: int, completed: int) -> None:
         self.counts.total = total
 
     def update(self, stats: RunStats, completed: int) -> None:
         counts = self.counts
-        counts.completed, counts.failed = stats.durable_counts()  # what a kill -9 keeps: never shown going back
+        completed, failed = stats.durable_counts()  # what a kill -9 keeps
+        counts.completed, counts.failed = max(counts.completed, completed), max(counts.failed, failed)  # never back
         if time.monotonic() - counts.saved >= SAVE_EVERY_S:
             counts.saved = time.monotonic()
             self.runner.store.update(self.batch_id, request_counts=self.runner.counts_of(self.batch_id))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -22,8 +23,10 @@ from .admission import Admission, Lane
 from .metrics import RequestRecord
 from .responses import engine_unavailable, error_response
 
-#: how long ``/health`` waits for a server marked unreachable to answer its probe
-REPROBE_TIMEOUT_S = 1.0
+#: how long a probe waits for a server marked unreachable to answer
+REPROBE_TIMEOUT_S = 2.0
+
+log = logging.getLogger("tiankong.gateway")
 
 
 class ModelRouter:
@@ -101,11 +104,11 @@ class ModelRouter:
         call.engine = lane.name
         return lane
 
-    async def health(self, degradation: dict[str, Any]) -> JSONResponse:
+    def health(self, degradation: dict[str, Any]) -> JSONResponse:
         """Up while some model can serve (ready, or startable on demand and not failed; a server tiankong does not
-        run counts while it is reachable — one marked unreachable is tried again first, ``reprobe``); the first
-        engine's state, load and next restart attempt; every model's replicas."""
-        await self.reprobe()
+        run counts while it is not marked unreachable — the marks are read, never probed here: a load balancer's
+        /health stays fast whatever the upstreams do); the first engine's state, load and next restart attempt;
+        every model's replicas."""
         first, replica = self.first, self.pool.entries[0].replicas[0]
         status = replica.state()
         retry = replica.next_retry_s() if status is not ProcessState.READY else None
@@ -119,24 +122,32 @@ class ModelRouter:
                             status_code=200 if up else 503)
 
     async def reprobe(self) -> None:
-        """Try each server tiankong does not run that is marked unreachable and was not tried in the last
-        ``REPROBE_S`` (no user request is spent on it, and a load balancer that took this gateway out of rotation
-        sends none that could): any HTTP answer marks it reachable, no connection marks it again. At most
-        ``REPROBE_TIMEOUT_S`` each."""
+        """Try, all at once, each server tiankong does not run that is marked unreachable and was not tried in the
+        last ``REPROBE_S`` (no user request is spent on it, and a load balancer that took this gateway out of
+        rotation sends none that could). Only a connection that cannot be made marks it again; any answer, or a
+        slow or odd one after connecting, marks it reachable (as a request would). At most ``REPROBE_TIMEOUT_S``."""
         due = [lane.replica for lane in self.engines() if lane.replica.unreachable and not lane.replica.open_circuit()]
-        if not due:
-            return
-        async with httpx.AsyncClient(timeout=REPROBE_TIMEOUT_S) as http:
-            for r in due:
-                try:
-                    await http.get(r.url() + ("/health" if r.llama_server else "/v1/models"), headers=r.auth_headers())
-                except httpx.HTTPError as exc:
-                    r.mark_unreachable(f"{type(exc).__name__}: {exc}".rstrip(": "))
-                else:
-                    r.mark_reachable()
+        if due:
+            async with httpx.AsyncClient(timeout=REPROBE_TIMEOUT_S) as http:
+                await asyncio.gather(*(_probe(http, r) for r in due))
 
     async def reprobe_forever(self) -> None:
         """``reprobe`` every ``REPROBE_S`` until cancelled (nothing is sent while no replica is marked)."""
         while True:
             await asyncio.sleep(REPROBE_S)
-            await self.reprobe()
+            try:
+                await self.reprobe()
+            except Exception as exc:  # noqa: BLE001 — a probe that fails oddly must not end probing for good
+                log.warning("probing the unreachable upstreams failed: %s: %s", type(exc).__name__, exc)
+
+
+async def _probe(http: httpx.AsyncClient, replica: Replica) -> None:
+    try:
+        await http.get(replica.url() + ("/health" if replica.llama_server else "/v1/models"),
+                       headers=replica.auth_headers())
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError, httpx.UnsupportedProtocol) as exc:
+        replica.mark_unreachable(f"{type(exc).__name__}: {exc}".rstrip(": "))
+        return
+    except httpx.HTTPError:
+        pass  # it connected: slow or odd, as a request may find it, but there
+    replica.mark_reachable()

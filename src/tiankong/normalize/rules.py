@@ -82,15 +82,20 @@ def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime]
     return a, b
 
 
+def twelve_hour_only(clock: re.Match[str]) -> bool:
+    """1点–12点 with no period of the day: spoken Chinese counts hours in twelves, so "3点开会" is 15:00 to most
+    readers and 03:00 only to a clock. (0点, 15点, the formal 24-hour 8时30分 and a written 3:00 are read as given.)"""
+    return clock[1] is None and 1 <= int(clock[2]) <= 12 and "点" in clock[0]
+
+
 def _zh_clock(clock: re.Match[str]) -> tuple[dt.time, int] | None:
     """A Chinese clock time and the days it moves its date on: 晚上12点 is midnight at the day's end (00:00, one
     day on), 凌晨12点 midnight at its start; 下午3点 is 15:00. None when the period and the hour leave it open:
     上午/早上/下午12点 (midnight to some readers, noon to others), 晚上1-5点 (after midnight, the next day?), a
-    period the hour contradicts (上午15点), or 1-12点 with no period: spoken Chinese counts hours in twelves, so
-    "3点开会" is 15:00 to most readers and 03:00 only to a clock (0点, 15点 and a written 3:00 are read as given)."""
+    period the hour contradicts (上午15点), or 1-12点 with no period (``twelve_hour_only``)."""
     period, hour = clock[1], int(clock[2])
     day = 0
-    if period is None and 1 <= hour <= 12 and re.search(r"[点时]", clock[0]):
+    if twelve_hour_only(clock):
         return None
     if period in ("上午", "早上", "凌晨"):
         if hour == 12 and period == "凌晨":
@@ -134,6 +139,8 @@ def _zh_datetime(text: str) -> tuple[dt.date, dt.time | None, int] | None:
         return day, None, 0
     clock = _ZH_TIME.match(rest)
     read = _zh_clock(clock) if clock else None
+    if read is None and clock and twelve_hour_only(clock) and int(clock[2]) < 12:
+        return day, None, 0  # 3点: which 3 o'clock is open, not which day (12点 might be the midnight ending it)
     return None if read is None else (day, read[0], read[1])
 
 
