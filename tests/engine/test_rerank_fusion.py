@@ -136,6 +136,17 @@ def test_chinese_text_is_ranked_with_the_multilingual_part_where_bm25_misleads(c
     assert EMBEDDING_MODEL in english.parts and MULTILINGUAL_EMBEDDING_MODEL not in english.parts
 
 
+def test_a_chinese_query_over_english_passages_is_read_by_the_multilingual_part(client: Client) -> None:
+    """The part was chosen from the query and the passages together: a Chinese question over English FAQ lines went
+    to the English-only part, and the answer fell out of the top 3."""
+    docs = ["Our office hours are 9 to 5 on weekdays.", "The canteen serves lunch from noon.",
+            "To reset your password, open the login page and click 'Forgot password'; a reset link is e-mailed.",
+            "Parking permits are renewed every January.", "The printer on floor 3 is out of toner."]
+    result = client.rerank("我忘记密码了，怎么重置？", docs)
+    assert MULTILINGUAL_EMBEDDING_MODEL in result.parts and EMBEDDING_MODEL not in result.parts, result.parts
+    assert result.results[0].index == 2, result.to_json()
+
+
 def test_candidates_longer_than_the_parts_context_are_cut_and_said(client: Client) -> None:
     long = "Password resets are handled by the identity team. " * 200  # ≈ 2,000 tokens, the part holds 512
     result = client.rerank("who handles password resets", ["The canteen menu for Friday.", long])

@@ -265,3 +265,41 @@ def test_tune_rerank_keeps_one_list_per_qid_when_a_query_heads_several() -> None
     assert [g.query for g in groups].count("hello") == 4
     glued = read_pairs([{k: v for k, v in row.items() if k != "qid"} for row in rows])  # without ids: by query
     assert len(glued) == 7 and max(len(g.passages) for g in glued) == 12
+
+
+def test_a_chinese_query_gets_the_multilingual_part_over_english_passages() -> None:
+    # chosen from query and passages together, a Chinese question over English lines went to the English-only part
+    from tiankong.structured.part_flows import part_for_query
+
+    assert part_for_query(ZH[0], EN) == MULTILINGUAL_EMBEDDING_MODEL
+    assert part_for_query(EN[0], EN) == EMBEDDING_MODEL and part_for_query(EN[0], ZH) == MULTILINGUAL_EMBEDDING_MODEL
+    part = Part()
+    drive(embedding_scores(ZH[0], EN), part)
+    assert part.parts == {MULTILINGUAL_EMBEDDING_MODEL}
+
+
+def test_the_language_is_read_across_the_whole_list_not_its_first_50() -> None:
+    # 60 short English lines, then the Chinese passages: the first 50 texts alone said English
+    texts = [f"Ticket {i} closed." for i in range(60)] + [ZH[0] * 3] * 60
+    assert part_for(texts) == MULTILINGUAL_EMBEDDING_MODEL
+
+
+def test_copies_of_a_passage_are_embedded_once_and_score_alike() -> None:
+    # each copy's vector came from another batch, a few 1e-5 apart: the fusion's z-scores spread that noise
+    import numpy as np
+
+    from tiankong.deciders.rerank_fusion import _z
+
+    class NoisyPart(Part):
+        def __call__(self, call: Call) -> Any:
+            answer = super().__call__(call)
+            if call.path == "/v1/embeddings":  # the same text, another position: another rounding
+                answer["data"] = [{**d, "embedding": [1.0 + 1e-5 * len(self.inputs) + 1e-5 * d["index"], 2.0]}
+                                  for d in answer["data"]]
+            return answer
+
+    part = NoisyPart()
+    scores = drive(embedding_scores(EN[0], [EN[1]] * 5 + ["Another line."]), part)
+    assert part.inputs.count(EN[1]) == 1, part.inputs  # one vector for the five copies
+    assert len(set(scores.cosine[:5])) == 1
+    assert not _z(np.array([0.79916, 0.79922, 0.79918, 0.79920])).any()  # batch noise is no spread

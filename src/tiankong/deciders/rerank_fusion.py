@@ -43,11 +43,16 @@ BM25_ONLY = FIRST_WITH_EMBEDDING[:4]
 
 def _z(x: np.ndarray) -> np.ndarray:
     """z-scores within the list, clipped to ±3: a nearly flat list (a query nothing answers) must not turn float
-    noise into a confident probability."""
+    noise into a confident probability — an embedding's cosines differ by ~1e-5 from batch to batch, so a spread
+    under ``FLAT`` is no spread."""
     import numpy as np
 
     spread = float(x.std())
-    return np.clip((x - x.mean()) / spread, -3.0, 3.0) if spread > 1e-6 else np.zeros_like(x)
+    return np.clip((x - x.mean()) / spread, -3.0, 3.0) if spread > FLAT else np.zeros_like(x)
+
+
+#: a list whose scores spread less than this is flat (``_z``): well above the engine's batch-to-batch float noise
+FLAT = 1e-4
 
 
 def fusion_features(bm25: Sequence[float], cosine: Sequence[float] | None,

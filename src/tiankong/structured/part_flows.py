@@ -72,8 +72,10 @@ def part_context(part: str) -> Flow[int]:
 
 
 def sample_text(texts: Sequence[str]) -> str:
-    """What a language is told from: the first 300 characters of the first 50 texts."""
-    return " ".join(t[:300] for t in texts[:50])
+    """What a language is told from: the first 300 characters of 50 texts spread over all of them (the first 50
+    alone read a list of short English lines and missed the Chinese passages after them)."""
+    step = max(1, -(-len(texts) // 50))
+    return " ".join(t[:300] for t in texts[::step][:50])
 
 
 def texts_language(texts: Sequence[str]) -> str:
@@ -86,6 +88,13 @@ def part_for(texts: Sequence[str]) -> str:
     """The catalog's embedding part for the language of ``texts`` (``models.catalog.embedding_part``): English's
     for English, the multilingual one for Chinese and every other language."""
     return embedding_part(texts_language(texts))
+
+
+def part_for_query(query: str, documents: Sequence[str]) -> str:
+    """The part that compares ``query`` with ``documents``: the multilingual one when the query is Chinese,
+    whatever the documents are (a Chinese question over English passages went to the English-only part: the
+    answer fell out of the top 3), else ``part_for`` of them all."""
+    return embedding_part("zh") if language(query) == "zh" else part_for([query, *documents])
 
 
 def prefixed(texts: Sequence[str], part: str, queries: int | None = None) -> list[str]:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..structured.flow import Flow
-from ..structured.part_flows import AUTO_PART, part_for, part_vectors
+from ..structured.part_flows import AUTO_PART, part_for_query, part_vectors
 from .retrieval import bm25_scores, cosine, embedding_scores, part_reads, rrf, tokens
 
 #: scoring rules, named in the result (``Compression.scoring``)
@@ -50,7 +50,7 @@ def score_sentences(sentences: Sequence[str], question: str | None,
     part (``AUTO_PART``: the catalog's for the text's language; ``None``: none)."""
     notes: list[str] = []
     if part == AUTO_PART:
-        part = part_for([question or "", *sentences])
+        part = part_for_query(question or "", sentences)
     if question and question.strip():
         lexical = bm25_scores(question, sentences)
         if part is not None:

@@ -30,7 +30,7 @@ from ..deciders.rerank_fusion import (
 )
 from ..errors import ConfigError
 from ..structured.drivers import run_sync
-from ..structured.part_flows import part_for, part_vectors
+from ..structured.part_flows import part_for_query, part_vectors
 from ..tasks.retrieval import bm25_retrieved, bm25_scores, part_reads, rrf
 
 Log = Callable[[str], None]
@@ -135,7 +135,7 @@ def score_parts(groups: list[Group], log: Log = lambda _: None) -> str:
     for group in groups:
         group.bm25 = bm25_scores(group.query, group.passages)
         texts = [group.query, *group.passages]
-        group.part = part_for(texts)
+        group.part = part_for_query(group.query, group.passages)
         unread = part_reads(group.part, texts)
         if unread:
             missing = missing or unread
