@@ -150,6 +150,32 @@ def test_the_schema_comes_from_ddl_or_a_database_file_alike(db: Path) -> None:
             schema_from_ddl(bad)
 
 
+def test_columns_without_a_type_are_columns() -> None:
+    # SQLite allows them (`CREATE TABLE t(a, b)`); sqlglot reads them as bare names, which were dropped without a
+    # word — and a table of only such columns was refused as having none
+    assert schema_from_ddl("CREATE TABLE t(a TEXT, b)").tables[0].columns == ("a", "b")
+    assert schema_from_ddl("CREATE TABLE t(a, b, PRIMARY KEY (a))").tables[0].columns == ("a", "b")
+    assert schema_from_ddl('CREATE TABLE t("my col", c INTEGER REFERENCES x(id))').tables[0].types == ("", "INTEGER")
+
+
+def test_an_unknown_dialect_names_its_field() -> None:
+    from tiankong.tasks.sql import _dialect
+
+    with pytest.raises(ConfigError, match="unknown SQL dialect") as raised:
+        _dialect("klingon")
+    assert raised.value.param == "dialect"  # over HTTP: the 400's param
+
+
+def test_one_alias_for_two_tables_is_refused() -> None:
+    # `FROM album AS e JOIN artist AS e`: SQLite binds e.x to the first table; other dialects refuse the query
+    schema = schema_from_ddl(DDL)
+    con = empty_copy(schema)
+    errors = check_query("SELECT e.title FROM album AS e JOIN artist AS e ON e.artist_id = e.id", schema, con)[0]
+    assert errors and "names two tables" in errors[0], errors
+    assert check_query("SELECT a.title FROM album AS a JOIN album AS b ON a.id = b.id", schema, con)[0] == []
+    assert check_query("SELECT title FROM album WHERE id IN (SELECT T1.id FROM album AS T1)", schema, con)[0] == []
+
+
 def test_the_grammar_holds_only_the_schemas_names_and_qualifies_per_table() -> None:
     grammar = sql_grammar(schema_from_ddl(DDL))
     assert 'tbl ::= "artist" | "album"' in grammar

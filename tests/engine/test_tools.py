@@ -209,6 +209,9 @@ def test_gateway_continues_after_a_tool_result(gateway: str) -> None:
     ({"tools": TOOLS, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
     ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "response_format"),
     ({"functions": [{"name": "f"}]}, "functions"),
+    ({"tools": {}}, "tools"), ({"tools": ""}, "tools"), ({"tools": 0, "tool_choice": "auto"}, "tools"),  # were 500s
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {  # an unresolvable $ref: named where
+        "type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}}}}]}, "tools"),  # the client wrote it
 ])
 def test_gateway_refuses_bad_tool_requests_with_the_field_named(gateway: str, extra: dict[str, Any],
                                                                  param: str) -> None:
@@ -216,6 +219,9 @@ def test_gateway_refuses_bad_tool_requests_with_the_field_named(gateway: str, ex
     answer = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=60)
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["param"] == param
+    if "$ref" in json.dumps(extra):
+        message = answer.json()["error"]["message"]
+        assert "'f'" in message and "/properties/a/$ref" in message and "#/$defs/Missing" in message, message
 
 
 class _Address(BaseModel):

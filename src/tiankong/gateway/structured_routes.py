@@ -45,8 +45,12 @@ def wants_structured(body: dict[str, Any]) -> bool:
 
 
 def wants_tools(body: dict[str, Any]) -> bool:
-    """A chat request with tools (an empty list is no tools; ``tool_choice`` alone is refused by ``tool_chat``)."""
-    return bool(body.get("tools")) or body.get("tool_choice") not in (None, "none", "auto")
+    """A chat request with tools (an empty list is no tools; ``tool_choice`` alone is refused by ``tool_chat``).
+    ``tools`` that is not a list — ``{}``, ``""``, ``0`` too — is for ``tool_chat`` to refuse (400 naming it): the
+    engine answered it with a 500."""
+    tools = body.get("tools")
+    return bool(tools) or (tools is not None and not isinstance(tools, list)) or \
+        body.get("tool_choice") not in (None, "none", "auto")
 
 
 def request_schema(body: dict[str, Any]) -> tuple[Any, bool]:
@@ -234,7 +238,7 @@ def _completion(body: dict[str, Any], model: str, message: dict[str, Any], finis
 async def tool_chat(client: AsyncClient, body: dict[str, Any], model_name: str,
                     observe: Observer | None = None) -> Response:
     """A chat request with ``tools``: validated calls (``finish_reason: "tool_calls"``) or a reply."""
-    if not body.get("tools"):
+    if body.get("tools") in (None, []):
         raise field_error("tool_choice needs tools: declare the functions in tools", "tool_choice")
     if wants_structured(body):
         raise field_error("tools and response_format together are not served: ask for the calls (tools) or for "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client._shared import Usage
-from ..errors import ConfigError, InvalidSchema
+from ..errors import ConfigError, InvalidSchema, SchemaNotSupported
 from .constraints import schema_constraint
 from .flow import Call, Flow, Structured, check_attempts, choose_flow, constrained_flow
 from .slots import SlotPin
@@ -255,9 +255,10 @@ def call_flow(messages: list[dict[str, Any]], tools: list[Tool], *, tool_choice:
     """The next step of a conversation with ``tools``: validated calls, or a reply (``tool_choice`` auto/none)."""
     check_attempts(max_tokens, max_attempts)
     for tool in tools:  # a parameters schema the grammar cannot hold is the client's to fix, before any call
-        try:
+        try:  # its own schema first: a fault is named where the client wrote it (not under the call's wrapper)
+            schema_constraint(tool.parameters)
             schema_constraint(call_object(tool))
-        except InvalidSchema as exc:
+        except (InvalidSchema, SchemaNotSupported) as exc:
             raise field_error(f"tool {tool.name!r}: its parameters are not a usable JSON Schema: "
                                f"{exc.message}") from None
     plain = plain_messages(messages)

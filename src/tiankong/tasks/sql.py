@@ -142,10 +142,13 @@ def schema_from_ddl(ddl: str) -> DbSchema:
             continue
         target = statement.this
         name = target.this.name if isinstance(target, exp.Schema) else target.name
+        # a column without a type (SQLite allows it: ``CREATE TABLE t(a, b)``) parses as a bare identifier, not a
+        # ColumnDef: it was dropped without a word, and a table of such columns refused as having none
         columns = [c for c in (target.expressions if isinstance(target, exp.Schema) else [])
-                   if isinstance(c, exp.ColumnDef)]
+                   if isinstance(c, (exp.ColumnDef, exp.Identifier))]
         tables.append(Table(name, tuple(c.name for c in columns),
-                            tuple(c.args["kind"].sql("sqlite") if c.args.get("kind") else "" for c in columns)))
+                            tuple(c.args["kind"].sql("sqlite") if isinstance(c, exp.ColumnDef) and c.args.get("kind")
+                                  else "" for c in columns)))
     return _checked(tables)
 
 
@@ -318,5 +321,5 @@ def _dialect(dialect: str) -> Any:
         Dialect.get_or_raise(dialect)
     except ValueError:
         raise ConfigError(f"unknown SQL dialect {dialect!r}", hint="e.g. sqlite, postgres, mysql, duckdb, "
-                          "bigquery, snowflake (sqlglot's dialects)") from None
+                          "bigquery, snowflake (sqlglot's dialects)", param="dialect") from None
     return lambda sql: sqlglot.transpile(sql, read="sqlite", write=dialect)[0]

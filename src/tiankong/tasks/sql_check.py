@@ -33,6 +33,10 @@ def check_query(sql: str, schema: DbSchema, db: sqlite3.Connection) -> tuple[lis
     for name in sorted(tables):
         if schema.table(name) is None:
             errors.append(f"no table {name!r} in the schema")
+    for select in tree.find_all(exp.Select):  # `FROM events AS e JOIN 员工 AS e`: SQLite binds e.x to the first
+        names = [fold(t.alias_or_name) for t in _from_tables(select)]  # table, other dialects refuse the query
+        errors += [f"{name!r} names two tables in one FROM: give each its own alias"
+                   for name in sorted({n for n in names if names.count(n) > 1})]
     aliases = {a.alias for a in tree.find_all(exp.Alias)}
     columns: set[str] = set()
     for column in tree.find_all(exp.Column):
