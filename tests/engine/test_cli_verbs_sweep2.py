@@ -50,3 +50,17 @@ def test_labels_typed_with_a_chinese_input_methods_commas_are_split() -> None:
     assert parse_labels("退款，物流查询、产品故障, 账户问题") == ["退款", "物流查询", "产品故障", "账户问题"]
     proc = run_cli("classify", "--labels", "退款，物流", "--url", "http://127.0.0.1:9", "退款两周了还没到账")
     assert "two distinct" not in proc.stderr and "cannot reach" in proc.stderr, proc.stderr
+
+
+def test_rerank_docs_are_the_files_lines_and_a_blank_line_is_refused(tmp_path: Path) -> None:
+    """`--docs FILE` split at form feeds and U+2028 too and dropped blank lines: 3 lines became 5 candidates, and an
+    answer's index was not the line's."""
+    docs = tmp_path / "docs.txt"
+    docs.write_text("first line\fwith a form feed\nsecond\u2028line\nthird: password reset\n\n", encoding="utf-8")
+    proc = run_cli("rerank", "password reset", "--docs", str(docs), "--mode", "bm25", "--json")
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert len(answer["scores"]) == 3 and answer["results"][0]["index"] == 2
+    blank = tmp_path / "blank.txt"
+    blank.write_text("a\n\nb\n", encoding="utf-8")
+    assert_one_line_error(run_cli("rerank", "x", "--docs", str(blank), "--mode", "bm25"), "line 2 is blank")

@@ -146,7 +146,7 @@ def _read(item: CliInput, value: Any) -> Any:
     if item.kind == "text_file":
         return _decoded(_read_bytes(value, item.path), value) if value else None
     if item.kind == "lines":
-        return [line for line in read_text(None, value).splitlines() if line.strip()] if value else None
+        return _lines(read_text(None, value), value) if value else None
     if item.kind == "joined":
         return split_list(value)
     if item.kind == "pairs":
@@ -154,6 +154,20 @@ def _read(item: CliInput, value: Any) -> Any:
     if item.kind == "repeat":
         return list(value)
     return value
+
+
+def _lines(text: str, path: str) -> list[str]:
+    """One item per line of the file, numbered as the file numbers them: split at line ends only (``splitlines``
+    also split at form feeds and U+2028, and blank lines were dropped, so an answer's ``index`` was not the line's);
+    blank lines at the end are none, a blank line among them is refused."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    blank = [str(i + 1) for i, line in enumerate(lines) if not line.strip()]
+    if blank:
+        raise ConfigError(f"{path}: line {', '.join(blank[:5])}{' …' if len(blank) > 5 else ''} is blank",
+                          hint="give one item per line, without blank lines (an item's index is its line number - 1)")
+    return lines
 
 
 def gather(spec: TaskSpec[Any, Any], values: dict[str, Any]) -> dict[str, Any]:
