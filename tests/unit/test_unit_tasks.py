@@ -18,7 +18,7 @@ from helpers.scripted import (
     scored,
 )
 from tiankong import Client
-from tiankong.errors import RetriesExhausted, TiankongError, TruncatedOutput
+from tiankong.errors import OutputError, RetriesExhausted, TiankongError, TruncatedOutput
 
 URL = "http://engine.test"
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -229,6 +229,24 @@ def test_compress_abstractive_keeps_its_budget_when_one_point_runs_long(engine: 
     assert result.points == [loop[:60]] and result.text == loop[:60]
 
 
+def test_compress_drops_points_that_echo_the_instruction_and_never_answers_empty(engine: ScriptedEngine) -> None:
+    # the 0.5B model answered the instruction's own words as the key points ("Short", "Factual", "Self-contained"
+    # under the old prompt), and an empty list came back as an empty compression with success
+    text = "The database failed at noon. It came back at one. The vendor owes us a refund for March. " * 3
+    points = [["List the key points of the text", "The vendor owes a refund for March."]]
+    engine.on("/completion", lambda body: engine_error())  # no fast-forward: the chat's answer is the answer
+    engine.on("/v1/chat/completions", lambda body: chat_reply(json.dumps({"points": points[0]})))
+    with client_for(engine) as client:
+        result = client.compress(text, mode="abstractive", budget_tokens=200)
+    assert result.points == ["The vendor owes a refund for March."]
+    points[0] = ["Key points of the text."]  # only the instruction's words: no point at all
+    with client_for(engine) as client:
+        with pytest.raises(OutputError, match="no key points"):
+            client.compress(text, mode="abstractive", budget_tokens=200)
+        hybrid = client.compress(text, mode="hybrid", budget_tokens=30)  # the selection stands, and says why
+    assert hybrid.text and hybrid.points and any("no key points" in n for n in hybrid.notes)
+
+
 # --- errors ---------------------------------------------------------------------------------------------------
 
 
@@ -309,3 +327,16 @@ def test_tag_reads_the_language_where_the_letters_settle_it(text: str, lang: str
     assert text_language(text) == lang
     field = default_tag_schema(8, text_language(text))["properties"]["language"]
     assert field == ({"const": lang} if lang else {"enum": ["zh", "en", "other"]})
+
+
+@pytest.mark.parametrize(("text", "maths"), [
+    ("按我的计算，多收了300元，请核实。", False), ("Invoice dated 2024-03-05, PO 4471-2, call 138-0013-8000", False),
+    ("retries=3 status=500 after 12/03", False), ("Our compute cluster is down since 09:00.", False),
+    ("计算机无法开机", False),  # each escalated an ordinary ticket as "red line: maths"
+    ("What is 17 * 23?", True), ("请计算一下总价", True), ("Calculate the total of 3 items", True),
+    ("solve x^2 = 4", True), ("10 - 4 = ?", True), ("1+1等于多少", True),
+])
+def test_the_maths_red_line_is_an_ask_for_arithmetic_not_a_number_in_a_text(text: str, maths: bool) -> None:
+    from tiankong.tasks.route import _MATH
+
+    assert bool(_MATH.search(text)) is maths

@@ -36,8 +36,12 @@ from .prompts import REDLINE
 #: escalate below this confidence when neither the caller, the route's decider nor the config names a threshold
 DEFAULT_THRESHOLD = 0.6
 REDLINE_LABELS = ["simple", "reasoning", "math", "planning", "facts"]
-_MATH = re.compile(r"\d\s*[-+*/×÷^%]\s*\d|[=≠≤≥]\s*\d|\b(solve|calculate|compute|integral|derivative|equation)\b|"
-                   r"(计算|求解|方程|积分|导数|等于多少)", re.I)
+#: a question that asks for arithmetic, not a number in a text: an operator between figures that no date, phone or
+#: order number has (``2024-03-05``, ``138-0013``, ``retries=3`` and 计算机 / 按我的计算 escalated ordinary tickets);
+#: calculate / compute / 计算 as a request (not "compute cluster")
+_MATH = re.compile(r"\d\s*[+*×÷^]\s*\d|\d\s+[-/]\s+\d|[=≠≤≥]\s*\?|\b(solve|integral|derivative|equation)s?\b|"
+                   r"\b(calculate|compute)\s+(the|how|what|a|an|my|our|this|total|sum|\d)\b|"
+                   r"((请|帮我|帮忙|麻烦|如何|怎么|怎样)计算|计算(一下|出)|求解|方程|积分|导数|等于多少)", re.I)
 _PLANNING = re.compile(r"\b(step[- ]by[- ]step plan|roadmap|itinerary|\d+[- ](week|month|year) plan)\b|"
                        r"(规划|路线图|行程|计划书)", re.I)
 
