@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, OutputError
 from ..structured.combine import gather
 from ..structured.flow import Call, Flow
 from ..structured.part_flows import AUTO_PART
@@ -179,9 +179,16 @@ def _points_flow(chunk: str, question: str | None, max_points: int, model: str |
     lang = language(chunk)
     system = KEY_POINTS_Q[lang].format(question=question) if question else KEY_POINTS[lang]
     messages = [{"role": "system", "content": system}, {"role": "user", "content": chunk}]
-    schema = {"type": "object", "properties": {"points": string_list(max_points, 200)}, "required": ["points"]}
+    # at least one point: with none allowed the 0.5B model answered [] for a Chinese e-mail and meeting notes
+    points = string_list(max_points, 200, min_items=1)
+    schema = {"type": "object", "properties": {"points": points}, "required": ["points"]}
     result = yield from json_task(messages, schema, model)
-    return [p.strip() for p in result.data["points"] if p.strip()]
+    # a point that is the instruction's own words ("Short", "列出文本的要点") is no point of the text
+    return [p.strip() for p in result.data["points"] if p.strip() and _fold(p) not in _fold(system)]
+
+
+def _fold(text: str) -> str:
+    return re.sub(r"[\W_]+", "", text).lower()
 
 
 def compress_flow(text: str, *, budget_tokens: int = 512, chunk_tokens: int = 1024, question: str | None = None,
@@ -196,7 +203,11 @@ def compress_flow(text: str, *, budget_tokens: int = 512, chunk_tokens: int = 10
         raise ConfigError(f"unknown compress mode {mode!r}", hint=f"one of {', '.join(MODES)}")
     if mode == "abstractive":
         chunks, input_tokens = yield from chunk_text(text, chunk_tokens)
-        return (yield from _map_reduce(chunks, input_tokens, budget_tokens, chunk_tokens, question, model))
+        abstract = yield from _map_reduce(chunks, input_tokens, budget_tokens, chunk_tokens, question, model)
+        if not abstract.points:  # an empty answer with success was the worst of both
+            raise OutputError("the model gave no key points of the text",
+                              hint="use mode extractive or hybrid (sentences of the text itself), or a larger model")
+        return abstract
     spans, costs, input_tokens = yield from sentence_costs(text)
     units = [i for i, (start, end) in enumerate(spans) if text[start:end].strip()]
     sentences = [text[spans[i][0]:spans[i][1]].strip() for i in units]
@@ -223,6 +234,10 @@ def compress_flow(text: str, *, budget_tokens: int = 512, chunk_tokens: int = 10
     if mode == "hybrid":
         groups = _chunks("\n".join(picked) + "\n", _line_spans(picked), [unit_costs[i] for i in kept], chunk_tokens)
         shortened = yield from _map_reduce(groups, input_tokens, budget_tokens, chunk_tokens, question, model)
+        if not shortened.points:  # the model gave no point: the selection stands (it fits twice the budget)
+            result.notes.append("the model gave no key points of the selected sentences: they are returned as "
+                                "selected (mode extractive keeps the budget)")
+            return result
         result.points, result.text, result.output_tokens = shortened.points, shortened.text, shortened.output_tokens
         result.rounds, result.trimmed = shortened.rounds, shortened.trimmed
     return result
