@@ -273,6 +273,9 @@ def test_a_chinese_query_gets_the_multilingual_part_over_english_passages() -> N
 
     assert part_for_query(ZH[0], EN) == MULTILINGUAL_EMBEDDING_MODEL
     assert part_for_query(EN[0], EN) == EMBEDDING_MODEL and part_for_query(EN[0], ZH) == MULTILINGUAL_EMBEDDING_MODEL
+    for query in ("Как сбросить пароль?", "비밀번호 재설정", "¿Cómo restablezco mi contraseña?"):  # any non-English
+        assert part_for_query(query, EN) == MULTILINGUAL_EMBEDDING_MODEL, query
+    assert part_for_query("XJ-900 manual", EN) == EMBEDDING_MODEL  # a keyword query reads as English
     part = Part()
     drive(embedding_scores(ZH[0], EN), part)
     assert part.parts == {MULTILINGUAL_EMBEDDING_MODEL}

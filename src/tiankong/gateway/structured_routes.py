@@ -6,7 +6,7 @@
   invalid content.
 * ``/v1/chat/completions`` with ``tools`` runs ``tiankong.structured.tools``: the decision to call (with its
   probability), the call's arguments under a grammar and validated (fail-closed), OpenAI's ``tool_calls`` and
-  ``finish_reason: "tool_calls"`` (streamed: one delta per call).
+  ``finish_reason: "tool_calls"`` (streamed: one delta holding every call, once they are validated).
 
 ``POST /v1/tasks/extract`` is a registered task's route (``app.py``; its answer: ``tasks/extract.py``).
 """

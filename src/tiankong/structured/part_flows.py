@@ -91,10 +91,12 @@ def part_for(texts: Sequence[str]) -> str:
 
 
 def part_for_query(query: str, documents: Sequence[str]) -> str:
-    """The part that compares ``query`` with ``documents``: the multilingual one when the query is Chinese,
-    whatever the documents are (a Chinese question over English passages went to the English-only part: the
-    answer fell out of the top 3), else ``part_for`` of them all."""
-    return embedding_part("zh") if language(query) == "zh" else part_for([query, *documents])
+    """The part that compares ``query`` with ``documents``: the multilingual one when the query is not English
+    (Chinese, Korean, Russian, Spanish, …), whatever the documents are (a Chinese question over English passages
+    went to the English-only part: the answer fell out of the top 3), else ``part_for`` of them all. A short
+    English or keyword query ("XJ-900 manual") reads as English."""
+    asked = texts_language([query])
+    return embedding_part(asked) if asked != "en" else part_for([query, *documents])
 
 
 def prefixed(texts: Sequence[str], part: str, queries: int | None = None) -> list[str]:

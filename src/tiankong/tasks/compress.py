@@ -183,8 +183,16 @@ def _points_flow(chunk: str, question: str | None, max_points: int, model: str |
     points = string_list(max_points, 200, min_items=1)
     schema = {"type": "object", "properties": {"points": points}, "required": ["points"]}
     result = yield from json_task(messages, schema, model)
-    # a point that is the instruction's own words ("Short", "列出文本的要点") is no point of the text
-    return [p.strip() for p in result.data["points"] if p.strip() and _fold(p) not in _fold(system)]
+    template = (KEY_POINTS_Q[lang].replace("{question}", "") if question else KEY_POINTS[lang])
+    return [p.strip() for p in result.data["points"] if p.strip() and not _echo(p, template)]
+
+
+def _echo(point: str, template: str) -> bool:
+    """The instruction's own words as a point ("List the key points of the text", "文本的要点"): a run of the fixed
+    template (never the question: a point that repeats it may be the answer) of at least a third of it (a word of
+    it, "JSON" or "文本", may be a real point)."""
+    folded, words = _fold(point), _fold(template)
+    return bool(folded) and folded in words and 3 * len(folded) >= len(words)
 
 
 def _fold(text: str) -> str:
@@ -214,6 +222,28 @@ def compress_flow(text: str, *, budget_tokens: int = 512, chunk_tokens: int = 10
     unit_costs = [costs[i] for i in units]
     scored = yield from score_sentences(sentences, question, part)
     limit = min(input_tokens, budget_tokens * HYBRID_FACTOR) if mode == "hybrid" else budget_tokens
+    result = yield from _selected(text, spans, costs, units, sentences, unit_costs, scored, limit, chunk_tokens,
+                                  input_tokens, mode)
+    if mode == "hybrid":
+        picked, kept = result.points, result.kept
+        groups = _chunks("\n".join(picked) + "\n", _line_spans(picked), [unit_costs[i] for i in kept], chunk_tokens)
+        shortened = yield from _map_reduce(groups, input_tokens, budget_tokens, chunk_tokens, question, model)
+        if not shortened.points:  # the model gave no point: the selection within the budget itself, and why
+            within = yield from _selected(text, spans, costs, units, sentences, unit_costs, scored, budget_tokens,
+                                          chunk_tokens, input_tokens, mode)
+            within.notes.append("the model gave no key points of the selected sentences: the sentences themselves "
+                                "are returned, as mode extractive selects them")
+            return within
+        result.points, result.text, result.output_tokens = shortened.points, shortened.text, shortened.output_tokens
+        result.rounds, result.trimmed = shortened.rounds, shortened.trimmed
+    return result
+
+
+def _selected(text: str, spans: list[tuple[int, int]], costs: list[int], units: list[int], sentences: list[str],
+              unit_costs: list[int], scored: Any, limit: int, chunk_tokens: int, input_tokens: int,
+              mode: str) -> Flow[Compression]:
+    """The best whole sentences within ``limit`` tokens, in document order."""
+    sentences = list(sentences)
     kept, scoring = choose(scored, unit_costs, limit)
     trimmed = not kept
     if not kept:  # no sentence fits: the best one, cut to the budget
@@ -229,18 +259,8 @@ def compress_flow(text: str, *, budget_tokens: int = 512, chunk_tokens: int = 10
         joined = "\n".join(picked)
         output_tokens = yield from count_tokens(joined)
     n_chunks = len(_chunks(text, spans, costs, chunk_tokens))
-    result = Compression(picked, joined, input_tokens, output_tokens, n_chunks, 0, trimmed, mode, kept,
-                         [spans[units[i]] for i in kept], scoring, scored.notes)
-    if mode == "hybrid":
-        groups = _chunks("\n".join(picked) + "\n", _line_spans(picked), [unit_costs[i] for i in kept], chunk_tokens)
-        shortened = yield from _map_reduce(groups, input_tokens, budget_tokens, chunk_tokens, question, model)
-        if not shortened.points:  # the model gave no point: the selection stands (it fits twice the budget)
-            result.notes.append("the model gave no key points of the selected sentences: they are returned as "
-                                "selected (mode extractive keeps the budget)")
-            return result
-        result.points, result.text, result.output_tokens = shortened.points, shortened.text, shortened.output_tokens
-        result.rounds, result.trimmed = shortened.rounds, shortened.trimmed
-    return result
+    return Compression(picked, joined, input_tokens, output_tokens, n_chunks, 0, trimmed, mode, kept,
+                       [spans[units[i]] for i in kept], scoring, list(scored.notes))
 
 
 def _line_spans(lines: list[str]) -> list[tuple[int, int]]:
@@ -270,7 +290,10 @@ def _map_reduce(chunks: list[str], input_tokens: int, budget_tokens: int, chunk_
     while output_tokens > budget_tokens and rounds < MAX_ROUNDS and len(points) > 2:
         groups = _group(points, chunk_tokens, output_tokens)
         merged = yield from gather([_points_flow("\n".join(g), question, max(2, len(g) // 2), model) for g in groups])
-        points, rounds = [p for plist in merged for p in plist], rounds + 1
+        condensed = [p for plist in merged for p in plist]
+        if not condensed:  # a round that gave no point keeps the last round's (cut to the budget below)
+            break
+        points, rounds = condensed, rounds + 1
         joined = "\n".join(points)
         output_tokens = yield from count_tokens(joined) if joined else _zero()
     trimmed = False

@@ -36,12 +36,19 @@ from .prompts import REDLINE
 #: escalate below this confidence when neither the caller, the route's decider nor the config names a threshold
 DEFAULT_THRESHOLD = 0.6
 REDLINE_LABELS = ["simple", "reasoning", "math", "planning", "facts"]
-#: a question that asks for arithmetic, not a number in a text: an operator between figures that no date, phone or
-#: order number has (``2024-03-05``, ``138-0013``, ``retries=3`` and 计算机 / 按我的计算 escalated ordinary tickets);
-#: calculate / compute / 计算 as a request (not "compute cluster")
-_MATH = re.compile(r"\d\s*[+*×÷^]\s*\d|\d\s+[-/]\s+\d|[=≠≤≥]\s*\?|\b(solve|integral|derivative|equation)s?\b|"
-                   r"\b(calculate|compute)\s+(the|how|what|a|an|my|our|this|total|sum|\d)\b|"
-                   r"((请|帮我|帮忙|麻烦|如何|怎么|怎样)计算|计算(一下|出)|求解|方程|积分|导数|等于多少)", re.I)
+#: a question that asks for arithmetic, not a figure in a text: dates (``2024-03-05``), phones, order numbers, ranges
+#: ("5 - 7 days"), ``retries=3``, SQL's ``id = ?``, 计算机 / 按我的计算 and "compute cluster" escalated ordinary
+#: tickets. An operator between figures that none of those has; "what is 10/2", "15% of 200"; an equation with an
+#: unknown (2x + 3 = 7, x^2 = 4); figures then "= ?"; calculate / compute / 计算 as a request.
+_MATH = re.compile(
+    r"\d\s*[+*×÷^]\s*\d"
+    r"|\b(?:what(?:'s| is)|how much is)\s+-?\d+(?:\.\d+)?\s*(?:[-+*/x×÷]|times|divided by|plus|minus)\s*-?\d"
+    r"|\d\s*%\s+of\s+\d"
+    r"|\d\s*[a-z]\s*(?:[-+]\s*\d+\s*)?=\s*-?\d|\b[a-z]\s*\^\s*\d"
+    r"|\d\s*[-/]\s*\d+\s*=\s*(?:\?|？|多少)"
+    r"|\bsolve\s+(?:for\b|the equation|[a-z]\s*[=^+]|\d)|\b(?:integral|derivative)s?\s+of\b"
+    r"|\b(?:calculate|compute)\s+(?:the|how|what|a|an|my|our|this|total|sum|\d+)\b"
+    r"|(?:请|帮我|帮忙|麻烦|如何|怎么|怎样)计算|计算(?:一下|出|\s*[\d（(])|求解|方程|积分|导数|等于多少", re.I)
 _PLANNING = re.compile(r"\b(step[- ]by[- ]step plan|roadmap|itinerary|\d+[- ](week|month|year) plan)\b|"
                        r"(规划|路线图|行程|计划书)", re.I)
 

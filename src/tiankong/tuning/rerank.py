@@ -127,7 +127,7 @@ def _grade(value: Any, number: int) -> float:
 def score_parts(groups: list[Group], log: Log = lambda _: None) -> str:
     """BM25 and the embedding part for every group; returns why the part was not used ('' when it was).
 
-    Each group's part is the one ``rerank`` would pick for it (``part_for``); every distinct query and passage is
+    Each group's part is the one ``rerank`` would pick for it (``part_for_query``); every distinct query and passage is
     embedded once per part, in chunks — not once per list: 4,010 chatterbot lists of 40–200 replies took ~45 min
     scored list by list on 2 cores, the replies recurring in list after list."""
     missing = ""
