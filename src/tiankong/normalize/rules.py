@@ -27,15 +27,13 @@ from typing import Any
 
 from .base import Resolved, clean
 from .money import norm_amount, parse_number
+from .zh_time import ZH_TIME, zh_clock, zh_datetime
 
 KINDS = ("date", "datetime", "time", "phone", "amount", "unit", "address", "name")
 
 
 # --- dates and times ---------------------------------------------------------------------------------------------
 
-_ZH_DATE = re.compile(r"^(\d{4})\s*年\s*(\d{1,2})\s*月\s*(\d{1,2})\s*[日号]?(.*)$")
-_ZH_TIME = re.compile(r"^\s*(上午|下午|晚上|早上|中午|凌晨)?\s*(\d{1,2})\s*[点时:]\s*(?:(\d{1,2}|半)\s*分?)?\s*"
-                      r"(?:(\d{1,2})\s*秒)?\s*$")
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _D1 = dt.datetime(2001, 1, 1, 0, 0, 0)
 _D2 = dt.datetime(2002, 2, 2, 1, 1, 1)
@@ -82,71 +80,9 @@ def _both_defaults(text: str, dayfirst: bool) -> tuple[dt.datetime, dt.datetime]
     return a, b
 
 
-def twelve_hour_only(clock: re.Match[str]) -> bool:
-    """1点–12点 with no period of the day: spoken Chinese counts hours in twelves, so "3点开会" is 15:00 to most
-    readers and 03:00 only to a clock. (0点, 15点, the formal 24-hour 8时30分 and a written 3:00 are read as given.)"""
-    return clock[1] is None and 1 <= int(clock[2]) <= 12 and "点" in clock[0]
-
-
-def _zh_clock(clock: re.Match[str]) -> tuple[dt.time, int] | None:
-    """A Chinese clock time and the days it moves its date on: 晚上12点 is midnight at the day's end (00:00, one
-    day on), 凌晨12点 midnight at its start; 下午3点 is 15:00. None when the period and the hour leave it open:
-    上午/早上/下午12点 (midnight to some readers, noon to others), 晚上1-5点 (after midnight, the next day?), a
-    period the hour contradicts (上午15点), or 1-12点 with no period (``twelve_hour_only``)."""
-    period, hour = clock[1], int(clock[2])
-    day = 0
-    if twelve_hour_only(clock):
-        return None
-    if period in ("上午", "早上", "凌晨"):
-        if hour == 12 and period == "凌晨":
-            hour = 0
-        elif hour >= 12:
-            return None
-    elif period == "中午":
-        if hour in (1, 2, 3):
-            hour += 12
-        elif hour not in (11, 12, 13, 14, 15):
-            return None
-    elif period == "下午":
-        if 1 <= hour < 12:
-            hour += 12
-        elif hour < 13:
-            return None
-    elif period == "晚上":
-        if hour == 12 or hour == 24:
-            hour, day = 0, 1
-        elif 6 <= hour < 12:
-            hour += 12
-        elif hour < 18:
-            return None
-    try:
-        return dt.time(hour, 30 if clock[3] == "半" else int(clock[3] or 0), int(clock[4] or 0)), day
-    except ValueError:
-        return None
-
-
-def _zh_datetime(text: str) -> tuple[dt.date, dt.time | None, int] | None:
-    """The date, the clock time (if any) and the days the clock moves the date on (晚上12点: 1)."""
-    match = _ZH_DATE.match(text)
-    if not match:
-        return None
-    try:
-        day = dt.date(int(match[1]), int(match[2]), int(match[3]))
-    except ValueError:
-        return None
-    rest = match[4].strip()
-    if not rest:
-        return day, None, 0
-    clock = _ZH_TIME.match(rest)
-    read = _zh_clock(clock) if clock else None
-    if read is None and clock and twelve_hour_only(clock) and int(clock[2]) < 12:
-        return day, None, 0  # 3点: which 3 o'clock is open, not which day (12点 might be the midnight ending it)
-    return None if read is None else (day, read[0], read[1])
-
-
 def norm_date(raw: str, *, dayfirst: bool = False) -> Resolved | None:
     text = clean(raw)
-    zh = _zh_datetime(text)
+    zh = zh_datetime(text)
     if zh is not None:
         # 3月5日晚上12点 is the midnight that starts 3月6日: which day a date field means, the text leaves open
         return None if zh[2] else Resolved(zh[0].isoformat(), "date:zh")
@@ -163,7 +99,7 @@ def norm_date(raw: str, *, dayfirst: bool = False) -> Resolved | None:
 
 def norm_datetime(raw: str, *, dayfirst: bool = False) -> Resolved | None:
     text = clean(raw)
-    zh = _zh_datetime(text)
+    zh = zh_datetime(text)
     if zh is not None:
         if zh[1] is None:
             return None
@@ -181,9 +117,9 @@ def norm_datetime(raw: str, *, dayfirst: bool = False) -> Resolved | None:
 
 def norm_time(raw: str, **_: Any) -> Resolved | None:
     text = clean(raw)
-    clock = _ZH_TIME.match(text)
+    clock = ZH_TIME.match(text)
     if clock and (clock[1] or re.search(r"[点时]", text)):
-        read = _zh_clock(clock)
+        read = zh_clock(clock)
         return None if read is None else Resolved(read[0].isoformat(), "time:zh")
     both = _both_defaults(text, False)
     if both is None or both[0].hour != both[1].hour or both[0].date() != _D1.date():
