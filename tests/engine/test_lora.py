@@ -25,7 +25,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, run_cli, serve_app
+from conftest import assert_one_line_error, run_cli, serve_app, wait_until
 from tiankong import paths
 from tiankong.client import AsyncBaseClient, BaseClient
 from tiankong.engine import EngineBinary, EngineConfig, EngineProcess
@@ -377,14 +377,22 @@ def test_gateway_lets_queued_requests_with_the_running_adapter_set_in_first(
         lora_engine: EngineProcess, reference: dict[str, str]) -> None:
     prompt = PROMPTS[0]
     state = GatewayState.for_engine(lora_engine, TEST_MODEL, queue_size=16)
+    admission = state.engine.admission
     with serve_app(state) as url:
-        jobs: list[dict[str, Any]] = [{}, {"adapter": "noise"}] * 6  # 12 at once: 2 run, 10 wait
+        # the two slots run base-model requests; then 10 wait, the other set first in line: a freed slot lets a
+        # waiting base request in ahead of it. (Sent all at once, the arrival order decided whether the two running
+        # requests were of one set; when they were not, no reorder was due — seen once on a fresh clone.)
+        later: list[dict[str, Any]] = [{"adapter": "noise"}, {}] * 5
         with ThreadPoolExecutor(12) as pool:
-            answers = list(pool.map(lambda fields: raw_chat(url, prompt, **fields), jobs))
+            first = [pool.submit(raw_chat, url, prompt) for _ in range(2)]
+            assert wait_until(lambda: admission.in_flight == 2, 60)
+            rest = [pool.submit(raw_chat, url, prompt, **fields) for fields in later]
+            answers = [job.result() for job in first + rest]
+    jobs: list[dict[str, Any]] = [{}, {}, *later]
     for fields, answer in zip(jobs, answers, strict=True):  # reordering never mixes up who gets which adapter
         assert (answer == reference[prompt]) is (not fields), (fields, answer)
-    assert state.engine.admission.reordered >= 1
-    assert state.engine.admission.in_flight == 0 and state.engine.admission.waiting == 0
+    assert admission.reordered >= 1
+    assert admission.in_flight == 0 and admission.waiting == 0
 
 
 # --- training -------------------------------------------------------------------------------------
