@@ -15,7 +15,11 @@ held to the first answer's FROM clause (its tables and aliases: ``sql_grammar.Sc
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +117,24 @@ def _depth(text: str) -> int:
     return deepest
 
 
+_PARSING = threading.local()  # set while this thread parses a user's DDL
+
+
+def _while_not_parsing(record: logging.LogRecord) -> bool:
+    """sqlglot warns on stderr of DDL text it reads as a bare command ("Falling back to parsing as a 'Command'");
+    for a user's schema that is noise beside our own error (such text holds no table, and is refused or skipped)."""
+    return not getattr(_PARSING, "active", False)
+
+
+logging.getLogger("sqlglot").addFilter(_while_not_parsing)
+
+
+def _readable(message: str) -> str:
+    """sqlglot's message with its token objects (``<Token token_type: TokenType.L_PAREN, text: (, line: 1, …>``)
+    shown as the text the user wrote (``'('``)."""
+    return re.sub(r"<Token token_type: [^,]*, text: (.*?), line: \d+.*?>", lambda m: repr(m.group(1)), message)
+
+
 def schema_from_ddl(ddl: str) -> DbSchema:
     """The tables of ``CREATE TABLE`` statements (other statements are ignored: nothing is executed)."""
     import sqlglot  # noqa: PLC0415 (loaded by the sql task only)
@@ -128,14 +150,17 @@ def schema_from_ddl(ddl: str) -> DbSchema:
     if ddl.count(",") > 2 * MAX_ALL_COLUMNS:  # cheap, before a parse that would take seconds
         raise schema_error(f"the database schema lists more than {MAX_ALL_COLUMNS} columns",
                            hint="give only the tables and columns the question needs")
+    _PARSING.active = True
     try:
         statements = sqlglot.parse(ddl, read="sqlite")
     except sqlglot.errors.SqlglotError as exc:
-        raise schema_error(f"the schema's DDL does not parse: {str(exc).splitlines()[0][:200]}",
+        raise schema_error(f"the schema's DDL does not parse: {_readable(str(exc).splitlines()[0])[:200]}",
                            hint="give CREATE TABLE statements in SQLite syntax") from None
     except RecursionError:  # nesting the depth check does not see (it counts parentheses only)
         raise schema_error("the database schema nests too deeply to parse",
                            hint="give plain CREATE TABLE statements") from None
+    finally:
+        _PARSING.active = False
     tables = []
     for statement in statements:
         if not isinstance(statement, exp.Create) or str(statement.args.get("kind", "")).upper() != "TABLE":
@@ -155,12 +180,20 @@ def schema_from_ddl(ddl: str) -> DbSchema:
 def schema_from_db(path: str | Path) -> DbSchema:
     """The tables of a SQLite file (opened read-only)."""
     with read_only(path) as db:
-        names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT "
-                                              "LIKE 'sqlite_%' ORDER BY rowid")]
+        # views are read like tables (a SELECT may name them); they were left out, so a question a view answers
+        # could not be asked of it
+        names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND "
+                                              "name NOT LIKE 'sqlite_%' ORDER BY rowid")]
         tables = []
         for name in names:
             quoted = '"' + name.replace('"', '""') + '"'  # always: a table may be named like a keyword
-            info = db.execute(f"PRAGMA table_info({quoted})").fetchall()
+            try:
+                info = db.execute(f"PRAGMA table_xinfo({quoted})").fetchall()
+            except sqlite3.Error:  # a view over a table that is gone, a virtual table whose module is missing
+                continue
+            # table_xinfo, not table_info: generated columns (hidden 2 virtual, 3 stored) can be selected, and
+            # table_info leaves them out; hidden 1 is a virtual table's hidden column, not part of SELECT *
+            info = [r for r in info if r[6] != 1]
             tables.append(Table(name, tuple(r[1] for r in info), tuple(str(r[2]) for r in info)))
     return _checked(tables)
 
@@ -303,12 +336,26 @@ RUNAWAY_HINT = ("the model wrote a run-away query each time: ask a simpler or mo
                 "tables it needs, or use a larger model")
 
 
-def run_query(db: sqlite3.Connection, sql: str, max_rows: int) -> list[list[Any]]:
+#: how long ``--execute`` lets a query run: a join without its condition over large tables ran for as long as the
+#: user waited, the CLI and the connection held
+EXECUTE_LIMIT_S = 60.0
+
+
+def run_query(db: sqlite3.Connection, sql: str, max_rows: int, limit_s: float = EXECUTE_LIMIT_S) -> list[list[Any]]:
+    deadline = time.monotonic() + limit_s
+    db.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)  # nonzero interrupts the query
     try:
         cursor = db.execute(sql)
         return [list(row) for row in cursor.fetchmany(max_rows)]
+    except sqlite3.OperationalError as exc:
+        if time.monotonic() > deadline:
+            raise ConfigError(f"the query ran past {limit_s:g} s and was stopped",
+                              hint="ask a narrower question, or run the printed query yourself") from None
+        raise ConfigError(f"the query did not run: {exc}", hint="ask again, or check the database") from None
     except sqlite3.Error as exc:
         raise ConfigError(f"the query did not run: {exc}", hint="ask again, or check the database") from None
+    finally:
+        db.set_progress_handler(None, 0)
 
 
 def _dialect(dialect: str) -> Any:
