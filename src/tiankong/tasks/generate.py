@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..structured.constraints import schema_constraint
@@ -23,3 +24,40 @@ def json_task(messages: list[dict[str, Any]], schema: Any, model: str | None,
 def string_list(max_items: int, max_length: int, min_items: int = 0) -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": max_length},
             "minItems": min_items, "maxItems": max_items}
+
+
+#: a run of this many words (Latin script) or characters (CJK) met a second time is a loop, not prose: the DRY
+#: sampler ends token-level loops, not a clause the model writes again and again ("If you were billed twice, you
+#: would typically receive a refund of …" three times in a 600-character HyDE passage of the default model)
+LOOP_WORDS = 8
+LOOP_CHARS = 16
+_TOKEN = re.compile(r"\S+")
+_DONE = re.compile(r"[.!?](?=\s|$)|[。！？]")
+
+
+def cut_loop(text: str) -> tuple[str, bool]:
+    """``text`` up to where it starts repeating itself, and whether it did: the start of the first run of
+    ``LOOP_WORDS`` words (``LOOP_CHARS`` characters for Chinese) already written earlier."""
+    cjk = any("\u4e00" <= c <= "\u9fff" for c in text)
+    if cjk:
+        starts, units, n = list(range(len(text))), list(text), LOOP_CHARS
+    else:
+        found = list(_TOKEN.finditer(text))
+        starts, units, n = [m.start() for m in found], [m.group().lower() for m in found], LOOP_WORDS
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(units) - n + 1):
+        gram = tuple(units[i:i + n])
+        if gram in seen:  # (a loop of Chinese sentences repeats from the full stop before it: that one is kept)
+            keep = starts[i] + (1 if cjk and units[i] in "。！？!?." else 0)
+            return text[:keep].rstrip(), True
+        seen.add(gram)
+    return text, False
+
+
+def end_cleanly(text: str) -> str:
+    """A text that was stopped (a length limit, a loop cut off) ending at its last sentence end when that is past
+    a third of it, else at a whole word with "…" — not mid-word or after a dangling comma."""
+    ends = [m.end() for m in _DONE.finditer(text)]
+    if ends and ends[-1] >= len(text) // 3:
+        return text[:ends[-1]]
+    return text.rstrip(" ,;:，；：、") + "…"

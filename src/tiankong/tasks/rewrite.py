@@ -9,10 +9,11 @@ from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow, Structured
 from .classify import require_text
-from .generate import json_task, string_list
+from .generate import cut_loop, end_cleanly, json_task, string_list
 from .prompts import HYDE, REWRITE, task_messages
 
 MODES = ("rewrite", "hyde", "both")
+PASSAGE_CHARS = 600
 
 
 @dataclass
@@ -36,7 +37,8 @@ def rewrite_flow(query: str, *, mode: str = "rewrite", n: int = 3, model: str | 
         schema = {"type": "object", "properties": {"queries": string_list(n, 120, 1)}, "required": ["queries"]}
         flows.append(json_task(task_messages(REWRITE, query, n=n), schema, model))
     if mode in ("hyde", "both"):
-        schema = {"type": "object", "properties": {"passage": {"type": "string", "minLength": 1, "maxLength": 600}},
+        schema = {"type": "object", "properties": {"passage": {"type": "string", "minLength": 1,
+                                                           "maxLength": PASSAGE_CHARS}},
                   "required": ["passage"]}
         flows.append(json_task(task_messages(HYDE, query), schema, model))
     results: list[Structured[Any]] = yield from gather(flows)
@@ -45,8 +47,17 @@ def rewrite_flow(query: str, *, mode: str = "rewrite", n: int = 3, model: str | 
         if "queries" in result.data:
             out.queries = _dedupe([q.strip() for q in result.data["queries"] if q.strip()])
         else:
-            out.hypothetical = result.data["passage"].strip()
+            out.hypothetical = _passage(result.data["passage"])
     return out
+
+
+def _passage(raw: str) -> str:
+    """The HyDE passage without the loop a small model may fall into (a clause written again until the length
+    limit) and ending at a sentence end: the limit stopped it mid-sentence ("… and decide,")."""
+    text, looped = cut_loop(raw.strip())
+    if not looped and len(raw) >= PASSAGE_CHARS and " " in text:
+        text = text[:text.rfind(" ")]  # stopped by the limit: its last word may be cut short
+    return end_cleanly(text) if looped or len(raw) >= PASSAGE_CHARS else text
 
 
 def _dedupe(items: list[str]) -> list[str]:
