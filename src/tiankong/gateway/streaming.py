@@ -29,7 +29,8 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-
 KEEPALIVE = b": keep-alive\n\n"
 
 Item = bytes | Response
-#: called once when the exchange ends: (HTTP status sent, outcome: ok|error|disconnect|deadline|idle)
+#: called once when the exchange ends: (the status it ended with — the HTTP status sent, or the error that cut off a
+#: stream already sent as 200 —, outcome: ok|error|disconnect|deadline|idle)
 OnClose = Callable[[int, str], None]
 
 
@@ -58,7 +59,10 @@ class DeferredSSE(Response):
         self.keepalive_s = keepalive_s
         self.idle_timeout_s = idle_timeout_s
         self.on_close = on_close
-        self.status = 0
+        self.status = 0  # the HTTP status sent (200 once the first event went out)
+        # how the stream ended when that was an error after the 200 (the deadline 504, an engine that broke off
+        # 503, an idle engine 504): what the metrics count — a stream cut off was counted a success
+        self.ended = 0
         self._send: Send | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -73,7 +77,7 @@ class DeferredSSE(Response):
             disconnect.cancel()
             with contextlib.suppress(Exception):
                 await self.source.aclose()
-            self.on_close(self.status or 499, outcome)
+            self.on_close(self.ended or self.status or 499, outcome)
 
     async def _pump(self, disconnect: asyncio.Future[None]) -> str:
         pending: asyncio.Future[Item] = asyncio.ensure_future(anext(self.source))
@@ -120,6 +124,7 @@ class DeferredSSE(Response):
             await self._error(deadline_exceeded(self.timeout_s, "while streaming"))
             return "deadline"
         if last_data is not None and now - last_data >= self.idle_timeout_s:
+            self.ended = 504
             await self._error_event(sse_error(f"no data from the engine for {self.idle_timeout_s:g} s",
                                               "engine_error", "stream_idle_timeout"))
             return "idle"
@@ -128,6 +133,7 @@ class DeferredSSE(Response):
 
     async def _error(self, response: Response) -> None:
         if self.status:
+            self.ended = response.status_code
             await self._error_event(b"data: " + bytes(response.body) + b"\n\n")
             return
         self.status = response.status_code
