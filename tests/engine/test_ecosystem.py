@@ -125,3 +125,13 @@ def test_litellm_as_a_client(base_url: str, monkeypatch: pytest.MonkeyPatch) -> 
                                 tool_choice="required")
     calls = called.choices[0].message.tool_calls  # type: ignore[union-attr]
     assert calls and calls[0].function.name == "get_weather"
+
+
+def test_an_embeddings_input_longer_than_the_engine_embeds_is_a_400_the_sdk_does_not_retry(
+        sdk: openai.OpenAI) -> None:
+    """llama-server's 500 "input (N tokens) is too large to process" came back as a 502 server error, which SDKs
+    retry (a sweep of 2026-12-08): it is the caller's input, OpenAI's 400 ``context_length_exceeded``."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.embeddings.create(model=TEST_MODEL, input="word " * 3000)  # > the 2,048-token batch an embedding uses
+    assert refused.value.body["code"] == "context_length_exceeded"  # type: ignore[index]
+    assert "tokens" in refused.value.body["message"]  # type: ignore[index]

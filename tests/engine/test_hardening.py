@@ -476,3 +476,43 @@ def test_a_down_remote_upstream_is_503_engine_unavailable_on_task_routes_too() -
             assert answer.status_code == 503 and answer.headers.get("retry-after"), (path, answer.text)
             error = answer.json()["error"]
             assert error["code"] == "engine_unavailable" and "model=" not in error["message"], (path, error)
+
+
+def test_a_structured_chat_longer_than_the_context_is_the_same_400(gateway: str) -> None:
+    """With ``response_format`` the same over-long chat was a 413 (the library's InputTooLong), without it OpenAI's
+    400 ``context_length_exceeded``: one condition, one answer on the OpenAI route (a sweep of 2026-12-08)."""
+    long_chat = {"messages": [{"role": "user", "content": "word " * 6000}], "max_tokens": 2,
+                 "response_format": {"type": "json_object"}}
+    error = error_of(post(gateway, CHAT, long_chat, timeout=120))
+    assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error", error
+
+
+def _counter(url: str, name: str, route: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name and s.labels.get("route") == route)
+
+
+def test_a_failed_structured_answer_counts_its_attempts_and_tokens(gateway: str) -> None:
+    """A structured answer cut off at every attempt (422) counted as a failure but not its retries, and the tokens
+    its attempts decoded were not counted: only answered requests' were."""
+    retries = _counter(gateway, "tiankong_schema_retries_total", CHAT)
+    failures = _counter(gateway, "tiankong_schema_failures_total", CHAT)
+    text = httpx.get(f"{gateway}/metrics", timeout=10).text
+    tokens_before = sum(s.value for s in _samples(text, "tiankong_completion_tokens_total"))
+    cut = {"messages": [{"role": "user", "content": "List three cities with their countries."}], "max_tokens": 2,
+           "response_format": {"type": "json_object"}}
+    error = error_of(post(gateway, CHAT, cut, timeout=120), 422)
+    assert "after 2 attempts" in error["message"], error
+    assert _counter(gateway, "tiankong_schema_failures_total", CHAT) == failures + 1
+    assert _counter(gateway, "tiankong_schema_retries_total", CHAT) == retries + 1  # the second attempt
+    text = httpx.get(f"{gateway}/metrics", timeout=10).text
+    assert sum(s.value for s in _samples(text, "tiankong_completion_tokens_total")) >= tokens_before + 2
+
+
+def _samples(text: str, name: str) -> list[object]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]

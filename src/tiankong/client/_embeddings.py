@@ -4,10 +4,11 @@ helpers — the one that asks (:func:`openai_embeddings`) is given the caller's 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import ConfigError, ServerError
+from ..errors import ConfigError, InputTooLong, ServerError
 
 
 def embeddings_items(texts: Any) -> list[str]:
@@ -29,7 +30,14 @@ def per_token_refused(exc: ServerError) -> bool:
 
 def embeddings_off(exc: ServerError, embedded: bool) -> ServerError | ConfigError:
     """The engine gives no embeddings (llama-server's 501 says "start it with --embeddings", a flag of its own):
-    for a client's embedded engine, what to pass to the client instead."""
+    for a client's embedded engine, what to pass to the client instead. An input longer than the engine embeds
+    at once (llama-server's 500 "input (N tokens) is too large to process") is the caller's to shorten:
+    ``InputTooLong`` — it was a 502 server error, which SDKs retry."""
+    if "too large to process" in exc.message:
+        found = re.search(r"input \((\d+) tokens\)", exc.message)
+        size = f" ({found.group(1)} tokens)" if found else ""
+        return InputTooLong(f"an embeddings input is longer than the engine embeds at once{size}",
+                            hint="split the text into shorter pieces (a few hundred words each)")
     if exc.status == 501 and embedded:
         return ConfigError("this client's engine was started without embeddings",
                            hint="create it with Client(model=…, embeddings=True)")
@@ -67,6 +75,10 @@ async def openai_embeddings(request: Callable[[str, str, dict[str, Any]], Awaita
         return await request("POST", "/v1/embeddings", body)
     except ServerError as exc:
         if not per_token_refused(exc):
-            raise
-    vectors, tokens = mean_pooled(await request("POST", "/embeddings", {"content": items}))
+            raise embeddings_off(exc, False) from None
+    try:
+        rows = await request("POST", "/embeddings", {"content": items})
+    except ServerError as exc:
+        raise embeddings_off(exc, False) from None
+    vectors, tokens = mean_pooled(rows)
     return embeddings_response(vectors, tokens, model)

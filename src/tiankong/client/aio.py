@@ -330,7 +330,11 @@ class AsyncBaseClient:
         except ServerError as exc:
             if not E.per_token_refused(exc):
                 raise E.embeddings_off(exc, self.engine is not None) from None
-            return E.mean_pooled(await self._request("POST", "/embeddings", {"content": items}))[0]
+            try:
+                rows = await self._request("POST", "/embeddings", {"content": items})
+            except ServerError as again:
+                raise E.embeddings_off(again, self.engine is not None) from None
+            return E.mean_pooled(rows)[0]
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", str(self.url))]
 
     async def tokenize(self, text: str) -> list[int]:

@@ -267,7 +267,11 @@ class BaseClient:
         except ServerError as exc:
             if not E.per_token_refused(exc):
                 raise E.embeddings_off(exc, self.engine is not None) from None
-            return E.mean_pooled(self._request("POST", "/embeddings", {"content": items}))[0]
+            try:
+                rows = self._request("POST", "/embeddings", {"content": items})
+            except ServerError as again:
+                raise E.embeddings_off(again, self.engine is not None) from None
+            return E.mean_pooled(rows)[0]
         return [list(map(float, row["embedding"])) for row in A.answer_field(data, "data", self.url)]
 
     def tokenize(self, text: str) -> list[int]:

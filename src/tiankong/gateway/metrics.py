@@ -149,7 +149,7 @@ class GatewayMetrics:
         if call.retried:
             self.engine_retries.labels(call.route).inc()
         self._structured(call)
-        if status == 200:
+        if status == 200 or call.schema_failed:  # a failed structured answer decoded its tokens too
             self._answer(call)
 
     def _structured(self, call: RequestRecord) -> None:

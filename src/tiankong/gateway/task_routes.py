@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from ..api import AsyncClient
 from ..client._embeddings import embeddings_items, openai_embeddings
 from ..deciders.registry import names_only
-from ..errors import ConfigError, ServerError
+from ..errors import ConfigError, InputTooLong, ServerError
 from ..tasks.bodies import task_answer
 from ..tasks.route import configured_threshold
 from .responses import error_response
@@ -59,6 +59,8 @@ async def embeddings_answer(client: AsyncClient, body: dict[str, Any]) -> JSONRe
                                   "--embeddings` (or engine.embeddings = true in the config)",
                                   "invalid_request_error", "not_supported")
         raise
+    except InputTooLong as exc:  # as the chat route answers an input over the context (OpenAI's code)
+        return error_response(400, exc.one_line(), "invalid_request_error", "context_length_exceeded", param="input")
     return JSONResponse(as_base64(answer) if encoding == "base64" else answer)
 
 

@@ -21,9 +21,9 @@ import httpx
 from starlette.responses import JSONResponse, Response
 
 from ..api import AsyncClient
-from ..client._shared import http_limits
+from ..client._shared import Usage, http_limits
 from ..client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
-from ..errors import OutputError, ServerError, TiankongError, TransportError, Unreachable
+from ..errors import InputTooLong, OutputError, ServerError, TiankongError, TransportError, Unreachable
 from .admission import Lane
 from .cache_isolation import IsolatingTransport, isolated
 from .engine_http import ConnectionPool, EngineHTTPError, EngineResponse, EngineTimeout
@@ -32,6 +32,8 @@ from .responses import engine_unavailable, error_for, error_response, upstream_e
 from .streaming import Item, SSEInspector
 
 T = TypeVar("T")
+#: the OpenAI routes, whose errors keep OpenAI's codes (a task route answers its own: docs/errors.md)
+OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions")
 
 
 class Upstream:
@@ -207,6 +209,17 @@ class Upstream:
             return await self.retried(call, lambda: work(self.client(call.model)), unavailable)
         except OutputError as exc:
             call.schema_failed = True
+            # its attempts and the tokens they decoded count (schema retries, token counters): only answered
+            # requests' were counted
+            attempts, usage = getattr(exc, "attempts", None), getattr(exc, "usage", None)
+            call.attempts = attempts if isinstance(attempts, int) else call.attempts
+            if isinstance(usage, Usage):
+                call.usage = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                              "total_tokens": usage.total_tokens}
+            return error_for(exc)
+        except InputTooLong as exc:
+            if call.route in OPENAI_ROUTES:  # as the same chat without response_format is answered (OpenAI's code)
+                return error_response(400, exc.one_line(), "invalid_request_error", "context_length_exceeded")
             return error_for(exc)
         except TiankongError as exc:
             return error_for(exc)
