@@ -142,6 +142,9 @@ def scalar_fields(schema: dict[str, Any], hinted: set[str]) -> dict[str, str]:
     out = {}
     for name, node in schema["properties"].items():
         kind = node.get("type") if isinstance(node, dict) else None
+        if isinstance(kind, list):  # ["integer", "null"]: how an optional numeric column is declared
+            kinds = [k for k in kind if k != "null"]
+            kind = kinds[0] if len(kinds) == 1 else None
         if name not in hinted and kind in ("integer", "number", "boolean"):
             out[name] = str(kind)
     return out
@@ -321,8 +324,12 @@ class Normalizer:
                 out.flags.append({"field": top, "value": raw[top],
                                   "reason": f"the normalised value fails the schema ({error.message})"})
                 self.stats["reverted"] += 1
+        # an empty value of a field the schema does not require is an absent one (a CSV's blank cell): it was
+        # checked as a value, and every row with a blank optional date or number was invalid
+        required = set(self._validator.schema.get("required") or ())
+        present = {k: v for k, v in out.record.items() if v != "" or k in required}
         out.errors = sorted({f"{'/'.join(str(p) for p in e.path) or '(record)'}: {e.message}"
-                             for e in self._validator.iter_errors(out.record)})
+                             for e in self._validator.iter_errors(present)})
         if out.errors:
             self.stats["invalid"] += 1
 
