@@ -150,10 +150,24 @@ def _read(item: CliInput, value: Any) -> Any:
     if item.kind == "joined":
         return split_list(value)
     if item.kind == "pairs":
-        return dict(d.split("=", 1) for d in value if "=" in d)
+        return _pairs(value, item.decls[0])
     if item.kind == "repeat":
         return list(value)
     return value
+
+
+def _pairs(values: Any, decl: str) -> dict[str, str] | None:
+    """``LABEL=words`` options as a dict, keys trimmed as labels are: one without ``=`` or words, or a label given
+    twice, was dropped without a word (the last of two kept)."""
+    out: dict[str, str] = {}
+    for given in values or ():
+        key, sep, words = given.partition("=")
+        if not sep or not key.strip() or not words.strip():
+            raise click.UsageError(f"{decl} {given!r}: give LABEL=words (e.g. {decl} 'spam=unwanted ads')")
+        if key.strip() in out:
+            raise click.UsageError(f"{decl} {key.strip()!r} is given twice: give each label once")
+        out[key.strip()] = words.strip()
+    return out or None
 
 
 def _lines(text: str, path: str) -> list[str]:

@@ -71,12 +71,17 @@ def require_text(text: Any, what: str = "text") -> str:
 
 def check_labels(labels: Any) -> list[str]:
     names = [str(c) for c in labels] if isinstance(labels, (list, tuple)) else []
-    if len(names) < 2 or len({n.strip() for n in names}) != len(names) or not all(n.strip() for n in names):
-        trimmed = len(set(names)) == len(names) and all(n.strip() for n in names)  # only spaces told them apart
-        raise ConfigError("labels must be at least two distinct, non-empty strings" +
-                          (" (labels equal once trimmed, as \"a\" and \" a \", are one label)" if trimmed else ""),
-                          hint='e.g. ["spam", "ham"]', param="labels")
-    return names
+    stripped = [n.strip() for n in names]
+    if len(names) >= 2 and all(stripped) and len(set(stripped)) == len(names):
+        return names
+    why = ""
+    if len(set(names)) < len(names):  # a label repeated: named (it read as if fewer than two were given)
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        why = f" ({twice!r} is given twice)"
+    elif all(stripped) and len(set(stripped)) < len(names):  # only spaces told them apart
+        why = " (labels equal once trimmed, as \"a\" and \" a \", are one label)"
+    raise ConfigError("labels must be at least two distinct, non-empty strings" + why, hint='e.g. ["spam", "ham"]',
+                      param="labels")
 
 
 def decider_labels(own: list[str], given: list[str] | None, ref: str) -> list[str]:
@@ -201,7 +206,9 @@ def _multi(scores: dict[str, float], threshold: float) -> Classification:
     ranked = sorted(scores.items(), key=lambda kv: kv[1], reverse=True)
     chosen = [label for label, p in ranked if p >= threshold]
     margin = ranked[0][1] - ranked[1][1]
-    return Classification(ranked[0][0], chosen, dict(ranked), margin, True)
+    # none passed the threshold: abstained, as a decider's answer says (``label`` stays the likeliest, with its
+    # score; a pipeline reading ``label`` alone took it for a chosen one)
+    return Classification(ranked[0][0], chosen, dict(ranked), margin, True, abstained=not chosen)
 
 
 def decider_threshold(decider: Decider | None) -> float | None:
