@@ -516,3 +516,31 @@ def _samples(text: str, name: str) -> list[object]:
     from prometheus_client.parser import text_string_to_metric_families
 
     return [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
+@pytest.mark.parametrize(("path", "fields", "param"), [
+    (CHAT, {"stop": 5}, "stop"), (CHAT, {"stop": ["a", 1]}, "stop"), (CHAT, {"n": True}, "n"),
+    (CHAT, {"seed": "x"}, "seed"), (CHAT, {"logprobs": "yes"}, "logprobs"), (CHAT, {"top_logprobs": 1.5},
+                                                                            "top_logprobs"),
+    (CHAT, {"response_format": {"type": "xml"}}, "response_format"),
+    (CHAT, {"max_tokens": 2, "max_completion_tokens": 6}, "max_completion_tokens"),
+    ("/v1/completions", {"best_of": True}, "best_of"), ("/v1/completions", {"logprobs": "yes"}, "logprobs"),
+    ("/v1/completions", {"prompt": None}, "prompt"), ("/v1/completions", {"stop": {"a": 1}}, "stop"),
+])
+def test_a_field_of_the_wrong_type_is_a_400_naming_it(gateway: str, path: str, fields: dict[str, object],
+                                                       param: str) -> None:
+    """Each was ignored (``"stop": 5`` ran to max_tokens; ``"n": true`` passed as 1), answered in the engine's own
+    words with no param (``[json.exception.type_error.302]``), or — two budgets that differ — applied by the
+    engine while the gateway chose how to relay by the other (a sweep of 2026-12-08)."""
+    base: dict[str, object] = {"messages": [{"role": "user", "content": "hi"}]} if path == CHAT else {"prompt": "hi"}
+    error = error_of(post(gateway, path, {**base, "max_tokens": 2, **fields}))
+    assert error["param"] == param and "json.exception" not in error["message"], error
+
+
+def test_fields_of_the_right_type_still_pass(gateway: str) -> None:
+    ok = post(gateway, CHAT, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stop": ["\n"],
+                              "seed": 7, "n": 1, "logprobs": False, "max_completion_tokens": 2,
+                              "response_format": {"type": "text"}})
+    assert ok.status_code == 200, ok.text
+    ok = post(gateway, "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stop": "\n", "logprobs": 1})
+    assert ok.status_code == 200, ok.text

@@ -217,6 +217,11 @@ def token_budget_problem(body: dict[str, Any]) -> tuple[str, str] | None:
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not
                                   1 <= value <= MAX_TOKEN_BUDGET):
             return key, f"{key} must be a positive integer up to {MAX_TOKEN_BUDGET}, got {json.dumps(value)[:40]}"
+    given = {key: body[key] for key in TOKEN_BUDGET_FIELDS if body.get(key) is not None}
+    if len(set(given.values())) > 1:  # the engine applies one, the gateway's stream/assemble choice read another
+        first, second = list(given)[:2]
+        return second, (f"{first} {given[first]} and {second} {given[second]} differ: give one token budget "
+                        "(max_completion_tokens, or max_tokens)")
     return None
 
 

@@ -104,7 +104,7 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
     "/v1/chat/completions": {
         "functions": (LEGACY_FUNCTIONS, lambda v: v in (None, [])),
         "function_call": (LEGACY_FUNCTIONS, lambda v: v in (None, "none", "auto")),
-        "n": ("one choice per request is served: send n requests (seeds differ) instead", lambda v: v in (None, 1)),
+        "n": ("one choice per request is served: send n requests (seeds differ) instead", lambda v: _one(v)),
         "audio": ("audio output is not served", lambda v: v is None),
         "modalities": ("only text output is served", lambda v: v in (None, ["text"])),
         "prediction": ("predicted outputs are not served", lambda v: v is None),
@@ -117,8 +117,8 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
                             lambda v: v is None or isinstance(v, dict)),
     },
     "/v1/completions": {
-        "n": ("one choice per request is served: send n requests instead", lambda v: v in (None, 1)),
-        "best_of": ("best_of is not served: send several requests and pick", lambda v: v in (None, 1)),
+        "n": ("one choice per request is served: send n requests instead", lambda v: _one(v)),
+        "best_of": ("best_of is not served: send several requests and pick", lambda v: _one(v)),
         "echo": ("echo is not served", lambda v: v in (None, False)),
         "suffix": ("suffix (insertion) is not served on /v1/completions", lambda v: v in (None, "")),
         "stream": ("must be true or false (a string or a number was read by its truth: \"false\" streamed)",
@@ -127,11 +127,47 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
 }
 
 
+def _one(value: Any) -> bool:
+    return value is None or (value == 1 and not isinstance(value, bool))  # `true` passed as 1
+
+
+def _int(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _stop(value: Any) -> bool:
+    return value is None or isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(item, str) for item in value))
+
+
+#: fields whose value of the wrong type the engine ignored (`"stop": 5` ran to max_tokens) or refused in its own
+#: words (`"seed": "x"`: "[json.exception.type_error.302] …", no param): a 400 naming the field
+TYPED: dict[str, tuple[str, Any]] = {
+    "stop": ("must be a string or a list of strings", _stop),
+    "seed": ("must be an integer", _int),
+    "top_logprobs": ("must be an integer", _int),
+}
+TYPED_BY_PATH: dict[str, dict[str, tuple[str, Any]]] = {
+    "/v1/chat/completions": {**TYPED, "logprobs": ("must be true or false", lambda v: v is None or
+                                                   isinstance(v, bool)),
+                             "response_format": ('type must be "text", "json_object" or "json_schema"',
+                                                 lambda v: not isinstance(v, dict) or v.get("type") in
+                                                 (None, "text", "json_object", "json_schema"))},
+    "/v1/completions": {**TYPED, "logprobs": ("must be an integer (how many top tokens)", _int),
+                        "prompt": ("is required: a string or a list of strings", lambda v: v is not None)},
+}
+
+
 def unhonoured_field(path: str, body: dict[str, Any]) -> JSONResponse | None:
-    """A 400 naming the first field of ``body`` a local engine would silently ignore (see ``UNHONOURED``)."""
+    """A 400 naming the first field of ``body`` a local engine would silently ignore (see ``UNHONOURED``) or
+    that has the wrong type (``TYPED_BY_PATH``; a missing ``prompt`` on ``/v1/completions``)."""
     for field, (why, fine) in UNHONOURED.get(path, {}).items():
         if field in body and not fine(body[field]):
             return error_response(400, f"{field}: {why}", "invalid_request_error", "unsupported_field", param=field)
+    for field, (why, fine) in TYPED_BY_PATH.get(path, {}).items():
+        if not fine(body.get(field)):
+            return error_response(400, f"{field} {why}, got {json.dumps(body.get(field))[:40]}",
+                                  "invalid_request_error", "invalid_value", param=field)
     return None
 
 
