@@ -101,9 +101,12 @@ class DedupeOptions:
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown or not self.stages:
             raise ConfigError(f"unknown or no stages {unknown or '(none)'}", hint=f"choose from {', '.join(STAGES)}")
-        for option, stage in (("shingle", "near"), ("near_low", "near"), ("semantic", "semantic"),
+        # an option of a stage left out is refused, not silently ignored (a threshold with a default, ``near``: when
+        # it differs from it)
+        defaults = {"near": DedupeOptions.near}
+        for option, stage in (("shingle", "near"), ("near_low", "near"), ("near", "near"), ("semantic", "semantic"),
                               ("semantic_low", "semantic"), ("part", "semantic")):
-            if getattr(self, option) not in (None, "") and stage not in self.stages:  # else silently ignored
+            if getattr(self, option) not in (None, "", defaults.get(option)) and stage not in self.stages:
                 raise ConfigError(f"{option} applies to the {stage} stage, which stages {list(self.stages)} leaves "
                                   "out", hint=f"add {stage} to the stages, or leave {option} out", param=option)
         if self.keep not in ("first", "longest", "most-complete") and not (
@@ -264,15 +267,18 @@ def dedupe_flow(records: Sequence[Record], options: DedupeOptions | None = None)
         return {"pairs": found, "merged": merged, "uncertain": band}
 
     if "near" in options.stages:
-        from .near import near_pairs, shingle_size  # noqa: PLC0415 (numpy: not loaded by --help or the registry)
+        from .near import near_pairs, near_pairs_sized  # noqa: PLC0415 (numpy: not loaded by --help or registry)
 
-        sizes = [options.shingle] * len(texts) if options.shingle else [shingle_size(t) for t in texts]
-        k: int | list[int] = sizes[0] if len(set(sizes)) == 1 else sizes
         low = options.near_low if options.near_low is not None else options.near
-        found = near_pairs(texts, low=low, k=k, spread=options.spread) if len(texts) > 1 else []
+        shingle: int | dict[str, int]
+        if options.shingle:
+            found = near_pairs(texts, low=low, k=options.shingle, spread=options.spread) if len(texts) > 1 else []
+            shingle = options.shingle
+        else:  # each record's size from its script; mixed records at both (near.MIXED)
+            found, counts = near_pairs_sized(texts, low=low, spread=options.spread)
+            # one size, or how many records were compared at each (a file of Chinese and English records)
+            shingle = next(iter(counts)) if len(counts) == 1 else {str(n): counts[n] for n in sorted(counts)}
         stats = apply("near", [(p.a, p.b, p.jaccard) for p in found], options.near, options.near_low)
-        # one size, or how many records took each (a file of Chinese and English records)
-        shingle = k if isinstance(k, int) else {str(n): sizes.count(n) for n in sorted(set(sizes))}
         report["stages"]["near"] = {"threshold": options.near, "band": options.near_low, "shingle": shingle, **stats}
     if "semantic" in options.stages:
         report["stages"]["semantic"] = yield from _semantic_stage(texts, groups, options, apply, report["notes"])

@@ -33,13 +33,48 @@ _MULT = (np.random.RandomState(SEED).randint(0, 1 << 62, 64, dtype=np.uint64) * 
 _CHUNK_WINDOWS = 1 << 16  # windows per signature block: 65,536 x 128 permutations x 4 bytes = 32 MiB
 
 
+def cjk_share(text: str) -> float:
+    """The share of CJK characters among the letters and digits of (the first 200 characters of) ``text``."""
+    sample = text[:200]
+    letters = sum(1 for c in sample if c.isalnum())
+    return len(CJK_SCRIPT.findall(sample)) / letters if letters else 0.0
+
+
 def shingle_size(text: str) -> int:
     """3 when most letters and digits of (the first 200 characters of) ``text`` are CJK, else 5. Per record, not
     per file: a Chinese pair merged or not by whether a few English records were in the same file."""
-    sample = text[:200]
-    letters = sum(1 for c in sample if c.isalnum())
-    cjk = len(CJK_SCRIPT.findall(sample))
-    return 3 if letters and cjk / letters > 0.5 else 5
+    return 3 if cjk_share(text) > 0.5 else 5
+
+
+#: records whose CJK share is in this range (mixed Chinese and English) are compared at both shingle sizes: two
+#: copies of one mixed record on either side of the 0.5 line got sizes 3 and 5, whose shingles never match (a
+#: pair that differed by one character was never compared)
+MIXED = (0.3, 0.7)
+
+
+def sized_groups(texts: Sequence[str]) -> dict[int, list[int]]:
+    """The records compared at each shingle size: 3 for a CJK share from ``MIXED[0]`` up, 5 up to ``MIXED[1]`` —
+    a mixed record in both. Two records whose shares differ by less than the overlap share a size."""
+    shares = [cjk_share(t) for t in texts]
+    groups = {3: [i for i, s in enumerate(shares) if s > 0.5 or s >= MIXED[0]],
+              5: [i for i, s in enumerate(shares) if s <= 0.5 or s <= MIXED[1]]}
+    return {k: members for k, members in groups.items() if members}
+
+
+def near_pairs_sized(texts: Sequence[str], *, low: float, spread: Any = None) -> tuple[list[NearPair],
+                                                                                       dict[int, int]]:
+    """``near_pairs`` with each record's shingle size from its script (``sized_groups``); a pair found at both
+    sizes keeps its higher estimate. Also how many records were compared at each size."""
+    best: dict[tuple[int, int], float] = {}
+    groups = sized_groups(texts)
+    for k, members in groups.items():
+        if len(members) < 2:
+            continue
+        for pair in near_pairs([texts[i] for i in members], low=low, k=k, spread=spread):
+            key = (members[pair.a], members[pair.b])
+            best[key] = max(best.get(key, 0.0), pair.jaccard)
+    return ([NearPair(a, b, s) for (a, b), s in sorted(best.items())],
+            {k: len(members) for k, members in groups.items()})
 
 
 Shingles = int | Sequence[int]  # one size for every text, or one per text
