@@ -89,9 +89,14 @@ def test_the_exact_key_keeps_vowel_signs_and_drops_what_only_spells_the_same_tex
     one key (the marks were taken for punctuation) and were merged as exact duplicates; a Chinese sentence with its
     punctuation, or segmented by spaces, and an English one with an apostrophe were not exact duplicates of
     themselves without."""
-    distinct = [("ป่า", "ป้า"), ("मैं कल दिन में आऊँगा", "मैं कल दान में आऊँगा"), ("عَلِمَ", "عُلِمَ")]
+    distinct = [("ป่า", "ป้า"), ("मैं कल दिन में आऊँगा", "मैं कल दान में आऊँगा"), ("عَلِمَ", "عُلِمَ"),
+                # a number's sign, a currency, a comparison are data (one exact group until 2026-12-08)
+                ("balance -500", "balance 500"), ("refund $500", "refund €500"),
+                ("alert if cpu < 90", "alert if cpu > 90"), ("x = -1.5", "x = 1.5")]
     same = [("我想退款，订单号1234。", "我想退款订单号1234"), ("我 想 退款 订单号 1234", "我想退款订单号1234"),
-            ("I don't want it, send it back", "I dont want it send it back")]
+            ("I don't want it, send it back", "I dont want it send it back"),
+            ("balance -500!", "Balance \u2212500"), ("ships in 3-5 days", "ships in 3 5 days"),
+            ("call +86 138 0013 8000", "call 86 138 0013 8000")]
     rows = [Record(f"{i}{side}", text, {}) for i, pair in enumerate(distinct + same)
             for side, text in zip("ab", pair, strict=True)]
     result = dedupe_records(rows, DedupeOptions(stages=("exact",)))

@@ -1,4 +1,5 @@
-"""Exact duplicates: the key a text has after normalisation (Unicode NFKC, case, whitespace, punctuation).
+"""Exact duplicates: the key a text has after normalisation (Unicode NFKC, case, whitespace, punctuation; a number's
+minus sign, currency and mathematical symbols are kept: they are data).
 
 Written by hand because it is a few lines of the standard library (``unicodedata``, ``str.casefold``, regexes);
 each step can be switched off, since what counts as "the same text" is the user's call (a log line's case may
@@ -24,13 +25,25 @@ _CJK_SPACE = re.compile(rf"(?<=[{_CJK}]) | (?=[{_CJK}])")
 _HAS_CJK = re.compile(f"[{_CJK}]")
 
 
+#: a minus sign that starts a number ("balance -500"; not the hyphen of "3-5" or "A-1"): kept, as U+2212 — dropped
+#: with the punctuation, "balance -500" and "balance 500" were one exact group (a sweep of 2026-12-08)
+_SIGN = re.compile(r"(?<![\w.])[-\u2212\u2013\ufe63](?=\d)")
+#: symbols that are data, not spelling: currency signs (Sc: "$500" is not "€500") and mathematical ones (Sm: "a < b"
+#: is not "a > b"; the minus above) — except "+", which is how a phone number or a count is often just prefixed
+_KEPT = {"Sc", "Sm"}
+
+
 @functools.cache
 def _punctuation_table(to: str | None = " ") -> dict[int, str | None]:
-    r"""Every Unicode punctuation or symbol character (categories P* and S*), ASCII and CJK alike, to a space. Not
-    the regex ``[^\w\s]``: it also took the combining marks (category M: Thai, Devanagari and Arabic vowel signs,
-    Vietnamese tones), so ป่า (forest) and ป้า (aunt) had one key. Built once (about 0.3 s), then ``str.translate``
-    (faster than that regex). ``to``: a space, or ``None`` (dropped) when whitespace counts."""
-    return {c: to for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c))[0] in "PS"}
+    r"""Every Unicode punctuation or symbol character (categories P* and S*, but for the ``_KEPT`` ones), ASCII and
+    CJK alike, to a space. Not the regex ``[^\w\s]``: it also took the combining marks (category M: Thai,
+    Devanagari and Arabic vowel signs, Vietnamese tones), so ป่า (forest) and ป้า (aunt) had one key. Built once
+    (about 0.3 s), then ``str.translate`` (faster than that regex). ``to``: a space, or ``None`` (dropped) when
+    whitespace counts."""
+    table = {c: to for c in range(sys.maxunicode + 1)
+             if unicodedata.category(chr(c))[0] in "PS" and unicodedata.category(chr(c)) not in _KEPT}
+    table[ord("+")] = to
+    return table
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,7 @@ class KeyOptions:
     nfkc: bool = True  # full-width and compatibility forms: "ＡＢＣ１" == "ABC1"
     case: bool = True  # "Refund" == "refund" (casefold, so "Straße" == "STRASSE")
     whitespace: bool = True  # runs of spaces, tabs and newlines become one space; ends trimmed
-    punctuation: bool = True  # punctuation and symbols dropped: "refund!!" == "refund"
+    punctuation: bool = True  # punctuation and symbols dropped: "refund!!" == "refund" (not "-500" / "$" / "<")
 
     def normalise(self, text: str) -> str:
         if self.nfkc:
@@ -50,6 +63,8 @@ class KeyOptions:
         if self.punctuation:
             if "'" in text or "\u2019" in text:  # (the checks first: each regex costs ~15 µs a 500-character text)
                 text = _APOSTROPHE.sub("", text)
+            if "-" in text or "\u2212" in text or "\u2013" in text or "\ufe63" in text:
+                text = _SIGN.sub("\u2212", text)
             text = text.translate(_punctuation_table(" " if self.whitespace else None))
         if self.whitespace:
             text = _SPACE.sub(" ", text).strip()
