@@ -10,11 +10,24 @@ from typing import Any
 
 from ..errors import ConfigError, InputTooLong, ServerError
 
+#: inputs in one HTTP embeddings request (OpenAI's own limit): 3,000 one-word inputs held a 2-core engine for
+#: minutes, unanswered, and the gateway's other requests with it; a batch file or several requests embed more
+MAX_INPUTS = 2048
+
 
 def embeddings_items(texts: Any) -> list[str]:
     items = [texts] if isinstance(texts, str) else list(texts) if isinstance(texts, (list, tuple)) else None
     if not items or not all(isinstance(t, str) and t for t in items):
-        raise ConfigError("embeddings input must be a non-empty string or a list of non-empty strings")
+        raise ConfigError("embeddings input must be a non-empty string or a list of non-empty strings", param="input")
+    return items
+
+
+def request_items(texts: Any) -> list[str]:
+    """``embeddings_items`` of one HTTP request, at most ``MAX_INPUTS`` of them (a library call takes any number)."""
+    items = embeddings_items(texts)
+    if len(items) > MAX_INPUTS:
+        raise ConfigError(f"embeddings input holds {len(items)} texts, more than {MAX_INPUTS} in one request",
+                          hint="send them in requests of up to 2048 texts (or as a batch file)", param="input")
     return items
 
 

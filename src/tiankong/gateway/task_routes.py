@@ -16,7 +16,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from ..api import AsyncClient
-from ..client._embeddings import embeddings_items, openai_embeddings
+from ..client._embeddings import openai_embeddings, request_items
 from ..deciders.registry import names_only
 from ..errors import ConfigError, InputTooLong, ServerError
 from ..tasks.bodies import task_answer
@@ -49,7 +49,7 @@ async def embeddings_answer(client: AsyncClient, body: dict[str, Any]) -> JSONRe
     if encoding not in ("float", "base64") or body.get("dimensions") is not None:
         raise ConfigError("encoding_format float or base64 at the model's own dimensions is served",
                           hint="leave dimensions out; encoding_format: float or base64")
-    items = embeddings_items(body.get("input"))
+    items = request_items(body.get("input"))
     try:
         answer = await openai_embeddings(client._request, {"input": items, "model": body.get("model")}, items,
                                          body.get("model"))
