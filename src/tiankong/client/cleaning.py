@@ -58,7 +58,9 @@ def _records(records: Sequence[Record | Mapping[str, Any]], field: str, id_field
         if not isinstance(rid, (str, int)) or isinstance(rid, bool):
             raise ConfigError(f"record {index + 1} has no string or integer {id_field!r}", hint="give each an id")
         if not isinstance(text, str):
-            raise ConfigError(f"record {index + 1} has no text field {field!r}", hint=f"pass field= or add {field}")
+            problem = f"has no text field {field!r}" if text is None else \
+                f"has a {type(text).__name__} in {field!r}, not text"  # it said "no text field" for a number
+            raise ConfigError(f"record {index + 1} {problem}", hint=f"pass field= or give {field} as text")
         out.append(Record(rid, text, dict(record)))
     return out
 

@@ -37,6 +37,11 @@ class Record:
     text: str
     fields: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:  # Record(1, 123) failed deep in unicodedata with a TypeError
+        if not isinstance(self.text, str):
+            raise ConfigError(f"record {self.id!r}: the text is a {type(self.text).__name__}, not a str",
+                              hint="pass the text to compare as a str")
+
 
 class Spread(Protocol):
     """The stages' arithmetic in partitions — the same numbers as in place, so the same clusters (a Ray job's:

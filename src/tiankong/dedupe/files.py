@@ -128,6 +128,14 @@ def _csv_rows(text: str, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
     last = 1
     try:
+        header = reader.fieldnames or []
+        if twice := next((name for i, name in enumerate(header) if name in header[:i]), None):
+            # DictReader keeps the last column of a name: the other was read as nothing, silently
+            raise ConfigError(f"{path.name} line 1: the header names the column {twice!r} twice",
+                              hint="give each column its own name")
+        if len(header) == 1 and (";" in header[0] or "\t" in header[0]):  # one column read from "id;text"
+            raise ConfigError(f"{path.name} line 1: the header {header[0][:60]!r} is one column: the file is not "
+                              "comma-separated", hint="write it with commas (e.g. in Python: csv.writer)")
         for row in reader:
             if None in row:
                 raise ConfigError(f"{path.name} line {reader.line_num} has more cells than the header",

@@ -246,7 +246,8 @@ class Normalizer:
     def _why_not(self, spec: FieldSpec) -> str:
         if self.options.mode == "rules" or self.extract is None:
             return f"no {spec.kind} rule resolves it (left as it was)"
-        return f"neither a {spec.kind} rule nor the model resolves it (left as it was)"
+        article = "an" if spec.kind[:1] in "aeiou" else "a"  # "neither a amount rule"
+        return f"neither {article} {spec.kind} rule nor the model resolves it (left as it was)"
 
     def _resolve(self, spec: FieldSpec, text: str) -> Resolved | None:
         if self.options.mode != "model":
