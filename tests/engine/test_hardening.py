@@ -547,3 +547,18 @@ def test_fields_of_the_right_type_still_pass(gateway: str) -> None:
     assert ok.status_code == 200, ok.text
     ok = post(gateway, "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stop": "\n", "logprobs": 1})
     assert ok.status_code == 200, ok.text
+
+
+def test_a_completion_of_several_prompts_counts_every_prompt(gateway: str) -> None:
+    """llama-server answered a list of prompts with the usage of the first alone (prompts of 1 and 9 tokens said
+    1), and the token counters took it (a sweep of 2026-12-08): each prompt is answered in turn, usage summed."""
+    prompts = ["a", "The capital of France is a city that"]
+    singles = [post(gateway, "/v1/completions", {"prompt": p, "max_tokens": 4, "temperature": 0}).json()
+               for p in prompts]
+    both = post(gateway, "/v1/completions", {"prompt": prompts, "max_tokens": 4, "temperature": 0})
+    assert both.status_code == 200, both.text
+    answer = both.json()
+    assert [c["index"] for c in answer["choices"]] == [0, 1]
+    assert [c["text"] for c in answer["choices"]] == [s["choices"][0]["text"] for s in singles]  # in order
+    for key in ("prompt_tokens", "completion_tokens"):
+        assert answer["usage"][key] == sum(s["usage"][key] for s in singles), (key, answer["usage"])

@@ -22,7 +22,14 @@ from starlette.responses import JSONResponse, Response
 
 from ..api import AsyncClient
 from ..client._shared import Usage, http_limits
-from ..client.assemble import MIN_TOKENS, StreamAssembler, StreamFailed, assembles, streamed_body
+from ..client.assemble import (
+    MIN_TOKENS,
+    StreamAssembler,
+    StreamFailed,
+    assembles,
+    several_prompts,
+    streamed_body,
+)
 from ..errors import InputTooLong, OutputError, ServerError, TiankongError, TransportError, Unreachable
 from .admission import Lane
 from .cache_isolation import IsolatingTransport, isolated
@@ -140,6 +147,8 @@ class Upstream:
     async def forward(self, call: RequestRecord, path: str, body: dict[str, Any]) -> Response:
         if assembles(path, body, self.assemble_min_tokens):
             return await self.forward_assembled(call, path, body)
+        if not self.replica.remote and several_prompts(body.get("prompt")):
+            return await self.forward_each(call, path, body)
         upstream = await self.send(call, path, body, stream=False)
         if isinstance(upstream, Response):
             return upstream
@@ -148,6 +157,34 @@ class Upstream:
         with contextlib.suppress(ValueError):
             call.note_answer(json.loads(upstream.content))
         return Response(upstream.content, status_code=upstream.status_code, media_type="application/json")
+
+    async def forward_each(self, call: RequestRecord, path: str, body: dict[str, Any]) -> Response:
+        """A completions request of several prompts, one prompt at a time in the slot it holds, the answers joined
+        (choice ``index`` = the prompt's place): llama-server answered them at once with the ``usage`` of the first
+        prompt alone (two prompts of 5 and 17 tokens said 5), which the token counters took, and ran them on
+        slots the gateway had not granted."""
+        choices: list[Any] = []
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        answer: dict[str, Any] = {}
+        for index, prompt in enumerate(body["prompt"]):
+            upstream = await self.send(call, path, {**body, "prompt": prompt}, stream=False)
+            if isinstance(upstream, Response):
+                return upstream
+            if upstream.status_code >= 400:
+                return upstream_error(upstream.status_code, upstream.content, upstream.headers)
+            try:
+                answer = json.loads(upstream.content)
+                one = answer["choices"][0]
+            except (ValueError, KeyError, IndexError, TypeError):
+                return error_response(502, "the engine's answer had no choices", "engine_error", "engine_error")
+            choices.append({**one, "index": index})
+            for key in usage:
+                value = (answer.get("usage") or {}).get(key)
+                usage[key] += value if isinstance(value, int) else 0
+        answer = {**answer, "choices": choices, "usage": usage}
+        answer.pop("timings", None)  # the last prompt's alone
+        call.note_answer(answer)
+        return JSONResponse(answer)
 
     async def forward_assembled(self, call: RequestRecord, path: str, body: dict[str, Any]) -> Response:
         """A non-streamed answer read from the engine as a stream (assemble.py says why); retried once when
