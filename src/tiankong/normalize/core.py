@@ -328,7 +328,7 @@ class Normalizer:
         # an empty value of a field the schema does not require is an absent one (a CSV's blank cell): it was
         # checked as a value, and every row with a blank optional date or number was invalid
         required = set(self._validator.schema.get("required") or ())
-        present = {k: v for k, v in out.record.items() if v != "" or k in required}
+        present = {k: v for k, v in out.record.items() if not (isinstance(v, str) and not v.strip()) or k in required}
         out.errors = sorted({f"{'/'.join(str(p) for p in e.path) or '(record)'}: {e.message}"
                              for e in self._validator.iter_errors(present)})
         if out.errors:
