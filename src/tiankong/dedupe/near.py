@@ -56,8 +56,8 @@ def sized_groups(texts: Sequence[str]) -> dict[int, list[int]]:
     """The records compared at each shingle size: 3 for a CJK share from ``MIXED[0]`` up, 5 up to ``MIXED[1]`` —
     a mixed record in both. Two records whose shares differ by less than the overlap share a size."""
     shares = [cjk_share(t) for t in texts]
-    groups = {3: [i for i, s in enumerate(shares) if s > 0.5 or s >= MIXED[0]],
-              5: [i for i, s in enumerate(shares) if s <= 0.5 or s <= MIXED[1]]}
+    groups = {3: [i for i, s in enumerate(shares) if s >= MIXED[0]],
+              5: [i for i, s in enumerate(shares) if s <= MIXED[1]]}
     return {k: members for k, members in groups.items() if members}
 
 
