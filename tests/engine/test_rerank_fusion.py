@@ -154,6 +154,16 @@ def test_candidates_longer_than_the_parts_context_are_cut_and_said(client: Clien
     assert result.results[0].index == 1
 
 
+def test_a_list_with_nothing_to_compare_says_its_score_is_not_an_absolute_relevance(client: Client) -> None:
+    """One right candidate alone scored 0.07 — the decider's probability is read within the list — and nothing said
+    so; a user thresholding it dropped the answer (2026-12-08)."""
+    for docs in (["Paris is the capital of France."], ["Paris is the capital of France."] * 2):
+        result = client.rerank("What is the capital of France?", docs)
+        assert any("not an absolute relevance" in note for note in result.notes), result.notes
+    two = client.rerank("What is the capital of France?", ["Paris is the capital of France.", "Bananas are yellow."])
+    assert not any("absolute" in note for note in two.notes) and two.results[0].index == 0
+
+
 def test_bad_input_is_refused_with_a_clear_error(client: Client, http: TestClient) -> None:
     with pytest.raises(ConfigError, match="non-empty list"):
         client.rerank("q", [])

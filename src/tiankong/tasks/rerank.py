@@ -119,6 +119,10 @@ def rerank_flow(query: str, documents: list[str], *, top_k: int | None = None, m
         else:  # rrf
             assert bm is not None and cosine is not None
             scores = rrf([bm, cosine], retrieved=[bm25_retrieved(bm), None])
+    if mode == "fusion" and len(set(docs)) == 1:  # nothing to compare: a decider's probability is list-relative
+        found.notes.append(f"{'one candidate' if len(docs) == 1 else 'every candidate the same text'}: fusion "
+                           "scores rank candidates against each other, so alone they are not an absolute relevance "
+                           "(rank a list, or use mode pointwise to judge one passage)")
     order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))[: top_k or len(docs)]
     return Reranking([Ranked(i, scores[i], docs[i]) for i in order], scores, mode, found.parts, found.notes,
                      found.truncated)
