@@ -15,7 +15,7 @@ import pytest
 from conftest import free_port, pid_alive
 from tiankong import AsyncClient, Client
 from tiankong.engine import EngineProcess
-from tiankong.errors import ConfigError, ModelNotInstalled, ServerError, TransportError
+from tiankong.errors import ConfigError, InputTooLong, ModelNotInstalled, ServerError, TransportError
 from tiankong.models import TEST_MODEL
 
 
@@ -258,3 +258,6 @@ def test_embeddings_from_an_engine_started_with_them(engine_binary, smol_path) -
         vectors = client.embed(["hello world", "bonjour le monde"])
         assert len(vectors) == 2 and len(vectors[0]) == 576 and len(vectors[0]) == len(vectors[1])
         assert any(abs(x) > 0 for x in vectors[0])
+        # longer than the engine embeds at once: the caller's to shorten (it was a ServerError, HTTP 500)
+        with pytest.raises(InputTooLong, match="tokens"):
+            client.embed("word " * 3000)
