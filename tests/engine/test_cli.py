@@ -57,6 +57,21 @@ def test_chat_repl_keeps_history(smol_engine: EngineProcess) -> None:
     assert proc.stdout.count(">>> ") == 3
 
 
+def test_chat_goes_on_past_a_full_context_a_mistyped_command_and_a_message_too_long(smol_engine: EngineProcess
+                                                                                     ) -> None:
+    """The session ended (status 1, its history lost) once the history outgrew the context; a mistyped command went
+    to the model; /reset said nothing (a sweep of 2026-12-08). The oldest turns are dropped to fit; a message too long
+    alone is refused and the session goes on."""
+    long = "the quick brown fox jumps over the lazy dog " * 130  # ~1,200 tokens: two fill a 2,048-token slot
+    script = f"{long}\n{long}\nWhat is 2+2?\n{long * 3}\n/rest\n/reset\nHello\n/exit\n"
+    proc = run_cli("chat", "--url", smol_engine.url, "--max-tokens", "4", input=script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(">>> ") == 8  # every line read, the session never ended early
+    assert "oldest turns were dropped" in proc.stderr and "shorten the message" in proc.stderr
+    assert "unknown command /rest" in proc.stderr and "history cleared" in proc.stderr
+    assert "cut short" in proc.stderr  # --max-tokens 4 stops the answers
+
+
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer"}},
           "required": ["name", "age"]}
 

@@ -155,20 +155,52 @@ def chat(model: str | None, url: str | None, system: str | None, max_tokens: int
         while True:
             try:
                 line = input(">>> ").strip()
-            except EOFError:
+            except (EOFError, KeyboardInterrupt):
                 break
             if line in ("", "/exit", "/quit"):
                 break
             if line == "/reset":
                 history.clear()
+                click.echo("(history cleared)", err=True)
+                continue
+            if line.startswith("/") and " " not in line:  # a mistyped command went to the model, into the history
+                click.echo(f"unknown command {line}: /reset clears the history, /exit or an empty line quits",
+                           err=True)
                 continue
             history.append({"role": "user", "content": line})
-            reply = []
+            if not _chat_turn(client, history, system, max_tokens):
+                history.pop()  # not answered: the session goes on without it
+
+
+def _chat_turn(client: Client, history: list[dict[str, str]], system: str | None, max_tokens: int) -> bool:
+    """One answer to the last message, streamed; the history's oldest exchanges are dropped when the whole no longer
+    fits the context (the session ended with "the input is too long", its history lost). Ctrl-C stops the answer,
+    not the session. False when the message alone does not fit."""
+    from ..errors import InputTooLong
+
+    reply: list[str] = []
+    finish = None
+    while True:
+        try:
             for chunk in client.stream_chat(history, system=system, max_tokens=max_tokens):
                 click.echo(chunk.text, nl=False)
                 reply.append(chunk.text)
-            click.echo()
-            history.append({"role": "assistant", "content": "".join(reply)})
+                finish = chunk.finish_reason or finish
+            break
+        except InputTooLong as exc:
+            if len(history) < 3:  # the message alone: nothing older to drop
+                click.echo(f"error: {exc.message} — shorten the message (or /reset)", err=True)
+                return False
+            del history[:2]  # the oldest question and its answer
+            click.echo("(the oldest turns were dropped to fit the context)", err=True)
+        except KeyboardInterrupt:
+            click.echo("\n(interrupted)", err=True)
+            break
+    click.echo()
+    if finish == "length":
+        click.echo(f"warning: the answer stopped at --max-tokens {max_tokens}: it is cut short", err=True)
+    history.append({"role": "assistant", "content": "".join(reply)})
+    return True
 
 
 @click.command()

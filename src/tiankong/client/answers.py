@@ -67,8 +67,8 @@ def check_response(status: int, text: str) -> None:
         raise InputTooLong(said, hint=hint)
     if status in (400, 413) and ("context size" in message or _error_field(data, "type") == InputTooLong.type):
         raise InputTooLong(f"the input is too long for the engine's context ({message})",
-                           hint="shorten the text, use the compress task, or start the engine with a larger ctx "
-                                "per slot")
+                           hint="shorten the text, use the compress task, or give the engine a larger context per "
+                                "slot (Client(model=…, ctx=N); a gateway: `tiankong serve --ctx N`, then --url)")
     kind = REMOTE_TYPES.get(str(_error_field(data, "type"))) if status < 500 else None
     param = _error_field(data, "param")
     raise (kind or ServerError)(status, message, body=text, param=param if isinstance(param, str) else None)
