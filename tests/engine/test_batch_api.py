@@ -124,7 +124,11 @@ def test_cancel_mid_way_keeps_what_was_answered(keyed_gateway: str) -> None:
     batch = one.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
     running = poll(one, batch.id, lambda b: b.status in FINAL or b.request_counts.completed >= 2)
     assert running.status == "in_progress", running
-    assert one.batches.cancel(batch.id).status in ("cancelling", "cancelled")
+    reply = one.batches.cancel(batch.id)
+    assert reply.status in ("cancelling", "cancelled")
+    # the counts never go back: the cancel's answer read the counts saved every 2 s (3 done → 2 done)
+    assert reply.request_counts is not None and running.request_counts is not None
+    assert reply.request_counts.completed >= running.request_counts.completed, (running, reply)
     cancelled = poll(one, batch.id)
     assert cancelled.status == "cancelled" and cancelled.cancelled_at
     output = lines_of(one.files.content(cancelled.output_file_id).text)
@@ -137,6 +141,10 @@ def test_cancel_mid_way_keeps_what_was_answered(keyed_gateway: str) -> None:
     assert completed.status == "completed"
     with pytest.raises(openai.ConflictError):  # a finished batch cannot be cancelled
         one.batches.cancel(completed.id)
+    # a cancel takes no body: a bare POST (curl -X POST …/cancel) was a 415 "POST bodies must be JSON"
+    bare = httpx.post(f"{keyed_gateway}/v1/batches/{completed.id}/cancel",
+                      headers={"Authorization": f"Bearer {KEY_ONE}"})
+    assert bare.status_code == 409, bare.text
 
 
 def test_task_lines_and_the_cli_against_a_gateway(smol_engine: EngineProcess, tmp_path: Path) -> None:

@@ -142,6 +142,27 @@ def test_a_moved_input_resumes_its_job_and_another_file_does_not(tmp_path: Path)
     assert_one_line_error(run_cli(*redact("--input", str(other), "--output", str(out))), "another job", "input")
 
 
+@pytest.mark.parametrize("foreign", [
+    '{"id": 1, "text": "x@y.com"}\n{"id": 2, "text": "plain"}\n',  # a copy of the input: "12 of 12 done", nothing ran
+    '{"id": 1, "foo": 1}\n',  # one stray line: its id counted as done
+    '{"id": "zz", "v": 1}\n{"id": "yy", "v": 2}',  # no final newline: its last line was cut off ("repaired")
+])
+def test_an_output_file_no_job_wrote_is_refused_not_adopted(tmp_path: Path, foreign: str) -> None:
+    """An OUT with lines and no OUT.job.json was taken as this job's finished work (a sweep of 2026-12-08)."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": 1, "text": "x@y.com"}\n{"id": 2, "text": "plain"}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    out.write_text(foreign, encoding="utf-8")
+    assert_one_line_error(run_cli(*redact("--input", str(src), "--output", str(out))), "no batch job wrote",
+                          "another --output")
+    assert out.read_text(encoding="utf-8") == foreign  # untouched
+    assert not out.with_name(out.name + ".job.json").exists()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")  # an empty file is no one's work: the job writes there
+    done = run_cli(*redact("--input", str(src), "--output", str(empty)))
+    assert done.returncode == 0 and json.loads(done.stdout)["processed"] == 2, done.stderr
+
+
 def test_a_stored_job_of_an_older_version_keeps_its_paths_as_typed(tmp_path: Path) -> None:
     """An OUT.job.json written before paths were read beside the job file holds them as typed (relative to where
     it ran): read from beside itself, `results/out.jsonl` became `results/results/out.jsonl` — a fresh output."""

@@ -163,16 +163,19 @@ def test_batch_refuses_to_write_over_its_input(tmp_path: Path) -> None:
     assert_one_line_error(proc, "is the file the job writes")
 
 
-def test_a_null_id_is_an_error_not_a_line_number(tmp_path: Path, smol_engine: EngineProcess) -> None:
+@pytest.mark.parametrize(("written", "said"), [("null", "id is null"), ('""', "id is empty")])
+def test_a_null_id_is_an_error_not_a_line_number(tmp_path: Path, smol_engine: EngineProcess, written: str,
+                                                 said: str) -> None:
+    """An empty id was taken as the id "" (2026-12-08), while a CSV's empty id cell is the line number."""
     source = tmp_path / "in.jsonl"
-    source.write_text('{"id": null, "text": "mail a@b.example"}\n{"id": 2, "text": "mail c@d.example"}\n',
+    source.write_text(f'{{"id": {written}, "text": "mail a@b.example"}}\n{{"id": 2, "text": "mail c@d.example"}}\n',
                       encoding="utf-8")
     out = tmp_path / "out.jsonl"
     report = run(build_job(input=str(source), output=str(out), task="redact", use_model=False,
                            url=[smol_engine.url]))
     assert report.done == 1 and report.failed == 1
     errors = (tmp_path / "out.jsonl.errors.jsonl").read_text(encoding="utf-8")
-    assert "id is null" in errors and [json.loads(x)["id"] for x in out.read_text().splitlines()] == [2]
+    assert said in errors and [json.loads(x)["id"] for x in out.read_text().splitlines()] == [2]
 
 
 def test_files_tiankong_reads_are_size_limited() -> None:

@@ -92,8 +92,10 @@ def _record_item(line: int, data: Any, id_field: str) -> Item:
     if id_field not in data:
         return Item(line, id=line, data=data, line_id=True)
     value = data[id_field]
-    if value is None:  # an explicit null is a mistake, not "no id": the line number would silently stand in
-        return Item(line, error=f"line {line}: {id_field} is null; give a string or an integer, or leave it out")
+    if value is None or value == "":  # a mistake, not "no id": the line number would silently stand in (and ""
+        # was taken as an id, while a CSV's empty id cell is the line number)
+        said = "null" if value is None else "empty"
+        return Item(line, error=f"line {line}: {id_field} is {said}; give a string or an integer, or leave it out")
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         written = json.dumps(value, ensure_ascii=False, default=str)[:40]  # as the file has it: true, not True
         return Item(line, error=f"line {line}: {id_field} must be a string or an integer, not {written}")

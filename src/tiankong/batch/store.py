@@ -96,9 +96,15 @@ class OutputPaths:
 
     def check_same_job(self, job: dict[str, Any]) -> None:
         """A run that goes on with ``OUT`` must be the job that wrote it: another task or input would leave the other
-        job's lines counted as this one's, done (a run reported complete, 0 processed)."""
-        if not self.job.exists() or not self.output.exists() or self.output.stat().st_size == 0:
+        job's lines counted as this one's, done (a run reported complete, 0 processed). An ``OUT`` with lines and no
+        ``OUT.job.json`` was written by no job (a job writes that file before its first line): it was adopted — a copy
+        of the input counted as every line done, a stray line's id as done, its unterminated last line cut off."""
+        if not self.output.exists() or self.output.stat().st_size == 0:
             return
+        if not self.job.exists():
+            raise ConfigError(f"{self.output} already holds lines that no batch job wrote (there is no "
+                              f"{self.job.name} beside it)", hint="write to another --output (a job only resumes "
+                              "an output it wrote)")
         try:
             stored = json.loads(self.job.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -122,9 +122,12 @@ class BatchRunner:
         return {"total": counts.total, "completed": counts.completed, "failed": counts.failed}
 
     def describe(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A batch object with the running batch's live counts."""
-        if record["id"] in self.live and record["status"] == S.IN_PROGRESS:
-            record = {**record, "request_counts": self.counts_of(record["id"])}
+        """A batch object with the running batch's live counts — also while it is cancelling or finalizing: the
+        counts saved every ``SAVE_EVERY_S`` went back from 3 to 2 done in the answer to a cancel (each the larger
+        of the saved and the live, so they never go back)."""
+        if record["id"] in self.live:
+            saved, live = record.get("request_counts") or {}, self.counts_of(record["id"])
+            record = {**record, "request_counts": {k: max(int(saved.get(k) or 0), v) for k, v in live.items()}}
         return record
 
     async def cancel(self, batch_id: str, owner: str) -> dict[str, Any]:

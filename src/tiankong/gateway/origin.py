@@ -91,7 +91,9 @@ class OriginCheck:
                              "pages on loopback may call it (configure server.api_keys to serve others)"), \
                     "origin_not_allowed"
         content_type = headers.get("content-type", "")
-        if scope.get("method") == "POST" and not _is_json(content_type) and not (
+        bodyless_cancel = (not content_type and str(scope.get("path", "")).endswith("/cancel")
+                           and headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers)
+        if scope.get("method") == "POST" and not _is_json(content_type) and not bodyless_cancel and not (
                 scope.get("path") == UPLOAD_PATH and content_type.lower().startswith("multipart/form-data")):
             got = headers.get("content-type") or "none"
             if scope.get("path") == UPLOAD_PATH:
