@@ -19,7 +19,7 @@ def _show(record: L.AdapterRecord, as_json: bool, verb: str) -> None:
     if as_json:
         emit_json(record.to_json())
     else:
-        click.echo(f"{verb} {record.name} (base {record.base}, rank {record.rank}, {record.bytes / 1e6:.1f} MB) "
+        click.echo(f"{verb} {record.name} (base {record.base}, rank {record.rank}, {_size(record.bytes)}) "
                    f"{record.path}")
 
 
@@ -40,7 +40,7 @@ def list_cmd(as_json: bool) -> None:
     table = Table("name", "base", "rank", "alpha", "targets", "size")
     for r in records:
         table.add_row(r.name, r.base, str(r.rank), f"{r.alpha:g}" if r.alpha is not None else "-",
-                      ",".join(r.targets), f"{r.bytes / 1e6:.1f} MB")
+                      ",".join(r.targets), _size(r.bytes))
     Console().print(table)
 
 
@@ -103,3 +103,8 @@ def rm(name: str, as_json: bool) -> None:
             click.echo(f"removed the broken adapter {name} ({folder})")
         return
     _show(L.remove_adapter(name), as_json, "removed")
+
+
+def _size(n: int) -> str:
+    """Bytes in MB, or KB under 0.1 MB (an 18 KB adapter was listed as "0.0 MB")."""
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.0f} KB"

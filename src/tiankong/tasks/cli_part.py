@@ -168,10 +168,13 @@ def prepend(value: Any, prior: Any) -> list[Any]:
 
 
 def yes_no_questions(value: Any, prior: Any) -> list[dict[str, Any]]:
-    """``--yes-no Q`` (repeated) after the questions file's questions, numbered on from them (q1, q2, …)."""
+    """``--yes-no Q`` (repeated) after the questions file's questions, with the first ids ``q1``, ``q2``, … that
+    the file does not use (numbered on from the file's count, one of them could be an id the file gave: "the id
+    'q2' is used twice", an id the user never wrote)."""
     so_far = list(prior or [])
-    return [*so_far, *({"id": f"q{len(so_far) + i + 1}", "type": "yes_no", "question": q}
-                       for i, q in enumerate(value))]
+    taken = {str(q.get("id")) for q in so_far if isinstance(q, dict)}
+    ids = (f"q{n}" for n in range(1, len(so_far) + len(value) + 2) if f"q{n}" not in taken)
+    return [*so_far, *({"id": next(ids), "type": "yes_no", "question": q} for q in value)]
 
 
 def tool_choice(value: Any, prior: Any) -> Any:

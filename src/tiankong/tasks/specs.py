@@ -274,7 +274,8 @@ ASK: TaskSpec[AskArgs, Answers] = TaskSpec(
             FILE_TEXT,
             c.from_file("json", "questions", "--questions", "questions_file", "JSON file: [{id, type, question, "
                         "labels?, schema?}, …] (type: choice, yes_no, score, extract)."),
-            c.repeat("questions", "--yes-no", dest="yes_no", help="A yes/no question (repeatable; ids q1, q2, …).",
+            c.repeat("questions", "--yes-no", dest="yes_no", help="A yes/no question (repeatable; ids q1, q2, …, "
+                     "skipping those a --questions file uses).",
                      convert=c.yes_no_questions),
         ), lambda r: "\n".join(c.answer_line(a) for a in r.answers)))
 CALL: TaskSpec[CallArgs, ToolCalls] = TaskSpec(
