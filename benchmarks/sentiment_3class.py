@@ -19,7 +19,9 @@ three ways of combining them — every one from the same engine answers:
 * ``calibrated``: every label divided by its content-free prior (what shipped until 2026-12-08);
 * ``raw``: no calibration;
 * ``polarity``: neutral's raw probability kept, the rest split between positive and negative by their calibrated
-  ratio (the content-free input is itself neutral, so dividing neutral by its prior removes the class's signal).
+  ratio (the content-free input is itself neutral, so dividing neutral by its prior removes the class's signal);
+
+and ``shipped``: the ``sentiment`` task itself as the checked-out code runs it (since 2026-12-08 it is ``raw``).
 """
 
 from __future__ import annotations
@@ -147,14 +149,15 @@ def main() -> None:
         prior = client.classify(CONTENT_FREE["en"], list(LABELS), descriptions=DESCRIPTIONS, calibrate=False).scores
         for (text, gold), base in zip(items, baseline, strict=True):
             raw = client.classify(text, list(LABELS), descriptions=DESCRIPTIONS, calibrate=False).scores
-            per_text.append({"text": text, "gold": gold, "raw": raw, "tfidf_lr": base})
+            shipped = client.task("sentiment", text=text).label  # the task as it ships at this commit
+            per_text.append({"text": text, "gold": gold, "raw": raw, "tfidf_lr": base, "shipped": shipped})
     ways = ("calibrated", "raw", "polarity")
     summary: dict[str, Any] = {"split": args.split, "sha256": rows_sha(items), "n": len(items),
                                "per_class": args.per_class, "train_rows": len(train), "model": args.model,
                                "prior": prior, "seconds": round(time.time() - started, 1), "systems": {}}
-    for way in (*ways, "tfidf_lr"):
-        preds = [r["tfidf_lr"] if way == "tfidf_lr" else max((s := combine(r["raw"], prior, way)), key=s.__getitem__)
-                 for r in per_text]
+    for way in (*ways, "shipped", "tfidf_lr"):
+        preds = [r[way] if way in ("tfidf_lr", "shipped") else max((s := combine(r["raw"], prior, way)),
+                                                                   key=s.__getitem__) for r in per_text]
         pairs = [(r["gold"], p) for r, p in zip(per_text, preds, strict=True)]
         summary["systems"][way] = {
             "accuracy": round(sum(g == p for g, p in pairs) / len(pairs), 3), "macro_f1": round(macro_f1(pairs), 3),
@@ -168,7 +171,8 @@ def main() -> None:
         with args.out.with_suffix(".rows.jsonl").open("w", encoding="utf-8") as handle:
             for row in per_text:  # labels and scores only: the tweets stay in their package
                 handle.write(json.dumps({"sha": hashlib.sha256(row["text"].encode()).hexdigest()[:16],
-                                         "gold": row["gold"], "raw": row["raw"], "tfidf_lr": row["tfidf_lr"]}) + "\n")
+                                         "gold": row["gold"], "raw": row["raw"], "tfidf_lr": row["tfidf_lr"],
+                                         "shipped": row["shipped"]}) + "\n")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,17 @@ def test_sentiment_is_a_calibrated_classify_with_a_polarity(engine: ScriptedEngi
     assert any("the gearbox only" in json.dumps(body) for body in engine.bodies("/completion"))
 
 
+def test_sentiment_with_neutral_reads_the_models_own_probabilities(engine: ScriptedEngine) -> None:
+    # a factual text: the model reads neutral 0.5; a content-free input reads neutral 0.84 (the default model's).
+    # Calibrated, neutral was divided by its own prior and positive won (neutral recall 0 on the dev tweets)
+    engine.on("/completion", scored({"positive": 0.3, "neutral": 0.5, "negative": 0.2},
+                                    content_free={"positive": 0.04, "neutral": 0.84, "negative": 0.12}))
+    with client_for(engine) as client:
+        result = client.task("sentiment", text="The meeting is at 3 pm in room 204.")
+    assert result.label == "neutral" and result.scores["neutral"] == pytest.approx(0.5)
+    assert not any("N/A" in json.dumps(body) for body in engine.bodies("/completion"))  # no content-free call
+
+
 def test_route_escalates_below_its_threshold(engine: ScriptedEngine) -> None:
     routes = [{"name": "chat", "description": "small talk", "target": "task:chat"},
               {"name": "code", "description": "programming", "target": "task:code"}]
