@@ -145,6 +145,9 @@ def test_cancel_mid_way_keeps_what_was_answered(keyed_gateway: str) -> None:
     bare = httpx.post(f"{keyed_gateway}/v1/batches/{completed.id}/cancel",
                       headers={"Authorization": f"Bearer {KEY_ONE}"})
     assert bare.status_code == 409, bare.text
+    framed = httpx.post(f"{keyed_gateway}/v1/batches/{completed.id}/cancel",  # from a page (a sandboxed frame):
+                        headers={"Authorization": f"Bearer {KEY_ONE}", "Origin": "null"})  # held to the JSON rule
+    assert framed.status_code == 415, framed.text
 
 
 def test_task_lines_and_the_cli_against_a_gateway(smol_engine: EngineProcess, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conftest import assert_one_line_error, run_cli, serve_app
-from tiankong import jsonsafe
+from tiankong import Client, jsonsafe
 from tiankong.batch import build_job, run
 from tiankong.config import TiankongConfig, load_config
 from tiankong.engine import EngineProcess
@@ -550,6 +550,13 @@ def test_fields_of_the_right_type_still_pass(gateway: str) -> None:
     assert ok.status_code == 200, ok.text
     ok = post(gateway, "/v1/completions", {"prompt": "hi", "max_tokens": 2, "stop": "\n", "logprobs": 1})
     assert ok.status_code == 200, ok.text
+    with Client(gateway) as client:  # the library's own completions send logprobs true + top_logprobs (a review)
+        assert client.complete("hi", max_tokens=2, logprobs=3).text is not None
+    # llama.cpp's one prompt of tokens and strings mixed is one prompt, not a list of prompts to answer in turn
+    mixed = post(gateway, "/v1/completions", {"prompt": [1, 2, "hello", 3], "max_tokens": 2})
+    assert mixed.status_code == 200 and len(mixed.json()["choices"]) == 1, mixed.text
+    error = error_of(post(gateway, "/v1/completions", {"prompt": ["a"] * 300, "max_tokens": 1}))
+    assert error["param"] == "prompt" and "256" in error["message"], error
 
 
 def test_a_completion_of_several_prompts_counts_every_prompt(gateway: str) -> None:

@@ -57,3 +57,9 @@ def test_end_cleanly_prefers_a_sentence_end_past_a_third() -> None:
     assert end_cleanly("One sentence here. And then it went on, and") == "One sentence here."
     assert end_cleanly("Hi. A long clause with no end at all, going on and on,") == \
         "Hi. A long clause with no end at all, going on and on…"
+
+
+def test_a_few_chinese_characters_leave_an_english_passage_read_in_words() -> None:
+    """One "(北京)" switched the whole passage to 16-character runs: " bank that issued" was a loop."""
+    text = "Contact the bank that issued your card (北京). The bank that issued your card will review it."
+    assert cut_loop(text) == (text, False)

@@ -67,3 +67,14 @@ def test_ddl_read_as_a_bare_command_logs_no_warning(caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.WARNING), pytest.raises(ConfigError, match="no tables"):
         schema_from_ddl("CREATE TABLE t (a int) garbage here")
     assert not [r for r in caplog.records if r.name.startswith("sqlglot")]  # our error says it, on one line
+
+
+def test_views_past_the_table_bound_are_left_out_not_refused(tmp_path: Path) -> None:
+    """A file of 150 tables read before views were; 60 views beside them must not make it "more than 200"."""
+    path = tmp_path / "wide.db"
+    db = sqlite3.connect(path)
+    db.executescript("".join(f"CREATE TABLE t{i} (a INTEGER);" for i in range(150)) +
+                     "".join(f"CREATE VIEW v{i} AS SELECT a FROM t{i};" for i in range(60)))
+    db.close()
+    schema = schema_from_db(path)
+    assert len(schema.tables) == 150 and schema.table("v0") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -163,7 +164,7 @@ def chat(model: str | None, url: str | None, system: str | None, max_tokens: int
                 history.clear()
                 click.echo("(history cleared)", err=True)
                 continue
-            if line.startswith("/") and " " not in line:  # a mistyped command went to the model, into the history
+            if re.fullmatch(r"/[a-z]+", line):  # a mistyped command went to the model (a path like /var/log is text)
                 click.echo(f"unknown command {line}: /reset clears the history, /exit or an empty line quits",
                            err=True)
                 continue

@@ -325,6 +325,9 @@ class AsyncBaseClient:
 
     async def embed(self, texts: str | list[str]) -> list[list[float]]:
         items = E.embeddings_items(texts)
+        if len(items) > E.MAX_INPUTS:  # a gateway takes 2,048 a request: the client sends them in parts
+            step = E.MAX_INPUTS
+            return [v for at in range(0, len(items), step) for v in await self.embed(items[at:at + step])]
         try:
             data = await self._request("POST", "/v1/embeddings", E.embeddings_body(items, self.model))
         except ServerError as exc:

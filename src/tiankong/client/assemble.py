@@ -66,9 +66,11 @@ def assembles(path: str, body: dict[str, Any], min_tokens: int = MIN_TOKENS) -> 
 
 
 def several_prompts(prompt: Any) -> bool:
-    """A completions ``prompt`` that is a list of prompts (strings, or token lists), not one prompt's tokens."""
-    return isinstance(prompt, list) and len(prompt) > 1 and not all(
-        isinstance(item, int) and not isinstance(item, bool) for item in prompt)
+    """A completions ``prompt`` that is a list of prompts (strings, or token lists), not one prompt's tokens — nor
+    llama.cpp's one prompt of tokens and strings mixed (``[12, 34, "text", 56]``)."""
+    return isinstance(prompt, list) and len(prompt) > 1 and all(
+        isinstance(item, str) or (isinstance(item, list) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in item)) for item in prompt)
 
 
 def streamed_body(body: dict[str, Any]) -> dict[str, Any]:

@@ -28,22 +28,23 @@ _HAS_CJK = re.compile(f"[{_CJK}]")
 #: a minus sign that starts a number ("balance -500"; not the hyphen of "3-5" or "A-1"): kept, as U+2212 — dropped
 #: with the punctuation, "balance -500" and "balance 500" were one exact group (a sweep of 2026-12-08)
 _SIGN = re.compile(r"(?<![\w.])[-\u2212\u2013\ufe63](?=\d)")
-#: symbols that are data, not spelling: currency signs (Sc: "$500" is not "€500") and mathematical ones (Sm: "a < b"
-#: is not "a > b"; the minus above) — except "+", which is how a phone number or a count is often just prefixed
-_KEPT = {"Sc", "Sm"}
+#: symbols that are data, not spelling: currency signs (category Sc: "$500" is not "€500") and comparisons and
+#: arithmetic ("cpu < 90" is not "cpu > 90"; the minus above) — not the other math symbols, which separate fields as
+#: punctuation does ("status=ok" is "status: ok", "a | b" is "a - b", "great ~" is "great"), nor "+"
+_KEPT = {"Sc"}
+_KEPT_CHARS = "<>\u2264\u2265\u2260\u2248\u00b1\u00d7\u00f7\u2212"
 
 
 @functools.cache
 def _punctuation_table(to: str | None = " ") -> dict[int, str | None]:
-    r"""Every Unicode punctuation or symbol character (categories P* and S*, but for the ``_KEPT`` ones), ASCII and
+    r"""Every Unicode punctuation or symbol character (categories P* and S*, but the ``_KEPT`` ones), ASCII and
     CJK alike, to a space. Not the regex ``[^\w\s]``: it also took the combining marks (category M: Thai,
     Devanagari and Arabic vowel signs, Vietnamese tones), so ป่า (forest) and ป้า (aunt) had one key. Built once
     (about 0.3 s), then ``str.translate`` (faster than that regex). ``to``: a space, or ``None`` (dropped) when
     whitespace counts."""
-    table = {c: to for c in range(sys.maxunicode + 1)
-             if unicodedata.category(chr(c))[0] in "PS" and unicodedata.category(chr(c)) not in _KEPT}
-    table[ord("+")] = to
-    return table
+    return {c: to for c in range(sys.maxunicode + 1)
+            if unicodedata.category(chr(c))[0] in "PS" and unicodedata.category(chr(c)) not in _KEPT
+            and chr(c) not in _KEPT_CHARS}
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,8 @@ TYPED_BY_PATH: dict[str, dict[str, tuple[str, Any]]] = {
                              "response_format": ('type must be "text", "json_object" or "json_schema"',
                                                  lambda v: not isinstance(v, dict) or v.get("type") in
                                                  (None, "text", "json_object", "json_schema"))},
-    "/v1/completions": {**TYPED, "logprobs": ("must be an integer (how many top tokens)", _int),
+    "/v1/completions": {**TYPED, "logprobs": ("must be an integer (how many top tokens) or a boolean",
+                                              lambda v: _int(v) or isinstance(v, bool)),  # Client.complete: true
                         "prompt": ("is required: a string or a list of strings", lambda v: v is not None)},
 }
 

@@ -128,14 +128,14 @@ class GatewayMetrics:
         if call.batch:
             self.batch_requests.labels(call.route, str(status)).inc()
             self._structured(call)
-            if status == 200:
+            if status == 200 or call.schema_failed:  # as below
                 self._answer(call)
             return
         latency = time.perf_counter() - call.started
         self.requests.labels(call.route, call.model, str(status)).inc()
         self.latency.labels(call.route).observe(latency)
         self.live.record(status, latency_s=latency, ttft_s=call_ttft(call) if status == 200 else None,
-                         tokens=call_tokens(call) if status == 200 else 0)
+                         tokens=call_tokens(call) if status == 200 or call.schema_failed else 0)
         if status == 499:
             self.disconnects.labels(call.route).inc()
         if call.rejected:

@@ -91,8 +91,11 @@ class OriginCheck:
                              "pages on loopback may call it (configure server.api_keys to serve others)"), \
                     "origin_not_allowed"
         content_type = headers.get("content-type", "")
-        bodyless_cancel = (not content_type and str(scope.get("path", "")).endswith("/cancel")
-                           and headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers)
+        # a cancel takes no body: a bare POST from a client (curl -X POST) is served; one from a page (any Origin,
+        # "null" too: a sandboxed frame) still needs the JSON content type, which a cross-site page cannot send
+        # without a preflight
+        bodyless_cancel = (not content_type and str(scope.get("path", "")).endswith("/cancel") and "origin" not in
+                           headers and headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers)
         if scope.get("method") == "POST" and not _is_json(content_type) and not bodyless_cancel and not (
                 scope.get("path") == UPLOAD_PATH and content_type.lower().startswith("multipart/form-data")):
             got = headers.get("content-type") or "none"

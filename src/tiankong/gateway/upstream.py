@@ -39,6 +39,8 @@ from .responses import engine_unavailable, error_for, error_response, upstream_e
 from .streaming import Item, SSEInspector
 
 T = TypeVar("T")
+#: prompts in one /v1/completions request (each answered in turn in the request's slot: a long list holds it)
+MAX_PROMPTS = 256
 #: the OpenAI routes, whose errors keep OpenAI's codes (a task route answers its own: docs/errors.md)
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions")
 
@@ -147,7 +149,7 @@ class Upstream:
     async def forward(self, call: RequestRecord, path: str, body: dict[str, Any]) -> Response:
         if assembles(path, body, self.assemble_min_tokens):
             return await self.forward_assembled(call, path, body)
-        if not self.replica.remote and several_prompts(body.get("prompt")):
+        if path == "/v1/completions" and not self.replica.remote and several_prompts(body.get("prompt")):
             return await self.forward_each(call, path, body)
         upstream = await self.send(call, path, body, stream=False)
         if isinstance(upstream, Response):
@@ -163,6 +165,10 @@ class Upstream:
         (choice ``index`` = the prompt's place): llama-server answered them at once with the ``usage`` of the first
         prompt alone (two prompts of 5 and 17 tokens said 5), which the token counters took, and ran them on
         slots the gateway had not granted."""
+        if len(body["prompt"]) > MAX_PROMPTS:
+            return error_response(400, f"prompt holds {len(body['prompt'])} prompts, more than {MAX_PROMPTS} in one "
+                                  "request: send them in several", "invalid_request_error", "invalid_value",
+                                  param="prompt")
         choices: list[Any] = []
         usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         answer: dict[str, Any] = {}

@@ -246,7 +246,7 @@ class Normalizer:
     def _why_not(self, spec: FieldSpec) -> str:
         if self.options.mode == "rules" or self.extract is None:
             return f"no {spec.kind} rule resolves it (left as it was)"
-        article = "an" if spec.kind[:1] in "aeiou" else "a"  # "neither a amount rule"
+        article = "an" if spec.kind in ("amount", "address") else "a"  # "neither a amount rule" ("a unit rule")
         return f"neither {article} {spec.kind} rule nor the model resolves it (left as it was)"
 
     def _resolve(self, spec: FieldSpec, text: str) -> Resolved | None:

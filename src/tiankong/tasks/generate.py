@@ -31,19 +31,20 @@ def string_list(max_items: int, max_length: int, min_items: int = 0) -> dict[str
 #: would typically receive a refund of …" three times in a 600-character HyDE passage of the default model)
 LOOP_WORDS = 8
 LOOP_CHARS = 16
-_TOKEN = re.compile(r"\S+")
+_CJK_CHARS = "\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff"
+_UNIT = re.compile(rf"[{_CJK_CHARS}]|[^\s{_CJK_CHARS}]+")  # a CJK character, or a run of anything else but spaces
+_IS_CJK = re.compile(rf"[{_CJK_CHARS}]")
 _DONE = re.compile(r"[.!?](?=\s|$)|[。！？]")
 
 
 def cut_loop(text: str) -> tuple[str, bool]:
     """``text`` up to where it starts repeating itself, and whether it did: the start of the first run of
-    ``LOOP_WORDS`` words (``LOOP_CHARS`` characters for Chinese) already written earlier."""
-    cjk = any("\u4e00" <= c <= "\u9fff" for c in text)
-    if cjk:
-        starts, units, n = list(range(len(text))), list(text), LOOP_CHARS
-    else:
-        found = list(_TOKEN.finditer(text))
-        starts, units, n = [m.start() for m in found], [m.group().lower() for m in found], LOOP_WORDS
+    ``LOOP_WORDS`` units already written earlier — a unit a word, or a Chinese character (``LOOP_CHARS`` of them
+    when most units are; "(北京)" in an English passage left it read in words)."""
+    found = list(_UNIT.finditer(text))
+    starts, units = [m.start() for m in found], [m.group().lower() for m in found]
+    cjk = sum(1 for u in units if _IS_CJK.match(u))
+    n = LOOP_CHARS if cjk * 2 > len(units) else LOOP_WORDS
     seen: set[tuple[str, ...]] = set()
     for i in range(len(units) - n + 1):
         gram = tuple(units[i:i + n])

@@ -182,10 +182,12 @@ def schema_from_db(path: str | Path) -> DbSchema:
     with read_only(path) as db:
         # views are read like tables (a SELECT may name them); they were left out, so a question a view answers
         # could not be asked of it
-        names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND "
-                                              "name NOT LIKE 'sqlite_%' ORDER BY rowid")]
-        tables = []
-        for name in names:
+        names = [(row[0], row[1]) for row in db.execute(
+            "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' "
+            "ORDER BY type = 'view', rowid")]
+        tables: list[Table] = []
+        views: list[Table] = []
+        for name, kind in names:
             quoted = '"' + name.replace('"', '""') + '"'  # always: a table may be named like a keyword
             try:
                 info = db.execute(f"PRAGMA table_xinfo({quoted})").fetchall()
@@ -194,7 +196,12 @@ def schema_from_db(path: str | Path) -> DbSchema:
             # table_xinfo, not table_info: generated columns (hidden 2 virtual, 3 stored) can be selected, and
             # table_info leaves them out; hidden 1 is a virtual table's hidden column, not part of SELECT *
             info = [r for r in info if r[6] != 1]
-            tables.append(Table(name, tuple(r[1] for r in info), tuple(str(r[2]) for r in info)))
+            (views if kind == "view" else tables).append(Table(name, tuple(r[1] for r in info),
+                                                               tuple(str(r[2]) for r in info)))
+    # the views only where they fit the bounds beside the tables: a file the bounds took before views were read is
+    # not refused for its views
+    if len(tables) + len(views) <= MAX_TABLES and sum(len(t.columns) for t in [*tables, *views]) <= MAX_ALL_COLUMNS:
+        tables += views
     return _checked(tables)
 
 
