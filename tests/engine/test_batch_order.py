@@ -89,7 +89,7 @@ def test_keep_order_after_retry_failed_and_the_unordered_default(tmp_path: Path,
     assert first.returncode == 3, first.stderr  # the records without text failed
     assert json.loads(first.stdout)["done"] == n // 2
     head = plain.read_bytes()
-    for suffix in ("", ".errors.jsonl"):
+    for suffix in ("", ".errors.jsonl", ".job.json"):  # a job's files copied together (OUT alone is refused)
         shutil.copyfile(f"{plain}{suffix}", f"{ordered}{suffix}")
     write_jsonl(src, tickets(n))  # the input fixed
     expected = [f"t{i:03d}" for i in range(n)]
