@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .. import paths
-from ..errors import ConfigError
+from ..errors import ConfigError, InputTooLong
 from ..models import DEFAULT_MODEL
 from . import emit_json
 
@@ -177,8 +177,6 @@ def _chat_turn(client: Client, history: list[dict[str, str]], system: str | None
     """One answer to the last message, streamed; the history's oldest exchanges are dropped when the whole no longer
     fits the context (the session ended with "the input is too long", its history lost). Ctrl-C stops the answer,
     not the session. False when the message alone does not fit."""
-    from ..errors import InputTooLong
-
     reply: list[str] = []
     finish = None
     while True:

@@ -97,6 +97,10 @@ def log_prompt(route: str, key: str, body: dict[str, Any]) -> None:
                                ensure_ascii=False, default=str)[:20000])
 
 
+def _one(value: Any) -> bool:
+    return value is None or (value == 1 and not isinstance(value, bool))  # `true` passed as 1
+
+
 LEGACY_FUNCTIONS = "functions/function_call are OpenAI's deprecated form: send tools and tool_choice instead"
 #: OpenAI request fields a local llama-server would drop without a word: refused, naming the field, so nothing a
 #: client asked for is silently ignored (a remote upstream gets them: it may honour them). value → still fine.
@@ -104,7 +108,7 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
     "/v1/chat/completions": {
         "functions": (LEGACY_FUNCTIONS, lambda v: v in (None, [])),
         "function_call": (LEGACY_FUNCTIONS, lambda v: v in (None, "none", "auto")),
-        "n": ("one choice per request is served: send n requests (seeds differ) instead", lambda v: _one(v)),
+        "n": ("one choice per request is served: send n requests (seeds differ) instead", _one),
         "audio": ("audio output is not served", lambda v: v is None),
         "modalities": ("only text output is served", lambda v: v in (None, ["text"])),
         "prediction": ("predicted outputs are not served", lambda v: v is None),
@@ -117,18 +121,14 @@ UNHONOURED: dict[str, dict[str, tuple[str, Any]]] = {
                             lambda v: v is None or isinstance(v, dict)),
     },
     "/v1/completions": {
-        "n": ("one choice per request is served: send n requests instead", lambda v: _one(v)),
-        "best_of": ("best_of is not served: send several requests and pick", lambda v: _one(v)),
+        "n": ("one choice per request is served: send n requests instead", _one),
+        "best_of": ("best_of is not served: send several requests and pick", _one),
         "echo": ("echo is not served", lambda v: v in (None, False)),
         "suffix": ("suffix (insertion) is not served on /v1/completions", lambda v: v in (None, "")),
         "stream": ("must be true or false (a string or a number was read by its truth: \"false\" streamed)",
                    lambda v: v is None or isinstance(v, bool)),
     },
 }
-
-
-def _one(value: Any) -> bool:
-    return value is None or (value == 1 and not isinstance(value, bool))  # `true` passed as 1
 
 
 def _int(value: Any) -> bool:

@@ -32,6 +32,7 @@ from ..client.assemble import (
 )
 from ..errors import InputTooLong, OutputError, ServerError, TiankongError, TransportError, Unreachable
 from .admission import Lane
+from .body import OPENAI_SAMPLED
 from .cache_isolation import IsolatingTransport, isolated
 from .engine_http import ConnectionPool, EngineHTTPError, EngineResponse, EngineTimeout
 from .metrics import RequestRecord
@@ -41,8 +42,6 @@ from .streaming import Item, SSEInspector
 T = TypeVar("T")
 #: prompts in one /v1/completions request (each answered in turn in the request's slot: a long list holds it)
 MAX_PROMPTS = 256
-#: the OpenAI routes, whose errors keep OpenAI's codes (a task route answers its own: docs/errors.md)
-OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions")
 
 
 class Upstream:
@@ -261,7 +260,7 @@ class Upstream:
                               "total_tokens": usage.total_tokens}
             return error_for(exc)
         except InputTooLong as exc:
-            if call.route in OPENAI_ROUTES:  # as the same chat without response_format is answered (OpenAI's code)
+            if call.route in OPENAI_SAMPLED:  # the OpenAI routes answer as a plain chat does (a task route: 413)
                 return error_response(400, exc.one_line(), "invalid_request_error", "context_length_exceeded")
             return error_for(exc)
         except TiankongError as exc:

@@ -27,7 +27,7 @@ from ..structured.part_flows import AUTO_PART
 from ..structured.prompts import language
 from .classify import require_text
 from .extractive import choose, score_sentences
-from .generate import json_task, string_list
+from .generate import SENTENCE_DONE, json_task, string_list
 from .prompts import KEY_POINTS, KEY_POINTS_Q, SUMMARIZE
 
 MAX_ROUNDS = 3
@@ -343,7 +343,6 @@ def summarize_flow(text: str, *, words: int = 80, chunk_tokens: int = 1024,
     return Summary(summary, input_tokens, output_tokens, len(chunks))
 
 
-_SENTENCE_DONE = re.compile(r"[.!?](?=\s|$)|[。！？]")
 
 
 def fit_words(summary: str, words: int, lang: str, *, cut: bool) -> str:
@@ -359,7 +358,7 @@ def fit_words(summary: str, words: int, lang: str, *, cut: bool) -> str:
         summary = summary[:spans[-1]] if spans else summary
     if not cut:
         return summary
-    ends = [m.end() for m in _SENTENCE_DONE.finditer(summary)]
+    ends = [m.end() for m in SENTENCE_DONE.finditer(summary)]
     if ends and ends[-1] >= len(summary) // 2:
         return summary[:ends[-1]]
     body = summary.rstrip(" ,;:，；：、")

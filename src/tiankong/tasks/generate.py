@@ -34,7 +34,8 @@ LOOP_CHARS = 16
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff"
 _UNIT = re.compile(rf"[{_CJK_CHARS}]|[^\s{_CJK_CHARS}]+")  # a CJK character, or a run of anything else but spaces
 _IS_CJK = re.compile(rf"[{_CJK_CHARS}]")
-_DONE = re.compile(r"[.!?](?=\s|$)|[。！？]")
+#: a sentence end (compress ends a cut summary at one too)
+SENTENCE_DONE = re.compile(r"[.!?](?=\s|$)|[。！？]")
 
 
 def cut_loop(text: str) -> tuple[str, bool]:
@@ -58,7 +59,13 @@ def cut_loop(text: str) -> tuple[str, bool]:
 def end_cleanly(text: str) -> str:
     """A text that was stopped (a length limit, a loop cut off) ending at its last sentence end when that is past
     a third of it, else at a whole word with "…" — not mid-word or after a dangling comma."""
-    ends = [m.end() for m in _DONE.finditer(text)]
+    ends = [m.end() for m in SENTENCE_DONE.finditer(text)]
     if ends and ends[-1] >= len(text) // 3:
         return text[:ends[-1]]
     return text.rstrip(" ,;:，；：、") + "…"
+
+
+def unique(items: list[str]) -> list[str]:
+    """``items`` each once (case aside), in order."""
+    seen: set[str] = set()
+    return [x for x in items if not (x.lower() in seen or seen.add(x.lower()))]  # type: ignore[func-returns-value]

@@ -9,7 +9,7 @@ from ..errors import ConfigError
 from ..structured.combine import gather
 from ..structured.flow import Flow, Structured
 from .classify import require_text
-from .generate import cut_loop, end_cleanly, json_task, string_list
+from .generate import cut_loop, end_cleanly, json_task, string_list, unique
 from .prompts import HYDE, REWRITE, task_messages
 
 MODES = ("rewrite", "hyde", "both")
@@ -45,7 +45,7 @@ def rewrite_flow(query: str, *, mode: str = "rewrite", n: int = 3, model: str | 
     out = Rewrite(query)
     for result in results:
         if "queries" in result.data:
-            out.queries = _dedupe([q.strip() for q in result.data["queries"] if q.strip()])
+            out.queries = unique([q.strip() for q in result.data["queries"] if q.strip()])
         else:
             out.hypothetical = _passage(result.data["passage"])
     return out
@@ -59,7 +59,3 @@ def _passage(raw: str) -> str:
         text = text[:text.rfind(" ")]  # stopped by the limit: its last word may be cut short
     return end_cleanly(text) if looped or len(raw) >= PASSAGE_CHARS else text
 
-
-def _dedupe(items: list[str]) -> list[str]:
-    seen: set[str] = set()
-    return [x for x in items if not (x.lower() in seen or seen.add(x.lower()))]  # type: ignore[func-returns-value]

@@ -9,7 +9,7 @@ from ..structured.flow import Flow, Structured, constrained_flow
 from ..structured.prompts import compact, english, language
 from .classify import require_text
 from .compress import compress_flow
-from .generate import ANTI_LOOP, string_list
+from .generate import ANTI_LOOP, string_list, unique
 from .prompts import TAG
 
 MAX_TAG_CHARS = 6000
@@ -71,7 +71,6 @@ def tag_flow(text: str, *, schema: Any = None, max_keywords: int = 8,
     messages = [{"role": "system", "content": system}, {"role": "user", "content": source}]
     result = yield from constrained_flow(messages, constraint, model=model, options=ANTI_LOOP)
     if schema is None and isinstance(result.data, dict) and isinstance(result.data.get("keywords"), list):
-        seen: set[str] = set()  # the small model repeated a keyword ("type", "type", …): each once, in order
-        result.data["keywords"] = [k for k in result.data["keywords"] if not (
-            str(k).casefold() in seen or seen.add(str(k).casefold()))]  # type: ignore[func-returns-value]
+        # the small model repeated a keyword ("type", "type", …): each once, in order
+        result.data["keywords"] = unique([str(k) for k in result.data["keywords"]])
     return result
