@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -47,12 +46,12 @@ def test_a_query_on_a_view_and_a_generated_column_runs(tmp_path: Path) -> None:
 
 
 def test_a_query_running_past_its_limit_is_stopped_with_a_one_line_error(tmp_path: Path) -> None:
-    runaway = "SELECT count(*) FROM n AS a, n AS b, n AS c"  # 2.7e10 rows: hours on its own
+    # 2.7e9 rows: about 25 s on this machine on its own (9e7 took 0.85 s), so without the limit it ends, with a
+    # count and no error — the test fails rather than waits for hours
+    runaway = "SELECT count(*) FROM n AS a, n AS b, n AS c WHERE c.x <= 300"
     with read_only(_db(tmp_path)) as db:
-        started = time.monotonic()
         with pytest.raises(ConfigError, match=r"ran past 0\.3 s and was stopped"):
             run_query(db, runaway, 10, limit_s=0.3)
-        assert time.monotonic() - started < 30  # stopped, not run until it ended (it does not end)
         # the connection is usable afterwards: the limit was lifted with the query
         assert run_query(db, "SELECT count(*) FROM item", 10) == [[2]]
 
